@@ -1,0 +1,44 @@
+"""``agent-saga``: one subcommand per operator task.
+
+Each subcommand lives in a module that exposes ``register(subparsers)``; the handler it
+sets returns the process exit code. Exit codes: 0 success, 1 the check failed (a broken
+chain, an uncertified log), 2 bad usage or unreadable input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import SagaError
+from . import wal_commands
+
+_MODULES = (wal_commands,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent-saga",
+        description="The accountable runtime for AI agents: inspect and verify write-ahead logs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code (also used as the console script)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.handler(args)
+    except SagaError as exc:
+        print(f"agent-saga {args.command}: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

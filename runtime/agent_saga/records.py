@@ -1,0 +1,211 @@
+"""WAL records: the types, the value object and the line codec (schema ``v`` = 1).
+
+A record on disk is one line of JSON with a fixed field order::
+
+    {"v":1,"seq":7,"ts":1764470000123456,"type":"STEP_INTENT","saga":"s-1","step":"s-1/0",
+     "payload":{...},"salt":"<32 hex>","digest":"<64 hex>","prev":"<64 hex>","hash":"<64 hex>"}
+
+Invariants:
+- ``seq`` is assigned by the writer, strictly increasing by one within one writer's log.
+- ``ts`` is integer microseconds since the epoch (integers hash identically in every language).
+- ``saga`` and ``step`` match ``ID_PATTERN``; ``type`` is a ``RecordType`` value or an upper
+  snake-case extension name. None of them can contain a newline, which the chain relies on.
+- ``payload`` is a JSON object; credentials never appear in it (references only).
+- ``salt``/``digest``/``prev``/``hash`` are the hash chain (see ``agent_saga.chain``).
+- A redacted record has ``payload`` and ``salt`` null and ``"redacted": true``.
+- Fields stamped after the fact by a backend (for example ``gseq``) are not hashed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigurationError, WALCorrupt
+
+SCHEMA_VERSION = 1
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$")
+TYPE_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
+
+
+class RecordType(enum.StrEnum):
+    """What a record says happened. Values are stable: they are the on-disk names."""
+
+    SAGA_STARTED = "SAGA_STARTED"
+    STEP_INTENT = "STEP_INTENT"  # durable before the forward call of a non-REVERSIBLE step
+    STEP_COMMITTED = "STEP_COMMITTED"  # the forward returned; carries the compensation
+    STEP_FAILED = "STEP_FAILED"  # the forward raised: it did not complete
+    STEP_UNKNOWN = "STEP_UNKNOWN"  # the forward timed out: it may have happened
+    STEP_REFUSED = "STEP_REFUSED"  # a control refused the step: it did not happen
+    GATE_VERDICT = "GATE_VERDICT"
+    COMPENSATION_STARTED = "COMPENSATION_STARTED"
+    COMPENSATION_DONE = "COMPENSATION_DONE"
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    COMPENSATION_SKIPPED = "COMPENSATION_SKIPPED"  # nothing to undo, or not undoable
+    ESCALATED = "ESCALATED"  # handed to a human: never guessed
+    SAGA_COMPLETED = "SAGA_COMPLETED"
+    SAGA_ROLLED_BACK = "SAGA_ROLLED_BACK"  # rollback finished clean
+    SAGA_ROLLBACK_PARTIAL = "SAGA_ROLLBACK_PARTIAL"  # rollback left something not restored
+    SAGA_LEASE = "SAGA_LEASE"  # the owner is alive (renewed while running)
+    COMPACTION = "COMPACTION"  # attestation of sequences removed by compact()
+
+
+TERMINAL_SAGA_TYPES = frozenset(
+    {
+        RecordType.SAGA_COMPLETED.value,
+        RecordType.SAGA_ROLLED_BACK.value,
+        RecordType.SAGA_ROLLBACK_PARTIAL.value,
+    }
+)
+
+_ZERO = "0" * 64
+GENESIS = _ZERO
+
+
+@dataclass(slots=True)
+class Record:
+    """One WAL record. ``seq``/``ts`` and the chain fields are filled in by the writer."""
+
+    type: str
+    saga: str
+    step: str | None
+    payload: dict[str, Any] | None
+    seq: int = 0
+    ts: int = 0
+    salt: str | None = None
+    digest: str = ""
+    prev: str = ""
+    hash: str = ""
+    redacted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # unhashed stamps, e.g. gseq
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "v": SCHEMA_VERSION,
+            "seq": self.seq,
+            "ts": self.ts,
+            "type": self.type,
+            "saga": self.saga,
+            "step": self.step,
+            "payload": self.payload,
+            "salt": self.salt,
+            "digest": self.digest,
+            "prev": self.prev,
+            "hash": self.hash,
+        }
+        if self.redacted:
+            d["redacted"] = True
+        if self.extra:
+            d.update(self.extra)
+        return d
+
+
+def validate_id(value: str, what: str) -> str:
+    """Return ``value`` if it is a valid saga/step id, else raise naming the field and fix."""
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise ConfigurationError(
+            f"{what} {value!r} is not a valid id: use 1-200 characters from "
+            f"[A-Za-z0-9._:@/+=-], starting with a letter or digit"
+        )
+    return value
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def canonical_json(obj: Any) -> str:
+    """The canonical text of a payload: sorted keys, no spaces, UTF-8, no NaN."""
+    return _CANONICAL.encode(obj)
+
+
+def encode_line(rec: Record, canonical_payload: str | None = None) -> bytes:
+    """Encode ``rec`` as one newline-terminated JSON line (fixed field order)."""
+    if canonical_payload is None:
+        canonical_payload = "null" if rec.payload is None else canonical_json(rec.payload)
+    step = "null" if rec.step is None else f'"{rec.step}"'
+    salt = "null" if rec.salt is None else f'"{rec.salt}"'
+    tail = ""
+    if rec.redacted:
+        tail += ',"redacted":true'
+    if rec.extra:
+        tail += "," + canonical_json(rec.extra)[1:-1]
+    # saga/step/type match patterns with no characters that need JSON escaping.
+    return (
+        f'{{"v":{SCHEMA_VERSION},"seq":{rec.seq},"ts":{rec.ts},"type":"{rec.type}",'
+        f'"saga":"{rec.saga}","step":{step},"payload":{canonical_payload},"salt":{salt},'
+        f'"digest":"{rec.digest}","prev":"{rec.prev}","hash":"{rec.hash}"{tail}}}\n'
+    ).encode()
+
+
+_KNOWN = frozenset(
+    {"v", "seq", "ts", "type", "saga", "step", "payload", "salt", "digest", "prev", "hash", "redacted"}
+)
+
+
+def decode_line(line: bytes | str, location: str) -> Record:
+    """Decode one JSON line into a ``Record``.
+
+    Raises ``WALCorrupt`` naming ``location`` (for example ``"wal.jsonl line 12"``) and
+    the missing or malformed field; nothing is guessed.
+    """
+    try:
+        d = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise WALCorrupt(
+            f"{location}: not valid JSON ({exc}); the record cannot be read. Run "
+            f"`agent-saga verify` to locate damage; do not delete the line by hand, a gap "
+            f"breaks the hash chain",
+            location=location,
+        ) from exc
+    if not isinstance(d, dict):
+        raise WALCorrupt(f"{location}: a record must be a JSON object", location=location)
+    try:
+        if d["v"] != SCHEMA_VERSION:
+            raise WALCorrupt(
+                f"{location}: schema version v={d['v']!r} is not supported by this reader "
+                f"(supports v={SCHEMA_VERSION}); upgrade agent-saga to read it",
+                location=location,
+            )
+        rec = Record(
+            type=_str(d, "type", location),
+            saga=_str(d, "saga", location),
+            step=d["step"],
+            payload=d["payload"],
+            seq=_int(d, "seq", location),
+            ts=_int(d, "ts", location),
+            salt=d["salt"],
+            digest=_str(d, "digest", location),
+            prev=_str(d, "prev", location),
+            hash=_str(d, "hash", location),
+            redacted=bool(d.get("redacted", False)),
+            extra={k: v for k, v in d.items() if k not in _KNOWN},
+        )
+    except KeyError as exc:
+        raise WALCorrupt(
+            f"{location}: record is missing required field {exc.args[0]!r}", location=location
+        ) from exc
+    if rec.step is not None and not isinstance(rec.step, str):
+        raise WALCorrupt(f"{location}: field 'step' must be a string or null", location=location)
+    if rec.payload is not None and not isinstance(rec.payload, dict):
+        raise WALCorrupt(f"{location}: field 'payload' must be an object or null", location=location)
+    return rec
+
+
+def _str(d: dict[str, Any], key: str, location: str) -> str:
+    v = d[key]
+    if not isinstance(v, str):
+        raise WALCorrupt(f"{location}: field {key!r} must be a string, got {v!r}", location=location)
+    return v
+
+
+def _int(d: dict[str, Any], key: str, location: str) -> int:
+    v = d[key]
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise WALCorrupt(f"{location}: field {key!r} must be an integer, got {v!r}", location=location)
+    return v
