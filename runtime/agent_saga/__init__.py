@@ -4,6 +4,10 @@ Every public name is re-exported here; everything else is internal. A test pins 
 """
 
 from .chain import VerifyResult, verify_records
+from .compensation import Compensation, compensator, get_compensator, registered_compensators
+from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
+from .credentials import assert_no_secrets, resolve_credential, set_credential_resolver
+from .engine import Saga
 from .errors import (
     CompensationError,
     ConfigurationError,
@@ -21,27 +25,49 @@ from .errors import (
     WALError,
     WALStalled,
 )
+from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_stats
+from .gates import Gate, GateDecision, StepRequest
+from .idempotency import idempotency_key
+from .kit import AgentKit
 from .records import Record, RecordType
+from .retry import Clock, RetryPolicy
+from .rollback import RollbackOutcome, RollbackReport, StepOutcome
+from .scope import saga_scope
+from .semantics import ActionSemantics
 from .wal import Backpressure, BaseWAL, FileWAL, WALStats, get_default_wal, set_default_wal
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActionSemantics",
+    "AgentKit",
     "Backpressure",
     "BaseWAL",
+    "Clock",
+    "Compensation",
     "CompensationError",
     "ConfigurationError",
     "FileWAL",
+    "Gate",
     "GateBlocked",
+    "GateDecision",
     "HandlerNotRegistered",
     "NotSerializable",
     "Record",
     "RecordType",
+    "RetryPolicy",
     "RollbackIncomplete",
+    "RollbackOutcome",
+    "RollbackReport",
+    "Saga",
+    "SagaContextFilter",
     "SagaError",
     "SagaRefused",
     "SecretDetected",
+    "StepOutcome",
     "StepOutcomeUnknown",
+    "StepRequest",
+    "ToolExecutorStats",
     "VerifyResult",
     "WALBackpressure",
     "WALClosed",
@@ -49,7 +75,20 @@ __all__ = [
     "WALError",
     "WALStalled",
     "WALStats",
+    "assert_no_secrets",
+    "compensator",
+    "configure_logging",
+    "current_saga_id",
+    "current_step_id",
+    "get_compensator",
     "get_default_wal",
+    "idempotency_key",
+    "registered_compensators",
+    "resolve_credential",
+    "saga_scope",
+    "set_credential_resolver",
     "set_default_wal",
+    "set_tool_executor_size",
+    "tool_executor_stats",
     "verify_records",
 ]

@@ -116,7 +116,8 @@ def fold(records: Iterable[Record]) -> dict[str, SagaState]:
         step.semantics = p.get("semantics", step.semantics)
         if rec.type == R.STEP_COMMITTED.value:
             step.compensation = p.get("compensation")
-        if "error" in p:
-            step.error = str(p["error"])
+        err = p.get("message") or p.get("reason") or p.get("error")
+        if err and state in (FAILED, UNKNOWN, COMPENSATION_FAILED, ESCALATED, SKIPPED):
+            step.error = str(err)
         step.state = state
     return sagas

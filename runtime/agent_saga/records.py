@@ -37,6 +37,8 @@ class RecordType(enum.StrEnum):
 
     SAGA_STARTED = "SAGA_STARTED"
     STEP_INTENT = "STEP_INTENT"  # durable before the forward call of a non-REVERSIBLE step
+    STEP_RETRY = "STEP_RETRY"  # one failed attempt; the step is retried under the same key
+    STEP_FALLBACK = "STEP_FALLBACK"  # retries exhausted; fallback_action runs
     STEP_COMMITTED = "STEP_COMMITTED"  # the forward returned; carries the compensation
     STEP_FAILED = "STEP_FAILED"  # the forward raised: it did not complete
     STEP_UNKNOWN = "STEP_UNKNOWN"  # the forward timed out: it may have happened

@@ -1,0 +1,202 @@
+"""Compensations: the runtime-derived inverse of a step, and the registry of named handlers.
+
+A compensation is built *after* the forward call returns, by a factory over its result
+(``compensate=lambda r: Compensation(handler="stripe.refund", kwargs={"charge": r["id"]})``)
+because you cannot refund a charge id you have not seen yet. The factory may also return
+the AgentKit dict form ``{"handler": name, "kwargs": {...}}``.
+
+A compensation names up to two ways to run it:
+
+- ``fn``: a callable, run in-process by the engine on rollback (it cannot cross a process
+  boundary);
+- ``handler``: a stable name registered with ``@compensator(name)``, which the recovery
+  daemon resolves after a crash. With no ``fn``, the engine resolves it too.
+
+Invariants:
+- ``@compensator`` validates eagerly (name format, callable, no second function under a
+  taken name) and returns the function unchanged.
+- The registry is process-local and thread-safe; re-registering the same function (or a
+  reloaded module's function with the same qualified name) is allowed.
+- What the WAL stores is the ``descriptor``: ``{"handler", "kwargs", "description"}``,
+  with kwargs snapshotted to plain JSON and checked for secrets. ``fn`` never enters it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .errors import CompensationError, ConfigurationError, HandlerNotRegistered
+from .payloads import snapshot_mapping
+
+__all__ = [
+    "Compensation",
+    "compensator",
+    "get_compensator",
+    "registered_compensators",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+HANDLER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+_DICT_KEYS = frozenset({"handler", "kwargs", "description"})
+
+
+def _check_handler_name(name: object) -> str:
+    if not isinstance(name, str) or not HANDLER_PATTERN.match(name):
+        raise ConfigurationError(
+            f"compensation handler name {name!r} is not valid: use a stable dotted name "
+            f"such as 'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Compensation:
+    """The inverse of one step, derived from its forward result.
+
+    Args:
+        fn: a callable run in-process on rollback as ``fn(**kwargs)`` (sync or async).
+        handler: a name registered with ``@compensator``; replayable by another process.
+        kwargs: JSON-serialisable arguments (checked when the step commits: a value that
+            is not JSON raises ``NotSerializable`` naming its key path, a value that looks
+            like a secret raises ``SecretDetected``). ``idempotency_key`` is injected
+            automatically into a callable that accepts it.
+        description: free text for the audit log.
+
+    Guarantee: at least one of ``fn`` / ``handler`` is set, ``fn`` is callable and
+    ``handler`` is a valid name. Raises ``ConfigurationError`` otherwise.
+    """
+
+    fn: Callable[..., Any] | None = None
+    handler: str | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.fn is None and self.handler is None:
+            raise ConfigurationError(
+                "Compensation needs fn= (run in-process) or handler= (a name registered with "
+                "@compensator, replayable after a crash), or both"
+            )
+        if self.fn is not None and not callable(self.fn):
+            raise ConfigurationError(f"Compensation.fn must be callable, got {self.fn!r}")
+        if self.handler is not None:
+            _check_handler_name(self.handler)
+        if not isinstance(self.kwargs, Mapping):
+            raise ConfigurationError(
+                f"Compensation.kwargs must be a mapping of JSON values, got {type(self.kwargs).__name__}"
+            )
+        if not isinstance(self.description, str):
+            raise ConfigurationError("Compensation.description must be a string")
+
+    def descriptor(self, path: str = "kwargs") -> dict[str, Any]:
+        """The WAL form ``{"handler", "kwargs", "description"}`` with kwargs snapshotted.
+
+        Raises ``NotSerializable`` / ``SecretDetected`` naming the offending key path.
+        """
+        return {
+            "handler": self.handler,
+            "kwargs": snapshot_mapping(self.kwargs, path),
+            "description": self.description,
+        }
+
+
+def coerce_compensation(value: object, tool: str) -> Compensation | None:
+    """Turn a factory's return value into a ``Compensation`` (or ``None``: nothing to undo).
+
+    Accepts a ``Compensation``, the dict form ``{"handler", "kwargs"[, "description"]}`` or
+    ``None``. Raises ``CompensationError`` for anything else.
+    """
+    if value is None or isinstance(value, Compensation):
+        return value
+    if isinstance(value, Mapping):
+        extra = set(value) - _DICT_KEYS
+        if extra or "handler" not in value:
+            raise CompensationError(
+                f"the compensation factory of {tool!r} returned a dict with keys "
+                f"{sorted(map(str, value))}; the dict form is {{'handler': name, 'kwargs': "
+                f"{{...}}, 'description': text}} (handler required)",
+                tool=tool,
+            )
+        try:
+            return Compensation(
+                handler=value["handler"],
+                kwargs=value.get("kwargs") or {},
+                description=value.get("description") or "",
+            )
+        except ConfigurationError as exc:
+            raise CompensationError(
+                f"the compensation factory of {tool!r} returned an invalid dict: {exc.message}",
+                tool=tool,
+            ) from exc
+    raise CompensationError(
+        f"the compensation factory of {tool!r} returned {type(value).__name__}; it must "
+        f"return a Compensation(...) or {{'handler': name, 'kwargs': {{...}}}}",
+        tool=tool,
+    )
+
+
+# ---------------------------------------------------------------------------- registry
+
+_lock = threading.Lock()
+_registry: dict[str, Callable[..., Any]] = {}
+
+
+def compensator(name: str) -> Callable[[F], F]:
+    """Register the decorated function as the compensation handler ``name``.
+
+    Usage: ``@compensator("stripe.refund")`` on a sync or async function taking the
+    compensation's kwargs (plus ``idempotency_key`` if it declares it). The function is
+    returned unchanged. Import the module that declares it in every process that may run
+    it (the agent and the recovery daemon), or rollback escalates with
+    ``HandlerNotRegistered``.
+
+    Raises ``ConfigurationError`` at decoration time for an invalid name, a non-callable,
+    or a name already registered to a different function.
+    """
+    _check_handler_name(name)
+
+    def register(fn: F) -> F:
+        if not callable(fn):
+            raise ConfigurationError(f"@compensator({name!r}) must decorate a callable, got {fn!r}")
+        with _lock:
+            prev = _registry.get(name)
+            if prev is not None and prev is not fn and _qualname(prev) != _qualname(fn):
+                raise ConfigurationError(
+                    f"compensation handler {name!r} is already registered to "
+                    f"{_qualname(prev)}; cannot register {_qualname(fn)} under the same name. "
+                    f"Handler names are global and stable: choose another name"
+                )
+            _registry[name] = fn
+        return fn
+
+    return register
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def get_compensator(name: str) -> Callable[..., Any]:
+    """The function registered as ``name``; raises ``HandlerNotRegistered`` if none is."""
+    fn = _registry.get(name)
+    if fn is None:
+        raise HandlerNotRegistered(name)
+    return fn
+
+
+def registered_compensators() -> dict[str, Callable[..., Any]]:
+    """A snapshot of the registry: handler name -> function."""
+    with _lock:
+        return dict(_registry)
+
+
+def unregister_compensator(name: str) -> bool:
+    """Remove ``name`` from the registry (tests, plugin unloading); True if it was there."""
+    with _lock:
+        return _registry.pop(name, None) is not None

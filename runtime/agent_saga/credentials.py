@@ -1,0 +1,199 @@
+"""Credentials: references in the log, secrets only at the moment of use.
+
+Compensation kwargs are fsynced in plaintext and replayed by another process (the recovery
+fleet), so a secret must never be one of them. Connectors pass a reference
+(``credential_ref="stripe_prod"``) and the handler calls ``resolve_credential(ref)`` at
+use time, through the resolver the process installed with ``set_credential_resolver``.
+
+``assert_no_secrets`` is the authoring-time check the engine runs on every value bound for
+the WAL (compensation kwargs, policy arguments). It flags:
+
+- a non-empty string under a key named like a credential (``password``, ``secret``,
+  ``token``, ``api_key``, ``private_key``, ``authorization`` ... in any case or
+  separator style), except references (``credential_ref``, ``*_ref``, ``*_name``,
+  ``*_id`` ...);
+- a string anywhere that matches a well-known credential format: Stripe secret and
+  restricted keys, AWS access key ids, GitHub tokens, Slack tokens, PEM private keys,
+  ``Bearer`` tokens, JWTs.
+
+Invariants:
+- The detector is precise rather than greedy: an idempotency key, a SHA-256 hex digest, a
+  UUID or a charge id is never flagged.
+- Error messages name the key path and the kind of secret, never the value.
+- ``redact_secrets`` is applied to exception text before it is logged to the WAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import ConfigurationError, SecretDetected
+
+__all__ = [
+    "assert_no_secrets",
+    "redact_secrets",
+    "resolve_credential",
+    "set_credential_resolver",
+]
+
+CredentialResolver = Callable[[str], Any]
+
+_resolver_lock = threading.Lock()
+_resolver: CredentialResolver | None = None
+
+_REF_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$")
+
+
+def set_credential_resolver(fn: CredentialResolver | None) -> CredentialResolver | None:
+    """Install the process-wide resolver ``ref -> secret``; return the previous one.
+
+    ``None`` removes it. The resolver is called at use time, in the calling thread, each
+    time a handler asks; cache inside it if your secret store is slow.
+    Raises ``ConfigurationError`` if ``fn`` is neither callable nor ``None``.
+    """
+    global _resolver
+    if fn is not None and not callable(fn):
+        raise ConfigurationError(
+            f"set_credential_resolver() needs a callable ref -> secret (or None), got {fn!r}"
+        )
+    with _resolver_lock:
+        prev, _resolver = _resolver, fn
+    return prev
+
+
+def resolve_credential(ref: str) -> Any:
+    """Return the secret that ``ref`` names, from the installed resolver.
+
+    Guarantee: the secret is fetched now, in this process, and never written anywhere by
+    agent-saga. Raises ``ConfigurationError`` if ``ref`` is not a valid reference, if no
+    resolver is installed, or if the resolver returned ``None``; an exception raised by the
+    resolver itself propagates unchanged.
+    """
+    if not isinstance(ref, str) or not _REF_PATTERN.match(ref):
+        raise ConfigurationError(
+            f"credential reference {ref!r} is not valid: use a name such as 'stripe_prod' "
+            f"(1-200 characters from [A-Za-z0-9._:@/+=-]), never the secret itself"
+        )
+    resolver = _resolver
+    if resolver is None:
+        raise ConfigurationError(
+            f"no credential resolver is installed, so credential_ref={ref!r} cannot be "
+            f"resolved: call agent_saga.set_credential_resolver(lambda ref: ...) at startup "
+            f"in every process that runs handlers (agents and the recovery daemon)"
+        )
+    secret = resolver(ref)
+    if secret is None:
+        raise ConfigurationError(
+            f"the credential resolver returned nothing for credential_ref={ref!r}: check "
+            f"that the secret store holds it and that this process may read it"
+        )
+    return secret
+
+
+# ---------------------------------------------------------------------------- detection
+
+# Key words that name a credential. Matched against the key split into words, so that
+# "apiKey", "X-Api-Key", "stripe_secret_key" and "AUTHORIZATION" are all recognised.
+_SENSITIVE_WORDS = frozenset(
+    {"password", "passwd", "passphrase", "secret", "token", "authorization", "apikey"}
+)
+_SENSITIVE_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")})
+# A last word that turns the key into a reference to a credential, or metadata about one.
+_REFERENCE_SUFFIXES = frozenset(
+    {
+        "ref", "reference", "name", "id", "type", "kind", "path", "file", "url", "uri",
+        "hint", "count", "length", "len", "ttl", "expiry", "expires", "at", "version",
+        "env", "var", "field", "label", "arn",
+    }
+)
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a Stripe secret key", re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{8,}")),
+    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
+    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36}\b|github_pat_[A-Za-z0-9_]{22,})")),
+    ("a Slack token", re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}")),
+    ("a PEM private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
+    ("a bearer token", re.compile(r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{16,}")),
+    ("a JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
+)
+_ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for _, p in _VALUE_PATTERNS))
+
+
+@functools.lru_cache(maxsize=4096)
+def key_looks_sensitive(key: str) -> bool:
+    """True if a mapping key names a credential (see the module doc); references are not."""
+    words = [w.lower() for w in _WORD_SPLIT.split(key) if w]
+    if not words:
+        return False
+    if words == ["credential", "ref"] or words[-1] in _REFERENCE_SUFFIXES:
+        return False
+    if any(w in _SENSITIVE_WORDS for w in words):
+        return True
+    return any(pair in _SENSITIVE_PAIRS for pair in zip(words, words[1:], strict=False))
+
+
+def secret_kind(value: str) -> str | None:
+    """Name the well-known credential format ``value`` contains, or ``None``."""
+    if _ANY_SECRET.search(value) is None:
+        return None
+    for kind, pattern in _VALUE_PATTERNS:
+        if pattern.search(value):
+            return kind
+    return "a credential"  # pragma: no cover - the combined pattern is the union
+
+
+def check_value(key_path: str, key: object, value: object) -> None:
+    """Raise ``SecretDetected`` if ``value`` under ``key`` looks like a secret."""
+    if not isinstance(value, str) or not value:
+        return
+    if isinstance(key, str) and key_looks_sensitive(key):
+        raise _detected(key_path, f"its key {key!r} names a credential")
+    kind = secret_kind(value)
+    if kind is not None:
+        raise _detected(key_path, f"the value looks like {kind}")
+
+
+def _detected(key_path: str, why: str) -> SecretDetected:
+    return SecretDetected(
+        f"{key_path} looks like a secret ({why}); values bound for the WAL are fsynced in "
+        f"plaintext and replayed by another process. Pass a reference instead, e.g. "
+        f"credential_ref='stripe_prod', and call resolve_credential(credential_ref) inside "
+        f"the handler",
+        key=key_path,
+    )
+
+
+def assert_no_secrets(obj: Any, path: str = "kwargs") -> None:
+    """Raise ``SecretDetected`` naming the key path if anything in ``obj`` looks like a secret.
+
+    Walks mappings, lists and tuples. Guarantee: returns only if no string in ``obj`` sits
+    under a credential-named key or matches a known credential format. The error names the
+    path (e.g. ``kwargs['auth']['token']``) and never the value.
+    """
+    _walk(obj, path, None)
+
+
+def _walk(obj: Any, path: str, key: object) -> None:
+    if isinstance(obj, str):
+        check_value(path, key, obj)
+    elif isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _walk(v, f"{path}[{k!r}]", k)
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            # A list inherits its key: {"tokens": ["..."]} is still a list of tokens.
+            _walk(v, f"{path}[{i}]", key)
+
+
+def redact_secrets(text: str) -> str:
+    """Return ``text`` with every well-known credential format replaced by ``[REDACTED]``.
+
+    Used on exception messages before they enter the WAL; it cannot know about secrets
+    that have no recognisable format, so handlers must still not put secrets in errors.
+    """
+    return _ANY_SECRET.sub("[REDACTED]", text)

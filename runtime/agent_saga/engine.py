@@ -1,0 +1,504 @@
+"""The saga engine: ``Saga.execute``, the durable step protocol.
+
+    async with saga_scope(wal, gate, name="onboard") as saga:
+        box = await saga.execute("aws.run_instances", ActionSemantics.COMPENSABLE,
+                                 forward=lambda: ec2.run_instances(...),
+                                 compensate=lambda r: Compensation(handler=..., kwargs=...))
+
+One step, in order (records in capitals; "durable" = ``await wal.barrier``):
+
+1. Misuse is refused before anything happens (``ConfigurationError``): a COMPENSABLE
+   step without ``compensate`` (an effect with no inverse cannot be undone), an
+   IRREVERSIBLE step with one, policy arguments that are not JSON or hold a secret.
+2. The gate, if the saga has one, decides (GATE_VERDICT); a refusal writes STEP_REFUSED
+   and raises ``GateBlocked``. With no gate, an IRREVERSIBLE step is always refused: the
+   engine does not start an effect it cannot undo without a control that can ask a human.
+3. STEP_INTENT (durable for COMPENSABLE / IRREVERSIBLE) before the forward call.
+4. The forward call, retried inside the step under its ``RetryPolicy`` (STEP_RETRY per
+   failed attempt), then ``fallback_action`` (STEP_FALLBACK). Same step id and
+   idempotency key for every attempt.
+5. Outcome: STEP_COMMITTED with the compensation descriptor (durable before ``execute``
+   returns), or STEP_FAILED (it did not complete; the error propagates), or STEP_UNKNOWN
+   when the step timed out or was interrupted (it may have happened; ``timeout`` raises
+   ``StepOutcomeUnknown``).
+
+REVERSIBLE steps write the same records but never wait for the disk.
+
+Leaving the ``saga_scope`` (``agent_saga.scope``) completes the saga or rolls it back
+(``agent_saga.rollback``); user code is called through ``agent_saga.invoke``.
+
+Invariants:
+- Nothing user-supplied reaches the WAL without a caller-side JSON snapshot and secret
+  check (the WAL encodes on its own thread, too late to tell the caller).
+- The REVERSIBLE fast path (async forward, no gate, timeout, retry or fallback) takes no
+  lock, creates no task, inspects no signature and formats no log line.
+- A sync forward runs on the bounded tool executor, never on the event loop, and keeps
+  running in its thread after a timeout (Python cannot stop a thread); the step is then
+  UNKNOWN, which is exactly what it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Final, TypeVar, overload
+
+from .compensation import Compensation
+from .context import step_id_var
+from .errors import ConfigurationError, SagaError, StepOutcomeUnknown, WALError
+from .executor import ToolExecutor
+from .gates import Gate, StepRequest, consult
+from .idempotency import FORWARD_SCOPE, callable_info, idempotency_key
+from .invoke import Expired, call, call_with_retries, derive
+from .payloads import describe_error, error_text, snapshot_mapping
+from .records import RecordType
+from .retry import NO_RETRY, Clock, RetryPolicy
+from .rollback import RollbackEntry, RollbackReport, roll_back
+from .semantics import ActionSemantics, coerce_semantics
+from .wal.base import BaseWAL
+
+__all__ = ["Saga"]
+
+T = TypeVar("T")
+
+_REV: Final = ActionSemantics.REVERSIBLE
+_COMP: Final = ActionSemantics.COMPENSABLE
+_IRR: Final = ActionSemantics.IRREVERSIBLE
+
+_INTENT: Final = RecordType.STEP_INTENT.value
+_COMMITTED: Final = RecordType.STEP_COMMITTED.value
+_FAILED: Final = RecordType.STEP_FAILED.value
+_UNKNOWN: Final = RecordType.STEP_UNKNOWN.value
+
+_NO_KWARGS: Final[Mapping[str, Any]] = {}
+
+_RUNNING, _CLOSING, _COMPLETED, _ROLLED_BACK, _PARTIAL = (
+    "RUNNING", "CLOSING", "COMPLETED", "ROLLED_BACK", "ROLLBACK_PARTIAL"
+)
+
+CompensationFactory = Callable[[Any], "Compensation | Mapping[str, Any] | None"]
+
+
+class Saga:
+    """One running saga: call ``execute`` for each side effect. Made by ``saga_scope``.
+
+    Attributes: ``saga_id``, ``name``, ``tags``, ``wal``, ``gate``, ``status``
+    (RUNNING, COMPLETED, ROLLED_BACK, ROLLBACK_PARTIAL) and ``rollback_report`` (set once
+    a rollback ran).
+    """
+
+    __slots__ = (
+        "_append", "_clock", "_done", "_executor", "_inflight", "_next", "_settled", "_state",
+        "gate", "name", "rollback_report", "saga_id", "tags", "wal",
+    )
+
+    def __init__(
+        self,
+        saga_id: str,
+        name: str | None,
+        tags: tuple[str, ...],
+        wal: BaseWAL,
+        gate: Gate | None,
+        clock: Clock,
+        executor: ToolExecutor,
+    ) -> None:
+        self.saga_id = saga_id
+        self.name = name
+        self.tags = tags
+        self.wal = wal
+        self.gate = gate
+        self.rollback_report: RollbackReport | None = None
+        self._append = wal.append
+        self._clock = clock
+        self._executor = executor
+        self._done: list[RollbackEntry] = []
+        self._next = 0
+        self._inflight = 0
+        self._settled: asyncio.Future[None] | None = None
+        self._state = _RUNNING
+
+    @property
+    def status(self) -> str:
+        """RUNNING, COMPLETED, ROLLED_BACK or ROLLBACK_PARTIAL."""
+        return _RUNNING if self._state == _CLOSING else self._state
+
+    def __repr__(self) -> str:
+        return f"<Saga {self.saga_id} {self.status} steps={self._next}>"
+
+    # ------------------------------------------------------------------ execute
+
+    @overload
+    async def execute(
+        self,
+        tool: str,
+        semantics: ActionSemantics | str,
+        forward: Callable[..., Awaitable[T]],
+        compensate: CompensationFactory | None = None,
+        *,
+        timeout: float | None = None,
+        policy_args: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        fallback_action: Callable[..., Any] | None = None,
+    ) -> T: ...
+
+    @overload
+    async def execute(
+        self,
+        tool: str,
+        semantics: ActionSemantics | str,
+        forward: Callable[..., T],
+        compensate: CompensationFactory | None = None,
+        *,
+        timeout: float | None = None,
+        policy_args: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        fallback_action: Callable[..., Any] | None = None,
+    ) -> T: ...
+
+    async def execute(
+        self,
+        tool: str,
+        semantics: ActionSemantics | str,
+        forward: Callable[..., Any],
+        compensate: CompensationFactory | None = None,
+        *,
+        timeout: float | None = None,
+        policy_args: Mapping[str, Any] | None = None,
+        retry: RetryPolicy | None = None,
+        fallback_action: Callable[..., Any] | None = None,
+    ) -> Any:
+        """Run one side effect as a saga step and return the forward call's result.
+
+        Args:
+            tool: the tool's stable name (``"stripe.charge"``), used by gates and the log.
+            semantics: REVERSIBLE, COMPENSABLE or IRREVERSIBLE (member or name).
+            forward: the call, sync or async (a sync callable that returns an awaitable
+                counts as async). Receives ``idempotency_key=`` if it accepts it.
+            compensate: a factory over the forward result returning a ``Compensation``,
+                the dict form ``{"handler", "kwargs"}``, or (REVERSIBLE only) ``None`` for
+                nothing to undo. Required for COMPENSABLE, refused for IRREVERSIBLE.
+                Called with ``None`` on rollback if the outcome is unknown.
+            timeout: seconds per attempt; when it expires the step is UNKNOWN.
+            policy_args: JSON arguments shown to the gate and written in the intent.
+            retry: a ``RetryPolicy``; attempts share the step id and idempotency key.
+            fallback_action: called (like ``forward``) once retries are exhausted for an
+                error the policy covers; its result becomes the step's result.
+
+        Guarantees: the gate decided before any record of intent; for a non-REVERSIBLE
+        step the intent is durable before ``forward`` runs and the compensation descriptor
+        is durable before this returns.
+
+        Raises: ``ConfigurationError`` (misuse, nothing happened; ``NotSerializable`` /
+        ``SecretDetected`` for policy_args), ``GateBlocked`` (refused, nothing happened),
+        whatever ``forward`` raised (STEP_FAILED: it did not complete),
+        ``StepOutcomeUnknown`` (timed out: it may have happened), ``CompensationError``
+        or ``NotSerializable`` / ``SecretDetected`` for the compensation (the effect
+        happened and stays in the rollback set), ``WALError`` if the log failed.
+        """
+        if self._state is not _RUNNING:
+            raise self._closed_error(tool)
+        sem = semantics if semantics.__class__ is ActionSemantics else coerce_semantics(semantics)
+        if not isinstance(tool, str) or not tool:
+            raise ConfigurationError(
+                f"tool must be a non-empty string naming the tool (e.g. 'stripe.charge'), got {tool!r}",
+                saga_id=self.saga_id,
+            )
+        if not callable(forward):
+            raise ConfigurationError(f"forward of {tool!r} must be callable, got {forward!r}", saga_id=self.saga_id, tool=tool)
+        if sem is not _REV or compensate is not None:
+            self._check_declaration(tool, sem, compensate)
+        if policy_args is not None:
+            policy_args = snapshot_mapping(policy_args, "policy_args")
+        if timeout is not None or retry is not None or fallback_action is not None:
+            self._check_options(tool, timeout, retry, fallback_action)
+
+        index = self._next
+        self._next = index + 1
+        step_id = f"{self.saga_id}/{index}"
+        if self.gate is not None or sem is _IRR:
+            await self._check_gate(step_id, tool, sem, policy_args)
+
+        token = step_id_var.set(step_id)
+        self._inflight += 1
+        try:
+            if sem is _REV and timeout is None and retry is None and fallback_action is None:
+                return await self._run_fast(step_id, tool, forward, compensate, policy_args)
+            return await self._run_step(
+                step_id, tool, sem, forward, compensate, timeout, policy_args,
+                retry or NO_RETRY, fallback_action,
+            )
+        finally:
+            self._inflight -= 1
+            if not self._inflight and self._settled is not None and not self._settled.done():
+                self._settled.set_result(None)
+            step_id_var.reset(token)
+
+    async def _run_fast(
+        self,
+        step_id: str,
+        tool: str,
+        forward: Callable[..., Any],
+        compensate: CompensationFactory | None,
+        policy_args: dict[str, Any] | None,
+    ) -> Any:
+        """REVERSIBLE, no timeout/retry/fallback: the hot path. Never waits for the disk."""
+        saga_id = self.saga_id
+        append = self._append
+        append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
+        info = callable_info(forward)
+        try:
+            if info.is_async:
+                if info.accepts_key:
+                    result = await forward(idempotency_key=idempotency_key(saga_id, step_id, FORWARD_SCOPE))
+                else:
+                    result = await forward()
+            else:
+                key = idempotency_key(saga_id, step_id, FORWARD_SCOPE) if info.accepts_key else None
+                result = await call(forward, _NO_KWARGS, key, self._executor)
+        except Exception as exc:
+            self._failed(step_id, tool, exc)
+            raise
+        except BaseException as exc:
+            self._unknown(step_id, tool, _REV, compensate, exc)
+            raise
+        if compensate is None:
+            append(_COMMITTED, saga_id, step_id, {"compensation": None})
+            self._done.append(RollbackEntry(step_id, tool, _REV, None))
+            return result
+        _, error = self._commit(step_id, tool, _REV, compensate, result, 1, False)
+        if error is not None:
+            raise error
+        return result
+
+    async def _run_step(
+        self,
+        step_id: str,
+        tool: str,
+        sem: ActionSemantics,
+        forward: Callable[..., Any],
+        compensate: CompensationFactory | None,
+        timeout: float | None,
+        policy_args: dict[str, Any] | None,
+        policy: RetryPolicy,
+        fallback: Callable[..., Any] | None,
+    ) -> Any:
+        """The general path: durable barriers, timeout, retries and fallback."""
+        saga_id = self.saga_id
+        durable = sem is not _REV
+        key = idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+        seq = self._append(
+            _INTENT,
+            saga_id,
+            step_id,
+            {"tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key},
+        )
+        if durable:
+            try:
+                await self.wal.barrier(seq)
+            except BaseException as exc:
+                # The forward was never called: say so rather than leave a bare intent.
+                self._failed(step_id, tool, exc, started=False)
+                raise
+
+        def note(type_: str, payload: dict[str, Any]) -> None:
+            self._append(type_, saga_id, step_id, {"tool": tool, **payload})
+
+        try:
+            result, attempts, used_fallback = await call_with_retries(
+                forward, key, self._executor, timeout, policy, fallback, self._clock, note
+            )
+        except Expired as exc:
+            unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
+            if durable and unknown_seq is not None:
+                await self.wal.barrier(unknown_seq)
+            raise StepOutcomeUnknown(
+                f"step {step_id} ({tool}) did not finish within timeout={timeout}s: it may have "
+                f"happened, so it is recorded STEP_UNKNOWN and will be compensated from "
+                f"compensate(None) or escalated on rollback, never assumed not to have happened",
+                saga_id=saga_id, step_id=step_id, tool=tool,
+            ) from exc.__cause__
+        except Exception as exc:
+            failed_seq = self._failed(step_id, tool, exc)
+            if durable and failed_seq is not None:
+                try:
+                    await self.wal.barrier(failed_seq)
+                except WALError as werr:
+                    exc.add_note(f"agent-saga: the STEP_FAILED record of {step_id} is not durable: {werr}")
+            raise
+        except BaseException as exc:
+            self._unknown(step_id, tool, sem, compensate, exc)
+            raise
+        seq, error = self._commit(step_id, tool, sem, compensate, result, attempts, used_fallback)
+        if durable:
+            await self.wal.barrier(seq)
+        if error is not None:
+            raise error
+        return result
+
+    def _commit(
+        self,
+        step_id: str,
+        tool: str,
+        sem: ActionSemantics,
+        compensate: CompensationFactory | None,
+        result: Any,
+        attempts: int,
+        used_fallback: bool,
+    ) -> tuple[int, SagaError | None]:
+        """Derive the compensation, append STEP_COMMITTED, join the rollback set.
+
+        Returns the record's seq and the error to raise once it is durable (the effect
+        happened, so the step is in the rollback set either way), or ``None``.
+        """
+        comp: Compensation | None = None
+        descriptor: dict[str, Any] | None = None
+        error: SagaError | None = None
+        if compensate is not None:
+            comp, descriptor, error = derive(compensate, result, sem, tool)
+        payload: dict[str, Any] = {"compensation": descriptor}
+        if attempts > 1:
+            payload["attempts"] = attempts
+        if used_fallback:
+            payload["fallback"] = True
+        entry_error: str | None = None
+        if error is not None:
+            error.saga_id, error.step_id, error.tool = self.saga_id, step_id, tool
+            payload["compensation_error"] = {**describe_error(error), "in_process": comp is not None}
+            if comp is None:
+                entry_error = f"no usable compensation: {error_text(error)}"
+        # Join the rollback set first: if the append fails, the effect still gets undone.
+        self._done.append(RollbackEntry(step_id, tool, sem, comp, entry_error))
+        return self._append(_COMMITTED, self.saga_id, step_id, payload), error
+
+    def _failed(self, step_id: str, tool: str, exc: BaseException, *, started: bool = True) -> int | None:
+        """Record that the step did not complete (STEP_FAILED); never masks ``exc``."""
+        payload: dict[str, Any] = {"tool": tool, **describe_error(exc)}
+        if not started:
+            payload["started"] = False
+        try:
+            return self._append(_FAILED, self.saga_id, step_id, payload)
+        except WALError as werr:
+            exc.add_note(f"agent-saga: the STEP_FAILED record of {step_id} was not written: {werr}")
+            return None
+
+    def _unknown(
+        self,
+        step_id: str,
+        tool: str,
+        sem: ActionSemantics,
+        compensate: CompensationFactory | None,
+        exc: BaseException,
+        *,
+        timeout: float | None = None,
+    ) -> int | None:
+        """Record that the step may have happened; it joins the rollback set as unknown."""
+        self._done.append(RollbackEntry(step_id, tool, sem, None, unknown=True, factory=compensate))
+        payload: dict[str, Any] = {"tool": tool, **describe_error(exc)}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        try:
+            return self._append(_UNKNOWN, self.saga_id, step_id, payload)
+        except WALError as werr:
+            exc.add_note(f"agent-saga: the STEP_UNKNOWN record of {step_id} was not written: {werr}")
+            return None
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_declaration(
+        self, tool: str, sem: ActionSemantics, compensate: CompensationFactory | None
+    ) -> None:
+        if compensate is not None and not callable(compensate):
+            raise ConfigurationError(
+                f"compensate of {tool!r} must be a factory over the forward result "
+                f"(lambda r: Compensation(...)), got {compensate!r}",
+                saga_id=self.saga_id, tool=tool,
+            )
+        if sem is _COMP and compensate is None:
+            raise ConfigurationError(
+                f"{tool!r} is declared COMPENSABLE but has no compensate=: an effect without an "
+                f"inverse cannot be undone. Pass compensate=lambda r: Compensation(...), or "
+                f"declare it IRREVERSIBLE (gated) if no inverse exists",
+                saga_id=self.saga_id, tool=tool,
+            )
+        if sem is _IRR and compensate is not None:
+            raise ConfigurationError(
+                f"{tool!r} is declared IRREVERSIBLE but has a compensate=: if an inverse exists, "
+                f"declare it COMPENSABLE; IRREVERSIBLE means no automated undo exists",
+                saga_id=self.saga_id, tool=tool,
+            )
+
+    def _check_options(
+        self,
+        tool: str,
+        timeout: float | None,
+        retry: RetryPolicy | None,
+        fallback: Callable[..., Any] | None,
+    ) -> None:
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf")
+        ):
+            raise ConfigurationError(
+                f"timeout of {tool!r} must be a positive number of seconds, got {timeout!r}",
+                saga_id=self.saga_id, tool=tool,
+            )
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigurationError(
+                f"retry of {tool!r} must be a RetryPolicy(...), got {retry!r}", saga_id=self.saga_id, tool=tool
+            )
+        if fallback is not None and not callable(fallback):
+            raise ConfigurationError(
+                f"fallback_action of {tool!r} must be callable, got {fallback!r}", saga_id=self.saga_id, tool=tool
+            )
+
+    async def _check_gate(
+        self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None
+    ) -> None:
+        # Read-only view: the same dict is in the intent record the flusher thread encodes.
+        args = MappingProxyType(policy_args if policy_args is not None else {})
+        request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags)
+        await consult(self.gate, request, self._append)
+
+    def _closed_error(self, tool: object) -> ConfigurationError:
+        return ConfigurationError(
+            f"saga {self.saga_id} is {self.status.lower().replace('_', ' ')} and accepts no "
+            f"more steps (tool {tool!r} was not run): start a new saga_scope()",
+            saga_id=self.saga_id,
+        )
+
+    # ------------------------------------------------------------------ exit
+
+    async def _settle(self) -> None:
+        """Wait for steps still running in other tasks (e.g. under gather) to finish."""
+        while self._inflight:
+            self._settled = asyncio.get_running_loop().create_future()
+            await self._settled
+
+    async def _complete(self) -> None:
+        self._state = _CLOSING
+        await self._settle()
+        self._state = _COMPLETED
+        seq = self._append(RecordType.SAGA_COMPLETED.value, self.saga_id, None, {"steps": self._next})
+        await self.wal.barrier(seq)
+
+    async def _rollback(self, cause: BaseException) -> tuple[RollbackReport, bool]:
+        """Roll back in a task shielded from cancellation; returns (report, cancelled)."""
+        self._state = _CLOSING
+
+        async def run() -> RollbackReport:
+            await self._settle()
+            return await roll_back(self.saga_id, self.wal, self._executor, self._done, cause)
+
+        task = asyncio.ensure_future(run())
+        cancelled = False
+        while True:
+            try:
+                report = await asyncio.shield(task)
+                break
+            except asyncio.CancelledError:
+                if task.done():
+                    raise
+                cancelled = True  # finish undoing first; the cancellation is honoured after
+        self.rollback_report = report
+        self._state = _ROLLED_BACK if report.clean else _PARTIAL
+        return report, cancelled

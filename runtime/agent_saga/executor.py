@@ -1,0 +1,281 @@
+"""The bounded, resizable thread pool that runs blocking tool calls and compensations.
+
+A synchronous forward (``lambda: ec2.run_instances(...)``) would block the event loop, so
+it runs here instead of on asyncio's default executor, which queues silently and is shared
+with everything else in the process. This pool is private to agent-saga and reports its
+own saturation.
+
+Invariants:
+- At most ``max_workers`` threads run tool work; threads are started on demand and stay
+  (after a shrink, surplus threads take no new work and exit).
+- Saturation (every worker running a call and work waiting) is counted once per episode
+  and logged at WARNING once per episode; the episode ends when the queue drains. A
+  worker is freed before its caller is woken, so a caller never sees a stale "busy".
+- The caller's ``contextvars`` (saga_id/step_id for logging, tracing) are copied into the
+  worker for the call.
+- A call whose awaiting side gave up (timeout, cancellation) keeps running in its thread
+  to completion: Python cannot stop a thread. Its result is discarded.
+- Workers are daemon threads so a wedged tool call cannot hold the interpreter open at
+  exit; the WAL still records what was acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "ToolExecutor",
+    "ToolExecutorStats",
+    "get_tool_executor",
+    "set_tool_executor_size",
+    "tool_executor_stats",
+]
+
+log = logging.getLogger("agent_saga.executor")
+
+ENV_TOOL_THREADS = "AGENT_SAGA_TOOL_THREADS"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolExecutorStats:
+    """A snapshot of the tool pool.
+
+    ``active``: calls running now; ``queued``: calls waiting for a worker; ``peak_queued``:
+    the most calls ever waiting with no worker free; ``saturated_count``: saturation
+    episodes so far (all workers busy and work queued).
+    """
+
+    max_workers: int
+    threads: int
+    active: int
+    queued: int
+    peak_queued: int
+    saturated_count: int
+
+
+class _Item:
+    __slots__ = ("ctx", "fn", "fut", "kwargs", "loop")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        kwargs: Mapping[str, Any],
+        loop: asyncio.AbstractEventLoop,
+        fut: asyncio.Future[Any],
+    ) -> None:
+        self.fn = fn
+        self.kwargs = kwargs
+        self.loop = loop
+        self.fut = fut
+        self.ctx = contextvars.copy_context()
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():
+        return  # the awaiting side gave up (timeout or cancellation)
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)
+
+
+class ToolExecutor:
+    """A bounded pool of daemon threads for blocking tool work (see the module doc).
+
+    Raises ``ConfigurationError`` for ``max_workers`` < 1.
+    """
+
+    def __init__(self, max_workers: int, *, name: str = "agent-saga-tool") -> None:
+        _check_size(max_workers)
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[_Item] = deque()
+        self._max = max_workers
+        self._threads = 0
+        self._idle = 0
+        self._active = 0
+        self._peak_queued = 0
+        self._saturated_count = 0
+        self._saturated = False
+        self._seq = 0
+
+    def submit(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> asyncio.Future[Any]:
+        """Run ``fn(**kwargs)`` on a worker; return a future of the running loop for it.
+
+        Guarantee: the call starts no earlier than now and no later than when a worker is
+        free; its result or exception lands in the returned future. Must be called from a
+        coroutine (a running event loop is required).
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        item = _Item(fn, kwargs, loop, fut)
+        spawn = False
+        with self._cond:
+            self._queue.append(item)
+            if len(self._queue) <= self._idle:
+                self._cond.notify()
+            elif self._threads < self._max:
+                self._threads += 1
+                spawn = True
+            warn = self._check_saturation()
+        if spawn:
+            self._spawn()
+        if warn:
+            self._warn(warn)
+        return fut
+
+    def _check_saturation(self) -> int:
+        """With the lock held: count a new episode if every worker is running a call and
+        work is waiting. Returns the queue length to warn about (0: nothing to say)."""
+        waiting = len(self._queue)
+        if not waiting or self._active < self._max:
+            return 0
+        if waiting > self._peak_queued:
+            self._peak_queued = waiting
+        if self._saturated:
+            return 0
+        self._saturated = True
+        self._saturated_count += 1
+        return waiting
+
+    def _warn(self, waiting: int) -> None:
+        log.warning(
+            "agent-saga tool executor saturated: all %d workers busy, %d call(s) queued; "
+            "raise it with set_tool_executor_size(n) or make slow tools async",
+            self._max,
+            waiting,
+        )
+
+    def _spawn(self) -> None:
+        self._seq += 1
+        t = threading.Thread(target=self._work, name=f"{self._name}-{self._seq}", daemon=True)
+        try:
+            t.start()
+        except BaseException:
+            with self._cond:
+                self._threads -= 1
+            raise
+
+    def _work(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while True:
+                    if self._threads > self._max:
+                        self._threads -= 1  # shrunk: this thread is surplus
+                        if self._queue:
+                            cond.notify()
+                        return
+                    if self._queue:
+                        break
+                    self._idle += 1
+                    cond.wait()
+                    self._idle -= 1
+                item = self._queue.popleft()
+                self._active += 1
+                if not self._queue:
+                    self._saturated = False  # the episode ends when the queue drains
+                    warn = 0
+                else:
+                    warn = self._check_saturation()
+            if warn:
+                self._warn(warn)
+            value: Any = None
+            ok = True
+            skipped = item.fut.cancelled()  # nobody waits any more and it has not started
+            if not skipped:
+                try:
+                    value = item.ctx.run(item.fn, **item.kwargs)
+                except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+                    value, ok = exc, False
+            with cond:
+                # Free before settling: whoever awaits the result sees this worker free.
+                self._active -= 1
+            if not skipped:
+                try:
+                    item.loop.call_soon_threadsafe(_settle, item.fut, ok, value)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody can be waiting
+            del item, value
+
+    def resize(self, max_workers: int) -> None:
+        """Change the worker bound. Growing starts workers for queued calls at once;
+        shrinking lets surplus workers exit when they finish their current call."""
+        _check_size(max_workers)
+        with self._cond:
+            self._max = max_workers
+            spawn = max(0, min(len(self._queue) - self._idle, max_workers - self._threads))
+            self._threads += spawn
+            self._cond.notify_all()
+        for _ in range(spawn):
+            self._spawn()
+
+    def stats(self) -> ToolExecutorStats:
+        """The pool's current state (see ``ToolExecutorStats``)."""
+        with self._cond:
+            return ToolExecutorStats(
+                max_workers=self._max,
+                threads=self._threads,
+                active=self._active,
+                queued=len(self._queue),
+                peak_queued=self._peak_queued,
+                saturated_count=self._saturated_count,
+            )
+
+
+def _check_size(n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigurationError(f"the tool executor size must be an int >= 1, got {n!r}")
+
+
+def _default_size() -> int:
+    env = os.environ.get(ENV_TOOL_THREADS)
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ConfigurationError(f"{ENV_TOOL_THREADS}={env!r} must be an integer >= 1")
+        return n
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+_lock = threading.Lock()
+_executor: ToolExecutor | None = None
+
+
+def get_tool_executor() -> ToolExecutor:
+    """The process-wide tool pool, created on first use (size: ``$AGENT_SAGA_TOOL_THREADS``
+    or ``min(32, cpu_count + 4)``). Raises ``ConfigurationError`` for a bad env value."""
+    global _executor
+    ex = _executor
+    if ex is None:
+        with _lock:
+            if _executor is None:
+                _executor = ToolExecutor(_default_size())
+            ex = _executor
+    return ex
+
+
+def tool_executor_stats() -> ToolExecutorStats:
+    """A snapshot of the process-wide tool pool (size, active, queued, saturation)."""
+    return get_tool_executor().stats()
+
+
+def set_tool_executor_size(n: int) -> None:
+    """Bound the process-wide tool pool to ``n`` threads (takes effect at once).
+
+    Raises ``ConfigurationError`` for ``n`` < 1.
+    """
+    get_tool_executor().resize(n)

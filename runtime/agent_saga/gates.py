@@ -1,0 +1,167 @@
+"""The pre-flight gate hook: the protocol the engine calls before any side effect.
+
+The engine asks the gate about every step of a saga that has one, before the step's
+intent is written and before the forward call, the only point at which refusal is free.
+Rules, budgets, kill switches and human approvals all live behind this one call; the
+approval flow happens inside ``decide``, so the engine only ever sees allowed or not.
+
+Invariants:
+- ``GateDecision.allowed`` is always a bool after construction and agrees with the
+  verdict: ALLOW is allowed, BLOCK is not, REQUIRE_APPROVAL is allowed only if the gate
+  says so explicitly (an approval that is not stated as granted is denied).
+- A gate that raises, or returns anything but a ``GateDecision``, refuses the step
+  (fail closed); the engine never treats a broken gate as a yes.
+- ``consult`` writes GATE_VERDICT for every decision and STEP_REFUSED for every refusal
+  before raising ``GateBlocked``; with no gate, an IRREVERSIBLE step is refused (the
+  engine does not start an effect it cannot undo without a control that can ask a human).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, GateBlocked
+from .payloads import error_text
+from .records import RecordType
+from .semantics import ActionSemantics
+
+__all__ = ["Gate", "GateDecision", "StepRequest", "Verdict", "consult"]
+
+Append = Callable[[str, str, "str | None", "dict[str, Any] | None"], int]
+
+ENGINE = "agent_saga.engine"
+NO_GATE_REASON = (
+    "IRREVERSIBLE steps need a human on the hook and this saga has no gate: "
+    "configure saga_scope(gate=...) with an approval provider"
+)
+
+Verdict = Literal["ALLOW", "REQUIRE_APPROVAL", "BLOCK"]
+_VERDICTS = ("ALLOW", "REQUIRE_APPROVAL", "BLOCK")
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    """What a gate is asked about: one step, before anything happened.
+
+    ``policy_args`` is a read-only, JSON-safe snapshot of the arguments the caller chose
+    to expose to policy (amounts, recipients); it is also what the intent record holds, so
+    a gate must not mutate anything inside it. ``tags`` are the saga's tags.
+    """
+
+    saga_id: str
+    step_id: str
+    tool: str
+    semantics: ActionSemantics
+    policy_args: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    """A gate's answer: the verdict, why, who decided, and whether the step may run.
+
+    ``allowed`` defaults from the verdict (ALLOW -> True, BLOCK and REQUIRE_APPROVAL ->
+    False); a gate whose approval was granted returns
+    ``GateDecision("REQUIRE_APPROVAL", reason, decided_by="risk@corp", allowed=True)``.
+    Raises ``ConfigurationError`` for an unknown verdict, or for ALLOW with
+    ``allowed=False`` / BLOCK with ``allowed=True``.
+    """
+
+    verdict: Verdict
+    reason: str = ""
+    decided_by: str = ""
+    allowed: bool | None = None
+
+    def __post_init__(self) -> None:
+        verdict = self.verdict.upper() if isinstance(self.verdict, str) else self.verdict
+        if verdict not in _VERDICTS:
+            raise ConfigurationError(
+                f"GateDecision verdict {self.verdict!r} is not one of ALLOW, REQUIRE_APPROVAL, BLOCK"
+            )
+        object.__setattr__(self, "verdict", verdict)
+        allowed = self.allowed
+        if allowed is None:
+            allowed = verdict == "ALLOW"
+        elif not isinstance(allowed, bool):
+            raise ConfigurationError(f"GateDecision.allowed must be a bool, got {allowed!r}")
+        if (verdict == "ALLOW" and not allowed) or (verdict == "BLOCK" and allowed):
+            raise ConfigurationError(
+                f"GateDecision verdict {verdict} contradicts allowed={allowed}"
+            )
+        object.__setattr__(self, "allowed", allowed)
+
+    @classmethod
+    def allow(cls, reason: str = "", decided_by: str = "") -> GateDecision:
+        """An ALLOW decision."""
+        return cls("ALLOW", reason, decided_by, True)
+
+    @classmethod
+    def block(cls, reason: str, decided_by: str = "") -> GateDecision:
+        """A BLOCK decision: the step is refused."""
+        return cls("BLOCK", reason, decided_by, False)
+
+
+@runtime_checkable
+class Gate(Protocol):
+    """A pre-flight control consulted before every step of a saga that has one.
+
+    ``decide`` must return a ``GateDecision``; it may wait (for a human approval, with its
+    own deadline). Guarantee the engine gives in return: if ``decide`` raises or returns
+    something else, the step is refused with ``GateBlocked``, never run.
+    """
+
+    async def decide(self, request: StepRequest) -> GateDecision:
+        """Decide whether the step described by ``request`` may run."""
+        ...
+
+
+async def consult(gate: Gate | None, request: StepRequest, append: Append) -> None:
+    """Ask ``gate`` about ``request``, record the verdict, raise ``GateBlocked`` if refused.
+
+    With ``gate`` None only an IRREVERSIBLE step is asked about, and it is refused.
+    A gate that raises or returns something other than a ``GateDecision`` refuses the
+    step (the gate's error is chained). Returns only if the step may run.
+    """
+    saga_id, step_id, tool = request.saga_id, request.step_id, request.tool
+    base: dict[str, Any] = {"tool": tool, "semantics": request.semantics.value}
+    if gate is None:
+        append(
+            RecordType.STEP_REFUSED.value, saga_id, step_id,
+            {**base, "reason": NO_GATE_REASON, "decided_by": ENGINE},
+        )
+        raise GateBlocked(
+            f"step {step_id} ({tool}) refused: {NO_GATE_REASON}; nothing was executed",
+            reason=NO_GATE_REASON, decided_by=ENGINE, saga_id=saga_id, step_id=step_id, tool=tool,
+        )
+    failure: Exception | None = None
+    try:
+        decision = await gate.decide(request)
+        if not isinstance(decision, GateDecision):
+            raise ConfigurationError(
+                f"{type(gate).__name__}.decide() returned {type(decision).__name__}, not a GateDecision"
+            )
+    except Exception as exc:  # noqa: BLE001 - a broken gate refuses (fail closed)
+        failure = exc
+        decision = GateDecision.block(
+            f"the gate failed, so the step is refused: {error_text(exc)}", type(gate).__name__
+        )
+    verdict = {
+        **base,
+        "verdict": decision.verdict,
+        "allowed": decision.allowed,
+        "reason": decision.reason,
+        "decided_by": decision.decided_by,
+    }
+    append(RecordType.GATE_VERDICT.value, saga_id, step_id, verdict)
+    if decision.allowed:
+        return
+    append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
+    by = f", decided by {decision.decided_by}" if decision.decided_by else ""
+    raise GateBlocked(
+        f"step {step_id} ({tool}) refused by the gate ({decision.verdict}{by}): "
+        f"{decision.reason or 'no reason given'}; nothing was executed",
+        reason=decision.reason, decided_by=decision.decided_by,
+        saga_id=saga_id, step_id=step_id, tool=tool,
+    ) from failure

@@ -1,0 +1,115 @@
+"""Payload snapshots: the caller-side check on every user value bound for the WAL.
+
+The WAL encodes records on its own flusher thread, after ``append`` returned, so a value
+that cannot be encoded would only fail there, far from the code that produced it (and a
+REVERSIBLE step never waits to hear). Every user-supplied value that enters a record
+(compensation kwargs, policy arguments) therefore goes through ``snapshot`` first.
+
+Invariants:
+- ``snapshot`` returns a fresh structure made only of ``dict`` (with ``str`` keys),
+  ``list``, ``str``, ``int``, ``float`` (finite), ``bool`` and ``None``; the caller's
+  objects are never shared with the flusher thread, so mutating them later cannot change
+  or break a record already appended.
+- It raises ``NotSerializable`` naming the first offending key path
+  (``kwargs['refund']['at']``) and ``SecretDetected`` for anything ``assert_no_secrets``
+  would flag; the value itself is never put in the message for a secret.
+- Exception text bound for a record (``describe_error``) has well-known credential
+  formats redacted and is cut at 2,000 characters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .credentials import check_value, redact_secrets
+from .errors import NotSerializable
+
+__all__ = ["describe_error", "error_text", "snapshot", "snapshot_mapping"]
+
+_MAX_DEPTH = 64
+_MAX_MESSAGE = 2000
+
+
+def snapshot_mapping(value: object, path: str) -> dict[str, Any]:
+    """``snapshot`` for a value that must be a JSON object (kwargs, policy arguments)."""
+    if not isinstance(value, Mapping):
+        raise NotSerializable(
+            f"{path} must be a mapping of JSON values (a dict with str keys), got "
+            f"{type(value).__name__}",
+            key=path,
+        )
+    out = _copy(value, path, None, 0)
+    assert isinstance(out, dict)
+    return out
+
+
+def snapshot(value: object, path: str) -> Any:
+    """Return a JSON-safe deep copy of ``value``; raise naming ``path`` if it has none."""
+    return _copy(value, path, None, 0)
+
+
+def _copy(value: object, path: str, key: object, depth: int) -> Any:
+    if value is None or value is True or value is False:
+        return value
+    if type(value) is str:
+        check_value(path, key, value)
+        return value
+    if type(value) is int:
+        return value
+    if type(value) is float:
+        if not math.isfinite(value):
+            raise _unserialisable(path, value, "NaN and infinities are not JSON")
+        return value
+    if depth >= _MAX_DEPTH:
+        raise _unserialisable(path, value, f"nested more than {_MAX_DEPTH} levels deep")
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            sub = f"{path}[{k!r}]"
+            if not isinstance(k, str):
+                raise NotSerializable(
+                    f"{sub} has a {type(k).__name__} key; JSON object keys are strings: "
+                    f"convert the key with str() before passing it",
+                    key=sub,
+                )
+            out[str(k)] = _copy(v, sub, k, depth + 1)
+        return out
+    if isinstance(value, list | tuple):
+        return [_copy(v, f"{path}[{i}]", key, depth + 1) for i, v in enumerate(value)]
+    # Subclasses of the JSON scalars (str/int enums, numpy-free bool-likes) keep their value.
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        check_value(path, key, value)
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _copy(float(value), path, key, depth)
+    raise _unserialisable(path, value, None)
+
+
+def _unserialisable(path: str, value: object, why: str | None) -> NotSerializable:
+    detail = why or f"a {type(value).__name__} is not a JSON value"
+    return NotSerializable(
+        f"{path} is not JSON-serialisable ({detail}): values written to the WAL are replayed "
+        f"by another process, so pass plain JSON (str, int, float, bool, None, list, dict "
+        f"with str keys), e.g. an ISO-8601 string for a datetime or str() of a Decimal",
+        key=path,
+    )
+
+
+def describe_error(exc: BaseException) -> dict[str, str]:
+    """``{"error_type", "message"}`` for a record: secrets redacted, length bounded."""
+    message = redact_secrets(str(exc))
+    if len(message) > _MAX_MESSAGE:
+        message = message[:_MAX_MESSAGE] + "...[truncated]"
+    return {"error_type": type(exc).__name__, "message": message}
+
+
+def error_text(exc: BaseException) -> str:
+    """``"ErrorType: message"`` with secrets redacted and the length bounded."""
+    d = describe_error(exc)
+    return f"{d['error_type']}: {d['message']}"

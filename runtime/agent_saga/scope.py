@@ -1,0 +1,177 @@
+"""``saga_scope``: the saga boundary, and what leaving it means.
+
+    async with saga_scope(wal, gate, name="checkout") as saga:
+        await saga.execute(...)
+
+Invariants:
+- Entering writes SAGA_STARTED (made durable by the first barrier that follows) and sets
+  the saga id in the logging context for the body.
+- Leaving normally waits for steps still running in sibling tasks, then writes a durable
+  SAGA_COMPLETED.
+- Leaving with any exception (``BaseException``: cancellation and ``KeyboardInterrupt``
+  too) rolls back LIFO in a task shielded from cancellation. A clean rollback re-raises
+  the original exception object unchanged, with a note; a partial one raises
+  ``RollbackIncomplete(report=...)`` from it. A cancellation that arrives during the
+  rollback is honoured once the rollback has finished.
+- The saga id is validated before anything is written: ``[A-Za-z0-9._:@/+=-]``, at most
+  190 characters so that every step id ``"{saga_id}/{index}"`` is a valid id too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from .context import saga_id_var
+from .engine import Saga
+from .errors import ConfigurationError, RollbackIncomplete
+from .executor import get_tool_executor
+from .gates import Gate
+from .records import RecordType, validate_id
+from .retry import SYSTEM_CLOCK, Clock
+from .wal.base import BaseWAL
+
+__all__ = ["SagaScope", "saga_scope"]
+
+_MAX_SAGA_ID = 190  # leaves room for "/<index>" within the 200-character id limit
+
+
+class SagaScope:
+    """The async context manager returned by ``saga_scope``; yields a ``Saga``."""
+
+    __slots__ = ("_clock", "_gate", "_name", "_saga", "_saga_id", "_tags", "_token", "_wal")
+
+    def __init__(
+        self,
+        wal: BaseWAL | None,
+        gate: Gate | None,
+        name: str | None,
+        saga_id: str | None,
+        tags: Iterable[str],
+        clock: Clock | None,
+    ) -> None:
+        if gate is not None and not callable(getattr(gate, "decide", None)):
+            raise ConfigurationError(
+                f"gate must implement the Gate protocol (async def decide(request) -> "
+                f"GateDecision), got {gate!r}"
+            )
+        if wal is not None and not isinstance(wal, BaseWAL):
+            raise ConfigurationError(f"wal must be a BaseWAL (e.g. FileWAL(path)), got {wal!r}")
+        if name is not None and not isinstance(name, str):
+            raise ConfigurationError(f"name must be a string, got {name!r}")
+        if isinstance(tags, str):
+            raise ConfigurationError(f"tags must be an iterable of strings, not the string {tags!r}")
+        self._tags = tuple(tags)
+        for tag in self._tags:
+            if not isinstance(tag, str) or not tag:
+                raise ConfigurationError(f"tags must be non-empty strings, got {tag!r}")
+        if saga_id is None:
+            saga_id = f"{name or 'saga'}-{uuid.uuid4().hex[:12]}"
+            what = "saga name (it prefixes the saga id)"
+        else:
+            what = "saga_id"
+        validate_id(saga_id, what)
+        if len(saga_id) > _MAX_SAGA_ID:
+            raise ConfigurationError(f"{what} {saga_id!r} is longer than {_MAX_SAGA_ID} characters")
+        self._saga_id = saga_id
+        self._wal = wal
+        self._gate = gate
+        self._name = name
+        self._clock = clock or SYSTEM_CLOCK
+        self._saga: Saga | None = None
+        self._token: Any = None
+
+    async def __aenter__(self) -> Saga:
+        if self._saga is not None:
+            raise ConfigurationError(f"saga_scope for {self._saga_id} was already entered: make a new one")
+        wal = self._wal
+        if wal is None:
+            from .wal import get_default_wal
+
+            wal = get_default_wal()
+        saga = Saga(
+            self._saga_id, self._name, self._tags, wal, self._gate, self._clock, get_tool_executor()
+        )
+        wal.append(
+            RecordType.SAGA_STARTED.value, self._saga_id, None, {"name": self._name, "tags": list(self._tags)}
+        )
+        self._saga = saga
+        self._token = saga_id_var.set(self._saga_id)
+        return saga
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        saga = self._saga
+        assert saga is not None, "__aexit__ without __aenter__"
+        raised_here = False
+        try:
+            if exc is None:
+                try:
+                    await saga._complete()
+                    return False
+                except BaseException as late:
+                    if saga.status == "COMPLETED":
+                        raise  # the completion record itself failed: nothing to undo
+                    # Interrupted while waiting for sibling steps: this exception leaves the
+                    # scope, so the saga rolls back like for any other.
+                    exc, raised_here = late, True
+            report, cancelled = await saga._rollback(exc)
+        finally:
+            saga_id_var.reset(self._token)
+        if report.clean:
+            exc.add_note(f"agent-saga: {report.summary()}")
+            failure: BaseException = exc
+        else:
+            failure = RollbackIncomplete(
+                f"{report.summary()}; not restored: "
+                + "; ".join(f"{s.step_id} ({s.tool}) {s.outcome.value}: {s.error}" for s in report.not_restored)
+                + ". A human must resolve these steps: see exc.report and the ESCALATED / "
+                "COMPENSATION_FAILED records in the WAL",
+                report=report, saga_id=saga.saga_id,
+            )
+        if cancelled and not isinstance(exc, asyncio.CancelledError):
+            raise asyncio.CancelledError(
+                f"cancelled during the rollback of saga {saga.saga_id} (finished first)"
+            ) from failure
+        if failure is exc:
+            if raised_here:
+                raise exc
+            return False  # re-raise the original exception object unchanged
+        raise failure from exc
+
+
+def saga_scope(
+    wal: BaseWAL | None = None,
+    gate: Gate | None = None,
+    name: str | None = None,
+    *,
+    saga_id: str | None = None,
+    tags: Iterable[str] = (),
+    clock: Clock | None = None,
+) -> SagaScope:
+    """Open a saga: ``async with saga_scope(...) as saga: await saga.execute(...)``.
+
+    Args:
+        wal: the write-ahead log (default: ``agent_saga.wal.get_default_wal()``).
+        gate: the pre-flight gate consulted before every step; without one, IRREVERSIBLE
+            steps are refused.
+        name: a readable prefix for the generated saga id (``"{name}-{12 hex}"``).
+        saga_id: an explicit id (for example to correlate with a request id).
+        tags: strings shown to the gate and written in SAGA_STARTED.
+        clock: the time seam for retry back-off (tests pass a fake one).
+
+    Guarantees: any exception leaving the block rolls back every committed or unknown step
+    LIFO, shielded from cancellation; the original exception propagates after a clean
+    rollback, ``RollbackIncomplete`` (with ``.report``) after a partial one; normal exit
+    writes a durable SAGA_COMPLETED. Raises ``ConfigurationError`` at once for invalid
+    arguments (an id that is not ``[A-Za-z0-9._:@/+=-]``, a gate without ``decide``).
+    """
+    return SagaScope(wal, gate, name, saga_id, tags, clock)
+
