@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test install unit lint typecheck bench clean
+.PHONY: demo test install unit lint typecheck bench clean system-deps control-plane dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,26 @@ demo: install
 	$(PY) examples/multi_domain.py
 	$(PY) examples/chaos_demo.py
 
-test: install
+# Everything: unit, integration (real Redis + PostgreSQL) and e2e (real kube-apiserver +
+# etcd) suites. The first run builds the control plane (~6 min on 2 cores, cached after).
+test: install system-deps control-plane
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# redis-server and PostgreSQL from Debian (no-op when present). See docs/control-plane.md.
+system-deps:
+	bash hack/install-system-deps.sh
+
+# etcd, kube-apiserver, kubectl, helm built from their Go modules into
+# ~/.cache/agent-saga/bin (once; KUBEBUILDER_ASSETS / TEST_ASSET_* binaries win).
+control-plane:
+	bash hack/build-control-plane.sh
+
+# A local control plane + Redis for a person; prints the `export KUBECONFIG=...` lines.
+dev-cluster: install system-deps control-plane
+	@$(PY) hack/dev-cluster.py up
+
+dev-cluster-down:
+	@if [ -x $(PY) ]; then $(PY) hack/dev-cluster.py down; else $(PYTHON) hack/dev-cluster.py down; fi
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

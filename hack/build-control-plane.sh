@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# Build (once) and cache the local control plane's binaries from their Go modules:
+#   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm.
+#
+# Versions are pinned in hack/versions.env. Binaries land in
+#   ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/bin/<name>-<version>/<name>
+# and are reused by every later run: the script is idempotent and exits in well under a
+# second when everything is cached. Binaries the user supplies win and are never built:
+#   KUBEBUILDER_ASSETS=<dir with etcd, kube-apiserver[, kubectl]>  (envtest's name)
+#   TEST_ASSET_ETCD / TEST_ASSET_KUBE_APISERVER / TEST_ASSET_KUBECTL / TEST_ASSET_HELM
+#
+# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm ...]
+#   With no component names, builds all of them.
+#
+# Why scratch modules: `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.Y.Z` is refused
+# because k8s.io/kubernetes's go.mod replaces its k8s.io/<staging> modules with ./staging
+# paths. A scratch module that requires k8s.io/kubernetes and replaces each staging module
+# with its published v0.Y.Z tag builds the same code. etcd's server module has replace
+# directives too, and gets a scratch module of its own so its dependency versions never
+# leak into the apiserver's build (and vice versa).
+set -euo pipefail
+
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HACK_DIR/versions.env"
+
+CACHE="${AGENT_SAGA_CACHE:-$HOME/.cache/agent-saga}"
+BIN_ROOT="$CACHE/bin"
+BUILD_ROOT="$CACHE/build"
+LOG_DIR="$CACHE/logs"
+mkdir -p "$BIN_ROOT" "$BUILD_ROOT" "$LOG_DIR"
+
+log() { printf '[control-plane] %s\n' "$*" >&2; }
+die() { printf '[control-plane] ERROR: %s\n' "$*" >&2; exit 1; }
+
+PRINT_PATHS=0
+COMPONENTS=()
+for arg in "$@"; do
+    case "$arg" in
+        --print-paths) PRINT_PATHS=1 ;;
+        etcd|kube|helm) COMPONENTS+=("$arg") ;;
+        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown argument: $arg (expected etcd, kube, helm or --print-paths)" ;;
+    esac
+done
+[ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(etcd kube helm)
+
+ETCD_BIN="$BIN_ROOT/etcd-$ETCD_VERSION/etcd"
+KUBE_APISERVER_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kube-apiserver"
+KUBECTL_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kubectl"
+HELM_BIN="$BIN_ROOT/helm-$HELM_VERSION/helm"
+
+# A user-supplied binary (envtest's variables) replaces the cached one.
+user_asset() {  # $1 = TEST_ASSET_* variable name, $2 = file name inside KUBEBUILDER_ASSETS
+    local var="$1" name="$2" val
+    val="${!var:-}"
+    if [ -n "$val" ]; then
+        [ -x "$val" ] || die "$var=$val is not an executable file"
+        printf '%s' "$val"; return 0
+    fi
+    if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/$name" ]; then
+        printf '%s' "$KUBEBUILDER_ASSETS/$name"; return 0
+    fi
+    return 1
+}
+
+# ---------------------------------------------------------------------------- Go toolchain
+find_go() {
+    if command -v go >/dev/null 2>&1; then command -v go; return; fi
+    for g in /usr/local/go/bin/go /usr/lib/go/bin/go "$HOME/go/bin/go" "$HOME/sdk/go/bin/go"; do
+        [ -x "$g" ] && { echo "$g"; return; }
+    done
+    return 1
+}
+
+GO=""
+need_go() {
+    [ -n "$GO" ] && return 0
+    GO="$(find_go)" || die "no Go toolchain found: install Go >= $GO_MIN_VERSION (https://go.dev/doc/install) and put it on PATH"
+    local have
+    have="$("$GO" env GOVERSION)"; have="${have#go}"
+    if [ "$(printf '%s\n%s\n' "$GO_MIN_VERSION" "$have" | sort -V | head -1)" != "$GO_MIN_VERSION" ]; then
+        die "Go $have is older than $GO_MIN_VERSION, which the pinned modules need"
+    fi
+    # Never download another toolchain (only the module proxy is reachable), build static
+    # binaries, resolve the scratch modules' requirements, and drop local paths.
+    export GOTOOLCHAIN=local CGO_ENABLED=0
+    export GOFLAGS="-mod=mod -trimpath -buildvcs=false"
+    log "using $GO ($have)"
+}
+
+# Memory the build adds to the whole machine: the drop of MemAvailable below its value at
+# the start, sampled twice a second (it counts every compiler/linker running at once, which
+# /usr/bin/time's "maximum RSS" of the largest single process does not; RSS also counts
+# mmapped files, so the two differ both ways).
+SAMPLER_PID=""
+start_mem_sampler() {  # $1 = output file
+    local out="$1"
+    (
+        start=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+        min=$start
+        trap 'echo $(( (start - min) / 1024 )) > "$out"; exit 0' TERM
+        while :; do
+            avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+            [ "$avail" -lt "$min" ] && min=$avail
+            echo $(( (start - min) / 1024 )) > "$out"
+            sleep 0.5
+        done
+    ) &
+    SAMPLER_PID=$!
+}
+stop_mem_sampler() {
+    if [ -n "$SAMPLER_PID" ]; then
+        kill "$SAMPLER_PID" 2>/dev/null || true
+        wait "$SAMPLER_PID" 2>/dev/null || true
+        SAMPLER_PID=""
+    fi
+}
+trap stop_mem_sampler EXIT
+
+# Run a build step under /usr/bin/time -v (when present) and append a one-line summary to
+# $LOG_DIR/build-times.tsv: date, component, version, seconds, peak RSS MiB (largest
+# process), peak memory the build added to the machine MiB, size of the output dir.
+timed_build() {  # $1 = component label, $2 = version, $3 = output dir, rest = command
+    local label="$1" version="$2" outdir="$3"; shift 3
+    local tfile="$LOG_DIR/$label-$version.time" mfile="$LOG_DIR/$label-$version.mem"
+    local blog="$LOG_DIR/$label-$version.log"
+    local start end rc=0
+    start=$(date +%s)
+    start_mem_sampler "$mfile"
+    log "building $label $version (log: $blog)"
+    if [ -x /usr/bin/time ]; then
+        /usr/bin/time -v -o "$tfile" "$@" >"$blog" 2>&1 || rc=$?
+    else
+        "$@" >"$blog" 2>&1 || rc=$?
+    fi
+    stop_mem_sampler
+    end=$(date +%s)
+    if [ $rc -ne 0 ]; then
+        tail -n 40 "$blog" >&2
+        die "building $label $version failed (exit $rc); full log: $blog"
+    fi
+    local rss="?" sysmem="?" size
+    [ -f "$tfile" ] && rss=$(awk -F': ' '/Maximum resident set size/ {printf "%d", $2/1024}' "$tfile")
+    [ -f "$mfile" ] && sysmem=$(cat "$mfile")
+    size=$(du -sh "$outdir" | cut -f1)
+    printf '%s\t%s\t%s\t%ss\tmaxrss=%sMiB\tmachine_added=%sMiB\tsize=%s\n' \
+        "$(date -u +%FT%TZ)" "$label" "$version" "$((end - start))" "$rss" "$sysmem" "$size" \
+        >>"$LOG_DIR/build-times.tsv"
+    log "built $label $version in $((end - start))s (max RSS ${rss} MiB, machine +${sysmem} MiB, $size)"
+}
+
+# Write go.mod for a scratch module.
+scratch_module() {  # $1 = dir, $2 = module name; go.mod body on stdin
+    local dir="$1" name="$2"
+    mkdir -p "$dir"
+    {
+        printf 'module %s\n\ngo %s\n\n' "$name" "$GO_MIN_VERSION"
+        cat
+    } >"$dir/go.mod.new"
+    # Keep go.sum (and the resolved go.mod) between runs when the pins did not change.
+    if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.pins" 2>/dev/null; then
+        cp "$dir/go.mod.new" "$dir/go.mod"
+        cp "$dir/go.mod.new" "$dir/go.mod.pins"
+        rm -f "$dir/go.sum"
+    fi
+    rm -f "$dir/go.mod.new"
+}
+
+# ------------------------------------------------------------------------------------ etcd
+build_etcd() {
+    if p=$(user_asset TEST_ASSET_ETCD etcd); then log "etcd: using $p (user-supplied)"; return; fi
+    if [ -x "$ETCD_BIN" ]; then log "etcd $ETCD_VERSION: cached at $ETCD_BIN"; return; fi
+    need_go
+    local dir="$BUILD_ROOT/etcd-$ETCD_VERSION" out
+    out="$(dirname "$ETCD_BIN")"
+    scratch_module "$dir" agent-saga.local/build/etcd <<EOF
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+
+replace (
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 $ETCD_VERSION
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 $ETCD_VERSION
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 $ETCD_VERSION
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 $ETCD_VERSION
+)
+EOF
+    mkdir -p "$out"
+    (cd "$dir" && timed_build etcd "$ETCD_VERSION" "$out" \
+        "$GO" build -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3)
+    mv -f "$out/etcd.tmp" "$ETCD_BIN"
+}
+
+# ------------------------------------------------------------------ kube-apiserver, kubectl
+build_kube() {
+    local want_apiserver=1 want_kubectl=1 p
+    if p=$(user_asset TEST_ASSET_KUBE_APISERVER kube-apiserver); then
+        log "kube-apiserver: using $p (user-supplied)"; want_apiserver=0
+    elif [ -x "$KUBE_APISERVER_BIN" ]; then
+        log "kube-apiserver $KUBE_VERSION: cached at $KUBE_APISERVER_BIN"; want_apiserver=0
+    fi
+    if p=$(user_asset TEST_ASSET_KUBECTL kubectl); then
+        log "kubectl: using $p (user-supplied)"; want_kubectl=0
+    elif [ -x "$KUBECTL_BIN" ]; then
+        log "kubectl $KUBE_VERSION: cached at $KUBECTL_BIN"; want_kubectl=0
+    fi
+    [ $want_apiserver = 1 ] || [ $want_kubectl = 1 ] || return 0
+    need_go
+    local dir="$BUILD_ROOT/kube-$KUBE_VERSION" out modfile staging pkgs=()
+    out="$(dirname "$KUBE_APISERVER_BIN")"
+    modfile="$("$GO" env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod"
+    if [ ! -f "$modfile" ]; then
+        (cd "$BUILD_ROOT" && GOFLAGS= "$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null) \
+            || die "cannot download k8s.io/kubernetes@$KUBE_VERSION from the Go module proxy"
+    fi
+    # Every k8s.io/<staging> module k8s.io/kubernetes replaces with a ./staging path.
+    staging=$(awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}' "$modfile" | sort -u)
+    [ -n "$staging" ] || die "no staging replace directives found in $modfile"
+    {
+        printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$KUBE_VERSION"
+        for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$KUBE_STAGING_VERSION"; done
+        printf ')\n'
+    } | scratch_module "$dir" agent-saga.local/build/kube
+    local major minor rest
+    major="${KUBE_VERSION#v}"; major="${major%%.*}"
+    rest="${KUBE_VERSION#v*.}"; minor="${rest%%.*}"
+    local ld="-s -w" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld="$ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+        ld="$ld -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%FT%TZ)"
+    done
+    [ $want_apiserver = 1 ] && pkgs+=(k8s.io/kubernetes/cmd/kube-apiserver)
+    [ $want_kubectl = 1 ] && pkgs+=(k8s.io/kubernetes/cmd/kubectl)
+    mkdir -p "$out/.tmp"
+    # One `go build` for both commands: they share most packages, so the second is cheap.
+    (cd "$dir" && timed_build kube "$KUBE_VERSION" "$out" \
+        "$GO" build -ldflags "$ld" -o "$out/.tmp/" "${pkgs[@]}")
+    for f in "$out"/.tmp/*; do mv -f "$f" "$out/$(basename "$f")"; done
+    rmdir "$out/.tmp"
+}
+
+# ------------------------------------------------------------------------------------ helm
+build_helm() {
+    if p=$(user_asset TEST_ASSET_HELM helm); then log "helm: using $p (user-supplied)"; return; fi
+    if [ -x "$HELM_BIN" ]; then log "helm $HELM_VERSION: cached at $HELM_BIN"; return; fi
+    need_go
+    local dir="$BUILD_ROOT/helm-$HELM_VERSION" out
+    out="$(dirname "$HELM_BIN")"
+    scratch_module "$dir" agent-saga.local/build/helm <<EOF
+require helm.sh/helm/v3 $HELM_VERSION
+EOF
+    mkdir -p "$out"
+    local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+    ld="$ld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+    (cd "$dir" && timed_build helm "$HELM_VERSION" "$out" \
+        "$GO" build -ldflags "$ld" -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
+    mv -f "$out/helm.tmp" "$HELM_BIN"
+}
+
+# One build at a time per cache (two `make test` runs at once would otherwise race).
+exec 9>"$CACHE/.build.lock"
+if command -v flock >/dev/null 2>&1; then
+    flock -w 7200 9 || die "timed out waiting for another build holding $CACHE/.build.lock"
+fi
+
+for c in "${COMPONENTS[@]}"; do "build_$c"; done
+
+if [ $PRINT_PATHS = 1 ]; then
+    printf 'etcd=%s\n' "$(user_asset TEST_ASSET_ETCD etcd || echo "$ETCD_BIN")"
+    printf 'kube-apiserver=%s\n' "$(user_asset TEST_ASSET_KUBE_APISERVER kube-apiserver || echo "$KUBE_APISERVER_BIN")"
+    printf 'kubectl=%s\n' "$(user_asset TEST_ASSET_KUBECTL kubectl || echo "$KUBECTL_BIN")"
+    printf 'helm=%s\n' "$(user_asset TEST_ASSET_HELM helm || echo "$HELM_BIN")"
+fi

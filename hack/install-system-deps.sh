@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Install the Debian packages the integration tests need: redis-server and postgresql.
+# Idempotent and fast: when both are present it touches neither apt nor the network.
+#
+# The packages' own services (redis on 6379, the "main" PostgreSQL cluster on 5432) are
+# not started here: the tests start private servers on free ports (tests/fixtures/).
+set -euo pipefail
+
+log() { printf '[system-deps] %s\n' "$*" >&2; }
+
+have_redis() { command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ]; }
+have_postgres() {
+    local d
+    for d in /usr/lib/postgresql/*/bin; do
+        [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && [ -x "$d/postgres" ] && return 0
+    done
+    command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1
+}
+have_tools() { command -v setpriv >/dev/null 2>&1 && command -v flock >/dev/null 2>&1; }
+
+missing=()
+have_redis || missing+=(redis-server)
+have_postgres || missing+=(postgresql)
+have_tools || missing+=(util-linux)
+# PostgreSQL refuses root: as root the fixtures run it as the `postgres` user, which the
+# postgresql package creates.
+if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1 && [ -z "${AGENT_SAGA_PG_USER:-}" ]; then
+    missing+=(postgresql)
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+    log "redis-server and postgresql already installed"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        SUDO=(sudo -n)
+    else
+        log "missing: ${missing[*]}; not root and no passwordless sudo."
+        log "install them with: sudo apt-get update && sudo apt-get install -y ${missing[*]}"
+        exit 1
+    fi
+fi
+command -v apt-get >/dev/null 2>&1 || {
+    log "missing: ${missing[*]}, and this is not a Debian/Ubuntu system (no apt-get)."
+    log "install redis-server and PostgreSQL (initdb, pg_ctl) with your package manager,"
+    log "or point AGENT_SAGA_REDIS_SERVER / AGENT_SAGA_PG_BINDIR at them."
+    exit 1
+}
+
+# Keep the packages' maintainer scripts from starting their system services: in a
+# container there is no init to manage them, and the tests do not use them.
+POLICY=/usr/sbin/policy-rc.d
+created_policy=0
+if [ ! -e "$POLICY" ]; then
+    "${SUDO[@]}" sh -c "printf '#!/bin/sh\nexit 101\n' > $POLICY && chmod 755 $POLICY"
+    created_policy=1
+fi
+cleanup() { [ $created_policy = 1 ] && "${SUDO[@]}" rm -f "$POLICY"; return 0; }
+trap cleanup EXIT
+
+log "installing: ${missing[*]}"
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+have_redis || { log "redis-server still missing after apt-get install"; exit 1; }
+have_postgres || { log "PostgreSQL (initdb, pg_ctl) still missing after apt-get install"; exit 1; }
+log "done"
