@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import ConfigurationError, GateBlocked
-from .payloads import error_text
+from .payloads import error_text, snapshot_mapping
 from .records import RecordType
 from .semantics import ActionSemantics
 
@@ -154,6 +154,13 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> No
         "reason": decision.reason,
         "decided_by": decision.decided_by,
     }
+    fields = getattr(decision, "wal_fields", None)
+    if callable(fields):  # a gate's own detail (which limit, which approver), plain JSON
+        try:
+            detail = snapshot_mapping(fields(), "gate verdict detail")
+        except Exception as exc:  # noqa: BLE001 - the verdict stands; say the detail was unusable
+            detail = {"detail_error": error_text(exc)}
+        verdict.update({k: v for k, v in detail.items() if k not in verdict})
     append(RecordType.GATE_VERDICT.value, saga_id, step_id, verdict)
     if decision.allowed:
         return
