@@ -5,6 +5,7 @@ Every public name is re-exported here; everything else is internal. A test pins 
 
 from .chain import VerifyResult, verify_records
 from .compensation import Compensation, compensator, get_compensator, registered_compensators
+from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
 from .controls import (
     DEFAULT_RULES,
     ApprovalOutcome,
@@ -32,7 +33,6 @@ from .controls import (
     tagged,
     tool_matches,
 )
-from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
 from .credentials import assert_no_secrets, resolve_credential, set_credential_resolver
 from .engine import Saga
 from .errors import (
@@ -61,7 +61,18 @@ from .retry import Clock, RetryPolicy
 from .rollback import RollbackOutcome, RollbackReport, StepOutcome
 from .scope import saga_scope
 from .semantics import ActionSemantics
-from .wal import Backpressure, BaseWAL, FileWAL, WALStats, get_default_wal, set_default_wal
+from .wal import (
+    Backpressure,
+    BaseWAL,
+    CompactionAborted,
+    CompactionReport,
+    FileWAL,
+    PostgresWAL,
+    RedisWAL,
+    WALStats,
+    get_default_wal,
+    set_default_wal,
+)
 
 __version__ = "0.1.0"
 
@@ -74,6 +85,8 @@ __all__ = [
     "BaseWAL",
     "BudgetLimit",
     "Clock",
+    "CompactionAborted",
+    "CompactionReport",
     "Compensation",
     "CompensationError",
     "ConfigurationError",
@@ -88,6 +101,7 @@ __all__ = [
     "LimitStoreUnavailable",
     "LimitUsage",
     "NotSerializable",
+    "PostgresWAL",
     "PreCheck",
     "PreFlightDecision",
     "PreFlightGate",
@@ -95,6 +109,7 @@ __all__ = [
     "Record",
     "RecordType",
     "RedisLimitStore",
+    "RedisWAL",
     "RetryPolicy",
     "RollbackIncomplete",
     "RollbackOutcome",

@@ -10,11 +10,13 @@ salt (GDPR erasure) and the chain still verifies; the salt is what stops a redac
 newlines, which none of them can contain (see ``records``), so the rule can be re-checked
 in any language with a SHA-256 and string joins.
 
-``verify_records`` names the first record that stops adding up and why.
+``verify_records`` names the first record that stops adding up and why. A gap in ``seq``
+is accepted only where a compaction attestation accounts for it (see below).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import os
 from collections.abc import Iterable
@@ -60,9 +62,117 @@ def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
     return canonical
 
 
+
+# ---------------------------------------------------------------------- attestations
+#
+# compact() removes the records of settled sagas. That leaves gaps in ``seq``, which look
+# exactly like an attacker deleting records, so compaction writes a chained attestation:
+# a ``COMPACTION`` record of the reserved saga ``wal`` whose payload is
+#
+#     {"removed": [[first, last, last_hash], ...],   maximal runs of removed sequences,
+#                                                     ascending; last_hash = hash of `last`
+#      "count":   n,                                  how many records left (sum of the runs)
+#      "digest":  "<64 hex>",                         removal_digest() of their hashes
+#      "kept":    k, "sagas": m}                      records kept, sagas removed (info)
+#
+# A gap (expected seq e, next record s > e) is accepted only when the runs of the log's
+# attestations cover every sequence e..s-1 and a run ends at s-1 with last_hash equal to
+# the next record's ``prev``: the chain is still checked across the gap. Attestations are
+# never removed by a later compaction, so a gap once explained stays explained.
+
+ATTESTATION_TYPE = "COMPACTION"
+RESERVED_SAGA = "wal"  # the WAL's own records (attestations, torn-tail notes)
+
+
+def removal_digest(hashes: Iterable[str]) -> str:
+    """SHA-256 over the removed records' ``hash`` values (hex), in order, each + "\\n"."""
+    h = hashlib.sha256()
+    for x in hashes:
+        h.update(x.encode("ascii") + b"\n")
+    return h.hexdigest()
+
+
+def is_attestation(rec: Record) -> bool:
+    return rec.type == ATTESTATION_TYPE and rec.saga == RESERVED_SAGA
+
+
+def parse_attestation(rec: Record) -> list[tuple[int, int, str]] | str:
+    """The removed runs ``(first, last, last_hash)`` an attestation names, or why it is malformed."""
+    p = rec.payload
+    if p is None:
+        return []  # redacted: it explains nothing (its gaps then fail verification)
+    runs = p.get("removed")
+    if not isinstance(runs, list):
+        return "compaction attestation has no 'removed' list"
+    out: list[tuple[int, int, str]] = []
+    total = 0
+    floor = 0
+    for run in runs:
+        if (
+            not isinstance(run, list)
+            or len(run) != 3
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in run[:2])
+            or not isinstance(run[2], str)
+            or len(run[2]) != 64
+        ):
+            return f"compaction attestation has a malformed run {run!r}"
+        first, last, last_hash = run
+        if not floor < first <= last < rec.seq:
+            return f"compaction attestation run {first}..{last} is out of order or not before the attestation"
+        out.append((first, last, last_hash))
+        total += last - first + 1
+        floor = last
+    if p.get("count") != total:
+        return f"compaction attestation says count={p.get('count')!r} but its runs hold {total} sequences"
+    return out
+
+
+class _Attested:
+    """The union of every run the attestations seen so far name."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[int, int]] = []
+        self.ends: dict[int, str] = {}
+        self._merged: list[tuple[int, int]] | None = []
+
+    def add(self, runs: list[tuple[int, int, str]]) -> None:
+        for first, last, last_hash in runs:
+            self.runs.append((first, last))
+            self.ends[last] = last_hash
+        self._merged = None
+
+    def covers(self, first: int, last: int) -> bool:
+        if self._merged is None:
+            merged: list[tuple[int, int]] = []
+            for a, b in sorted(self.runs):
+                if merged and a <= merged[-1][1] + 1:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            self._merged = merged
+        i = bisect.bisect_right(self._merged, (first, 1 << 62)) - 1
+        return i >= 0 and self._merged[i][0] <= first and self._merged[i][1] >= last
+
+
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    first: int
+    last: int
+    link: str  # the prev of the record after the gap
+    seq: int  # that record's seq
+    location: str
+
+
+# ---------------------------------------------------------------------- verification
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
-    """The outcome of checking a chain. ``ok`` is True only if every record adds up."""
+    """The outcome of checking a chain. ``ok`` is True only if every record adds up.
+
+    ``attested`` counts the sequences missing from the log that compaction attestations
+    account for (0 for a log never compacted).
+    """
 
     ok: bool
     records: int
@@ -71,10 +181,19 @@ class VerifyResult:
     first_bad_seq: int | None = None
     location: str | None = None
     reason: str | None = None
+    attested: int = 0
 
     def describe(self) -> str:
         if self.ok:
-            return f"OK: {self.records} records, chain intact, head {self.head[:16]}… (seq {self.last_seq})"
+            tail = (
+                f"; {self.attested} sequences removed by compaction, each attested"
+                if self.attested
+                else ""
+            )
+            return (
+                f"OK: {self.records} records, chain intact, head {self.head[:16]}… "
+                f"(seq {self.last_seq}){tail}"
+            )
         return f"BROKEN at {self.location} (seq {self.first_bad_seq}): {self.reason}"
 
 
@@ -92,10 +211,13 @@ def check_record(rec: Record, prev_hash: str, expected_seq: int | None) -> str |
     else:
         if rec.salt is None:
             return "salt is missing on a record that is not redacted"
-        canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+        try:
+            canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+        except ValueError:
+            return "payload holds a value JSON cannot carry (NaN or Infinity): the record was altered"
         try:
             digest = content_digest(rec.salt, canonical)
-        except ValueError:
+        except (TypeError, ValueError):
             return "salt is not hexadecimal"
         if digest != rec.digest:
             return "payload does not match its digest: the record's contents were altered"
@@ -104,20 +226,66 @@ def check_record(rec: Record, prev_hash: str, expected_seq: int | None) -> str |
     return None
 
 
+def _gap_problem(gap: _Gap, attested: _Attested) -> str | None:
+    span = f"{gap.first}..{gap.last}" if gap.first != gap.last else str(gap.first)
+    if not attested.covers(gap.first, gap.last):
+        return (
+            f"sequence jumps from {gap.first - 1} to {gap.seq}: records {span} are missing and "
+            f"no compaction attestation accounts for them (records were deleted)"
+        )
+    if attested.ends.get(gap.last) != gap.link:
+        return (
+            f"records {span} are attested as removed by compaction, but prev does not match the "
+            f"attested hash of record {gap.last}: a record was inserted, removed or altered"
+        )
+    return None
+
+
 def verify_records(items: Iterable[tuple[str, Record | WALCorrupt]]) -> VerifyResult:
-    """Check a chain given ``(location, record-or-decode-error)`` pairs in log order."""
+    """Check a chain given ``(location, record-or-decode-error)`` pairs in log order.
+
+    Gaps in ``seq`` are accepted only where compaction attestations (anywhere in the log)
+    account for every missing sequence and the link across the gap (see above). The
+    first problem in log order is reported.
+    """
     prev = GENESIS
-    expected: int | None = 1  # a log starts at seq 1; compaction attestations (later) explain gaps
+    expected = 1  # a log starts at seq 1
     count = 0
     last_seq = 0
+    gaps: list[_Gap] = []
+    attested = _Attested()
+
+    def broken(seq: int, location: str, reason: str) -> VerifyResult:
+        # An earlier gap that the attestations read so far do not explain comes first.
+        for gap in gaps:
+            why = _gap_problem(gap, attested)
+            if why is not None:
+                return VerifyResult(False, count, prev, last_seq, gap.seq, gap.location, why)
+        return VerifyResult(False, count, prev, last_seq, seq, location, reason)
+
     for location, item in items:
         if isinstance(item, WALCorrupt):
-            return VerifyResult(False, count, prev, last_seq, last_seq + 1, location, item.message)
-        reason = check_record(item, prev, expected)
+            return broken(last_seq + 1, location, item.message)
+        if item.seq > expected:
+            reason = check_record(item, item.prev, None)  # its own integrity; the link later
+            if reason is None:
+                gaps.append(_Gap(expected, item.seq - 1, item.prev, item.seq, location))
+        else:
+            reason = check_record(item, prev, expected)
         if reason is not None:
-            return VerifyResult(False, count, prev, last_seq, item.seq, location, reason)
+            return broken(item.seq, location, reason)
+        if is_attestation(item):
+            runs = parse_attestation(item)
+            if isinstance(runs, str):
+                return broken(item.seq, location, runs)
+            attested.add(runs)
         prev = item.hash
         expected = item.seq + 1
         last_seq = item.seq
         count += 1
-    return VerifyResult(True, count, prev, last_seq)
+    for gap in gaps:
+        why = _gap_problem(gap, attested)
+        if why is not None:
+            return VerifyResult(False, count, prev, last_seq, gap.seq, gap.location, why)
+    missing = sum(g.last - g.first + 1 for g in gaps)
+    return VerifyResult(True, count, prev, last_seq, attested=missing)

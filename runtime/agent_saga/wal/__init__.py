@@ -5,7 +5,24 @@ own modules and import their client libraries only when used.
 """
 
 from .base import Backpressure, BaseWAL, WALStats
+from .compaction import CompactionAborted, CompactionReport
 from .default import get_default_wal, set_default_wal
 from .file import FileWAL
+from .postgres import PostgresWAL
+from .readers import LogReader, open_reader
+from .redis import RedisWAL
 
-__all__ = ["Backpressure", "BaseWAL", "FileWAL", "WALStats", "get_default_wal", "set_default_wal"]
+__all__ = [
+    "Backpressure",
+    "BaseWAL",
+    "CompactionAborted",
+    "CompactionReport",
+    "FileWAL",
+    "LogReader",
+    "PostgresWAL",
+    "RedisWAL",
+    "WALStats",
+    "get_default_wal",
+    "open_reader",
+    "set_default_wal",
+]

@@ -8,21 +8,34 @@ Contract (each backend keeps all of it, and documents its durability class):
   backend's class (FileWAL: written and fsynced). It raises ``WALStalled`` after its bound
   rather than hanging, and the real write error (chained) if the batch failed.
 - Records are sealed into the hash chain by the writer, off the caller's hot path.
-- Reads page through the log (``read_all``) or resume from a cursor (``read_since``).
+- Reads page through the log (``read_all``) or resume from a cursor (``read_since``). The
+  cursor of a record is ``BaseWAL.cursor(record)``: its ``seq`` in a single-writer log
+  (FileWAL), its global sequence ``gseq`` in a fleet log (RedisWAL, PostgresWAL), where
+  reads cover every writer's records in ``gseq`` order.
 - ``compact`` is part of the interface: a backend that cannot compact raises rather than
-  silently doing nothing.
+  silently doing nothing. It keeps every unresolved saga, writes a chained attestation of
+  what left (see ``agent_saga.chain``) and is atomic (see ``agent_saga.wal.compaction``).
+- Messages, log lines and records never carry a server password.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SagaError
 from ..records import Record
+
+if TYPE_CHECKING:
+    from .compaction import CompactionReport
+
+#: A test seam called on the flusher thread with the name of a point in a batch's life
+#: (``"before_write"``, ``"before_sync"``, ``"after_write"``, ``"before_compact"``): a
+#: fault-injection point, e.g. to wedge the device or ``os._exit`` at a commit boundary.
+FaultHook = Callable[[str], None]
 
 
 class Backpressure(enum.StrEnum):
@@ -76,7 +89,13 @@ class BaseWAL(abc.ABC):
 
     @abc.abstractmethod
     def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """Every record with a sequence greater than ``seq`` (a cursor), in log order."""
+        """Every record whose cursor (``BaseWAL.cursor``) is greater than ``seq``, in log order."""
+
+    @staticmethod
+    def cursor(rec: Record) -> int:
+        """The position of ``rec`` for ``read_since``: ``gseq`` where stamped, else ``seq``."""
+        g = rec.extra.get("gseq")
+        return g if isinstance(g, int) else rec.seq
 
     @abc.abstractmethod
     def stats(self) -> WALStats:
@@ -86,9 +105,17 @@ class BaseWAL(abc.ABC):
     def close(self, *, timeout: float = 10.0) -> None:
         """Flush what is queued (bounded by ``timeout``) and release the backend."""
 
-    async def compact(self, keep_sagas: frozenset[str]) -> int:
-        """Drop records of sagas not in ``keep_sagas``, writing a chained attestation.
+    async def compact(
+        self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
+    ) -> CompactionReport:
+        """Remove the records of resolved sagas; append a chained attestation of what left.
 
+        Every saga without a terminal record is kept whatever ``keep_sagas`` says;
+        ``keep_sagas`` names resolved sagas to keep as well. Records of the reserved saga
+        ``wal`` (earlier attestations included) are never removed. The rewrite and the
+        attestation land atomically and in log order with concurrent appends. Returns a
+        ``CompactionReport``; raises ``WALError`` if the writer failed (the log is then as
+        before or as after, never in between), ``WALStalled`` if ``timeout`` passed first.
         Backends that cannot compact raise ``SagaError``: never a silent no-op.
         """
         raise SagaError(

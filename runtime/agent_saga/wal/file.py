@@ -16,12 +16,18 @@ Invariants:
   sidecar file, the file is truncated after the last complete line, and a
   ``WAL_TORN_TAIL`` record notes it. A damaged complete last line refuses the open.
 - ``barrier`` raises ``WALStalled`` after ``stall_timeout`` instead of hanging.
+- ``compact()`` runs on the flusher, in log order: it writes the kept lines (byte for byte)
+  and the attestation to a locked temp file, fsyncs it, ``os.replace``s it over the log and
+  fsyncs the directory. The lock moves with the file (the temp file is locked before the
+  swap), and an opener that raced the swap re-opens the new file, so there is never a
+  second writer and no record is written to a replaced file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import fcntl
 import heapq
 import itertools
@@ -31,7 +37,7 @@ import stat
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from typing import Any
 
 from ..chain import SALT_BYTES, seal
@@ -43,12 +49,16 @@ from ..errors import (
     WALError,
     WALStalled,
 )
-from ..records import GENESIS, Record, decode_line, encode_line
-from .base import Backpressure, BaseWAL, WALStats
+from ..records import GENESIS, TERMINAL_SAGA_TYPES, Record, decode_line, encode_line
+from .base import Backpressure, BaseWAL, FaultHook, WALStats
+from .compaction import (
+    CompactionAborted,
+    CompactionPlan,
+    CompactionReport,
+    CompactionRequest,
+)
 
 log = logging.getLogger("agent_saga.wal")
-
-FaultHook = Callable[[str], None]
 
 _TAIL_CHUNK = 1 << 16
 
@@ -63,8 +73,9 @@ class FileWAL(BaseWAL):
         max_pending: records allowed to wait for the flusher before backpressure.
         backpressure: RAISE (default) or BLOCK (bounded by ``stall_timeout``).
         stall_timeout: the bound on ``barrier``, ``close`` and BLOCK, in seconds.
-        fault_hook: test seam called with ``"before_write"``/``"before_sync"`` on the
-            flusher thread (a fault-injection point, e.g. to wedge the device).
+        fault_hook: test seam called with ``"before_write"``/``"before_sync"`` (and
+            ``"before_compact"``/``"before_replace"``) on the flusher thread (a
+            fault-injection point, e.g. to wedge the device).
 
     Raises ``ConfigurationError`` if another process holds the file, ``WALCorrupt`` if the
     last complete record cannot be read.
@@ -96,7 +107,8 @@ class FileWAL(BaseWAL):
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)  # flusher waits for records
         self._space = threading.Condition(self._lock)  # BLOCK appenders wait for room
-        self._pending: list[Record] = []
+        self._pending: list[Record | CompactionRequest] = []
+        self._compactions: list[CompactionRequest] = []  # queued or running
         self._closing = False
         self._closed = False
         self._failed: BaseException | None = None
@@ -109,17 +121,9 @@ class FileWAL(BaseWAL):
         self._batches = 0
         self._syncs = 0
 
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd = self._open_locked()
         try:
-            self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
-            if self._regular:
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError as exc:
-                    raise ConfigurationError(
-                        f"WAL {self.path!r} is already open for writing by another process; "
-                        f"give each process its own WAL file (or use a fleet backend)"
-                    ) from exc
+            self._remove_stale_compactions()
             head, last_seq, torn = self._recover_tail()
         except BaseException:
             os.close(self._fd)
@@ -139,6 +143,49 @@ class FileWAL(BaseWAL):
                 self.path, nbytes, sidecar,
             )
             self.append("WAL_TORN_TAIL", "wal", None, {"bytes": nbytes, "sidecar": sidecar})
+
+    def _open_locked(self) -> int:
+        """Open the log and take its lock; re-open if a compaction swapped the file meanwhile."""
+        for _attempt in range(100):
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                st = os.fstat(fd)
+                self._regular = stat.S_ISREG(st.st_mode)
+                if not self._regular:
+                    return fd
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError as exc:
+                    raise ConfigurationError(
+                        f"WAL {self.path!r} is already open for writing by another process; "
+                        f"give each process its own WAL file (or use a fleet backend)"
+                    ) from exc
+                try:
+                    same = os.stat(self.path).st_ino == st.st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # we locked a file that compaction replaced: open the new one
+        raise WALError(f"WAL {self.path!r}: the file keeps being replaced; cannot open it")
+
+    def _remove_stale_compactions(self) -> None:
+        """Delete temp files of a compaction a crash interrupted before its swap.
+
+        Only the lock holder gets here, and a temp file that was swapped in no longer has
+        its temp name: what is left was never part of the log.
+        """
+        if not self._regular:
+            return
+        d = os.path.dirname(os.path.abspath(self.path))
+        prefix = os.path.basename(self.path) + ".compact-"
+        for name in os.listdir(d):
+            if name.startswith(prefix) and name[len(prefix) :].isdigit():
+                os.unlink(os.path.join(d, name))
+                log.warning("WAL %s: removed %s, left by a compaction interrupted before its swap", self.path, name)
 
     # ------------------------------------------------------------------ writing
 
@@ -194,23 +241,33 @@ class FileWAL(BaseWAL):
                 self._pending = []
                 self._space.notify_all()
             try:
-                data = self._seal(batch)
-                hook = self._fault_hook
-                if hook is not None:
-                    hook("before_write")
-                self._write_all(data)
-                if self._sync:
-                    if hook is not None:
-                        hook("before_sync")
-                    os.fdatasync(self._fd)
-                    self._syncs += 1
+                if self._compactions:
+                    for part in _segments(batch):
+                        if isinstance(part, CompactionRequest):
+                            self._run_compaction(part)
+                        else:
+                            self._write_records(part)
+                else:
+                    self._write_records(batch)  # type: ignore[arg-type]
             except BaseException as exc:  # noqa: BLE001 - fail-stop, the error goes to every waiter
                 self._fail(exc)
                 return
-            self._batches += 1
-            self._head = batch[-1].hash
-            self._durable_seq = batch[-1].seq
-            self._wake(self._durable_seq)
+
+    def _write_records(self, batch: list[Record]) -> None:
+        data = self._seal(batch)
+        hook = self._fault_hook
+        if hook is not None:
+            hook("before_write")
+        self._write_all(data)
+        if self._sync:
+            if hook is not None:
+                hook("before_sync")
+            os.fdatasync(self._fd)
+            self._syncs += 1
+        self._batches += 1
+        self._head = batch[-1].hash
+        self._durable_seq = batch[-1].seq
+        self._wake(self._durable_seq)
 
     def _seal(self, batch: list[Record]) -> bytes:
         prev = self._head
@@ -240,7 +297,13 @@ class FileWAL(BaseWAL):
             self._failed = exc
             self._pending = []
             self._space.notify_all()
+            reqs, self._compactions = self._compactions, []
         log.error("WAL %s failed, refusing further records: %r", self.path, exc)
+        err = WALError(f"WAL {self.path!r} failed: {exc}")
+        err.__cause__ = exc
+        for r in reqs:
+            if not r.future.done():
+                r.future.set_exception(err)
         self._wake(None)
 
     def _wake(self, durable: int | None) -> None:
@@ -316,6 +379,127 @@ class FileWAL(BaseWAL):
         if not ev.wait(limit):
             raise self._stalled(seq, limit)
         self._check(seq)
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(
+        self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
+    ) -> CompactionReport:
+        """Rewrite the log keeping unresolved sagas, with a chained attestation of what left.
+
+        See ``BaseWAL.compact``. Atomic: the log on disk is the old file or the new one,
+        never a mix. Raises ``ConfigurationError`` for a log that is not a regular file.
+        """
+        if not self._regular:
+            raise ConfigurationError(f"WAL {self.path!r} is not a regular file; it cannot be compacted")
+        with self._lock:
+            if self._failed is not None:
+                raise WALError(f"WAL {self.path!r} failed earlier: {self._failed}") from self._failed
+            if self._closing:
+                raise WALClosed(f"WAL {self.path!r} is closed; open a new FileWAL to compact")
+            if len(self._pending) >= self._max_pending:
+                self._wait_for_space()
+            req = CompactionRequest(self._next_seq, keep_sagas)
+            self._next_seq += 1
+            self._compactions.append(req)
+            self._pending.append(req)
+            self._work.notify()
+        fut = asyncio.wrap_future(req.future)
+        if timeout is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            fut.add_done_callback(_consume)
+            raise WALStalled(
+                f"WAL {self.path!r}: compaction (seq {req.seq}) did not finish within {timeout}s; "
+                f"it goes on in the background and its attestation will be seq {req.seq}"
+            ) from None
+
+    def _own_records(self) -> Iterator[tuple[int, str, bytes, Record]]:
+        """``(lineno, location, line, record)`` of the open file, through our own fd."""
+        with open(os.dup(self._fd), "rb") as f:
+            f.seek(0)
+            for lineno, line in enumerate(f, 1):
+                if not line.endswith(b"\n"):
+                    return
+                location = f"{self.path} line {lineno}"
+                yield lineno, location, line, decode_line(line, location)
+
+    def _run_compaction(self, req: CompactionRequest) -> None:
+        hook = self._fault_hook
+        tmp = f"{self.path}.compact-{time.time_ns()}"
+        fd = -1
+        try:
+            if hook is not None:
+                hook("before_compact")
+            resolved: set[str] = set()
+            total = 0
+            for *_, rec in self._own_records():
+                total += 1
+                if rec.type in TERMINAL_SAGA_TYPES:
+                    resolved.add(rec.saga)
+            plan = CompactionPlan(resolved, req.keep_sagas)
+            if plan.removes_nothing():
+                # Every resolved saga of a file has records in it: none leaves, no rewrite.
+                plan.kept = total
+                att = plan.attestation(req.seq)
+                att_line = encode_line(att, seal(att, self._head))
+            else:
+                fd = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                with open(fd, "wb", closefd=False) as out:
+                    for _n, _loc, line, rec in self._own_records():
+                        if plan.offer(rec):
+                            out.write(line)
+                    att = plan.attestation(req.seq)
+                    att_line = encode_line(att, seal(att, self._head))
+                    out.write(att_line)
+                os.fsync(fd)
+                if hook is not None:
+                    hook("before_replace")
+                os.replace(tmp, self.path)
+        except BaseException as exc:
+            if fd >= 0:
+                os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            self._compaction_aborted(req, exc)
+            return
+        if fd < 0:
+            # Nothing left: append the attestation to the log as it is.
+            self._write_all(att_line)
+            if self._sync:
+                os.fdatasync(self._fd)
+                self._syncs += 1
+        else:
+            # The new file is in place and locked by us: from here a failure is in doubt.
+            old, self._fd = self._fd, fd
+            os.close(old)
+            dfd = os.open(os.path.dirname(os.path.abspath(self.path)), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            self._syncs += 2
+        self._batches += 1
+        self._head = att.hash
+        self._durable_seq = req.seq
+        with self._lock:
+            self._compactions.remove(req)
+        req.future.set_result(plan.report(req.seq))
+        self._wake(req.seq)
+
+    def _compaction_aborted(self, req: CompactionRequest, exc: BaseException) -> None:
+        """Nothing changed: write COMPACTION_FAILED under the reserved seq (no gap)."""
+        log.warning("WAL %s: compaction aborted, log unchanged: %r", self.path, exc)
+        rec = req.failed_record(f"{type(exc).__name__}: {exc}")
+        self._write_records([rec])
+        with self._lock:
+            self._compactions.remove(req)
+        err = CompactionAborted(f"WAL {self.path!r}: compaction failed, the log is unchanged: {exc}")
+        err.__cause__ = exc
+        req.future.set_exception(err)
 
     # ------------------------------------------------------------------ reading
 
@@ -415,6 +599,21 @@ class FileWAL(BaseWAL):
         return rec.hash, rec.seq, torn
 
 
+def _segments(batch: list[Record | CompactionRequest]) -> Iterator[list[Record] | CompactionRequest]:
+    """Split a batch at compaction requests, keeping the order."""
+    run: list[Record] = []
+    for item in batch:
+        if isinstance(item, CompactionRequest):
+            if run:
+                yield run
+                run = []
+            yield item
+        else:
+            run.append(item)
+    if run:
+        yield run
+
+
 def _read_tail(fd: int, size: int) -> tuple[bytes, int]:
     """Read enough of the file's end to hold its last two newlines (or all of it)."""
     chunk = _TAIL_CHUNK
@@ -485,3 +684,8 @@ def _close_open_wals() -> None:
         except Exception as exc:  # noqa: BLE001 - at exit, report and keep closing the rest
             log.error("closing WAL %s at exit failed: %r", wal.path, exc)
 
+
+def _consume(fut: asyncio.Future[CompactionReport]) -> None:
+    # A compaction the caller stopped waiting for: its outcome is logged, not lost unread.
+    if not fut.cancelled():
+        fut.exception()

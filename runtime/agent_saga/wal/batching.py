@@ -1,0 +1,473 @@
+"""The writer machinery the server backends share: queue, private flusher, fences, fail-stop.
+
+It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
+- ``append`` only queues (under a lock, no I/O); over ``max_pending`` the RAISE policy
+  raises ``WALBackpressure``, BLOCK waits up to ``stall_timeout`` then raises
+  ``WALStalled``. Nothing is dropped silently.
+- A private flusher thread takes up to ``max_batch`` queued records, seals them into the
+  hash chain (one ``os.urandom`` for the batch's salts) and hands them to
+  ``_write_batch`` as one unit: group commit, one server round trip per batch. The
+  caller's event loop never does the I/O and a slow caller cannot starve the flusher.
+- Waiters are a heap of ``(seq, n, loop, future)``; a completed batch wakes them, one
+  ``call_soon_threadsafe`` per loop. ``barrier`` raises ``WALStalled`` after its bound.
+- Fail-stop: a batch that fails fails the writer. Every waiter and every later caller gets
+  ``WALError`` chained to the real error, with no password in any message. Whether the
+  failed batch reached the server is unknown (in doubt); a new writer opened with the same
+  writer id reads the server's tail and continues from what actually landed.
+- A record whose payload cannot be encoded becomes a ``RECORD_REJECTED`` record under the
+  same ``seq`` (no gap) and its waiters get the encoding error.
+- ``compact()`` queues a request under the next ``seq``; the flusher runs it in log order,
+  between batches, so a record appended meanwhile is written after the attestation.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import atexit
+import heapq
+import itertools
+import logging
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Collection
+from typing import Any
+
+from ..chain import SALT_BYTES, seal
+from ..errors import ConfigurationError, WALBackpressure, WALClosed, WALError, WALStalled
+from ..records import Record
+from .base import Backpressure, BaseWAL, FaultHook, WALStats
+from .compaction import CompactionAborted, CompactionReport, CompactionRequest
+from .urls import Scrubber
+
+log = logging.getLogger("agent_saga.wal")
+
+Sealed = list[tuple[Record, str]]  # records with their canonical payload text
+
+
+def default_writer_id() -> str:
+    """``<host>-<pid>-<random>``: unique per process. Pass ``writer=`` to continue a chain."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:100] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class BatchingWAL(BaseWAL):
+    """Base for backends whose durable step is one server round trip per batch."""
+
+    backend = "?"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        scrub: Scrubber,
+        max_pending: int,
+        backpressure: Backpressure,
+        stall_timeout: float,
+        max_batch: int,
+        fault_hook: FaultHook | None,
+    ) -> None:
+        if max_pending < 1:
+            raise ConfigurationError(f"max_pending must be >= 1, got {max_pending}")
+        if max_batch < 1:
+            raise ConfigurationError(f"max_batch must be >= 1, got {max_batch}")
+        if stall_timeout <= 0:
+            raise ConfigurationError(f"stall_timeout must be > 0 seconds, got {stall_timeout}")
+        self.name = name  # password-free: safe in messages and logs
+        self._scrub = scrub
+        self._max_pending = max_pending
+        self._max_batch = max_batch
+        self._backpressure = Backpressure(backpressure)
+        self._stall_timeout = stall_timeout
+        self._fault_hook = fault_hook
+
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._space = threading.Condition(self._lock)
+        self._pending: deque[Record | CompactionRequest] = deque()
+        self._closing = False
+        self._closed = False
+        self._failed: BaseException | None = None
+        self._failed_msg = ""
+        self._rejected: dict[int, BaseException] = {}
+        self._current: CompactionRequest | None = None
+
+        self._wlock = threading.Lock()
+        self._waiters: list[tuple[int, int, Any, Any]] = []
+        self._wcount = itertools.count()
+        self._batches = 0
+        self._head = ""
+        self._next_seq = 1
+        self._durable_seq = 0
+        self._flusher: threading.Thread | None = None
+
+    def _start(self, head: str, last_seq: int) -> None:
+        """Begin after the subclass found the chain head (``last_seq`` 0 for a new chain)."""
+        self._head = head
+        self._next_seq = last_seq + 1
+        self._durable_seq = last_seq
+        self._flusher = threading.Thread(
+            target=self._run, name=f"agent-saga-wal-flusher:{self.backend}", daemon=True
+        )
+        self._flusher.start()
+        _open_wals.add(self)
+
+    # ------------------------------------------------------------------ for subclasses
+
+    @abc.abstractmethod
+    def _write_batch(self, sealed: Sealed) -> None:
+        """Make ``sealed`` durable in one unit (flusher thread); raise on any failure."""
+
+    @abc.abstractmethod
+    def _compact_now(self, req: CompactionRequest, prev: str) -> tuple[CompactionReport, str]:
+        """Run ``req`` (flusher thread): rewrite and write the attestation sealed on
+        ``prev`` atomically; return the report and the attestation's hash. Raise
+        ``CompactionAborted`` if nothing changed, anything else if the outcome is unknown."""
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Close connections (after the flusher stopped)."""
+
+    # ------------------------------------------------------------------ writing
+
+    def _refuse(self) -> None:
+        # Called with self._lock held.
+        if self._failed is not None:
+            raise WALError(
+                f"WAL {self.name} failed earlier and accepts no records: {self._failed_msg}; "
+                f"open a new {type(self).__name__} with the same writer id to continue from "
+                f"what the server holds"
+            ) from self._failed
+        if self._closing:
+            raise WALClosed(f"WAL {self.name} is closed; open a new {type(self).__name__} to append")
+        if len(self._pending) >= self._max_pending:
+            self._wait_for_space()
+
+    def append(
+        self,
+        type: str,
+        saga: str,
+        step: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        """Queue a record and return its ``seq``; never waits for the server."""
+        with self._lock:
+            self._refuse()
+            seq = self._next_seq
+            self._next_seq = seq + 1
+            self._pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
+            self._work.notify()
+        return seq
+
+    def _wait_for_space(self) -> None:
+        # Called with self._lock held.
+        if self._backpressure is Backpressure.RAISE:
+            raise WALBackpressure(
+                f"WAL {self.name} has {len(self._pending)} records waiting to be written "
+                f"(max_pending={self._max_pending}); the server is not keeping up. Slow the "
+                f"caller, raise max_pending, or choose Backpressure.BLOCK"
+            )
+        deadline = time.monotonic() + self._stall_timeout
+        while len(self._pending) >= self._max_pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise WALStalled(
+                    f"WAL {self.name}: no room for a record within {self._stall_timeout}s "
+                    f"(max_pending={self._max_pending}); the server may be wedged"
+                )
+            self._space.wait(remaining)
+            if self._failed is not None:
+                raise WALError(f"WAL {self.name} failed: {self._failed_msg}") from self._failed
+
+    def _run(self) -> None:
+        while True:
+            req: CompactionRequest | None = None
+            batch: list[Record] = []
+            with self._lock:
+                while not self._pending and not self._closing:
+                    self._work.wait()
+                if not self._pending:
+                    return  # closing and drained
+                pending = self._pending
+                if isinstance(pending[0], CompactionRequest):
+                    req = pending.popleft()  # type: ignore[assignment]
+                else:
+                    while pending and len(batch) < self._max_batch:
+                        item = pending[0]
+                        if isinstance(item, CompactionRequest):
+                            break
+                        batch.append(item)
+                        pending.popleft()
+                self._space.notify_all()
+            try:
+                if req is not None:
+                    self._run_compaction(req)
+                else:
+                    self._flush(batch)
+            except BaseException as exc:  # noqa: BLE001 - fail-stop, the error goes to every waiter
+                self._fail(exc)
+                return
+
+    def _flush(self, batch: list[Record]) -> None:
+        sealed = self._seal(batch)
+        hook = self._fault_hook
+        if hook is not None:
+            hook("before_write")
+        self._write_batch(sealed)
+        if hook is not None:
+            hook("after_write")
+        self._batches += 1
+        self._head = batch[-1].hash
+        self._durable_seq = batch[-1].seq
+        self._wake(self._durable_seq)
+
+    def _seal(self, batch: list[Record]) -> Sealed:
+        prev = self._head
+        out: Sealed = []
+        salts = os.urandom(SALT_BYTES * len(batch))
+        for i, rec in enumerate(batch):
+            try:
+                canonical = seal(rec, prev, salts[i * SALT_BYTES : (i + 1) * SALT_BYTES])
+            except (TypeError, ValueError) as exc:
+                # Keep the seq and the chain: say in the log that this record was rejected.
+                self._rejected[rec.seq] = exc
+                rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
+                rec.type = "RECORD_REJECTED"
+                canonical = seal(rec, prev)
+            out.append((rec, canonical))
+            prev = rec.hash
+        return out
+
+    def _run_compaction(self, req: CompactionRequest) -> None:
+        self._current = req
+        hook = self._fault_hook
+        if hook is not None:
+            hook("before_compact")
+        try:
+            report, head = self._compact_now(req, self._head)
+        except CompactionAborted as exc:
+            # Nothing changed: say so in the log under the reserved seq, and carry on.
+            rec = req.failed_record(self._scrub(str(exc)))
+            canonical = seal(rec, self._head)
+            self._write_batch([(rec, canonical)])
+            self._batches += 1
+            self._head = rec.hash
+            self._durable_seq = req.seq
+            self._current = None
+            req.future.set_exception(exc)
+            self._wake(req.seq)
+            log.warning("WAL %s: compaction aborted, log unchanged: %s", self.name, self._scrub(str(exc)))
+            return
+        self._batches += 1
+        self._head = head
+        self._durable_seq = req.seq
+        self._current = None
+        req.future.set_result(report)
+        self._wake(req.seq)
+
+    def _fail(self, exc: BaseException) -> None:
+        msg = self._scrub(f"{type(exc).__name__}: {exc}")
+        err = WALError(f"WAL {self.name} failed: {msg}")
+        err.__cause__ = exc
+        with self._lock:
+            self._failed = exc
+            self._failed_msg = msg
+            reqs = [x for x in self._pending if isinstance(x, CompactionRequest)]
+            if self._current is not None:
+                reqs.append(self._current)
+            self._pending.clear()
+            self._space.notify_all()
+        for r in reqs:
+            if not r.future.done():
+                r.future.set_exception(err)
+        log.error("WAL %s failed, refusing further records: %s", self.name, msg)
+        self._wake(None)
+
+    def _wake(self, durable: int | None) -> None:
+        """Complete waiters up to ``durable`` (all of them, to raise, if None)."""
+        by_loop: dict[Any, list[Any]] = {}
+        with self._wlock:
+            w = self._waiters
+            while w and (durable is None or w[0][0] <= durable):
+                _, _, loop, fut = heapq.heappop(w)
+                if loop is None:
+                    fut.set()
+                else:
+                    by_loop.setdefault(loop, []).append(fut)
+        for loop, futs in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_resolve, futs)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting any more
+
+    # ------------------------------------------------------------------ fences
+
+    def _check(self, seq: int) -> None:
+        exc = self._rejected.get(seq)
+        if exc is not None:
+            raise WALError(f"WAL {self.name}: record seq {seq} was rejected: {exc}") from exc
+        if self._failed is not None and seq > self._durable_seq:
+            raise WALError(
+                f"WAL {self.name}: the write of seq {seq} failed: {self._failed_msg}"
+            ) from self._failed
+
+    def _stalled(self, seq: int, timeout: float) -> WALStalled:
+        return WALStalled(
+            f"WAL {self.name}: seq {seq} not durable within {timeout}s (durable up to "
+            f"{self._durable_seq}, {len(self._pending)} queued); the server may be wedged or unreachable"
+        )
+
+    async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """Return once every record up to ``seq`` is durable in this backend's class."""
+        if seq is None:
+            seq = self._next_seq - 1
+        if seq <= self._durable_seq:
+            if self._rejected:
+                self._check(seq)
+            return
+        if self._failed is not None:
+            self._check(seq)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._wlock:
+            waiting = seq > self._durable_seq and self._failed is None
+            if waiting:
+                heapq.heappush(self._waiters, (seq, next(self._wcount), loop, fut))
+        if waiting:
+            limit = self._stall_timeout if timeout is None else timeout
+            timer = loop.call_later(limit, _expire, fut, self._stalled, seq, limit)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+        self._check(seq)
+
+    def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """``barrier`` for threads and synchronous code."""
+        if seq is None:
+            seq = self._next_seq - 1
+        ev = threading.Event()
+        with self._wlock:
+            if seq > self._durable_seq and self._failed is None:
+                heapq.heappush(self._waiters, (seq, next(self._wcount), None, ev))
+            else:
+                ev.set()
+        limit = self._stall_timeout if timeout is None else timeout
+        if not ev.wait(limit):
+            raise self._stalled(seq, limit)
+        self._check(seq)
+
+    # ------------------------------------------------------------------ compaction
+
+    async def compact(
+        self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
+    ) -> CompactionReport:
+        """See ``BaseWAL.compact``; runs on the flusher, in log order."""
+        with self._lock:
+            self._refuse()
+            req = CompactionRequest(self._next_seq, keep_sagas)
+            self._next_seq += 1
+            self._pending.append(req)
+            self._work.notify()
+        fut = asyncio.wrap_future(req.future)
+        if timeout is None:
+            return await fut
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            fut.add_done_callback(_consume)
+            raise WALStalled(
+                f"WAL {self.name}: compaction (seq {req.seq}) did not finish within {timeout}s; "
+                f"it goes on in the background and its attestation will be seq {req.seq}"
+            ) from None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def stats(self) -> WALStats:
+        return WALStats(
+            backend=self.backend,
+            durability=self.durability,
+            appended_seq=self._next_seq - 1,
+            durable_seq=self._durable_seq,
+            pending=len(self._pending),
+            batches=self._batches,
+            syncs=self._batches,
+            failed=None if self._failed is None else self._failed_msg,
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def head(self) -> tuple[int, str]:
+        """``(seq, hash)`` of the last durable record of this writer's chain."""
+        return self._durable_seq, self._head
+
+    def close(self, *, timeout: float = 10.0) -> None:
+        """Write what is queued (bounded by ``timeout``), then release the connections.
+
+        Raises ``WALStalled`` if the queue could not be written in time (the flusher keeps
+        trying in the background) and ``WALError`` if the writer failed.
+        """
+        if self._closed:
+            return
+        with self._lock:
+            self._closing = True
+            self._work.notify()
+        if self._flusher is not None:
+            self._flusher.join(timeout)
+            if self._flusher.is_alive():
+                raise WALStalled(
+                    f"WAL {self.name}: close() could not write {len(self._pending)} queued "
+                    f"records within {timeout}s; the server may be wedged"
+                )
+        self._closed = True
+        _open_wals.discard(self)
+        try:
+            self._release()
+        finally:
+            self._wake(None)
+        if self._failed is not None:
+            raise WALError(f"WAL {self.name} failed before close: {self._failed_msg}") from self._failed
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _resolve(futs: list[asyncio.Future[None]]) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_result(None)
+
+
+def _expire(
+    fut: asyncio.Future[None], make: Callable[[int, float], BaseException], seq: int, limit: float
+) -> None:
+    if not fut.done():
+        fut.set_exception(make(seq, limit))
+
+
+_open_wals: weakref.WeakSet[BatchingWAL] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_wals() -> None:
+    # A normal interpreter exit writes what was queued (REVERSIBLE records wait for nobody).
+    for wal in list(_open_wals):
+        try:
+            wal.close(timeout=5.0)
+        except Exception as exc:  # noqa: BLE001 - at exit, report and keep closing the rest
+            log.error("closing WAL %s at exit failed: %s", wal.name, exc)
+
+
+def _consume(fut: asyncio.Future[CompactionReport]) -> None:
+    # A compaction the caller stopped waiting for: its outcome is logged, not lost unread.
+    if not fut.cancelled():
+        fut.exception()

@@ -1,0 +1,228 @@
+"""Read any WAL without writing it: a reader factory keyed on the URL scheme.
+
+    open_reader("./agent-saga.wal")                                  FileWAL file
+    open_reader("file:///var/lib/agent-saga.wal")                    FileWAL file
+    open_reader("redis://:pw@host:6379/0?key=agent-saga:wal")        RedisWAL (every writer)
+    open_reader("redis://host/0?key=agent-saga:wal&writer=pod-7")    one writer's chain
+    open_reader("postgresql://u:pw@host/db?table=saga_wal")          PostgresWAL
+    open_reader("postgresql://u@host/db?table=saga_wal&writer=pod-7")
+
+A log holds one chain per writer (a file holds one). ``chain(name)`` yields
+``(location, record-or-WALCorrupt)`` pairs for ``chain.verify_records``; ``records()``
+yields the whole log in order (``gseq`` order for a fleet log). Locations and the
+``description`` never carry a password. The Redis and PostgreSQL clients are imported only
+when such a URL is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from ..errors import ConfigurationError, WALCorrupt, WALError
+from ..records import Record
+from .urls import Scrubber, redact, secrets_in
+
+
+class LogReader(Protocol):
+    """A read-only view of one WAL."""
+
+    description: str
+
+    def chains(self) -> list[str]:
+        """The writer chains in the log (a FileWAL log has exactly one, named by its path)."""
+        ...
+
+    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        """One chain in ``seq`` order, damaged records as ``WALCorrupt`` values."""
+        ...
+
+    def records(self) -> Iterator[Record]:
+        """Every record of the log in order; raises ``WALCorrupt`` on damage."""
+        ...
+
+    def torn_tail_bytes(self) -> int:
+        """Bytes of an unacknowledged torn fragment at the end (FileWAL only; else 0)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _split_query(target: str, own: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """Remove our own query parameters (``key``, ``table``, ``writer``) from a URL."""
+    parts = urllib.parse.urlsplit(target)
+    mine: dict[str, str] = {}
+    rest: list[tuple[str, str]] = []
+    for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
+        if k in own:
+            mine[k] = v
+        else:
+            rest.append((k, v))
+    query = urllib.parse.urlencode(rest)
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), mine
+
+
+class FileLogReader:
+    """A FileWAL file: one chain, named by its path."""
+
+    def __init__(self, path: str) -> None:
+        from .file import iter_file_records, torn_tail_bytes
+
+        self.path = path
+        self.description = path
+        self._iter = iter_file_records
+        self._torn = torn_tail_bytes
+        # Fail now, as a usage error, if the file is missing.
+        next(iter(self._iter(path)), None)
+
+    def chains(self) -> list[str]:
+        return [self.path]
+
+    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        return self._iter(self.path)
+
+    def records(self) -> Iterator[Record]:
+        for _loc, item in self._iter(self.path):
+            if isinstance(item, WALCorrupt):
+                raise item
+            yield item
+
+    def torn_tail_bytes(self) -> int:
+        return self._torn(self.path)
+
+    def close(self) -> None:
+        pass
+
+
+class RedisLogReader:
+    """Every writer's stream under ``key`` (or only ``writer``'s)."""
+
+    def __init__(self, url: str) -> None:
+        from .redis import DEFAULT_KEY, RedisLog, _import_redis
+
+        redis = _import_redis()
+        clean, mine = _split_query(url, ("key", "writer"))
+        self._scrub = Scrubber(secrets_in(url))
+        where = redact(clean)
+        key = mine.get("key") or DEFAULT_KEY
+        self.description = f"{where} key {key}"
+        self._writer = mine.get("writer")
+        try:
+            self._client = redis.Redis.from_url(
+                clean, socket_timeout=10.0, socket_connect_timeout=10.0,
+                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+            )
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"{where} is not a usable Redis URL: {self._scrub(str(exc))}") from None
+        self._log = RedisLog(self._client, key, where)
+        self._errors = (redis.RedisError,)
+        try:
+            self._writers = [self._writer] if self._writer else self._log.writers()
+            if self._writer and not self._client.exists(self._log.stream(self._writer)):
+                raise ConfigurationError(f"writer {self._writer!r} has no stream under key {key!r} at {where}")
+        except redis.RedisError as exc:
+            raise WALError(f"cannot read {self.description}: {self._scrub(f'{type(exc).__name__}: {exc}')}") from exc
+        if not self._writers:
+            raise ConfigurationError(
+                f"no WAL under key {key!r} at {where} (no writer has written); check ?key="
+            )
+
+    def chains(self) -> list[str]:
+        return list(self._writers)
+
+    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        return self._log.chain(name)
+
+    def records(self) -> Iterator[Record]:
+        if self._writer:
+            for _loc, item in self._log.chain(self._writer):
+                if isinstance(item, WALCorrupt):
+                    raise item
+                yield item
+            return
+        for page in self._log.pages_since(0):
+            yield from page
+
+    def torn_tail_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.close()
+
+
+class PostgresLogReader:
+    """Every writer's rows in ``table`` (or only ``writer``'s)."""
+
+    def __init__(self, url: str) -> None:
+        from .postgres import DEFAULT_TABLE, PostgresLog, _import_psycopg, describe_dsn, dsn_secrets
+
+        psycopg = _import_psycopg()
+        clean, mine = _split_query(url, ("table", "writer"))
+        self._scrub = Scrubber(dsn_secrets(url))
+        where = describe_dsn(clean)
+        table = mine.get("table") or DEFAULT_TABLE
+        self.description = f"{where} table {table}"
+        self._writer = mine.get("writer")
+        try:
+            self._conn: Any = psycopg.connect(clean, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise WALError(f"cannot read {self.description}: {self._scrub(f'{type(exc).__name__}: {exc}')}") from exc
+        self._log = PostgresLog(lambda: contextlib.nullcontext(self._conn), table, where)
+        if not self._log.exists(self._conn):
+            self.close()
+            raise ConfigurationError(f"table {table!r} does not exist at {where}; check ?table=")
+        self._writers = [self._writer] if self._writer else self._log.writers()
+        if not self._writers or (self._writer and self._log.tail(self._conn, self._writer) is None):
+            self.close()
+            raise ConfigurationError(
+                f"table {table!r} at {where} holds no records"
+                + (f" of writer {self._writer!r}" if self._writer else "")
+            )
+
+    def chains(self) -> list[str]:
+        return list(self._writers)
+
+    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        return self._log.chain(name)
+
+    def records(self) -> Iterator[Record]:
+        if self._writer:
+            for _loc, item in self._log.chain(self._writer):
+                if isinstance(item, WALCorrupt):
+                    raise item
+                yield item
+            return
+        for page in self._log.pages_since(0):
+            yield from page
+
+    def torn_tail_bytes(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+
+def open_reader(target: str) -> LogReader:
+    """A reader for a file path or a ``file://``, ``redis://``, ``rediss://``, ``unix://``,
+    ``postgresql://`` or ``postgres://`` URL (see the module doc).
+
+    Raises ``ConfigurationError`` for an unknown scheme, a missing log or a missing client
+    package; ``WALError`` if the server cannot be reached. No message carries a password.
+    """
+    if "://" not in target:
+        return FileLogReader(target)
+    scheme = urllib.parse.urlsplit(target).scheme.lower()
+    if scheme == "file":
+        return FileLogReader(urllib.parse.unquote(urllib.parse.urlsplit(target).path))
+    if scheme in ("redis", "rediss", "unix"):
+        return RedisLogReader(target)
+    if scheme in ("postgresql", "postgres"):
+        return PostgresLogReader(target)
+    raise ConfigurationError(
+        f"{redact(target)}: unknown WAL scheme {scheme!r}; use a file path, file://, redis://, "
+        f"rediss://, unix://, postgresql:// or postgres://"
+    )

@@ -1,0 +1,547 @@
+"""RedisWAL: one hash-chained Redis Stream per writer, globally ordered by ``gseq``.
+
+Keys (``key`` defaults to ``agent-saga:wal``; for Redis Cluster give it a hash tag such as
+``{agent-saga}:wal`` so every key below is in one slot)::
+
+    {key}:w:{writer}   STREAM  one entry per record: id "<gseq>-0", field r = the record line
+    {key}:gseq         STRING  the global sequence counter (INCRBY once per batch)
+    {key}:writers      SET     every writer id that has written
+
+Invariants:
+- The field ``r`` holds exactly the line FileWAL would write (``records.encode_line``),
+  so one writer's stream verifies with the same ``chain.verify_records`` as a file. The
+  ``gseq`` (the entry id) and the ``writer`` (the stream) are stamped into
+  ``Record.extra`` by the reader, never hashed.
+- A batch is one Lua script (``APPEND``), run atomically: check the fence, take ``n``
+  global sequences with one INCRBY, XADD the ``n`` records. With ``wait_replicas=N`` the
+  same round trip carries ``WAIT N timeout``. Group commit: one round trip per batch.
+- Fence: the script refuses a batch unless the stream still ends at the entry this writer
+  last wrote. Two processes using one writer id, or a Redis that lost acknowledged
+  entries, fail loudly instead of forking or silently re-growing the chain.
+- Reads merge every writer's stream by ``gseq`` up to the counter's value read first.
+  Because a batch takes its ``gseq`` and becomes visible in one atomic script, no record
+  with a lower ``gseq`` can appear later: ``read_since(gseq)`` is a consistent cursor.
+- Fail-stop, like FileWAL: a failed round trip fails the writer; every waiter gets
+  ``WALError`` chained to the real ``redis`` error. The failed batch is in doubt (it may
+  have landed): open a new RedisWAL with the same ``writer`` to continue from what Redis
+  holds. No acknowledged record is dropped; no unacknowledged record is ever reported
+  durable. redis-py's own retries are disabled on clients this class creates, so a batch
+  is never re-sent behind the writer's back.
+
+Durability class: ``barrier`` means Redis acknowledged the batch, which is weaker than
+fsync: the entry is in the server's memory, on disk only per its AOF setting
+(``appendonly yes`` + ``appendfsync always`` fsyncs before replying; ``everysec`` may
+lose about a second), and on replicas only with ``wait_replicas``. See
+docs/wal-backends.md before putting money through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from ..chain import seal
+from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
+from ..records import GENESIS, Record, decode_line, encode_line, validate_id
+from .base import Backpressure, FaultHook
+from .batching import BatchingWAL, Sealed, default_writer_id
+from .compaction import (
+    CompactionAborted,
+    CompactionPlan,
+    CompactionReport,
+    CompactionRequest,
+    resolved_sagas,
+)
+from .urls import Scrubber, redact, secrets_in
+
+log = logging.getLogger("agent_saga.wal")
+
+DEFAULT_KEY = "agent-saga:wal"
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigurationError(
+            "RedisWAL needs the redis client: pip install 'agent-saga[redis]'"
+        ) from exc
+    return redis
+
+
+def _gseq_of(entry_id: bytes | str) -> int:
+    s = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return int(s.split("-", 1)[0])
+
+
+class RedisLog:
+    """The read side of a Redis WAL (synchronous; used by RedisWAL and the CLI).
+
+    ``where`` is the password-free name of the server used in locations and messages.
+    """
+
+    def __init__(self, client: Any, key: str, where: str) -> None:
+        self.client = client
+        self.key = key
+        self.where = where
+        self.gseq_key = f"{key}:gseq"
+        self.writers_key = f"{key}:writers"
+
+    def stream(self, writer: str) -> str:
+        return f"{self.key}:w:{writer}"
+
+    def writers(self) -> list[str]:
+        """Every writer id that has written to this log, sorted."""
+        return sorted(w.decode() if isinstance(w, bytes) else w for w in self.client.smembers(self.writers_key))
+
+    def high_water(self) -> int:
+        v = self.client.get(self.gseq_key)
+        return int(v) if v is not None else 0
+
+    def _decode(self, writer: str, entry: Any) -> tuple[str, Record | WALCorrupt]:
+        entry_id, fields = entry
+        eid = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        location = f"{self.where} stream {self.stream(writer)} entry {eid}"
+        line = fields.get(b"r", fields.get("r"))
+        if line is None:
+            return location, WALCorrupt(f"{location}: entry has no record field 'r'", location=location)
+        try:
+            rec = decode_line(line, location)
+        except WALCorrupt as exc:
+            return location, exc
+        rec.extra["gseq"] = _gseq_of(eid)
+        rec.extra["writer"] = writer
+        return location, rec
+
+    def tail(self, writer: str) -> tuple[str, tuple[str, Record | WALCorrupt] | None]:
+        """``(last entry id or "0-0", decoded last entry or None)`` of ``writer``'s stream."""
+        last = self.client.xrevrange(self.stream(writer), "+", "-", count=1)
+        if not last:
+            return "0-0", None
+        eid = last[0][0]
+        return (eid.decode() if isinstance(eid, bytes) else eid), self._decode(writer, last[0])
+
+    def entries(self, writer: str, page_size: int = 1000) -> Iterator[tuple[str, str, Record | WALCorrupt]]:
+        """``(entry id, location, record-or-error)`` of one writer's chain, in order."""
+        stream = self.stream(writer)
+        start = "-"
+        while True:
+            page = self.client.xrange(stream, start, "+", count=page_size)
+            for entry in page:
+                eid = entry[0].decode() if isinstance(entry[0], bytes) else entry[0]
+                location, item = self._decode(writer, entry)
+                yield eid, location, item
+            if len(page) < page_size:
+                return
+            last = page[-1][0]
+            start = "(" + (last.decode() if isinstance(last, bytes) else last)
+
+    def chain(self, writer: str, page_size: int = 1000) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        """``(location, record-or-error)`` of one writer's chain: what ``verify_records`` takes."""
+        for _eid, location, item in self.entries(writer, page_size):
+            yield location, item
+
+    def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
+        """Every writer's records with ``gseq > cursor``, merged in ``gseq`` order, in pages.
+
+        Stops at the counter's value read first (see the module doc: a consistent cursor).
+        Raises ``WALCorrupt`` on an entry that cannot be read.
+        """
+        hwm = self.high_water()
+        if hwm <= cursor:
+            return
+        writers = self.writers()
+        bufs: dict[str, deque[Record]] = {w: deque() for w in writers}
+        pos = dict.fromkeys(writers, cursor)
+        live = set(writers)
+        heap: list[tuple[int, str]] = []
+
+        def refill(ws: list[str]) -> None:
+            pipe = self.client.pipeline(transaction=False)
+            for w in ws:
+                pipe.xrange(self.stream(w), f"({pos[w]}-0", f"{hwm}-0", count=page_size)
+            for w, page in zip(ws, pipe.execute(), strict=True):
+                for entry in page:
+                    _loc, item = self._decode(w, entry)
+                    if isinstance(item, WALCorrupt):
+                        raise item
+                    bufs[w].append(item)
+                if page:
+                    pos[w] = _gseq_of(page[-1][0])
+                if len(page) < page_size:
+                    live.discard(w)
+                if bufs[w]:
+                    heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
+
+        if writers:
+            refill(writers)
+        out: list[Record] = []
+        while heap:
+            _, w = heapq.heappop(heap)
+            out.append(bufs[w].popleft())
+            if bufs[w]:
+                heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
+            elif w in live:
+                refill([w])
+            if len(out) >= page_size:
+                yield out
+                out = []
+        if out:
+            yield out
+
+
+class RedisWAL(BatchingWAL):
+    """A hash-chained log in a Redis Stream per writer; ``barrier`` means Redis acknowledged.
+
+    Args:
+        target: a ``redis://`` / ``rediss://`` / ``unix://`` URL (may carry a password, which
+            never appears in a record, log line or message), or a synchronous
+            ``redis.Redis`` client (its retry policy is yours; the fence still refuses a
+            duplicated batch).
+        key: the key prefix of this log (see the module doc).
+        writer: this writer's id (default ``default_writer_id()``, unique per process).
+            Reopening a writer id continues its sequence and chain from Redis.
+        wait_replicas: with N > 0 every batch is followed by ``WAIT N wait_timeout_ms`` in
+            the same round trip; fewer acknowledgements fail the writer with
+            ``WALStalled`` (the batch is on the primary, not on N replicas).
+        socket_timeout: bound on one round trip, in seconds (then the writer fails).
+        max_pending, backpressure, stall_timeout, fault_hook: as for FileWAL.
+        max_batch: records per round trip at most.
+
+    Raises ``ConfigurationError`` on bad arguments or a missing ``redis`` package,
+    ``WALError`` if Redis cannot be reached, ``WALCorrupt`` if the writer's last entry
+    cannot be read.
+    """
+
+    backend = "redis"
+
+    # KEYS[1] this writer's stream, KEYS[2] the gseq counter, KEYS[3] the writer registry
+    # ARGV[1] writer id, ARGV[2] the stream's last entry id as this writer knows it
+    # ("0-0" for a new stream), ARGV[3..] the batch's record lines in seq order.
+    # Returns the gseq of the batch's last record; entry ids are "<gseq>-0".
+    APPEND = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last_id = '0-0'
+if last[1] then last_id = last[1][1] end
+if last_id ~= ARGV[2] then
+  return redis.error_reply('FENCED ' .. last_id)
+end
+local n = #ARGV - 2
+local top = redis.call('INCRBY', KEYS[2], n)
+for i = 3, #ARGV do
+  redis.call('XADD', KEYS[1], string.format('%d-0', top - n + i - 2), 'r', ARGV[i])
+end
+redis.call('SADD', KEYS[3], ARGV[1])
+return top
+"""
+
+    # KEYS as APPEND. ARGV[1] writer id, ARGV[2] expected last entry id, ARGV[3] MINID
+    # below which every entry goes ('' for none), ARGV[4] the attestation line,
+    # ARGV[5..] further entry ids to delete. Atomic: the removal and the attestation land
+    # together or not at all. Returns the attestation's gseq.
+    COMPACT = """
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local last_id = '0-0'
+if last[1] then last_id = last[1][1] end
+if last_id ~= ARGV[2] then
+  return redis.error_reply('FENCED ' .. last_id)
+end
+if ARGV[3] ~= '' then redis.call('XTRIM', KEYS[1], 'MINID', ARGV[3]) end
+local ids = {}
+for i = 5, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+  if #ids == 500 then
+    redis.call('XDEL', KEYS[1], unpack(ids))
+    ids = {}
+  end
+end
+if #ids > 0 then redis.call('XDEL', KEYS[1], unpack(ids)) end
+local g = redis.call('INCRBY', KEYS[2], 1)
+redis.call('XADD', KEYS[1], string.format('%d-0', g), 'r', ARGV[4])
+redis.call('SADD', KEYS[3], ARGV[1])
+return g
+"""
+
+    def __init__(
+        self,
+        target: str | Any,
+        *,
+        key: str = DEFAULT_KEY,
+        writer: str | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
+        socket_timeout: float = 10.0,
+        max_pending: int = 100_000,
+        backpressure: Backpressure = Backpressure.RAISE,
+        stall_timeout: float = 30.0,
+        max_batch: int = 1000,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        redis = _import_redis()
+        if wait_replicas < 0:
+            raise ConfigurationError(f"wait_replicas must be >= 0, got {wait_replicas}")
+        if wait_timeout_ms < 1:
+            # WAIT with 0 blocks forever: every fence must be bounded.
+            raise ConfigurationError(f"wait_timeout_ms must be >= 1, got {wait_timeout_ms}")
+        if not key or any(c in key for c in " \n\r"):
+            raise ConfigurationError(f"key {key!r} must be a non-empty Redis key without spaces")
+        self.writer = validate_id(writer if writer is not None else default_writer_id(), "writer")
+        self.key = key
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+        client, where, secret_list, self._owns_client = _make_client(redis, target, socket_timeout)
+        scrub = Scrubber(secret_list)
+        self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, redis.RedisError)
+        self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
+        self._client = client
+        self._log = RedisLog(client, key, where)
+        self._stream = self._log.stream(self.writer)
+        self._keys = [self._stream, self._log.gseq_key, self._log.writers_key]
+        super().__init__(
+            name=f"{where} stream {self._stream}",
+            scrub=scrub,
+            max_pending=max_pending,
+            backpressure=backpressure,
+            stall_timeout=stall_timeout,
+            max_batch=max_batch,
+            fault_hook=fault_hook,
+        )
+        self._conn: Any = None
+        try:
+            last_id, tail = self._log.tail(self.writer)
+            self._shas = {
+                "APPEND": client.script_load(self.APPEND),
+                "COMPACT": client.script_load(self.COMPACT),
+            }
+            self.durability = self._probe_durability()
+            # The flusher's own connection, held for the writer's life: no pool round trip
+            # per batch, and nothing else interleaves commands on it.
+            self._conn = client.connection_pool.get_connection()
+        except redis.RedisError as exc:
+            self._close_client()
+            raise WALError(
+                f"cannot open RedisWAL: Redis at {where} failed: {scrub(f'{type(exc).__name__}: {exc}')}"
+            ) from exc
+        head, last_seq = GENESIS, 0
+        if tail is not None:
+            location, item = tail
+            if isinstance(item, WALCorrupt):
+                self._close_client()
+                raise WALCorrupt(
+                    f"{location} (the writer's last record) cannot be read: {item.message}. "
+                    f"Run `agent-saga verify` on this log; a writer cannot continue a chain "
+                    f"whose head it cannot read",
+                    location=location,
+                ) from item
+            head, last_seq = item.hash, item.seq
+        self._last_id = last_id
+        self._start(head, last_seq)
+
+    # ------------------------------------------------------------------ I/O
+
+    def _probe_durability(self) -> str:
+        base = (
+            "redis: barrier returns after Redis acknowledged the batch (weaker than fsync: "
+            "in the server's memory, on disk only per its AOF setting)"
+        )
+        try:
+            cfg = self._client.config_get("append*")
+            ao = _text(cfg.get(b"appendonly", cfg.get("appendonly", "?")))
+            af = _text(cfg.get(b"appendfsync", cfg.get("appendfsync", "?")))
+            server = f"appendonly={ao} appendfsync={af}"
+        except self._redis_errors:
+            ao, server = "?", "AOF setting unknown (CONFIG GET refused)"
+        if self.wait_replicas:
+            base += f", and after {self.wait_replicas} replica(s) acknowledged it (WAIT)"
+        elif ao == "no":
+            log.warning(
+                "RedisWAL %s: the server has appendonly=no and wait_replicas=0, so a Redis "
+                "restart loses acknowledged records; turn on AOF (appendfsync always) or WAIT",
+                self.name,
+            )
+        return f"{base} [{server}]"
+
+    def _roundtrip(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Send ``commands`` in one write on the flusher's own connection; read every reply
+        (error replies as values, so the connection stays in step)."""
+        redis = _import_redis()
+        conn = self._conn
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            out: list[Any] = []
+            for _ in commands:
+                try:
+                    out.append(conn.read_response())
+                except redis.exceptions.ResponseError as exc:
+                    out.append(exc)
+            return out
+        except BaseException:
+            conn.disconnect()
+            raise
+
+    def _call(self, script: str, args: list[Any]) -> Any:
+        """EVALSHA ``script`` (reloading it once on NOSCRIPT), plus WAIT when configured."""
+        redis = _import_redis()
+        for attempt in (0, 1):
+            cmd = ("EVALSHA", self._shas[script], len(self._keys), *self._keys, *args)
+            if self.wait_replicas:
+                out, acks = self._roundtrip(cmd, ("WAIT", self.wait_replicas, self.wait_timeout_ms))
+                if isinstance(acks, Exception):
+                    raise acks
+            else:
+                (out,), acks = self._roundtrip(cmd), None
+            if isinstance(out, redis.exceptions.NoScriptError) and attempt == 0:
+                # The script cache was flushed: the script did not run, re-sending is safe.
+                self._shas[script] = self._roundtrip(("SCRIPT", "LOAD", getattr(self, script)))[0]
+                continue
+            if isinstance(out, Exception):
+                if str(out).startswith("FENCED"):
+                    raise WALError(
+                        f"WAL {self.name}: the stream ends at entry {str(out).split()[-1]}, not "
+                        f"{self._last_id} as this writer last wrote: another process writes with "
+                        f"writer id {self.writer!r}, or Redis lost acknowledged entries (a "
+                        f"restart without AOF). Nothing was written; open a new RedisWAL to "
+                        f"continue from what Redis holds"
+                    ) from out
+                raise out
+            if acks is not None and int(acks) < self.wait_replicas:
+                raise WALStalled(
+                    f"WAL {self.name}: only {acks} of {self.wait_replicas} replicas acknowledged "
+                    f"within {self.wait_timeout_ms} ms; the batch is on the primary but not "
+                    f"replicated as required"
+                )
+            return out
+        raise AssertionError("unreachable")
+
+    def _write_batch(self, sealed: Sealed) -> None:
+        lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
+        top = self._call("APPEND", [self.writer, self._last_id, *lines])
+        self._last_id = f"{int(top)}-0"
+
+    def _compact_now(self, req: CompactionRequest, prev: str) -> tuple[CompactionReport, str]:
+        try:
+            resolved: set[str] = set()
+            for w in self._log.writers():
+                resolved |= resolved_sagas(_records(self._log.chain(w)))
+            plan = CompactionPlan(resolved, req.keep_sagas)
+            minid = ""
+            dels: list[str] = []
+            prefix = True
+            for eid, _loc, item in self._log.entries(self.writer):
+                if isinstance(item, WALCorrupt):
+                    raise item
+                if plan.offer(item):
+                    if prefix:
+                        minid, prefix = eid, False
+                elif not prefix:
+                    dels.append(eid)
+            if prefix and plan.removed:
+                minid = f"{_gseq_of(self._last_id) + 1}-0"  # every entry goes
+            rec = plan.attestation(req.seq)
+            canonical = seal(rec, prev)
+            line = encode_line(rec, canonical)[:-1]
+        except self._read_errors as exc:
+            raise CompactionAborted(
+                f"compaction of {self.name} read failed, nothing was changed: "
+                f"{self._scrub(f'{type(exc).__name__}: {exc}')}"
+            ) from exc
+        if not plan.removed:
+            minid = ""
+        g = self._call("COMPACT", [self.writer, self._last_id, minid, line, *dels])
+        self._last_id = f"{int(g)}-0"
+        return plan.report(req.seq), rec.hash
+
+    def _close_client(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            self._conn = None
+            try:
+                self._client.connection_pool.release(conn)
+            except Exception:  # noqa: BLE001 - releasing a broken connection
+                pass
+        if self._owns_client:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection
+                pass
+
+    def _release(self) -> None:
+        self._close_client()
+
+    # ------------------------------------------------------------------ reading
+
+    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every writer's records in ``gseq`` order (see ``read_since``)."""
+        async for rec in self.read_since(0, page_size=page_size):
+            yield rec
+
+    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every writer's records with ``gseq > seq``, merged in ``gseq`` order, fetched
+        ``page_size`` at a time off the event loop. ``seq`` is a cursor: pass the ``gseq``
+        of the last record read (``BaseWAL.cursor``) to resume."""
+        pages = self._log.pages_since(seq, page_size)
+        while True:
+            page = await asyncio.to_thread(next, pages, None)
+            if page is None:
+                return
+            for rec in page:
+                yield rec
+
+    async def read_chain(self, writer: str | None = None, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """One writer's chain (default: this one) in ``seq`` order; raises ``WALCorrupt``."""
+        items = self._log.chain(writer or self.writer, page_size)
+        while True:
+            pair = await asyncio.to_thread(next, items, None)
+            if pair is None:
+                return
+            if isinstance(pair[1], WALCorrupt):
+                raise pair[1]
+            yield pair[1]
+
+
+def _records(items: Iterator[tuple[str, Record | WALCorrupt]]) -> Iterator[Record]:
+    for _loc, item in items:
+        if isinstance(item, WALCorrupt):
+            raise item
+        yield item
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, str, list[str], bool]:
+    """``(client, password-free name, secrets, owned)`` for a URL or a client."""
+    if isinstance(target, str):
+        where = redact(target)
+        try:
+            client = redis.Redis.from_url(
+                target,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
+            )
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(
+                f"RedisWAL: {where} is not a usable Redis URL: {Scrubber(secrets_in(target))(str(exc))}"
+            ) from None
+        return client, where, list(secrets_in(target)), True
+    if isinstance(target, redis.asyncio.Redis):
+        raise ConfigurationError(
+            "RedisWAL takes a URL or a synchronous redis.Redis client: its private flusher "
+            "thread cannot share an asyncio client bound to your event loop"
+        )
+    if not isinstance(target, redis.Redis):
+        raise ConfigurationError(
+            f"RedisWAL takes a redis:// URL or a redis.Redis client, not {type(target).__name__}"
+        )
+    kw = target.connection_pool.connection_kwargs
+    where = (
+        f"redis unix://{kw['path']}" if "path" in kw else f"redis://{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
+    )
+    secret_list = [str(kw["password"])] if kw.get("password") else []
+    return target, where, secret_list, False
