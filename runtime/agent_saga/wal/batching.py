@@ -8,8 +8,13 @@ It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
   hash chain (one ``os.urandom`` for the batch's salts) and hands them to
   ``_write_batch`` as one unit: group commit, one server round trip per batch. The
   caller's event loop never does the I/O and a slow caller cannot starve the flusher.
-- Waiters are a heap of ``(seq, n, loop, future)``; a completed batch wakes them, one
-  ``call_soon_threadsafe`` per loop. ``barrier`` raises ``WALStalled`` after its bound.
+- The flusher is woken by demand, not by every record: a ``barrier`` (or close, compact,
+  a full batch) wakes it at once; records nobody waits for (REVERSIBLE steps) are written
+  within ``linger`` seconds. So a burst of fast steps costs no thread switches.
+- Waiters are a heap of ``(seq, n, loop, future, deadline)``; a completed batch wakes them,
+  one ``call_soon_threadsafe`` per loop. One watchdog thread per writer expires overdue
+  waiters with ``WALStalled`` (no timer per fence on the caller's loop), so a wedged
+  device or server never hangs a caller past its bound (plus the watchdog's tick).
 - Fail-stop: a batch that fails fails the writer. Every waiter and every later caller gets
   ``WALError`` chained to the real error, with no password in any message. Whether the
   failed batch reached the server is unknown (in doubt); a new writer opened with the same
@@ -99,13 +104,18 @@ class BatchingWAL(BaseWAL):
         self._current: CompactionRequest | None = None
 
         self._wlock = threading.Lock()
-        self._waiters: list[tuple[int, int, Any, Any]] = []
+        self._waiters: list[tuple[int, int, Any, Any, float, float]] = []
         self._wcount = itertools.count()
         self._batches = 0
         self._head = ""
         self._next_seq = 1
         self._durable_seq = 0
         self._flusher: threading.Thread | None = None
+        self._want = 0  # the highest seq a fence asked for: the flusher writes up to it now
+        self._linger = 0.005  # how long records nobody waits for may sit in the queue
+        self._tick = min(1.0, stall_timeout / 4)  # the watchdog's period
+        self._wd_wake = threading.Event()
+        self._watchdog: threading.Thread | None = None
 
     def _start(self, head: str, last_seq: int) -> None:
         """Begin after the subclass found the chain head (``last_seq`` 0 for a new chain)."""
@@ -116,6 +126,10 @@ class BatchingWAL(BaseWAL):
             target=self._run, name=f"agent-saga-wal-flusher:{self.backend}", daemon=True
         )
         self._flusher.start()
+        self._watchdog = threading.Thread(
+            target=self._watch, name=f"agent-saga-wal-watchdog:{self.backend}", daemon=True
+        )
+        self._watchdog.start()
         _open_wals.add(self)
 
     # ------------------------------------------------------------------ for subclasses
@@ -161,8 +175,10 @@ class BatchingWAL(BaseWAL):
             self._refuse()
             seq = self._next_seq
             self._next_seq = seq + 1
-            self._pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
-            self._work.notify()
+            pending = self._pending
+            pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
+            if len(pending) >= self._max_batch:
+                self._work.notify()  # a full batch goes now; otherwise a fence or linger
         return seq
 
     def _wait_for_space(self) -> None:
@@ -190,11 +206,20 @@ class BatchingWAL(BaseWAL):
             req: CompactionRequest | None = None
             batch: list[Record] = []
             with self._lock:
-                while not self._pending and not self._closing:
-                    self._work.wait()
-                if not self._pending:
-                    return  # closing and drained
-                pending = self._pending
+                while True:
+                    pending = self._pending
+                    if not pending:
+                        if self._closing:
+                            return  # closing and drained
+                        self._work.wait(self._linger * 20)
+                        continue
+                    if (
+                        self._closing
+                        or pending[0].seq <= self._want
+                        or len(pending) >= self._max_batch
+                        or not self._work.wait(self._linger)
+                    ):
+                        break
                 if isinstance(pending[0], CompactionRequest):
                     req = pending.popleft()  # type: ignore[assignment]
                 else:
@@ -295,7 +320,7 @@ class BatchingWAL(BaseWAL):
         with self._wlock:
             w = self._waiters
             while w and (durable is None or w[0][0] <= durable):
-                _, _, loop, fut = heapq.heappop(w)
+                _, _, loop, fut, _, _ = heapq.heappop(w)
                 if loop is None:
                     fut.set()
                 else:
@@ -333,29 +358,70 @@ class BatchingWAL(BaseWAL):
             return
         if self._failed is not None:
             self._check(seq)
+        if seq > self._want:
+            self._demand(seq)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
+        limit = self._stall_timeout if timeout is None else timeout
+        if limit < self._tick * 4:
+            self._tighten(limit)
         with self._wlock:
             waiting = seq > self._durable_seq and self._failed is None
             if waiting:
-                heapq.heappush(self._waiters, (seq, next(self._wcount), loop, fut))
+                heapq.heappush(
+                    self._waiters, (seq, next(self._wcount), loop, fut, time.monotonic() + limit, limit)
+                )
         if waiting:
-            limit = self._stall_timeout if timeout is None else timeout
-            timer = loop.call_later(limit, _expire, fut, self._stalled, seq, limit)
-            try:
-                await fut
-            finally:
-                timer.cancel()
+            await fut
         self._check(seq)
+
+    def _demand(self, seq: int) -> None:
+        """Ask the flusher to write up to ``seq`` now."""
+        with self._lock:
+            if seq > self._want:
+                self._want = seq
+                self._work.notify()
+
+    def _tighten(self, limit: float) -> None:
+        """Make the watchdog tick often enough for a fence bounded by ``limit`` seconds."""
+        self._tick = max(0.005, min(self._tick, limit / 4))
+        self._wd_wake.set()
+
+    def _watch(self) -> None:
+        """Expire fences past their deadline with ``WALStalled`` (the flusher may be stuck)."""
+        while not self._closed:
+            self._wd_wake.wait(self._tick)
+            self._wd_wake.clear()
+            now = time.monotonic()
+            expired: list[tuple[Any, Any, int, float]] = []
+            with self._wlock:
+                w = self._waiters
+                if any(x[4] <= now for x in w):
+                    keep = []
+                    for x in w:
+                        if x[4] <= now:
+                            expired.append((x[2], x[3], x[0], x[5]))
+                        else:
+                            keep.append(x)
+                    heapq.heapify(keep)
+                    self._waiters = keep
+            for loop, fut, seq, limit in expired:
+                try:
+                    loop.call_soon_threadsafe(_expire, fut, self._stalled, seq, limit)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody is waiting any more
 
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """``barrier`` for threads and synchronous code."""
         if seq is None:
             seq = self._next_seq - 1
+        if seq > self._want:
+            self._demand(seq)
         ev = threading.Event()
         with self._wlock:
             if seq > self._durable_seq and self._failed is None:
-                heapq.heappush(self._waiters, (seq, next(self._wcount), None, ev))
+                # The thread bounds its own wait; the watchdog leaves it alone.
+                heapq.heappush(self._waiters, (seq, next(self._wcount), None, ev, float("inf"), 0.0))
             else:
                 ev.set()
         limit = self._stall_timeout if timeout is None else timeout
@@ -374,6 +440,7 @@ class BatchingWAL(BaseWAL):
             req = CompactionRequest(self._next_seq, keep_sagas)
             self._next_seq += 1
             self._pending.append(req)
+            self._want = max(self._want, req.seq)
             self._work.notify()
         fut = asyncio.wrap_future(req.future)
         if timeout is None:
@@ -429,6 +496,7 @@ class BatchingWAL(BaseWAL):
                     f"records within {timeout}s; the server may be wedged"
                 )
         self._closed = True
+        self._wd_wake.set()
         _open_wals.discard(self)
         try:
             self._release()

@@ -1,0 +1,202 @@
+"""Core engine benchmark: step latency and durable throughput, next to the disk's floor.
+
+Measures, in one run on the same disk:
+- the floor: a bare ``write`` + ``fdatasync`` of one log line (what FileWAL calls), and a
+  bare ``write`` + ``fsync`` for reference;
+- REVERSIBLE step latency (``saga.execute``) with an async and with a sync tool function;
+- COMPENSABLE step latency (two durability fences) and its ratio to the floor's p50;
+- durable steps/s at 1, 16, 64 and 256 concurrent sagas, with step p99.
+
+Floor and measured rounds are interleaved, because absolute times on a shared machine are
+noise; the ratios are what to compare. Prints a table, or JSON with ``--json``.
+
+    python bench/bench_core.py [--quick] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agent_saga import ActionSemantics, Compensation, FileWAL, saga_scope
+
+REV = ActionSemantics.REVERSIBLE
+COMP = ActionSemantics.COMPENSABLE
+LINE = b'{"v":1,"seq":1,"ts":1,"type":"STEP_INTENT","saga":"bench-0123456789ab","step":"bench/1",' \
+       b'"payload":{"tool":"stripe.charge"},"salt":"00","digest":"00","prev":"00","hash":"00"}\n'
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def summary_us(samples: list[float]) -> dict[str, float]:
+    return {k: round(pct(samples, q) * 1e6, 2) for k, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def bare_sync(path: Path, n: int, fn: Any) -> list[float]:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = []
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            os.write(fd, LINE)
+            fn(fd)
+            out.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+    return out
+
+
+async def _async_tool() -> dict[str, str]:
+    return {"id": "x"}
+
+
+def _sync_tool() -> dict[str, str]:
+    return {"id": "x"}
+
+
+def _undo(r: Any) -> Compensation:
+    return Compensation(handler="bench.refund", kwargs={"id": r["id"]})
+
+
+async def reversible(wal: FileWAL, n: int, sync_tool: bool) -> list[float]:
+    fwd = _sync_tool if sync_tool else _async_tool
+    out = []
+    async with saga_scope(wal, name="bench-rev") as saga:
+        for _ in range(200):  # warm-up
+            await saga.execute("cache.put", REV, fwd)
+        for _ in range(n):
+            t = time.perf_counter()
+            await saga.execute("cache.put", REV, fwd)
+            out.append(time.perf_counter() - t)
+    return out
+
+
+async def compensable(wal: FileWAL, n: int) -> list[float]:
+    out = []
+    async with saga_scope(wal, name="bench-comp") as saga:
+        for _ in range(n):
+            t = time.perf_counter()
+            await saga.execute("stripe.charge", COMP, _async_tool, _undo)
+            out.append(time.perf_counter() - t)
+    return out
+
+
+async def throughput(wal: FileWAL, concurrency: int, steps_per_saga: int) -> dict[str, float]:
+    lat: list[float] = []
+
+    async def one() -> None:
+        async with saga_scope(wal, name="bench-tp") as saga:
+            for _ in range(steps_per_saga):
+                t = time.perf_counter()
+                await saga.execute("stripe.charge", COMP, _async_tool, _undo)
+                lat.append(time.perf_counter() - t)
+
+    before = wal.stats().syncs
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+    dt = time.perf_counter() - t0
+    steps = concurrency * steps_per_saga
+    return {
+        "concurrency": concurrency,
+        "steps": steps,
+        "steps_per_s": round(steps / dt),
+        "p50_us": round(pct(lat, 0.5) * 1e6, 1),
+        "p99_us": round(pct(lat, 0.99) * 1e6, 1),
+        "syncs": wal.stats().syncs - before,
+    }
+
+
+async def run(quick: bool) -> dict[str, Any]:
+    rounds = 3 if quick else 5
+    n_fast = 2000 if quick else 10000
+    n_durable = 100 if quick else 300
+    tmp = Path(tempfile.mkdtemp(prefix="agent-saga-bench-", dir=os.environ.get("BENCH_DIR")))
+    floor_fdatasync: list[float] = []
+    floor_fsync: list[float] = []
+    rev_async: list[float] = []
+    rev_sync: list[float] = []
+    comp: list[float] = []
+    wal = FileWAL(tmp / "bench.wal", max_pending=1_000_000)
+    try:
+        for _ in range(rounds):  # interleave floor and measured rounds
+            floor_fdatasync += bare_sync(tmp / "floor.log", n_durable, os.fdatasync)
+            comp += await compensable(wal, n_durable)
+            floor_fsync += bare_sync(tmp / "floor2.log", n_durable // 2, os.fsync)
+            rev_async += await reversible(wal, n_fast, sync_tool=False)
+            rev_sync += await reversible(wal, n_fast // 4, sync_tool=True)
+        await wal.barrier()
+        tp = []
+        for c in (1, 16, 64, 256):
+            per = max(20, (400 if quick else 1500) // c) if c > 1 else (100 if quick else 300)
+            tp.append(await throughput(wal, c, per))
+    finally:
+        wal.close()
+    floor = statistics.median(floor_fdatasync)
+    comp_p50 = pct(comp, 0.5)
+    return {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "floor_write_fdatasync_us": summary_us(floor_fdatasync),
+        "floor_write_fsync_us": summary_us(floor_fsync),
+        "reversible_async_us": summary_us(rev_async),
+        "reversible_sync_us": summary_us(rev_sync),
+        "compensable_us": summary_us(comp),
+        "compensable_p50_over_floor_p50": round(comp_p50 / floor, 2),
+        "throughput": tp,
+        "targets": {
+            "reversible_async_p50_le_10us": pct(rev_async, 0.5) * 1e6 <= 10,
+            "reversible_sync_p50_le_80us": pct(rev_sync, 0.5) * 1e6 <= 80,
+            "compensable_p50_le_2.5x_floor": comp_p50 / floor <= 2.5,
+            "throughput_256_ge_20000": tp[-1]["steps_per_s"] >= 20000,
+            "throughput_grows_with_concurrency": all(
+                a["steps_per_s"] < b["steps_per_s"] for a, b in zip(tp[:2], tp[1:3], strict=True)
+            ),
+        },
+    }
+
+
+def print_table(r: dict[str, Any]) -> None:
+    def row(name: str, s: dict[str, float], note: str = "") -> None:
+        print(f"  {name:34} {s['p50']:>10.1f} {s['p95']:>10.1f} {s['p99']:>10.1f}  {note}")
+
+    print(f"agent-saga core benchmark — Python {r['machine']['python']}, {r['machine']['cpus']} CPUs")
+    print(f"  {'latency (µs)':34} {'p50':>10} {'p95':>10} {'p99':>10}")
+    row("floor: write + fdatasync", r["floor_write_fdatasync_us"], "(the physical floor)")
+    row("floor: write + fsync", r["floor_write_fsync_us"])
+    row("REVERSIBLE step, async tool", r["reversible_async_us"], "target p50 ≤ 10 µs")
+    row("REVERSIBLE step, sync tool", r["reversible_sync_us"], "target p50 ≤ 80 µs")
+    row("COMPENSABLE step (2 fences)", r["compensable_us"],
+        f"= {r['compensable_p50_over_floor_p50']} × floor p50 (target ≤ 2.5)")
+    print(f"\n  {'concurrent sagas':>18} {'steps/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'fsyncs':>8}")
+    for t in r["throughput"]:
+        print(f"  {t['concurrency']:>18} {t['steps_per_s']:>10} {t['p50_us']:>10} {t['p99_us']:>10} {t['syncs']:>8}")
+    print("\n  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in r["targets"].items()))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    args = ap.parse_args()
+    result = asyncio.run(run(args.quick))
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        print_table(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
