@@ -296,3 +296,29 @@ def test_record_line_format_is_stable(tmp_path: Path) -> None:
     assert list(d) == ["v", "seq", "ts", "type", "saga", "step", "payload", "salt", "digest", "prev", "hash"]
     assert '"payload":{"a":[1,2],"b":1}' in line  # canonical: sorted keys, no spaces
     assert d["prev"] == "0" * 64 and len(d["salt"]) == 32
+
+
+def test_records_nobody_waits_for_reach_the_disk_without_a_fence(tmp_path: Path) -> None:
+    # REVERSIBLE steps never fence: their records must still be written, within linger.
+    import time
+
+    wal = FileWAL(tmp_path / "l.wal")
+    try:
+        wal.append("STEP_INTENT", "s-1", "s-1/0", {"tool": "cache.put"})
+        deadline = time.monotonic() + 5
+        while not (tmp_path / "l.wal").read_bytes():
+            assert time.monotonic() < deadline, "an unfenced record was never written"
+            time.sleep(0.001)
+        assert wal.stats().durable_seq == 1
+    finally:
+        wal.close()
+
+
+async def test_a_burst_of_unfenced_records_shares_few_writes(tmp_path: Path) -> None:
+    wal = FileWAL(tmp_path / "burst.wal")
+    for i in range(2000):
+        wal.append("STEP_INTENT", "s-1", None, {"i": i})
+    await wal.barrier()
+    st = wal.stats()
+    wal.close()
+    assert st.durable_seq == 2000 and st.batches < 20, st  # not one wake-up per record
