@@ -51,8 +51,11 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-bench: install
+# Benchmarks print ratios against floors measured in the same run (never timed tests).
+bench: install system-deps
 	$(PY) bench/bench_core.py
+	$(PY) bench/bench_wal.py
+	$(PY) bench/bench_limits.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
