@@ -3,6 +3,7 @@
     SagaError                      every error this library raises on purpose
     ├── SagaRefused                a control refused the step; nothing happened
     │   └── GateBlocked            the pre-flight gate said BLOCK (or approval was denied)
+    │       └── SagaQuarantined    a kill-switch QUARANTINE froze the saga: no rollback
     ├── StepOutcomeUnknown         the step may or may not have happened (timeout)
     ├── RollbackIncomplete         a rollback left at least one step not restored
     ├── CompensationError          a compensation could not be built or run
@@ -14,7 +15,9 @@
         ├── WALStalled             a durability fence did not complete within its bound
         ├── WALBackpressure        too many records are waiting to be written (RAISE policy)
         ├── WALClosed              the log is closed
-        └── WALCorrupt             a record cannot be read; names the line and the fix
+        ├── WALCorrupt             a record cannot be read; names the line and the fix
+        ├── WALKeyMissing          a record is encrypted and this reader has no key for it
+        └── WALDecryptFailed       an encrypted record did not authenticate (wrong key, altered)
 
 Every error carries the typed fields that apply (``saga_id``, ``step_id``, ``tool``) and a
 message that says what was refused, why, and what to do. Backend errors are chained with
@@ -55,6 +58,17 @@ class GateBlocked(SagaRefused):
         super().__init__(message, **kw)
         self.reason = reason
         self.decided_by = decided_by
+
+
+class SagaQuarantined(GateBlocked):
+    """A QUARANTINE lever froze the saga: its next step was refused and, leaving its
+    scope, the saga is NOT rolled back (SAGA_QUARANTINED): its completed steps stay as
+    they are, the recovery daemon skips it, and a human decides. ``lever`` is the
+    quarantine (JSON) when known."""
+
+    def __init__(self, message: str, *, lever: dict[str, Any] | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.lever = lever
 
 
 class StepOutcomeUnknown(SagaError):
@@ -128,3 +142,24 @@ class WALCorrupt(WALError):
     def __init__(self, message: str, *, location: str, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.location = location
+
+
+class WALKeyMissing(WALError):
+    """A record is encrypted and this reader has no key for it (``kid``): nothing is guessed.
+
+    Set ``AGENT_SAGA_WAL_KEY`` (with every key id still in the log) or pass the encryptor.
+    """
+
+    def __init__(self, message: str, *, kid: str | None = None, seq: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.kid = kid
+        self.seq = seq
+
+
+class WALDecryptFailed(WALError):
+    """An envelope did not authenticate: the key is wrong for its id, or it was altered."""
+
+    def __init__(self, message: str, *, kid: str | None = None, seq: int | None = None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.kid = kid
+        self.seq = seq

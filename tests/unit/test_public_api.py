@@ -19,6 +19,15 @@ EXPECTED = {
     "get_default_wal", "idempotency_key", "registered_compensators", "resolve_credential",
     "saga_scope", "set_credential_resolver", "set_default_wal", "set_tool_executor_size",
     "tool_executor_stats", "verify_records",
+    # audit (the brief's names first)
+    "audit_root", "build_disclosure", "verify_disclosure", "redact_record", "certify",
+    "export_bundle", "verify_bundle", "make_checkpoint", "verify_checkpoint", "EncryptedWAL",
+    "WALKeyMissing", "WALDecryptFailed",
+    # controls
+    "PreFlightGate", "BudgetLimit", "RateLimit", "by_arg", "by_tool", "combine", "arg_exceeds",
+    "set_limit_store", "RedisLimitStore", "InProcessLimitStore",
+    # fleet WAL backends
+    "RedisWAL", "PostgresWAL", "CompactionReport", "CompactionAborted",
 }
 
 

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import SagaError
-from . import status_commands, wal_commands
+from . import audit_commands, status_commands, wal_commands
 
-_MODULES = (wal_commands, status_commands)
+_MODULES = (wal_commands, status_commands, audit_commands)
 
 
 def build_parser() -> argparse.ArgumentParser:

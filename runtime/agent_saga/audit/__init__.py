@@ -1,0 +1,86 @@
+"""Audit: what makes the log evidence — export, certify, redact, disclose, encrypt, checkpoint.
+
+    merkle        audit_root, build_disclosure, verify_disclosure, consistency proofs (RFC 6962)
+    bundles       WORM bundles (records.ndjson, manifest.json, SHA256SUMS) and their check
+    certificates  rollback-safety certificates: every effect accounted for, or the step named
+    redaction     erasure: payload and salt destroyed, the chain still verifies
+    encryption    AES-256-GCM payload envelopes (BYOK), decrypting readers, key rotation
+    checkpoints   Ed25519-signed heads: a truncated tail is detectable
+
+Everything here imports only the standard library at import time; ``cryptography`` loads
+when a key is used (extra ``agent-saga[encryption]``).
+"""
+
+from ..errors import WALDecryptFailed, WALKeyMissing
+from .bundles import BundleResult, export_bundle, verify_bundle
+from .certificates import Certificate, StepFinding, certify, certify_log
+from .checkpoints import (
+    Checkpoint,
+    CheckpointResult,
+    generate_signing_key,
+    load_private_key,
+    load_public_key,
+    make_checkpoint,
+    verify_checkpoint,
+)
+from .encryption import (
+    AESGCMEncryptor,
+    EncryptedWAL,
+    Keyring,
+    PayloadEncryptor,
+    decrypting,
+    encryptor_from_env,
+    key_usage,
+    keyring_from_env,
+    new_wal_key,
+)
+from .merkle import (
+    AuditRoot,
+    ConsistencyResult,
+    DisclosureResult,
+    audit_root,
+    build_consistency,
+    build_disclosure,
+    verify_consistency,
+    verify_disclosure,
+)
+from .redaction import RedactionReport, redact_record, redact_records
+
+__all__ = [
+    "AESGCMEncryptor",
+    "AuditRoot",
+    "BundleResult",
+    "Certificate",
+    "Checkpoint",
+    "CheckpointResult",
+    "ConsistencyResult",
+    "DisclosureResult",
+    "EncryptedWAL",
+    "Keyring",
+    "PayloadEncryptor",
+    "RedactionReport",
+    "StepFinding",
+    "WALDecryptFailed",
+    "WALKeyMissing",
+    "audit_root",
+    "build_consistency",
+    "build_disclosure",
+    "certify",
+    "certify_log",
+    "decrypting",
+    "encryptor_from_env",
+    "export_bundle",
+    "generate_signing_key",
+    "key_usage",
+    "keyring_from_env",
+    "load_private_key",
+    "load_public_key",
+    "make_checkpoint",
+    "new_wal_key",
+    "redact_record",
+    "redact_records",
+    "verify_bundle",
+    "verify_checkpoint",
+    "verify_consistency",
+    "verify_disclosure",
+]
