@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test install unit lint typecheck bench clean system-deps control-plane dev-cluster dev-cluster-down
+.PHONY: demo test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,10 +46,15 @@ unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check runtime tests bench examples
+	$(VENV)/bin/ruff check runtime operator tests bench examples
 
 typecheck: install
 	$(VENV)/bin/mypy
+
+# CustomResourceDefinitions in crds/ and charts/agent-saga/crds/, generated from the
+# operator's models (a unit test fails when they differ).
+crds: install
+	$(PY) -m agent_saga_operator.crdgen
 
 # Benchmarks print ratios against floors measured in the same run (never timed tests).
 bench: install system-deps

@@ -1,0 +1,112 @@
+"""``agent-saga-operator`` / ``python -m agent_saga_operator``: run the operator.
+
+    agent-saga-operator --redis-url redis://redis:6379/0                 # in a cluster
+    agent-saga-operator --kubeconfig ~/.kube/config --redis-url ... \\
+        --namespace payments --standalone                                # on a laptop
+
+Every flag has an environment variable (``AGENT_SAGA_REDIS_URL``, ``KUBECONFIG``,
+``AGENT_SAGA_OPERATOR_NAMESPACES`` comma-separated, ...). Exit status: 0 after a clean
+stop (SIGTERM / SIGINT), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["main", "parse_args"]
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="agent-saga-operator",
+        description="Reconcile agent-saga custom resources (KillSwitch, BudgetLimit, SagaPolicy, "
+        "Approval, ModelRoute) into the Redis policy plane.",
+    )
+    p.add_argument("--redis-url", default=_env("AGENT_SAGA_REDIS_URL"),
+                   help="the policy plane: redis://host:6379/0 (env AGENT_SAGA_REDIS_URL)")
+    p.add_argument("--kubeconfig", type=Path, default=_env("KUBECONFIG"),
+                   help="kubeconfig file (default: in-cluster service account, else $KUBECONFIG)")
+    ns_env = _env("AGENT_SAGA_OPERATOR_NAMESPACES")
+    p.add_argument("--namespace", action="append", dest="namespaces",
+                   default=ns_env.split(",") if ns_env else None,
+                   help="watch only this namespace (repeatable; default: all namespaces)")
+    p.add_argument("--key-prefix", default=_env("AGENT_SAGA_KEY_PREFIX", "agentsaga"),
+                   help="policy-plane key prefix (use {agentsaga} on a Redis Cluster)")
+    p.add_argument("--limit-store-namespace", default=_env("AGENT_SAGA_LIMIT_NAMESPACE", "agent-saga"),
+                   help="RedisLimitStore namespace the agents use (to read window use back)")
+    p.add_argument("--resync-interval", type=float, default=float(_env("AGENT_SAGA_RESYNC_INTERVAL", "60") or 60),
+                   help="seconds between re-projections of every object (heals a Redis that lost data)")
+    p.add_argument("--usage-interval", type=float, default=float(_env("AGENT_SAGA_USAGE_INTERVAL", "10") or 10),
+                   help="seconds between BudgetLimit use read-backs into status")
+    p.add_argument("--retry-delay", type=float, default=2.0, help="seconds before retrying a failed projection")
+    p.add_argument("--health-host", default="0.0.0.0", help="address of /healthz and /metrics")
+    p.add_argument("--health-port", type=int, default=8080, help="port of the liveness endpoint /healthz")
+    p.add_argument("--metrics-port", type=int, default=9090, help="port of /metrics (0: off)")
+    p.add_argument("--peering", default=_env("AGENT_SAGA_PEERING", "agent-saga"),
+                   help="kopf peering name: replicas with the same name stand by for each other")
+    p.add_argument("--standalone", action="store_true", help="run without peering (a single replica)")
+    p.add_argument("--priority", type=int, default=0, help="peering priority (higher wins)")
+    p.add_argument("--watch-timeout", type=int, default=270,
+                   help="server-side watch timeout; the client gives up 30 s later and reconnects")
+    p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
+    args = p.parse_args(argv)
+    if not args.redis_url:
+        p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
+    if args.resync_interval <= 0 or args.usage_interval <= 0:
+        p.error("--resync-interval and --usage-interval must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    import kopf
+
+    from . import metrics
+    from .config import OperatorConfig
+    from .handlers import build_registry
+
+    config = OperatorConfig(
+        redis_url=args.redis_url,
+        kubeconfig=args.kubeconfig,
+        namespaces=tuple(n.strip() for n in args.namespaces or () if n.strip()),
+        key_prefix=args.key_prefix,
+        limit_store_namespace=args.limit_store_namespace,
+        resync_interval=args.resync_interval,
+        usage_interval=args.usage_interval,
+        retry_delay=args.retry_delay,
+        health_host=args.health_host,
+        health_port=args.health_port,
+        metrics_port=args.metrics_port,
+        peering_name=args.peering,
+        standalone=args.standalone,
+        priority=args.priority,
+        watch_server_timeout=args.watch_timeout,
+        watch_client_timeout=args.watch_timeout + 30,
+    )
+    metrics.serve(config.metrics_port, config.health_host)
+    kopf.run(
+        registry=build_registry(config),
+        clusterwide=config.clusterwide,
+        namespaces=list(config.namespaces),
+        standalone=config.standalone or None,
+        priority=config.priority,
+        liveness_endpoint=f"http://{config.health_host}:{config.health_port}/healthz",
+        memo=kopf.Memo(),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

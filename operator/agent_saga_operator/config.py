@@ -1,0 +1,101 @@
+"""The operator's configuration (command line and environment), and its shared context."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
+from agent_saga.controls.stores.base import LimitSpec
+
+from .projection import ProjectionUnavailable, Projector
+
+__all__ = ["Context", "OperatorConfig", "UsageReader"]
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """Everything ``python -m agent_saga_operator`` takes (see ``--help``)."""
+
+    redis_url: str
+    kubeconfig: Path | None = None
+    namespaces: tuple[str, ...] = ()
+    key_prefix: str = "agentsaga"
+    limit_store_namespace: str = "agent-saga"
+    resync_interval: float = 60.0
+    usage_interval: float = 10.0
+    retry_delay: float = 2.0
+    health_host: str = "0.0.0.0"
+    health_port: int = 8080
+    metrics_port: int = 9090
+    peering_name: str = "agent-saga"
+    standalone: bool = False
+    priority: int = 0
+    watch_server_timeout: int = 270
+    watch_client_timeout: float = 300.0
+    watch_connect_timeout: float = 10.0
+    request_timeout: float = 30.0
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+
+class UsageReader:
+    """Limit-window use read back from ``RedisLimitStore``, shared by every BudgetLimit.
+
+    One ``usage`` call answers for every registered limit (the store returns all windows
+    at once), made at most once per ``max_age`` seconds however many objects ask.
+    """
+
+    def __init__(self, store: RedisLimitStore, max_age: float) -> None:
+        self.store = store
+        self.max_age = max_age
+        self._specs: dict[str, LimitSpec] = {}
+        self._rows: dict[str, list[LimitUsage]] = {}
+        self._at = float("-inf")
+        self._lock = asyncio.Lock()
+
+    def forget(self, name: str) -> None:
+        self._specs.pop(name, None)
+        self._rows.pop(name, None)
+
+    async def read(self, spec: LimitSpec) -> list[LimitUsage]:
+        """The non-empty windows of ``spec`` now (at most ``max_age`` old)."""
+        async with self._lock:
+            known = self._specs.get(spec.name)
+            self._specs[spec.name] = spec
+            if known != spec or time.monotonic() - self._at >= self.max_age:
+                try:
+                    rows = await self.store.usage(list(self._specs.values()))
+                except LimitStoreUnavailable as e:
+                    raise ProjectionUnavailable(str(e)) from e
+                grouped: dict[str, list[LimitUsage]] = {}
+                for r in rows:
+                    grouped.setdefault(r.name, []).append(r)
+                self._rows = grouped
+                self._at = time.monotonic()
+            return list(self._rows.get(spec.name, ()))
+
+
+@dataclass(slots=True)
+class Context:
+    """What every handler shares (kept in kopf's ``memo.ctx``)."""
+
+    config: OperatorConfig
+    projector: Projector
+    usage: UsageReader
+    engaged: set[str] = field(default_factory=set)
+    managed: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, config: OperatorConfig) -> Context:
+        projector = Projector(config.redis_url, prefix=config.key_prefix)
+        store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace)
+        return cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
+
+    async def aclose(self) -> None:
+        await self.projector.aclose()
+        await self.usage.store.aclose()

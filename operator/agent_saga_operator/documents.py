@@ -1,0 +1,287 @@
+"""Policy-plane documents: what each custom resource becomes in Redis (docs/policy-plane.md).
+
+Pure functions from an object (its metadata and validated spec) to a JSON document. The
+projection module writes them; the runtime reads them. Every document carries the
+envelope ``{v, kind, id, namespace, name, uid, generation}`` (the projection adds
+``rev``) followed by the kind's own fields.
+
+Invariants:
+- A document is a function of the object's spec and identity only (no clocks, no
+  status), so re-projecting an unchanged object writes nothing and notifies nobody.
+- Limits are built through the runtime's own ``BudgetLimit`` / ``RateLimit`` and written
+  in its ``LimitSpec`` format, so the runtime's validation and codec are the contract.
+- No secret enters a document: ModelRoute carries a Secret's name, never its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from agent_saga.controls import BudgetLimit as RuntimeBudgetLimit
+from agent_saga.controls import RateLimit as RuntimeRateLimit
+from agent_saga.controls import Scope, by_arg, by_tool, combine, global_scope
+from agent_saga.errors import ConfigurationError
+
+from .conditions import rfc3339
+from .models import (
+    ApprovalSpec,
+    BudgetLimitSpec,
+    KillSwitchSpec,
+    ModelRouteSpec,
+    SagaPolicySpec,
+)
+from .models.budgetlimit import LimitScope
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Identity",
+    "InvalidSpec",
+    "approval_decision_doc",
+    "budget_limit_doc",
+    "duration_seconds",
+    "killswitch_doc",
+    "killswitch_scope",
+    "limit_name",
+    "model_route_doc",
+    "runtime_limit",
+    "saga_policy_doc",
+]
+
+#: The ``v`` of every document this module builds.
+SCHEMA_VERSION = 1
+
+
+class InvalidSpec(ValueError):
+    """A spec the schema admits but the runtime cannot enforce (the message says why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a document belongs to: the object's namespace, name, uid and generation."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    created: datetime
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> Identity:
+        created = meta.get("creationTimestamp")
+        when = datetime.fromisoformat(created) if isinstance(created, str) else created
+        if not isinstance(when, datetime):
+            raise InvalidSpec(f"object {meta.get('namespace')}/{meta.get('name')} has no creationTimestamp")
+        return cls(str(meta["namespace"]), str(meta["name"]), str(meta.get("uid", "")),
+                   int(meta.get("generation") or 0), when)
+
+
+def _envelope(kind: str, who: Identity) -> dict[str, Any]:
+    return {
+        "v": SCHEMA_VERSION,
+        "kind": kind,
+        "id": who.id,
+        "namespace": who.namespace,
+        "name": who.name,
+        "uid": who.uid,
+        "generation": who.generation,
+    }
+
+
+def duration_seconds(text: str) -> int:
+    """``24h`` / ``1h30m`` / ``60s`` in seconds (the schema's pattern, already checked)."""
+    total, num = 0, ""
+    for ch in text:
+        if ch.isdigit():
+            num += ch
+            continue
+        total += int(num) * {"h": 3600, "m": 60, "s": 1}[ch]
+        num = ""
+    if num or total <= 0:
+        raise InvalidSpec(f"duration {text!r} is not like 24h, 1h30m or 60s")
+    return total
+
+
+# ------------------------------------------------------------------ KillSwitch
+def killswitch_scope(spec: KillSwitchSpec) -> str:
+    """The scope as agents match it: ``global``, ``tool:<glob>``, ``tag:<tag>``, ``saga:<id>``."""
+    s = spec.scope
+    if s is None:
+        return "global"
+    if s.tool is not None:
+        return "tool:" + s.tool
+    if s.tag is not None:
+        return "tag:" + s.tag
+    if s.saga_id is not None:
+        return "saga:" + s.saga_id
+    return "global"
+
+
+def killswitch_expiry(spec: KillSwitchSpec, who: Identity) -> datetime | None:
+    """When the TTL lifts the switch (creation + ttlSeconds), or None without a TTL."""
+    if spec.ttl_seconds is None:
+        return None
+    return who.created + timedelta(seconds=spec.ttl_seconds)
+
+
+def killswitch_doc(spec: KillSwitchSpec, who: Identity) -> dict[str, Any]:
+    """``{..., action, scope, reason, requestedBy, ttl, engagedAt, expiresAt}``.
+
+    ``engagedAt`` is the object's creation time (stable across re-projections and
+    operator restarts); ``expiresAt`` is ``engagedAt + ttl``, and agents stop honouring
+    the switch at that instant whether or not the operator has removed it yet.
+    """
+    expires = killswitch_expiry(spec, who)
+    return {
+        **_envelope("KillSwitch", who),
+        "action": spec.action,
+        "scope": killswitch_scope(spec),
+        "reason": spec.reason,
+        "requestedBy": spec.requested_by,
+        "ttl": spec.ttl_seconds,
+        "engagedAt": rfc3339(who.created),
+        "expiresAt": rfc3339(expires) if expires is not None else None,
+    }
+
+
+# ------------------------------------------------------------------ BudgetLimit
+def limit_name(who: Identity) -> str:
+    """The limit's name in the store and in refusals: ``<namespace>.<name>``.
+
+    Namespaced, so two namespaces' ``daily-spend`` never share a window. The runtime
+    allows 100 characters from ``[A-Za-z0-9._-]``; a longer combination is refused.
+    """
+    name = f"{who.namespace}.{who.name}"
+    if len(name) > 100:
+        raise InvalidSpec(
+            f"limit name {name!r} is {len(name)} characters; the limit store allows 100 "
+            f"(namespace + '.' + name): use a shorter name"
+        )
+    return name
+
+
+def _scope(scope: LimitScope | None) -> Scope:
+    if scope is None:
+        return global_scope
+    parts: list[Scope] = [by_tool] if scope.by_tool else []
+    parts.extend(by_arg(a) for a in scope.by_args or ())
+    return combine(*parts) if parts else global_scope
+
+
+def runtime_limit(spec: BudgetLimitSpec, who: Identity) -> RuntimeBudgetLimit | RuntimeRateLimit:
+    """The runtime's limit object for this spec (raises ``InvalidSpec``)."""
+    name = limit_name(who)
+    window = float(duration_seconds(spec.window))
+    tools = tuple(spec.tools) if spec.tools else None
+    try:
+        if spec.kind == "Budget":
+            assert spec.arg is not None and spec.max_total is not None  # the CRD's CEL rules
+            return RuntimeBudgetLimit(name, arg=spec.arg, max_total=spec.max_total, window=window,
+                                      scope=_scope(spec.scope), escalate_to_human=spec.escalate_to_human,
+                                      tools=tools)
+        assert spec.max_calls is not None
+        return RuntimeRateLimit(name, max_calls=spec.max_calls, window=window, scope=_scope(spec.scope), tools=tools)
+    except ConfigurationError as e:
+        raise InvalidSpec(str(e)) from e
+
+
+def budget_limit_doc(spec: BudgetLimitSpec, who: Identity) -> dict[str, Any]:
+    """``{..., limit: <the runtime's LimitSpec document>}``."""
+    return {**_envelope("BudgetLimit", who), "limit": runtime_limit(spec, who).spec().to_doc()}
+
+
+# ------------------------------------------------------------------ SagaPolicy
+def saga_policy_doc(spec: SagaPolicySpec, who: Identity) -> dict[str, Any]:
+    """``{..., appliesTo, policy}``: ``policy`` is the MCP proxy's policy file format.
+
+    ``agent-saga mcp --policy`` reads ``policy`` as it reads ``saga-policy.json``
+    (``mode``, ``tools`` with ``semantics``, ``compensate: {tool, args}``,
+    ``policy_args``), extended with ``undeclared_tools`` and gate ``rules``.
+    """
+    tools: dict[str, Any] = {}
+    for name in sorted(spec.tools):
+        t = spec.tools[name]
+        entry: dict[str, Any] = {"semantics": t.semantics}
+        if t.compensate is not None:
+            entry["compensate"] = {"tool": t.compensate.tool, "args": dict(sorted(t.compensate.args.items()))}
+        if t.policy_args:
+            entry["policy_args"] = dict(sorted(t.policy_args.items()))
+        if t.require_approval:
+            entry["require_approval"] = True
+        tools[name] = entry
+    rules: list[dict[str, Any]] = []
+    for r in spec.rules or ():
+        rule: dict[str, Any] = {"name": r.name, "verdict": "REQUIRE_APPROVAL" if r.verdict == "RequireApproval" else "BLOCK"}
+        if r.reason is not None:
+            rule["reason"] = r.reason
+        if r.tool_matches is not None:
+            rule["tool_matches"] = list(r.tool_matches)
+        if r.tagged is not None:
+            rule["tagged"] = r.tagged
+        if r.arg_exceeds is not None:
+            rule["arg_exceeds"] = {"arg": r.arg_exceeds.arg, "threshold": r.arg_exceeds.threshold}
+        rules.append(rule)
+    return {
+        **_envelope("SagaPolicy", who),
+        "appliesTo": {"agents": list(spec.applies_to.agents)} if spec.applies_to else None,
+        "policy": {
+            "mode": spec.mode.lower(),
+            "undeclared_tools": "refuse" if spec.undeclared_tools == "Refuse" else "require_approval",
+            "tools": tools,
+            "rules": rules,
+        },
+    }
+
+
+# ------------------------------------------------------------------ ModelRoute
+def model_route_doc(spec: ModelRouteSpec, who: Identity) -> dict[str, Any]:
+    """``{..., hosts, preference, constraints, appliesTo}`` for the runtime's router."""
+    hosts = [
+        {
+            "name": h.name,
+            "endpoint": h.endpoint,
+            "model": h.model,
+            "capabilities": h.capabilities.to_json_doc(),
+            "credentialRef": h.credential_ref,
+        }
+        for h in spec.hosts
+    ]
+    preference = list(spec.preference) if spec.preference else [h.name for h in spec.hosts]
+    preference += [h.name for h in spec.hosts if h.name not in preference]
+    return {
+        **_envelope("ModelRoute", who),
+        "hosts": hosts,
+        "preference": preference,
+        "constraints": spec.constraints.to_json_doc() if spec.constraints else {},
+        "appliesTo": {"agents": list(spec.applies_to.agents)} if spec.applies_to else None,
+    }
+
+
+# ------------------------------------------------------------------ Approval
+def approval_decision_doc(spec: ApprovalSpec, who: Identity, *, decided_at: datetime, expired: bool) -> dict[str, Any]:
+    """The decision written back for the waiting saga (docs/policy-plane.md).
+
+    ``decision`` is ``approved``, ``denied`` or ``expired`` (expiry denies). A decision
+    made after the deadline is written as ``expired``: the saga stopped waiting then.
+    """
+    if expired:
+        decision, approver, note = "expired", None, None
+    else:
+        assert spec.decision is not None
+        decision, approver, note = spec.decision.lower(), spec.approver, spec.note
+    return {
+        **_envelope("ApprovalDecision", who),
+        "requestId": spec.request_id,
+        "argumentsDigest": spec.arguments_digest,
+        "decision": decision,
+        "approver": approver,
+        "note": note,
+        "decidedAt": rfc3339(decided_at),
+        "source": f"kubernetes:{who.id}",
+    }

@@ -1,0 +1,133 @@
+"""Approval: a pending human decision, mirrored from the runtime's approval store.
+
+The operator creates one Approval per request an agent is waiting on (the request
+fields: tool, a digest of the exact arguments plus the fields shown to the human, saga,
+step, rule, deadline). A human answers by setting ``spec.decision`` with their name in
+``spec.approver`` (``kubectl patch``, or ``agent-saga approvals approve``); the operator
+writes the decision back to the policy plane, where the waiting saga sees it.
+
+Rules the API server enforces:
+- A decision needs an approver: an anonymous approval proves nothing.
+- A decision, its approver and its note are immutable once made; so is every field of
+  the request (a human approves exactly what they were shown).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints
+
+from ._base import (
+    BaseStatus,
+    CRDModel,
+    KindInfo,
+    Principal,
+    PrinterColumn,
+    Resource,
+    SagaId,
+    Sentence,
+    ToolName,
+    cel,
+    immutable,
+    ready_columns,
+    validations,
+)
+
+Decision = Literal["Approved", "Denied"]
+Phase = Literal["Pending", "Approved", "Denied", "Expired"]
+
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=REQUEST_ID_PATTERN)]
+DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+Digest = Annotated[str, StringConstraints(min_length=71, max_length=71, pattern=DIGEST_PATTERN)]
+DisplayValue = Annotated[str, StringConstraints(max_length=1024)]
+
+
+class ApprovalSpec(CRDModel):
+    """The request (written by the operator) and the human's decision."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": validations(
+            cel("!has(self.decision) || has(self.approver)",
+                "a decision needs an approver: name the human who made it (an anonymous approval proves nothing)",
+                field_path=".approver", reason="FieldValueRequired"),
+            cel("!has(self.approver) || has(self.decision)",
+                "approver is set together with decision (Approved or Denied)",
+                field_path=".decision", reason="FieldValueRequired"),
+            cel("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",
+                "decision is immutable once made: an answered approval cannot be changed or withdrawn",
+                field_path=".decision", reason="FieldValueForbidden"),
+            cel("!has(oldSelf.decision) || (has(self.approver) && self.approver == oldSelf.approver)",
+                "approver is immutable once the decision is made",
+                field_path=".approver", reason="FieldValueForbidden"),
+            cel("!has(oldSelf.decision) || (has(self.note) == has(oldSelf.note) && "
+                "(!has(self.note) || self.note == oldSelf.note))",
+                "note is immutable once the decision is made",
+                field_path=".note", reason="FieldValueForbidden"),
+        )
+    }
+
+    request_id: RequestId = Field(
+        description="The request id in the approval store (derived from saga, step, tool, rule).",
+        json_schema_extra=immutable("requestId"),
+    )
+    tool: ToolName = Field(description="The tool the agent wants to call.", json_schema_extra=immutable("tool"))
+    saga_id: SagaId = Field(json_schema_extra=immutable("sagaId"))
+    step_id: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        json_schema_extra=immutable("stepId")
+    )
+    rule: Annotated[str, StringConstraints(min_length=1, max_length=100)] = Field(
+        description="The rule or limit that asked for a human (irreversible, limit:wire-ceiling).",
+        json_schema_extra=immutable("rule"),
+    )
+    reason: Sentence | None = Field(default=None, description="Why a human is asked.",
+                                    json_schema_extra=immutable("reason"))
+    arguments_digest: Digest = Field(
+        description="sha256 over the exact arguments: the decision covers this call and no other.",
+        json_schema_extra=immutable("argumentsDigest"),
+    )
+    display: dict[str, DisplayValue] | None = Field(
+        default=None,
+        max_length=32,
+        description="Fields shown to the approver (amount, to); never secrets.",
+        json_schema_extra=immutable("display"),
+    )
+    requested_at: datetime = Field(json_schema_extra=immutable("requestedAt"))
+    deadline: datetime = Field(
+        description="Expiry denies: no answer by then is a Denied.", json_schema_extra=immutable("deadline")
+    )
+    decision: Decision | None = Field(default=None, description="Approved or Denied (immutable once set).")
+    approver: Principal | None = Field(default=None, description="Who decided (required with decision).")
+    note: Sentence | None = Field(default=None, description="Why (verified by phone).")
+
+
+class ApprovalStatus(BaseStatus):
+    """Where the request stands, and when the decision reached the policy plane."""
+
+    phase: Phase | None = Field(default=None, description="Pending, Approved, Denied or Expired.")
+    decided_at: datetime | None = Field(default=None, description="When the decision was written back.")
+
+
+class Approval(Resource):
+    """A request an agent is waiting on, and the named human's answer."""
+
+    info: ClassVar[KindInfo] = KindInfo(
+        kind="Approval",
+        plural="approvals",
+        short_names=("appr",),
+        description="Durable human approvals: requests agents wait on, answered with kubectl.",
+        columns=(
+            PrinterColumn("Tool", "string", ".spec.tool"),
+            PrinterColumn("Saga", "string", ".spec.sagaId"),
+            PrinterColumn("Phase", "string", ".status.phase"),
+            PrinterColumn("Approver", "string", ".spec.approver"),
+            PrinterColumn("Deadline", "date", ".spec.deadline"),
+            PrinterColumn("Rule", "string", ".spec.rule", priority=1),
+            *ready_columns(),
+        ),
+    )
+
+    spec: ApprovalSpec
+    status: ApprovalStatus | None = None

@@ -1,0 +1,176 @@
+"""SagaPolicy: which tools exist, what undoing each one means, and the gate's rules.
+
+The CRD form of the MCP proxy's policy file (``agent-saga mcp --policy``): per tool its
+semantics, for a COMPENSABLE tool the inverse tool and how its arguments are taken from
+the forward result (``{"charge": "$.id"}``), and the policy arguments the gate and the
+limits read (``{"amount": "$.amount"}``); plus gate rules and which agents it governs.
+A file a security team can review, diff and sign off, now with ``kubectl diff``.
+
+Rules the API server enforces: a COMPENSABLE tool declares its inverse; an IRREVERSIBLE
+one cannot (no automated undo exists); tool names are exact; each gate rule has exactly
+one condition; ``undeclaredTools`` defaults to Refuse.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, StringConstraints
+
+from ._base import (
+    TOOL_NAME_PATTERN,
+    AgentGlob,
+    ArgName,
+    BaseStatus,
+    CRDModel,
+    KindInfo,
+    PrinterColumn,
+    Resource,
+    Sentence,
+    Tag,
+    ToolGlob,
+    ToolName,
+    cel,
+    ready_columns,
+    validations,
+)
+
+Semantics = Literal["REVERSIBLE", "COMPENSABLE", "IRREVERSIBLE"]
+Verdict = Literal["RequireApproval", "Block"]
+
+#: Where an argument comes from: ``$.id`` (a path into the forward result, for an
+#: inverse) or ``$.amount`` (into the call's arguments, for policy_args).
+JSON_PATH_PATTERN = r"^\$(\.[A-Za-z_][A-Za-z0-9_-]*|\[[0-9]+\])*$"
+JsonPath = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=JSON_PATH_PATTERN)]
+
+RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN)]
+
+
+class Inverse(CRDModel):
+    """The compensating tool and its arguments, each a path into the forward result."""
+
+    tool: ToolName = Field(description="The inverse tool: stripe__create_refund.")
+    args: dict[str, JsonPath] = Field(
+        default_factory=dict,
+        max_length=32,
+        description='Argument name -> path into the forward result: {"charge": "$.id"}.',
+    )
+
+
+class ToolPolicy(CRDModel):
+    """One tool's declaration, as in the policy file's ``tools`` map."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": validations(
+            cel("self.semantics != 'COMPENSABLE' || has(self.compensate)",
+                "a COMPENSABLE tool must declare its inverse (compensate.tool and args)",
+                field_path=".compensate", reason="FieldValueRequired"),
+            cel("self.semantics != 'IRREVERSIBLE' || !has(self.compensate)",
+                "an IRREVERSIBLE tool has no automated undo: remove compensate, or classify it COMPENSABLE",
+                field_path=".compensate", reason="FieldValueForbidden"),
+        )
+    }
+
+    semantics: Semantics = Field(description="REVERSIBLE, COMPENSABLE or IRREVERSIBLE.")
+    compensate: Inverse | None = Field(default=None, description="The inverse (COMPENSABLE tools).")
+    policy_args: dict[str, JsonPath] | None = Field(
+        default=None,
+        max_length=32,
+        description='Policy argument -> path into the call\'s arguments: {"amount": "$.amount"}.',
+    )
+    require_approval: bool = Field(
+        default=False, description="Every call needs a named human (IRREVERSIBLE tools always do)."
+    )
+
+
+class ArgExceeds(CRDModel):
+    """The call's policy argument ``arg`` is above ``threshold``."""
+
+    arg: ArgName
+    threshold: float
+
+
+class GateRule(CRDModel):
+    """A pre-flight rule: when its one condition matches, ask a human or refuse."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": validations(
+            cel(
+                "(has(self.toolMatches) ? 1 : 0) + (has(self.tagged) ? 1 : 0) + (has(self.argExceeds) ? 1 : 0) == 1",
+                "a rule has exactly one condition: toolMatches, tagged or argExceeds",
+            )
+        )
+    }
+
+    name: RuleName = Field(description="Names the rule in verdicts, the WAL and approval ids.")
+    verdict: Verdict = Field(default="RequireApproval", description="RequireApproval or Block.")
+    reason: Sentence | None = Field(default=None, description="The sentence a refused agent or an approver sees.")
+    tool_matches: list[ToolGlob] | None = Field(default=None, min_length=1, max_length=32)
+    tagged: Tag | None = None
+    arg_exceeds: ArgExceeds | None = None
+
+
+class AgentSelector(CRDModel):
+    """Which agents (``AgentKit(name=...)``) a policy governs; absent: every agent."""
+
+    agents: list[AgentGlob] = Field(min_length=1, max_length=64, description="Agent names or globs.")
+
+
+class SagaPolicySpec(CRDModel):
+    """The policy file's content: mode, tools, undeclared-tool handling, gate rules."""
+
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": validations(
+            cel(
+                "!has(self.tools) || self.tools.all(t, t.matches('" + TOOL_NAME_PATTERN.replace("\\", "\\\\") + "') && size(t) <= 253)",
+                "tool names are exact names from letters, digits and _ . - : / (no wildcards, no spaces)",
+                field_path=".tools",
+            ),
+        )
+    }
+
+    mode: Literal["Enforce", "Observe"] = Field(
+        default="Enforce", description="Enforce: gate and refuse. Observe: forward everything, record the surface."
+    )
+    undeclared_tools: Literal["Refuse", "RequireApproval"] = Field(
+        default="Refuse", description="What happens to a tool nobody declared. Refuse is the safe default."
+    )
+    applies_to: AgentSelector | None = Field(default=None, description="Agents governed; absent: all in the namespace.")
+    tools: dict[str, ToolPolicy] = Field(
+        default_factory=dict, max_length=512, description="Tool name -> its declaration."
+    )
+    rules: list[GateRule] | None = Field(
+        default=None,
+        max_length=64,
+        description="Gate rules, evaluated after limits, in order.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+
+class SagaPolicyStatus(BaseStatus):
+    """How many tools and rules are in force."""
+
+    tools: int | None = Field(default=None, ge=0, description="Declared tools.")
+    rules: int | None = Field(default=None, ge=0, description="Gate rules.")
+
+
+class SagaPolicy(Resource):
+    """What each tool is, how it is undone, and which calls need a human."""
+
+    info: ClassVar[KindInfo] = KindInfo(
+        kind="SagaPolicy",
+        plural="sagapolicies",
+        short_names=("sp",),
+        description="Per-tool semantics, inverses and gate rules (the MCP policy file as a resource).",
+        columns=(
+            PrinterColumn("Mode", "string", ".spec.mode"),
+            PrinterColumn("Undeclared", "string", ".spec.undeclaredTools"),
+            PrinterColumn("Tools", "integer", ".status.tools"),
+            PrinterColumn("Rules", "integer", ".status.rules"),
+            *ready_columns(),
+        ),
+    )
+
+    spec: SagaPolicySpec
+    status: SagaPolicyStatus | None = None

@@ -1,0 +1,339 @@
+"""Projection: writing policy documents into Redis, and reading them back.
+
+The key schema (docs/policy-plane.md is the contract; ``P`` is the key prefix,
+``agentsaga`` by default, ``{agentsaga}`` on a Redis Cluster so every key shares a slot):
+
+    P:v1:rev                         STRING  change counter, INCR on every change
+    P:v1:events                      CHANNEL one JSON notification per change
+    P:v1:<kind>:<ns>/<name>          STRING  the document (JSON, "rev" first)
+    P:v1:<kind>:index                SET     "<ns>/<name>" of every document of the kind
+    P:v1:approval:decision:<request> STRING  a human's decision (JSON), written once
+
+``<kind>`` is ``killswitch``, ``budgetlimit``, ``sagapolicy`` or ``modelroute``.
+
+Invariants:
+- One Lua script per change: the document, the index, the counter and the notification
+  move together (a reader never sees a document missing from the index, or a
+  notification for a write that did not happen).
+- Writing an unchanged document changes nothing and notifies nobody (the periodic
+  resync is cheap and silent); writing into an emptied server (FLUSHALL) restores it.
+- A decision is put once: a second, different decision is refused (``DecisionConflict``),
+  mirroring the CRD's immutability rule.
+- ``rev`` is a change token, not a clock: after the server loses its data it counts
+  from 1 again, so readers compare it for inequality, never for order.
+- Every Redis failure raises ``ProjectionUnavailable`` (the handler retries it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent_saga.controls import (
+    BudgetLimit,
+    RateLimit,
+    Scope,
+    by_arg,
+    by_tool,
+    combine,
+    global_scope,
+)
+from agent_saga.controls.stores.base import LimitSpec
+
+__all__ = [
+    "KIND_SLUGS",
+    "DecisionConflict",
+    "Keys",
+    "ProjectionUnavailable",
+    "Projector",
+    "limits_from_documents",
+    "load_limit_documents",
+    "load_limits",
+    "scope_from_name",
+]
+
+KindSlug = Literal["killswitch", "budgetlimit", "sagapolicy", "modelroute"]
+KIND_SLUGS: dict[str, KindSlug] = {
+    "KillSwitch": "killswitch",
+    "BudgetLimit": "budgetlimit",
+    "SagaPolicy": "sagapolicy",
+    "ModelRoute": "modelroute",
+}
+NOTIFICATION_VERSION = 1
+
+
+class ProjectionUnavailable(Exception):
+    """Redis could not be written or read; the message names the server and the step."""
+
+
+class DecisionConflict(Exception):
+    """The policy plane already holds a different decision for this request."""
+
+    def __init__(self, request_id: str, stored: dict[str, Any]) -> None:
+        super().__init__(f"request {request_id} already has decision {stored.get('decision')!r} "
+                         f"by {stored.get('approver')!r} in the policy plane")
+        self.request_id = request_id
+        self.stored = stored
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The key schema under one prefix (see the module doc)."""
+
+    prefix: str = "agentsaga"
+
+    @property
+    def rev(self) -> str:
+        return f"{self.prefix}:v1:rev"
+
+    @property
+    def channel(self) -> str:
+        return f"{self.prefix}:v1:events"
+
+    def doc(self, slug: str, id_: str) -> str:
+        return f"{self.prefix}:v1:{slug}:{id_}"
+
+    def index(self, slug: str) -> str:
+        return f"{self.prefix}:v1:{slug}:index"
+
+    def decision(self, request_id: str) -> str:
+        return f"{self.prefix}:v1:approval:decision:{request_id}"
+
+    @property
+    def pending(self) -> str:
+        return f"{self.prefix}:v1:approval:pending"
+
+
+def _canonical(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=False, separators=(",", ":"), ensure_ascii=False)
+
+
+class Projector:
+    """Writes documents for one Redis server (``redis.asyncio`` client, one event loop).
+
+    ``put`` / ``delete`` return the new ``rev``, or 0 when nothing changed.
+    """
+
+    # KEYS[1] the document   KEYS[2] the kind's index   KEYS[3] the change counter
+    # ARGV[1] "<ns>/<name>"  ARGV[2] the document without "rev": "{" + members + "}"
+    # ARGV[3] the channel    ARGV[4] the notification without "rev", same shape
+    # The stored document is '{"rev":N,' .. members; unchanged members -> return 0
+    # (the index is still healed); else INCR, SET, SADD, PUBLISH and return N.
+    LUA_PUT = """
+local body = string.sub(ARGV[2], 2)
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local comma = string.find(cur, ',', 1, true)
+  if comma and string.sub(cur, comma + 1) == body then
+    redis.call('SADD', KEYS[2], ARGV[1])
+    return 0
+  end
+end
+local rev = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[1], '{"rev":' .. rev .. ',' .. body)
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[3], '{"rev":' .. rev .. ',' .. string.sub(ARGV[4], 2))
+return rev
+"""
+
+    # KEYS and ARGV[1], ARGV[3], ARGV[4] as LUA_PUT. Deletes the document and its index
+    # entry; notifies only if a document was there.
+    LUA_DELETE = """
+redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('DEL', KEYS[1]) == 0 then return 0 end
+local rev = redis.call('INCR', KEYS[3])
+redis.call('PUBLISH', ARGV[3], '{"rev":' .. rev .. ',' .. string.sub(ARGV[4], 2))
+return rev
+"""
+
+    # KEYS[1] the decision   KEYS[2] the change counter   KEYS[3] the pending set
+    # ARGV[1] the decision without "rev"   ARGV[2] the channel   ARGV[3] the notification
+    # ARGV[4] the request id
+    # Put once: if a decision is stored, return it untouched (the caller compares);
+    # else write it, take the request out of the pending set (as the runtime's
+    # RedisApprovalStore does), notify, and return the new rev.
+    LUA_DECIDE = """
+local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+local rev = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2))
+redis.call('ZREM', KEYS[3], ARGV[4])
+redis.call('PUBLISH', ARGV[2], '{"rev":' .. rev .. ',' .. string.sub(ARGV[3], 2))
+return rev
+"""
+
+    _SHA = {name: hashlib.sha1(s.encode()).hexdigest() for name, s in
+            (("put", LUA_PUT), ("delete", LUA_DELETE), ("decide", LUA_DECIDE))}
+
+    def __init__(self, url: str, *, prefix: str = "agentsaga", socket_timeout: float = 5.0,
+                 client: Any = None) -> None:
+        if not prefix or any(c in prefix for c in " \n"):
+            raise ValueError(f"key prefix {prefix!r} must be non-empty without spaces")
+        self.url = url
+        self.keys = Keys(prefix)
+        if client is None:
+            import redis.asyncio as aioredis
+
+            client = aioredis.Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
+                                              health_check_interval=30)
+        self.client = client
+
+    def describe(self) -> str:
+        url = self.url
+        if "@" in url and "://" in url:
+            scheme, rest = url.split("://", 1)
+            url = f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+        return url
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> None:
+        await self._io("ping", lambda: self.client.ping())
+
+    # ------------------------------------------------------------------ writes
+    @staticmethod
+    def _notification(kind: str, id_: str, op: str) -> str:
+        return _canonical({"v": NOTIFICATION_VERSION, "kind": kind, "id": id_, "op": op})
+
+    async def put(self, kind: str, id_: str, doc: dict[str, Any]) -> int:
+        """Write ``doc`` (without ``rev``) as the document of ``kind`` ``id_``."""
+        slug = KIND_SLUGS[kind]
+        body = _canonical(doc)
+        keys = (self.keys.doc(slug, id_), self.keys.index(slug), self.keys.rev)
+        args = (id_, body, self.keys.channel, self._notification(kind, id_, "put"))
+        return int(await self._script("put", self.LUA_PUT, keys, args))
+
+    async def delete(self, kind: str, id_: str) -> int:
+        """Remove the document of ``kind`` ``id_`` (0 if there was none)."""
+        slug = KIND_SLUGS[kind]
+        keys = (self.keys.doc(slug, id_), self.keys.index(slug), self.keys.rev)
+        args = (id_, "{}", self.keys.channel, self._notification(kind, id_, "delete"))
+        return int(await self._script("delete", self.LUA_DELETE, keys, args))
+
+    async def decide(self, request_id: str, doc: dict[str, Any]) -> int:
+        """Put a decision once; raises ``DecisionConflict`` if a different one is stored."""
+        body = _canonical(doc)
+        keys = (self.keys.decision(request_id), self.keys.rev, self.keys.pending)
+        args = (body, self.keys.channel, self._notification("ApprovalDecision", request_id, "put"), request_id)
+        reply = await self._script("decide", self.LUA_DECIDE, keys, args)
+        if isinstance(reply, bytes | str):
+            stored = json.loads(reply)
+            same = ("decision", "approver", "argumentsDigest")
+            if any(stored.get(k) != doc.get(k) for k in same):
+                raise DecisionConflict(request_id, stored)
+            return 0
+        return int(reply)
+
+    # ------------------------------------------------------------------ reads
+    async def get(self, kind: str, id_: str) -> dict[str, Any] | None:
+        raw = await self._io("get", lambda: self.client.get(self.keys.doc(KIND_SLUGS[kind], id_)))
+        return json.loads(raw) if raw is not None else None
+
+    async def get_decision(self, request_id: str) -> dict[str, Any] | None:
+        raw = await self._io("get", lambda: self.client.get(self.keys.decision(request_id)))
+        return json.loads(raw) if raw is not None else None
+
+    async def ids(self, kind: str) -> set[str]:
+        raw = await self._io("smembers", lambda: self.client.smembers(self.keys.index(KIND_SLUGS[kind])))
+        return {m.decode() if isinstance(m, bytes) else str(m) for m in raw}
+
+    async def documents(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Every document of ``kind`` (in ``namespace`` if given), sorted by id."""
+        return await load_documents(self.client, kind, namespace=namespace, keys=self.keys)
+
+    # ------------------------------------------------------------------ I/O
+    async def _script(self, name: str, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        from redis.exceptions import NoScriptError
+
+        async def run() -> Any:
+            try:
+                return await self.client.evalsha(self._SHA[name], len(keys), *keys, *args)
+            except NoScriptError:
+                await self.client.script_load(script)
+                return await self.client.evalsha(self._SHA[name], len(keys), *keys, *args)
+
+        return await self._io(name, run)
+
+    async def _io(self, what: str, op: Any) -> Any:
+        try:
+            return await op()
+        except Exception as exc:
+            raise ProjectionUnavailable(
+                f"policy plane {self.describe()} failed during {what} ({type(exc).__name__}: {exc})"
+            ) from exc
+
+
+# ---------------------------------------------------------------------- readers
+async def load_documents(
+    client: Any, kind: str, *, namespace: str | None = None, keys: Keys | None = None
+) -> list[dict[str, Any]]:
+    """Every document of ``kind`` through its index (``namespace``: only that one).
+
+    A reader's view, as the runtime's stores take it: documents whose ``v`` it does not
+    know are skipped (written by a newer operator), never guessed at.
+    """
+    keys = keys or Keys()
+    slug = KIND_SLUGS[kind]
+    members = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in await client.smembers(keys.index(slug)))
+    if namespace is not None:
+        members = [m for m in members if m.split("/", 1)[0] == namespace]
+    if not members:
+        return []
+    raws = await client.mget([keys.doc(slug, m) for m in members])
+    docs = []
+    for raw in raws:
+        if raw is None:
+            continue
+        doc = json.loads(raw)
+        if doc.get("v") == 1:
+            docs.append(doc)
+    return docs
+
+
+def scope_from_name(name: str) -> Scope:
+    """The runtime scope a ``LimitSpec.scope`` names: ``global``, ``tool``, ``arg:x``,
+    and ``+``-joined combinations (``tool+arg:customer_id``)."""
+    if name == "global":
+        return global_scope
+    parts: list[Scope] = []
+    for part in name.split("+"):
+        if part == "tool":
+            parts.append(by_tool)
+        elif part.startswith("arg:") and len(part) > 4:
+            parts.append(by_arg(part[4:]))
+        else:
+            raise ValueError(f"limit scope {name!r} is not global, tool, arg:<name> or a '+' combination")
+    return combine(*parts)
+
+
+def limits_from_documents(docs: Sequence[dict[str, Any]]) -> list[BudgetLimit | RateLimit]:
+    """The runtime limits the BudgetLimit documents define (in document order)."""
+    out: list[BudgetLimit | RateLimit] = []
+    for doc in docs:
+        spec = LimitSpec.from_doc(doc["limit"])
+        scope = scope_from_name(spec.scope)
+        if spec.kind == "budget":
+            assert spec.arg is not None
+            out.append(BudgetLimit(spec.name, arg=spec.arg, max_total=spec.max_total, window=spec.window,
+                                   scope=scope, escalate_to_human=spec.escalate_to_human, tools=spec.tools))
+        else:
+            out.append(RateLimit(spec.name, max_calls=int(spec.max_total), window=spec.window,
+                                 scope=scope, tools=spec.tools))
+    return out
+
+
+async def load_limit_documents(client: Any, namespace: str | None = None, *, prefix: str = "agentsaga") -> list[dict[str, Any]]:
+    return await load_documents(client, "BudgetLimit", namespace=namespace, keys=Keys(prefix))
+
+
+async def load_limits(client: Any, namespace: str | None = None, *, prefix: str = "agentsaga") -> list[BudgetLimit | RateLimit]:
+    """The limits the operator projected for ``namespace``, ready for ``PreFlightGate(limits=...)``.
+
+    ``client`` is a ``redis.asyncio`` client. This is the runtime half of the contract
+    (docs/policy-plane.md) until the runtime grows its own policy-plane reader.
+    """
+    return limits_from_documents(await load_limit_documents(client, namespace, prefix=prefix))

@@ -1,0 +1,222 @@
+"""Per-kind reconciliation: project the object, and say what its status should be.
+
+Each reconciler takes the validated spec and the object's identity, brings the policy
+plane in line with it (put, remove, or write a decision back), and returns an
+``Outcome``: the Ready and Synced conditions and the kind's own status fields. The kopf
+wiring (``handlers``) turns that into a status patch and Events; nothing here touches
+the Kubernetes API, so it can be driven directly against a real Redis in tests.
+
+Raises ``ProjectionUnavailable`` (Redis failed: the handler retries) and
+``InvalidSpec`` (the spec cannot be enforced: reported, not retried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .conditions import READY, SYNCED, Cond, Reason, rfc3339
+from .config import Context
+from .documents import (
+    Identity,
+    approval_decision_doc,
+    budget_limit_doc,
+    killswitch_doc,
+    killswitch_expiry,
+    killswitch_scope,
+    model_route_doc,
+    runtime_limit,
+    saga_policy_doc,
+)
+from .models import ApprovalSpec, BudgetLimitSpec, KillSwitchSpec, ModelRouteSpec, SagaPolicySpec
+from .models._base import CRDModel
+from .projection import DecisionConflict
+
+__all__ = ["RECONCILERS", "SPEC_MODELS", "Outcome", "deadline_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a reconciliation found: conditions, status fields, the revision it wrote."""
+
+    ready: Cond
+    synced: Cond
+    fields: dict[str, Any] = field(default_factory=dict)
+    rev: int = 0
+    engaged: bool | None = None  # KillSwitch only: in force now
+
+
+def _synced(rev: int, what: str) -> Cond:
+    return Cond(SYNCED, "True", Reason.PROJECTED, f"{what} is in the policy plane")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+
+
+# ------------------------------------------------------------------ KillSwitch
+_ACTION_TEXT = {
+    "Halt": "agents refuse new side effects for {scope}",
+    "Drain": "agents start no new sagas ({scope}); running sagas finish",
+    "Quarantine": "saga {saga} is frozen; the recovery daemon skips it and a human decides",
+}
+
+
+async def reconcile_killswitch(ctx: Context, spec: KillSwitchSpec, who: Identity,
+                               status: Mapping[str, Any], now: datetime) -> Outcome:
+    scope = killswitch_scope(spec)
+    expires = killswitch_expiry(spec, who)
+    fields: dict[str, Any] = {
+        "scope": scope,
+        "engagedAt": rfc3339(who.created),
+        "expiresAt": rfc3339(expires) if expires is not None else None,
+    }
+    if expires is not None and now >= expires:
+        rev = await ctx.projector.delete("KillSwitch", who.id)
+        fields["engaged"] = False
+        return Outcome(
+            Cond(READY, "False", Reason.EXPIRED,
+                 f"TTL of {spec.ttl_seconds}s ran out at {rfc3339(expires)}: agents no longer refuse {scope}; "
+                 f"delete it, or create a new KillSwitch to engage again"),
+            Cond(SYNCED, "True", Reason.REMOVED, "expired: removed from the policy plane"),
+            fields, rev, engaged=False,
+        )
+    rev = await ctx.projector.put("KillSwitch", who.id, killswitch_doc(spec, who))
+    fields["engaged"] = True
+    text = _ACTION_TEXT[spec.action].format(scope=scope, saga=scope.removeprefix("saga:"))
+    until = f" until {rfc3339(expires)}" if expires is not None else ""
+    return Outcome(
+        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {spec.reason})"),
+        _synced(rev, "the switch"), fields, rev, engaged=True,
+    )
+
+
+# ------------------------------------------------------------------ BudgetLimit
+async def reconcile_budget_limit(ctx: Context, spec: BudgetLimitSpec, who: Identity,
+                                 status: Mapping[str, Any], now: datetime) -> Outcome:
+    limit = runtime_limit(spec, who)
+    rev = await ctx.projector.put("BudgetLimit", who.id, budget_limit_doc(spec, who))
+    lspec = limit.spec()
+    rows = await ctx.usage.read(lspec)
+    used = max((r.used for r in rows), default=0.0)
+    remaining = max(0.0, lspec.max_total - used)
+    fields: dict[str, Any] = {
+        "limitName": lspec.name,
+        "max": lspec.max_total,
+        "windowSeconds": lspec.window,
+        "used": used,
+        "remaining": remaining,
+        "windows": len(rows),
+    }
+    if any(status.get(k) != v for k, v in fields.items()) or not status.get("usageUpdatedAt"):
+        fields["usageUpdatedAt"] = rfc3339(now)
+    what = f"{_fmt(lspec.max_total)} of {spec.arg}" if spec.kind == "Budget" else f"{_fmt(lspec.max_total)} calls"
+    scope = "" if lspec.scope == "global" else f" per {lspec.scope}"
+    tools = f" on {', '.join(spec.tools)}" if spec.tools else ""
+    over = " (over budget asks a human)" if spec.escalate_to_human else ""
+    return Outcome(
+        Cond(READY, "True", Reason.ENFORCED,
+             f"at most {what} per {spec.window}{scope}{tools}{over}; {_fmt(used)} used in the fullest window "
+             f"(limit {lspec.name})"),
+        _synced(rev, "the limit"), fields, rev,
+    )
+
+
+# ------------------------------------------------------------------ SagaPolicy
+async def reconcile_saga_policy(ctx: Context, spec: SagaPolicySpec, who: Identity,
+                                status: Mapping[str, Any], now: datetime) -> Outcome:
+    rev = await ctx.projector.put("SagaPolicy", who.id, saga_policy_doc(spec, who))
+    n_tools, n_rules = len(spec.tools), len(spec.rules or ())
+    agents = ", ".join(spec.applies_to.agents) if spec.applies_to else "every agent in the namespace"
+    if spec.mode == "Observe":
+        ready = Cond(READY, "True", Reason.OBSERVING,
+                     f"observing {agents}: everything is forwarded and recorded, nothing is refused")
+    else:
+        undeclared = "refused" if spec.undeclared_tools == "Refuse" else "sent to a human"
+        ready = Cond(READY, "True", Reason.ENFORCED,
+                     f"{n_tools} tools declared, {n_rules} gate rules, undeclared tools {undeclared} ({agents})")
+    return Outcome(ready, _synced(rev, "the policy"), {"tools": n_tools, "rules": n_rules}, rev)
+
+
+# ------------------------------------------------------------------ ModelRoute
+async def reconcile_model_route(ctx: Context, spec: ModelRouteSpec, who: Identity,
+                                status: Mapping[str, Any], now: datetime) -> Outcome:
+    doc = model_route_doc(spec, who)
+    rev = await ctx.projector.put("ModelRoute", who.id, doc)
+    preferred = doc["preference"][0]
+    return Outcome(
+        Cond(READY, "True", Reason.ROUTED, f"{len(spec.hosts)} hosts; preferred {preferred}"),
+        _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred}, rev,
+    )
+
+
+# ------------------------------------------------------------------ Approval
+def deadline_of(spec: Mapping[str, Any]) -> datetime | None:
+    """An Approval's deadline from its raw spec (for the expiry daemon)."""
+    raw = spec.get("deadline")
+    return datetime.fromisoformat(raw) if isinstance(raw, str) else None
+
+
+async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
+                             status: Mapping[str, Any], now: datetime) -> Outcome:
+    name = who.name
+    if spec.decision is None and now < spec.deadline:
+        return Outcome(
+            Cond(READY, "False", Reason.PENDING,
+                 f"{spec.tool} in saga {spec.saga_id} waits for a named human until {rfc3339(spec.deadline)}: "
+                 f"kubectl patch approval {name} -n {who.namespace} --type merge "
+                 f"-p '{{\"spec\":{{\"decision\":\"Approved\",\"approver\":\"you@corp\"}}}}'"),
+            Cond(SYNCED, "True", Reason.PENDING, "nothing to write back yet"),
+            {"phase": "Pending"},
+        )
+    prior = status.get("decidedAt")
+    decided_at = datetime.fromisoformat(prior) if isinstance(prior, str) else now
+    expired = spec.decision is None or decided_at > spec.deadline
+    doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired)
+    try:
+        rev = await ctx.projector.decide(spec.request_id, doc)
+    except DecisionConflict as e:
+        return Outcome(
+            Cond(READY, "False", Reason.CONFLICT,
+                 f"{e}; the saga acts on that one. This object's decision was not written."),
+            Cond(SYNCED, "False", Reason.CONFLICT, str(e)),
+            {"phase": "Denied" if e.stored.get("decision") != "approved" else "Approved"},
+        )
+    fields = {"decidedAt": rfc3339(decided_at)}
+    if expired:
+        late = "" if spec.decision is None else f" ({spec.decision} by {spec.approver} came after it)"
+        return Outcome(
+            Cond(READY, "False", Reason.EXPIRED,
+                 f"deadline {rfc3339(spec.deadline)} passed without an answer{late}: expiry denies"),
+            _synced(rev, "the expiry"), {**fields, "phase": "Expired"}, rev,
+        )
+    if spec.decision == "Approved":
+        return Outcome(
+            Cond(READY, "True", Reason.APPROVED, f"approved by {spec.approver}: the saga may proceed"),
+            _synced(rev, "the decision"), {**fields, "phase": "Approved"}, rev,
+        )
+    return Outcome(
+        Cond(READY, "False", Reason.DENIED, f"denied by {spec.approver}: the saga is refused"),
+        _synced(rev, "the decision"), {**fields, "phase": "Denied"}, rev,
+    )
+
+
+Reconciler = Callable[[Context, Any, Identity, Mapping[str, Any], datetime], Awaitable[Outcome]]
+
+RECONCILERS: dict[str, Reconciler] = {
+    "KillSwitch": reconcile_killswitch,
+    "BudgetLimit": reconcile_budget_limit,
+    "SagaPolicy": reconcile_saga_policy,
+    "ModelRoute": reconcile_model_route,
+    "Approval": reconcile_approval,
+}
+
+SPEC_MODELS: dict[str, type[CRDModel]] = {
+    "KillSwitch": KillSwitchSpec,
+    "BudgetLimit": BudgetLimitSpec,
+    "SagaPolicy": SagaPolicySpec,
+    "ModelRoute": ModelRouteSpec,
+    "Approval": ApprovalSpec,
+}

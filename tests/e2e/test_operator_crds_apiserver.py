@@ -1,0 +1,229 @@
+"""The generated CRDs on a real API server: established, enforced, printed.
+
+Every rule DESIGN.md §5 puts in the schema is checked against kube-apiserver itself:
+bad objects are refused by ``kubectl apply`` with a message naming the field, an
+Approval's decision cannot be changed once made, and ``kubectl get`` answers the
+operator's question with printer columns.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agent_saga_operator.models import API_VERSION, GROUP, KINDS, VERSION
+from agent_saga_operator.testing import install_crds
+from fixtures.controlplane import KubeCluster
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+
+@pytest.fixture(scope="module")
+def crds(kube: KubeCluster) -> KubeCluster:
+    install_crds(kube.kubectl, kube.api_client())
+    return kube
+
+
+@pytest.fixture(scope="module")
+def ns(crds: KubeCluster) -> Iterator[str]:
+    core = client.CoreV1Api(crds.api_client())
+    name = f"crds-{secrets.token_hex(4)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+def obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def apply(kube: KubeCluster, ns: str, body: dict[str, Any], check: bool = True) -> Any:
+    return kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body), check=check)
+
+
+GOOD_KS = {"action": "Halt", "scope": {"tool": "wire.send"}, "reason": "fraud pattern", "requestedBy": "soc@corp"}
+GOOD_BUDGET = {"kind": "Budget", "arg": "amount", "maxTotal": 50000, "window": "24h"}
+DIGEST = "sha256:" + "ab" * 32
+
+
+def approval_spec(**extra: Any) -> dict[str, Any]:
+    spec = {
+        "requestId": "af83c011", "tool": "wire.send", "sagaId": "saga-1", "stepId": "s1",
+        "rule": "irreversible", "argumentsDigest": DIGEST, "display": {"amount": "80000", "to": "acct_9"},
+        "requestedAt": "2026-07-01T12:00:00Z", "deadline": "2026-07-01T12:15:00Z",
+    }
+    spec.update(extra)
+    return spec
+
+
+def test_every_crd_is_established_with_names_and_status_subresource(crds: KubeCluster) -> None:
+    ext = client.ApiextensionsV1Api(crds.api_client())
+    for model in KINDS:
+        crd = ext.read_custom_resource_definition(model.info.crd_name)
+        conds = {c.type: c.status for c in crd.status.conditions}
+        assert conds.get("Established") == "True", (model.info.kind, conds)
+        assert conds.get("NamesAccepted") == "True"
+        assert crd.spec.names.short_names == list(model.info.short_names)
+        assert "agentsaga" in crd.spec.names.categories
+        (version,) = crd.spec.versions
+        assert version.name == VERSION and version.subresources.status == {}
+    # Short names and the category resolve through discovery.
+    for short in ("ks", "bl", "sp", "appr", "mr"):
+        crds.kubectl("get", short, "-A")
+    crds.kubectl("get", "agentsaga", "-A")
+
+
+# (kind, spec, substrings the refusal must contain: the field, and why)
+INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
+    ("bad-enum", "KillSwitch", {**GOOD_KS, "action": "Stop"}, ("spec.action", "Unsupported value", "Halt")),
+    ("missing-reason", "KillSwitch", {k: v for k, v in GOOD_KS.items() if k != "reason"},
+     ("spec.reason", "Required value")),
+    ("blank-reason", "KillSwitch", {**GOOD_KS, "reason": "   "}, ("spec.reason",)),
+    ("missing-requested-by", "KillSwitch", {k: v for k, v in GOOD_KS.items() if k != "requestedBy"},
+     ("spec.requestedBy", "Required value")),
+    ("malformed-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire send"}}, ("spec.scope.tool", "should match")),
+    ("bracket-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire.[ab"}}, ("spec.scope.tool",)),
+    ("two-scopes", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire.send", "tag": "eu"}},
+     ("spec.scope", "at most one of tool, tag or sagaId")),
+    ("quarantine-no-saga", "KillSwitch", {**GOOD_KS, "action": "Quarantine"},
+     ("spec.scope", "set scope.sagaId")),
+    ("halt-with-saga", "KillSwitch", {**GOOD_KS, "scope": {"sagaId": "saga-1"}},
+     ("spec.scope.sagaId", "only for action Quarantine")),
+    ("drain-by-tool", "KillSwitch", {**GOOD_KS, "action": "Drain"}, ("spec.scope.tool", "Drain")),
+    ("zero-ttl", "KillSwitch", {**GOOD_KS, "ttlSeconds": 0}, ("spec.ttlSeconds",)),
+    ("negative-max-total", "BudgetLimit", {**GOOD_BUDGET, "maxTotal": -5}, ("spec.maxTotal", "greater than 0")),
+    ("budget-without-arg", "BudgetLimit", {k: v for k, v in GOOD_BUDGET.items() if k != "arg"},
+     ("spec.arg", "set arg")),
+    ("budget-with-max-calls", "BudgetLimit", {**GOOD_BUDGET, "maxCalls": 3}, ("spec.maxCalls", "kind Rate")),
+    ("rate-without-max-calls", "BudgetLimit", {"kind": "Rate", "window": "60s"}, ("spec.maxCalls", "maxCalls")),
+    ("rate-with-max-total", "BudgetLimit", {"kind": "Rate", "window": "60s", "maxCalls": 20, "maxTotal": 5},
+     ("spec.maxTotal", "kind Budget")),
+    ("rate-escalates", "BudgetLimit", {"kind": "Rate", "window": "60s", "maxCalls": 20, "escalateToHuman": True},
+     ("spec.escalateToHuman",)),
+    ("bad-window", "BudgetLimit", {**GOOD_BUDGET, "window": "1 day"}, ("spec.window",)),
+    ("zero-window", "BudgetLimit", {**GOOD_BUDGET, "window": "0s"}, ("spec.window", "at least 1s")),
+    ("bad-kind", "BudgetLimit", {**GOOD_BUDGET, "kind": "Spend"}, ("spec.kind", "Unsupported value")),
+    ("malformed-limit-glob", "BudgetLimit", {**GOOD_BUDGET, "tools": ["stripe *"]}, ("spec.tools[0]",)),
+    ("compensable-without-inverse", "SagaPolicy", {"tools": {"stripe__create_charge": {"semantics": "COMPENSABLE"}}},
+     ("spec.tools[stripe__create_charge].compensate", "must declare its inverse")),
+    ("irreversible-with-inverse", "SagaPolicy",
+     {"tools": {"wire.send": {"semantics": "IRREVERSIBLE", "compensate": {"tool": "wire.recall"}}}},
+     ("compensate", "no automated undo")),
+    ("bad-semantics", "SagaPolicy", {"tools": {"search_docs": {"semantics": "UNDOABLE"}}},
+     ("semantics", "Unsupported value")),
+    ("glob-as-tool-name", "SagaPolicy", {"tools": {"stripe.*": {"semantics": "REVERSIBLE"}}},
+     ("spec.tools", "exact names")),
+    ("bad-json-path", "SagaPolicy",
+     {"tools": {"c": {"semantics": "COMPENSABLE", "compensate": {"tool": "r", "args": {"charge": "id"}}}}},
+     ("spec.tools.c.compensate.args.charge", "should match")),
+    ("rule-two-conditions", "SagaPolicy",
+     {"rules": [{"name": "r", "tagged": "eu", "toolMatches": ["wire.*"]}]}, ("spec.rules[0]", "exactly one condition")),
+    ("undeclared-allow", "SagaPolicy", {"undeclaredTools": "Allow"}, ("spec.undeclaredTools", "Unsupported value")),
+    ("decision-without-approver", "Approval", approval_spec(decision="Approved"),
+     ("spec.approver", "needs an approver")),
+    ("bad-digest", "Approval", approval_spec(argumentsDigest="md5:00"), ("spec.argumentsDigest",)),
+    ("unknown-preferred-host", "ModelRoute",
+     {"hosts": [{"name": "local-7b", "endpoint": "http://127.0.0.1:8080/v1", "model": "m",
+                 "capabilities": {"contextTokens": 2048}}], "preference": ["frontier"]},
+     ("spec.preference", "must name a host")),
+    ("duplicate-host", "ModelRoute",
+     {"hosts": [{"name": "h", "endpoint": "http://a", "model": "m", "capabilities": {"contextTokens": 1}},
+                {"name": "h", "endpoint": "http://b", "model": "m", "capabilities": {"contextTokens": 1}}]},
+     ("spec.hosts[1]", "Duplicate value")),
+    ("approver-without-decision", "Approval", approval_spec(approver="risk@corp"),
+     ("spec.decision", "together with decision")),
+    ("bad-endpoint", "ModelRoute",
+     {"hosts": [{"name": "h", "endpoint": "ftp://x", "model": "m", "capabilities": {"contextTokens": 1}}]},
+     ("spec.hosts[0].endpoint",)),
+]
+
+
+@pytest.mark.parametrize(("case", "kind", "spec", "expect"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_objects_are_refused_naming_the_field(
+    crds: KubeCluster, ns: str, case: str, kind: str, spec: dict[str, Any], expect: tuple[str, ...]
+) -> None:
+    proc = apply(crds, ns, obj(kind, case, spec), check=False)
+    assert proc.returncode != 0, f"{case} was accepted:\n{proc.stdout}"
+    for text in expect:
+        assert text in proc.stderr, f"{case}: {text!r} not in:\n{proc.stderr}"
+
+
+def test_valid_objects_are_accepted_and_defaulted(crds: KubeCluster, ns: str) -> None:
+    api = client.CustomObjectsApi(crds.api_client())
+    apply(crds, ns, obj("KillSwitch", "halt-wires", GOOD_KS))
+    apply(crds, ns, obj("KillSwitch", "q", {**GOOD_KS, "action": "Quarantine", "scope": {"sagaId": "saga-8f3c"}}))
+    apply(crds, ns, obj("KillSwitch", "drain", {**GOOD_KS, "action": "Drain", "scope": {"tag": "eu"}, "ttlSeconds": 600}))
+    apply(crds, ns, obj("BudgetLimit", "daily", GOOD_BUDGET))
+    got = api.get_namespaced_custom_object(GROUP, VERSION, ns, "budgetlimits", "daily")
+    assert got["spec"]["escalateToHuman"] is False  # defaulted by the API server
+    apply(crds, ns, obj("BudgetLimit", "velocity", {"kind": "Rate", "maxCalls": 20, "window": "1m",
+                                                   "scope": {"byTool": True}}))
+    apply(crds, ns, obj("SagaPolicy", "p", {"tools": {"search_docs": {"semantics": "REVERSIBLE"}}}))
+    got = api.get_namespaced_custom_object(GROUP, VERSION, ns, "sagapolicies", "p")
+    assert got["spec"]["undeclaredTools"] == "Refuse" and got["spec"]["mode"] == "Enforce"
+
+
+def test_approval_decision_is_immutable_once_made(crds: KubeCluster, ns: str) -> None:
+    api = client.CustomObjectsApi(crds.api_client())
+    args = (GROUP, VERSION, ns, "approvals")
+    api.create_namespaced_custom_object(*args, obj("Approval", "af83c011", approval_spec()))
+
+    # The request itself cannot be swapped under the approver.
+    with pytest.raises(ApiException) as exc:
+        api.patch_namespaced_custom_object(*args, "af83c011", {"spec": {"tool": "wire.other"}})
+    assert exc.value.status == 422 and "spec.tool" in exc.value.body and "immutable" in exc.value.body
+
+    api.patch_namespaced_custom_object(
+        *args, "af83c011", {"spec": {"decision": "Approved", "approver": "risk@corp", "note": "verified by phone"}}
+    )
+    for change, field in (
+        ({"decision": "Denied"}, "spec.decision"),
+        ({"approver": "someone@else"}, "spec.approver"),
+        ({"note": "changed my mind"}, "spec.note"),
+        ({"decision": None, "approver": None}, "spec.decision"),
+    ):
+        with pytest.raises(ApiException) as exc:
+            api.patch_namespaced_custom_object(*args, "af83c011", {"spec": change})
+        assert exc.value.status == 422, change
+        assert field in exc.value.body and "immutable" in exc.value.body, exc.value.body
+    # kubectl says the same, naming the field.
+    proc = crds.kubectl("patch", "-n", ns, "approval", "af83c011", "--type=merge",
+                        "-p", json.dumps({"spec": {"decision": "Denied"}}), check=False)
+    assert proc.returncode != 0 and "spec.decision" in proc.stderr and "immutable" in proc.stderr
+    got = api.get_namespaced_custom_object(*args, "af83c011")
+    assert got["spec"]["decision"] == "Approved" and got["spec"]["approver"] == "risk@corp"
+
+
+def test_printer_columns(crds: KubeCluster, ns: str) -> None:
+    api = client.CustomObjectsApi(crds.api_client())
+    apply(crds, ns, obj("KillSwitch", "cols", GOOD_KS))
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "killswitches", "cols", {"status": {
+        "engaged": True, "scope": "tool:wire.send", "observedGeneration": 1,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Engaged",
+                        "message": "agents refuse tool:wire.send", "lastTransitionTime": "2026-07-01T12:00:00Z"}],
+    }})
+    out = crds.kubectl("get", "killswitches", "-n", ns, "cols").stdout
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["NAME", "ACTION", "SCOPE", "ENGAGED", "EXPIRES", "READY", "AGE"]
+    # EXPIRES is blank without a TTL.
+    assert row.split()[:5] == ["cols", "Halt", "tool:wire.send", "true", "True"]
+    wide = crds.kubectl("get", "ks", "-n", ns, "cols", "-o", "wide").stdout
+    assert "REASON" in wide and "fraud pattern" in wide and "agents refuse tool:wire.send" in wide
+
+    apply(crds, ns, obj("BudgetLimit", "cols", GOOD_BUDGET))
+    apply(crds, ns, obj("SagaPolicy", "cols", {}))
+    apply(crds, ns, obj("Approval", "cols", approval_spec(requestId="cols")))
+    apply(crds, ns, obj("ModelRoute", "cols", {"hosts": [{
+        "name": "local-7b", "endpoint": "http://127.0.0.1:8080/v1", "model": "m",
+        "capabilities": {"contextTokens": 2048}}]}))
+    for plural, cols in (
+        ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "WINDOW", "READY", "AGE"]),
+        ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "READY", "AGE"]),
+        ("approvals", ["NAME", "TOOL", "SAGA", "PHASE", "APPROVER", "DEADLINE", "READY", "AGE"]),
+        ("modelroutes", ["NAME", "HOSTS", "PREFERRED", "READY", "AGE"]),
+    ):
+        header = crds.kubectl("get", plural, "-n", ns, "cols").stdout.splitlines()[0]
+        assert header.split() == cols, (plural, header)

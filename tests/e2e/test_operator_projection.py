@@ -1,0 +1,235 @@
+"""The policy-plane contract: the runtime reads exactly what the operator writes.
+
+First without Kubernetes (the projection code against a real Redis), then end to end:
+a BudgetLimit applied with kubectl is projected by the operator process, loaded by a
+runtime ``PreFlightGate`` backed by ``RedisLimitStore``, enforced, and its spend shows up
+in the object's status; editing ``maxTotal`` takes effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from agent_saga import ActionSemantics
+from agent_saga.controls import PreFlightGate, RedisLimitStore
+from agent_saga.gates import StepRequest
+from agent_saga_operator.documents import Identity, budget_limit_doc, killswitch_doc, runtime_limit
+from agent_saga_operator.models import API_VERSION, GROUP, VERSION, BudgetLimitSpec, KillSwitchSpec
+from agent_saga_operator.projection import DecisionConflict, Projector, load_limits
+from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from fixtures.controlplane import KubeCluster
+from fixtures.redis_server import RedisServer
+from kubernetes import client
+
+DEADLINE = 20.0
+WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
+
+
+def req(amount: float, tool: str = "stripe.charge", customer: str = "c1") -> StepRequest:
+    return StepRequest("saga-1", "s1", tool, ActionSemantics.COMPENSABLE,
+                       {"amount": amount, "customer_id": customer})
+
+
+# ---------------------------------------------------------------- without Kubernetes
+async def _contract(url: str) -> None:
+    projector = Projector(url)
+    reader = aioredis.Redis.from_url(url)
+    try:
+        specs = {
+            "daily-spend": BudgetLimitSpec.model_validate(
+                {"kind": "Budget", "arg": "amount", "maxTotal": 1000, "window": "24h",
+                 "scope": {"byArgs": ["customer_id"]}, "tools": ["stripe.*"], "escalateToHuman": False}),
+            "velocity": BudgetLimitSpec.model_validate(
+                {"kind": "Rate", "maxCalls": 3, "window": "1m", "scope": {"byTool": True}}),
+        }
+        expected = []
+        for name, spec in specs.items():
+            who = Identity("payments", name, "u", 1, WHO.created)
+            assert await projector.put("BudgetLimit", who.id, budget_limit_doc(spec, who)) > 0
+            expected.append(runtime_limit(spec, who))
+        # A limit of another namespace is not this namespace's business.
+        other = Identity("other", "daily-spend", "u", 1, WHO.created)
+        await projector.put("BudgetLimit", other.id, budget_limit_doc(specs["daily-spend"], other))
+
+        loaded = await load_limits(reader, "payments")
+        assert loaded == expected  # the very objects the runtime would build from the spec
+        assert [lim.name for lim in loaded] == ["payments.daily-spend", "payments.velocity"]
+        assert len(await load_limits(reader)) == 3
+
+        # The loaded limits enforce through the runtime's gate and Redis store.
+        store = RedisLimitStore(url)
+        try:
+            gate = PreFlightGate(limits=loaded, store=store, default_rules=())
+            assert (await gate.decide(req(600))).verdict == "ALLOW"
+            refused = await gate.decide(req(500))
+            assert refused.verdict == "BLOCK" and refused.decided_by == "limit:payments.daily-spend"
+            assert (await gate.decide(req(500, customer="c2"))).verdict == "ALLOW"  # its own window
+            assert (await gate.decide(req(1, customer="c3"))).verdict == "ALLOW"  # 3rd stripe.charge call
+            refused = await gate.decide(req(1, customer="c4"))  # velocity: 3 calls per tool per minute
+            assert refused.verdict == "BLOCK" and refused.decided_by == "limit:payments.velocity"
+            assert (await gate.decide(req(1, tool="stripe.refund", customer="c5"))).verdict == "ALLOW"  # another tool's window
+            assert (await gate.decide(req(1, tool="wire.send"))).verdict == "ALLOW"  # not a stripe.* tool
+            usage = {(u.name, u.key): u.used for u in await store.usage([lim.spec() for lim in loaded])}
+            assert usage[("payments.daily-spend", "customer_id=c1")] == 600
+            assert usage[("payments.velocity", "tool=stripe.charge")] == 3
+        finally:
+            await store.aclose()
+
+        # Unchanged re-projection writes nothing; delete removes document and index entry.
+        spec = specs["velocity"]
+        who = Identity("payments", "velocity", "u", 1, WHO.created)
+        assert await projector.put("BudgetLimit", who.id, budget_limit_doc(spec, who)) == 0
+        assert await projector.delete("BudgetLimit", who.id) > 0
+        assert await projector.delete("BudgetLimit", who.id) == 0
+        assert [lim.name for lim in await load_limits(reader, "payments")] == ["payments.daily-spend"]
+
+        # KillSwitch documents are exactly the documented shape.
+        ks = KillSwitchSpec.model_validate({"action": "Halt", "scope": {"tool": "wire.send"}, "reason": "fraud",
+                                            "requestedBy": "soc@corp", "ttlSeconds": 600})
+        ks_who = Identity("payments", "halt", "u", 2, WHO.created)
+        rev = await projector.put("KillSwitch", ks_who.id, killswitch_doc(ks, ks_who))
+        doc = json.loads(await reader.get(f"agentsaga:v1:killswitch:{ks_who.id}"))
+        assert list(doc)[:2] == ["rev", "v"] and doc["rev"] == rev
+        assert {k: doc[k] for k in ("action", "scope", "reason", "requestedBy", "ttl", "engagedAt", "expiresAt")} == {
+            "action": "Halt", "scope": "tool:wire.send", "reason": "fraud", "requestedBy": "soc@corp",
+            "ttl": 600, "engagedAt": "2026-07-01T12:00:00Z", "expiresAt": "2026-07-01T12:10:00Z"}
+
+        # A decision is written once: the same one again is a no-op, a different one conflicts.
+        decision = {"v": 1, "requestId": "af83c011", "decision": "approved", "approver": "risk@corp",
+                    "argumentsDigest": "sha256:" + "0" * 64}
+        assert await projector.decide("af83c011", decision) > 0
+        assert await projector.decide("af83c011", dict(decision)) == 0
+        with pytest.raises(DecisionConflict):
+            await projector.decide("af83c011", {**decision, "decision": "denied"})
+        assert (await projector.get_decision("af83c011"))["decision"] == "approved"  # type: ignore[index]
+    finally:
+        await projector.aclose()
+        await reader.aclose()
+
+
+def test_runtime_reads_exactly_what_the_projection_writes(fresh_redis: RedisServer) -> None:
+    asyncio.run(_contract(fresh_redis.url))
+
+
+# ---------------------------------------------------------------- end to end
+@pytest.fixture(scope="module")
+def crds(kube: KubeCluster) -> KubeCluster:
+    install_crds(kube.kubectl, kube.api_client())
+    return kube
+
+
+@pytest.fixture
+def ns(crds: KubeCluster) -> Iterator[str]:
+    core = client.CoreV1Api(crds.api_client())
+    name = f"proj-{secrets.token_hex(4)}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
+                         extra_args=["--standalone", "--resync-interval", "5", "--usage-interval", "0.5",
+                                     "--health-host", "127.0.0.1"])
+    op.start()
+    try:
+        op.wait_ready()
+        yield op
+    finally:
+        op.stop()
+
+
+def _status(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(kube.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "budgetlimits", name)
+    return obj.get("status") or {}  # type: ignore[no-any-return]
+
+
+async def _charge(url: str, ns: str, amounts: list[float]) -> list[str]:
+    """An agent's view: load this namespace's limits from the policy plane, then charge."""
+    reader = aioredis.Redis.from_url(url)
+    store = RedisLimitStore(url)
+    try:
+        gate = PreFlightGate(limits=await load_limits(reader, ns), store=store, default_rules=())
+        return [(await gate.decide(req(a))).verdict for a in amounts]
+    finally:
+        await reader.aclose()
+        await store.aclose()
+
+
+def test_budget_limit_applied_with_kubectl_is_enforced_and_reports_spend(
+    crds: KubeCluster, ns: str, operator: OperatorProcess, fresh_redis: RedisServer
+) -> None:
+    body = {"apiVersion": API_VERSION, "kind": "BudgetLimit", "metadata": {"name": "daily-spend"},
+            "spec": {"kind": "Budget", "arg": "amount", "maxTotal": 1000, "window": "24h"}}
+    crds.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+    r = redis.Redis.from_url(fresh_redis.url)
+    try:
+        poll(lambda: r.exists(f"agentsaga:v1:budgetlimit:{ns}/daily-spend"), timeout=DEADLINE,
+             what="the BudgetLimit projected")
+    finally:
+        r.close()
+    assert asyncio.run(_charge(fresh_redis.url, ns, [400, 400, 400])) == ["ALLOW", "ALLOW", "BLOCK"]
+
+    st = poll(lambda: (s := _status(crds, ns, "daily-spend")).get("used") == 800 and s, timeout=DEADLINE,
+              what="status.used = 800")
+    assert st["limitName"] == f"{ns}.daily-spend" and st["max"] == 1000 and st["remaining"] == 200
+    assert st["windowSeconds"] == 86400 and st["windows"] == 1
+    table = crds.kubectl("get", "budgetlimits", "-n", ns).stdout
+    assert "Budget" in table and "1000" in table and "800" in table and "True" in table
+
+    # Raising maxTotal takes effect for the next agent that loads the limits.
+    body["spec"]["maxTotal"] = 1500
+    crds.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+    poll(lambda: _status(crds, ns, "daily-spend").get("max") == 1500, timeout=DEADLINE, what="status.max = 1500")
+    assert asyncio.run(_charge(fresh_redis.url, ns, [400, 400])) == ["ALLOW", "BLOCK"]
+    poll(lambda: _status(crds, ns, "daily-spend").get("used") == 1200, timeout=DEADLINE, what="status.used = 1200")
+
+
+def test_approval_decision_reaches_the_policy_plane_and_expiry_denies(
+    crds: KubeCluster, ns: str, operator: OperatorProcess, fresh_redis: RedisServer
+) -> None:
+    a = client.CustomObjectsApi(crds.api_client())
+    now = datetime.now(UTC)
+
+    def approval(name: str, deadline_s: int) -> dict[str, Any]:
+        return {"apiVersion": API_VERSION, "kind": "Approval", "metadata": {"name": name}, "spec": {
+            "requestId": name, "tool": "wire.send", "sagaId": "saga-1", "stepId": "s1", "rule": "irreversible",
+            "argumentsDigest": "sha256:" + "ab" * 32, "display": {"amount": "80000"},
+            "requestedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "deadline": datetime.fromtimestamp(now.timestamp() + deadline_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+    a.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals", approval("req-approve", 600))
+    a.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals", approval("req-expire", 2))
+
+    def phase(name: str) -> str | None:
+        obj = a.get_namespaced_custom_object(GROUP, VERSION, ns, "approvals", name)
+        return (obj.get("status") or {}).get("phase")  # type: ignore[no-any-return]
+
+    poll(lambda: phase("req-approve") == "Pending", timeout=DEADLINE, what="Pending")
+    crds.kubectl("patch", "-n", ns, "approval", "req-approve", "--type=merge", "-p",
+                 json.dumps({"spec": {"decision": "Approved", "approver": "risk@corp", "note": "verified by phone"}}))
+    poll(lambda: phase("req-approve") == "Approved", timeout=DEADLINE, what="Approved")
+    r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
+    try:
+        doc = json.loads(r.get("agentsaga:v1:approval:decision:req-approve"))  # type: ignore[arg-type]
+        assert (doc["decision"], doc["approver"], doc["note"]) == ("approved", "risk@corp", "verified by phone")
+        assert doc["argumentsDigest"] == "sha256:" + "ab" * 32 and doc["source"] == f"kubernetes:{ns}/req-approve"
+
+        poll(lambda: phase("req-expire") == "Expired", timeout=2 + DEADLINE, what="Expired")
+        doc = json.loads(r.get("agentsaga:v1:approval:decision:req-expire"))  # type: ignore[arg-type]
+        assert doc["decision"] == "expired" and doc["approver"] is None
+    finally:
+        r.close()
+    out = crds.kubectl("get", "approvals", "-n", ns).stdout
+    assert "Approved" in out and "risk@corp" in out and "Expired" in out
