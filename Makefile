@@ -46,7 +46,7 @@ unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check runtime operator tests bench examples
+	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -61,6 +61,7 @@ bench: install system-deps
 	$(PY) bench/bench_core.py
 	$(PY) bench/bench_wal.py
 	$(PY) bench/bench_limits.py
+	$(PY) bench/bench_killswitch.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

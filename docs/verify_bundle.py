@@ -12,6 +12,7 @@ a dependency, not evidence. Port it to any language with SHA-256 and a JSON pars
 """
 
 import hashlib
+import re
 import json
 import os
 import sys
@@ -69,6 +70,8 @@ def record_problem(r, prev, expected):
     else:
         if r["salt"] is None:
             return "salt is missing on a record that is not redacted"
+        if not isinstance(r["salt"], str) or re.fullmatch("[0-9a-f]{32}", r["salt"]) is None:
+            return "salt is not 32 lowercase hex digits: the record was altered"
         try:
             text = "null" if r["payload"] is None else canonical(r["payload"])
         except ValueError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from .errors import WALCorrupt
 from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
 
 SALT_BYTES = 16
+_SALT_HEX = re.compile(f"[0-9a-f]{{{SALT_BYTES * 2}}}")
 
 
 def content_digest(salt_hex: str, canonical_payload: str) -> str:
@@ -211,6 +213,10 @@ def check_record(rec: Record, prev_hash: str, expected_seq: int | None) -> str |
     else:
         if rec.salt is None:
             return "salt is missing on a record that is not redacted"
+        if not isinstance(rec.salt, str) or not _SALT_HEX.fullmatch(rec.salt):
+            # Exactly the writer's form: "AB.." decodes like "ab..", so any other spelling
+            # would be an edit the digest cannot see.
+            return f"salt is not {SALT_BYTES * 2} lowercase hex digits: the record was altered"
         try:
             canonical = "null" if rec.payload is None else canonical_json(rec.payload)
         except ValueError:

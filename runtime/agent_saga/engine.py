@@ -32,6 +32,8 @@ Invariants:
   check (the WAL encodes on its own thread, too late to tell the caller).
 - The REVERSIBLE fast path (async forward, no gate, timeout, retry or fallback) takes no
   lock, creates no task, inspects no signature and formats no log line.
+- A gate with an ``on_outcome(request, ok, error)`` method hears how each step it
+  allowed ended (the circuit breaker's feedback); the hook never breaks a step.
 - A sync forward runs on the bounded tool executor, never on the event loop, and keeps
   running in its thread after a timeout (Python cannot stop a thread); the step is then
   UNKNOWN, which is exactly what it is.
@@ -73,9 +75,14 @@ _UNKNOWN: Final = RecordType.STEP_UNKNOWN.value
 
 _NO_KWARGS: Final[Mapping[str, Any]] = {}
 
-_RUNNING, _CLOSING, _COMPLETED, _ROLLED_BACK, _PARTIAL = (
-    "RUNNING", "CLOSING", "COMPLETED", "ROLLED_BACK", "ROLLBACK_PARTIAL"
+_RUNNING, _CLOSING, _COMPLETED, _ROLLED_BACK, _PARTIAL, _QUARANTINED = (
+    "RUNNING", "CLOSING", "COMPLETED", "ROLLED_BACK", "ROLLBACK_PARTIAL", "QUARANTINED"
 )
+
+#: The record a quarantined saga ends with: it was frozen, not rolled back (not terminal:
+#: the saga stays unresolved, and the recovery daemon skips it, until a human decides).
+#: Same name as ``agent_saga.recovery.recordtypes.SAGA_QUARANTINED``.
+SAGA_QUARANTINED: Final = "SAGA_QUARANTINED"
 
 CompensationFactory = Callable[[Any], "Compensation | Mapping[str, Any] | None"]
 
@@ -84,13 +91,13 @@ class Saga:
     """One running saga: call ``execute`` for each side effect. Made by ``saga_scope``.
 
     Attributes: ``saga_id``, ``name``, ``tags``, ``wal``, ``gate``, ``status``
-    (RUNNING, COMPLETED, ROLLED_BACK, ROLLBACK_PARTIAL) and ``rollback_report`` (set once
-    a rollback ran).
+    (RUNNING, COMPLETED, ROLLED_BACK, ROLLBACK_PARTIAL, QUARANTINED) and
+    ``rollback_report`` (set once a rollback ran).
     """
 
     __slots__ = (
-        "_append", "_clock", "_done", "_executor", "_inflight", "_next", "_settled", "_state",
-        "gate", "name", "rollback_report", "saga_id", "tags", "wal",
+        "__weakref__", "_append", "_clock", "_done", "_executor", "_inflight", "_next", "_on_outcome",
+        "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
     )
 
     def __init__(
@@ -117,10 +124,14 @@ class Saga:
         self._inflight = 0
         self._settled: asyncio.Future[None] | None = None
         self._state = _RUNNING
+        hook = getattr(gate, "on_outcome", None)
+        self._on_outcome: Callable[[StepRequest, bool, BaseException | None], None] | None = (
+            hook if callable(hook) else None
+        )
 
     @property
     def status(self) -> str:
-        """RUNNING, COMPLETED, ROLLED_BACK or ROLLBACK_PARTIAL."""
+        """RUNNING, COMPLETED, ROLLED_BACK, ROLLBACK_PARTIAL or QUARANTINED."""
         return _RUNNING if self._state == _CLOSING else self._state
 
     def __repr__(self) -> str:
@@ -216,18 +227,28 @@ class Saga:
         index = self._next
         self._next = index + 1
         step_id = f"{self.saga_id}/{index}"
+        request: StepRequest | None = None
         if self.gate is not None or sem is _IRR:
-            await self._check_gate(step_id, tool, sem, policy_args)
+            request = await self._check_gate(step_id, tool, sem, policy_args)
 
         token = step_id_var.set(step_id)
         self._inflight += 1
         try:
             if sem is _REV and timeout is None and retry is None and fallback_action is None:
-                return await self._run_fast(step_id, tool, forward, compensate, policy_args)
-            return await self._run_step(
-                step_id, tool, sem, forward, compensate, timeout, policy_args,
-                retry or NO_RETRY, fallback_action,
-            )
+                result = await self._run_fast(step_id, tool, forward, compensate, policy_args)
+            else:
+                result = await self._run_step(
+                    step_id, tool, sem, forward, compensate, timeout, policy_args,
+                    retry or NO_RETRY, fallback_action,
+                )
+        except Exception as exc:
+            if request is not None and self._on_outcome is not None:
+                self._report(request, exc)
+            raise
+        else:
+            if request is not None and self._on_outcome is not None:
+                self._report(request, None)
+            return result
         finally:
             self._inflight -= 1
             if not self._inflight and self._settled is not None and not self._settled.done():
@@ -453,11 +474,24 @@ class Saga:
 
     async def _check_gate(
         self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None
-    ) -> None:
+    ) -> StepRequest:
         # Read-only view: the same dict is in the intent record the flusher thread encodes.
         args = MappingProxyType(policy_args if policy_args is not None else {})
         request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags)
         await consult(self.gate, request, self._append)
+        return request
+
+    def _report(self, request: StepRequest, error: Exception | None) -> None:
+        """Tell the gate how a step it allowed ended; a failing hook never breaks the step."""
+        assert self._on_outcome is not None
+        try:
+            self._on_outcome(request, error is None, error)
+        except Exception as exc:  # noqa: BLE001 - feedback is advisory
+            import logging
+
+            logging.getLogger("agent_saga.engine").warning(
+                "the gate's on_outcome hook failed for %s (%s: %s)", request.step_id, type(exc).__name__, exc
+            )
 
     def _closed_error(self, tool: object) -> ConfigurationError:
         return ConfigurationError(
@@ -479,6 +513,29 @@ class Saga:
         await self._settle()
         self._state = _COMPLETED
         seq = self._append(RecordType.SAGA_COMPLETED.value, self.saga_id, None, {"steps": self._next})
+        await self.wal.barrier(seq)
+
+    async def _freeze(self, lever: Mapping[str, Any] | None, cause: BaseException | None) -> None:
+        """Stop a quarantined saga WITHOUT rolling it back: wait for sibling steps, then
+        write a durable SAGA_QUARANTINED listing the steps left standing for a human."""
+        self._state = _CLOSING
+        try:
+            await self._settle()
+        finally:
+            self._state = _QUARANTINED
+        standing = [
+            {"step": e.step_id, "tool": e.tool, "semantics": e.semantics.value, "unknown": e.unknown}
+            for e in self._done
+        ]
+        doc = dict(lever) if lever else {}
+        # reason/by as the recovery daemon reads them (agent_saga.recovery.quarantine)
+        payload: dict[str, Any] = {
+            "reason": doc.get("reason") or "quarantined", "by": doc.get("requestedBy") or doc.get("by") or "",
+            "lever": doc or None, "standing": standing, "steps": self._next,
+        }
+        if cause is not None:
+            payload["cause"] = describe_error(cause)
+        seq = self._append(SAGA_QUARANTINED, self.saga_id, None, payload)
         await self.wal.barrier(seq)
 
     async def _rollback(self, cause: BaseException) -> tuple[RollbackReport, bool]:

@@ -12,7 +12,8 @@ Invariants:
 - A gate that raises, or returns anything but a ``GateDecision``, refuses the step
   (fail closed); the engine never treats a broken gate as a yes.
 - ``consult`` writes GATE_VERDICT for every decision and STEP_REFUSED for every refusal
-  before raising ``GateBlocked``; with no gate, an IRREVERSIBLE step is refused (the
+  before raising ``GateBlocked`` (``SagaQuarantined`` when the decision says
+  ``quarantined``: the saga is then frozen by its scope, not rolled back); with no gate, an IRREVERSIBLE step is refused (the
   engine does not start an effect it cannot undo without a control that can ask a human).
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from .errors import ConfigurationError, GateBlocked
+from .errors import ConfigurationError, GateBlocked, SagaQuarantined
 from .payloads import error_text, snapshot_mapping
 from .records import RecordType
 from .semantics import ActionSemantics
@@ -166,6 +167,13 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> No
         return
     append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
     by = f", decided by {decision.decided_by}" if decision.decided_by else ""
+    if getattr(decision, "quarantined", False) is True:
+        lever = verdict.get("detail", {}).get("lever") if isinstance(verdict.get("detail"), dict) else None
+        raise SagaQuarantined(
+            f"step {step_id} ({tool}) refused: {decision.reason or 'the saga is quarantined'}",
+            lever=lever, reason=decision.reason, decided_by=decision.decided_by,
+            saga_id=saga_id, step_id=step_id, tool=tool,
+        )
     raise GateBlocked(
         f"step {step_id} ({tool}) refused by the gate ({decision.verdict}{by}): "
         f"{decision.reason or 'no reason given'}; nothing was executed",

@@ -13,8 +13,18 @@ Invariants:
   the original exception object unchanged, with a note; a partial one raises
   ``RollbackIncomplete(report=...)`` from it. A cancellation that arrives during the
   rollback is honoured once the rollback has finished.
+- A gate with ``admit_saga`` is asked before anything is written; it may refuse the
+  saga (a kill-switch DRAIN): ``GateBlocked``, nothing recorded, the body never runs.
+- A QUARANTINED saga is never rolled back automatically: leaving with its own
+  ``SagaQuarantined``, or with any exception while the gate's ``quarantine_of`` names a
+  quarantine on it, writes a durable SAGA_QUARANTINED (the steps left standing) instead
+  of rolling back, and raises ``SagaQuarantined`` (the original exception if it was
+  one, or a cancellation). A human decides; the recovery daemon skips the saga.
 - The saga id is validated before anything is written: ``[A-Za-z0-9._:@/+=-]``, at most
   190 characters so that every step id ``"{saga_id}/{index}"`` is a valid id too.
+- While the scope is open (rollback included) the saga's lease is renewed from a
+  background thread (``agent_saga.leases``), never per step: SAGA_STARTED grants the
+  default lease, a SAGA_LEASE record follows it when ``lease_seconds`` differs.
 """
 
 from __future__ import annotations
@@ -27,9 +37,12 @@ from typing import Any
 
 from .context import saga_id_var
 from .engine import Saga
-from .errors import ConfigurationError, RollbackIncomplete
+from .errors import ConfigurationError, RollbackIncomplete, SagaQuarantined
 from .executor import get_tool_executor
 from .gates import Gate
+from .leases import DEFAULT_LEASE_SECONDS, LeaseHandle, check_lease_seconds
+from .leases import register as register_lease
+from .leases import unregister as unregister_lease
 from .records import RecordType, validate_id
 from .retry import SYSTEM_CLOCK, Clock
 from .wal.base import BaseWAL
@@ -42,7 +55,10 @@ _MAX_SAGA_ID = 190  # leaves room for "/<index>" within the 200-character id lim
 class SagaScope:
     """The async context manager returned by ``saga_scope``; yields a ``Saga``."""
 
-    __slots__ = ("_clock", "_gate", "_name", "_saga", "_saga_id", "_tags", "_token", "_wal")
+    __slots__ = (
+        "_clock", "_gate", "_lease", "_lease_seconds", "_name", "_saga", "_saga_id", "_tags",
+        "_token", "_wal",
+    )
 
     def __init__(
         self,
@@ -52,7 +68,12 @@ class SagaScope:
         saga_id: str | None,
         tags: Iterable[str],
         clock: Clock | None,
+        lease_seconds: float | None = None,
     ) -> None:
+        self._lease_seconds = (
+            DEFAULT_LEASE_SECONDS if lease_seconds is None else check_lease_seconds(lease_seconds)
+        )
+        self._lease: LeaseHandle | None = None
         if gate is not None and not callable(getattr(gate, "decide", None)):
             raise ConfigurationError(
                 f"gate must implement the Gate protocol (async def decide(request) -> "
@@ -92,12 +113,18 @@ class SagaScope:
             from .wal import get_default_wal
 
             wal = get_default_wal()
+        admit = getattr(self._gate, "admit_saga", None)
+        if admit is not None:  # a DRAIN refuses new sagas before anything is written
+            await admit(self._saga_id, self._name, self._tags)
         saga = Saga(
             self._saga_id, self._name, self._tags, wal, self._gate, self._clock, get_tool_executor()
         )
         wal.append(
             RecordType.SAGA_STARTED.value, self._saga_id, None, {"name": self._name, "tags": list(self._tags)}
         )
+        if self._lease_seconds != DEFAULT_LEASE_SECONDS:
+            wal.append(RecordType.SAGA_LEASE.value, self._saga_id, None, {"lease_seconds": self._lease_seconds})
+        self._lease = register_lease(saga, self._saga_id, wal, self._lease_seconds)
         self._saga = saga
         self._token = saga_id_var.set(self._saga_id)
         return saga
@@ -111,6 +138,7 @@ class SagaScope:
         saga = self._saga
         assert saga is not None, "__aexit__ without __aenter__"
         raised_here = False
+        frozen: dict[str, Any] | None = None
         try:
             if exc is None:
                 try:
@@ -122,9 +150,17 @@ class SagaScope:
                     # Interrupted while waiting for sibling steps: this exception leaves the
                     # scope, so the saga rolls back like for any other.
                     exc, raised_here = late, True
-            report, cancelled = await saga._rollback(exc)
+            frozen = self._quarantine(exc)
+            if frozen is not None:
+                await saga._freeze(frozen, exc)
+            else:
+                report, cancelled = await saga._rollback(exc)
         finally:
             saga_id_var.reset(self._token)
+            if self._lease is not None:
+                unregister_lease(self._lease)
+        if frozen is not None:
+            return self._frozen_exit(saga, exc, raised_here)
         if report.clean:
             exc.add_note(f"agent-saga: {report.summary()}")
             failure: BaseException = exc
@@ -147,6 +183,35 @@ class SagaScope:
         raise failure from exc
 
 
+    def _quarantine(self, exc: BaseException) -> dict[str, Any] | None:
+        """The quarantine that freezes this saga instead of rolling it back, or ``None``."""
+        if isinstance(exc, SagaQuarantined) and exc.saga_id == self._saga_id:
+            return dict(exc.lever) if exc.lever else {"reason": exc.reason, "by": exc.decided_by}
+        ask = getattr(self._gate, "quarantine_of", None)
+        if ask is None:
+            return None
+        try:
+            lever = ask(self._saga_id)
+        except Exception:  # noqa: BLE001 - cannot tell: rolling back is the default
+            return None
+        return dict(lever) if lever else None
+
+    def _frozen_exit(self, saga: Saga, exc: BaseException, raised_here: bool) -> bool:
+        standing = len(saga._done)
+        note = (f"agent-saga: saga {saga.saga_id} is quarantined: frozen, NOT rolled back; {standing} "
+                f"step(s) left standing for a human (SAGA_QUARANTINED in the WAL)")
+        if (isinstance(exc, SagaQuarantined) and exc.saga_id == saga.saga_id) or not isinstance(exc, Exception):
+            exc.add_note(note)
+            if raised_here:
+                raise exc
+            return False
+        raise SagaQuarantined(
+            f"saga {saga.saga_id} left its scope with {type(exc).__name__}: {exc}; it is quarantined, so it "
+            f"was NOT rolled back: {standing} step(s) are left standing for a human (SAGA_QUARANTINED in the WAL)",
+            reason="quarantined", saga_id=saga.saga_id,
+        ) from exc
+
+
 def saga_scope(
     wal: BaseWAL | None = None,
     gate: Gate | None = None,
@@ -155,6 +220,7 @@ def saga_scope(
     saga_id: str | None = None,
     tags: Iterable[str] = (),
     clock: Clock | None = None,
+    lease_seconds: float | None = None,
 ) -> SagaScope:
     """Open a saga: ``async with saga_scope(...) as saga: await saga.execute(...)``.
 
@@ -166,6 +232,9 @@ def saga_scope(
         saga_id: an explicit id (for example to correlate with a request id).
         tags: strings shown to the gate and written in SAGA_STARTED.
         clock: the time seam for retry back-off (tests pass a fake one).
+        lease_seconds: how long after this process's last sign of life a recovery daemon
+            may take the saga over (default ``DEFAULT_LEASE_SECONDS``, 30). Renewed every
+            third of it while the scope is open.
 
     Guarantees: any exception leaving the block rolls back every committed or unknown step
     LIFO, shielded from cancellation; the original exception propagates after a clean
@@ -173,5 +242,5 @@ def saga_scope(
     writes a durable SAGA_COMPLETED. Raises ``ConfigurationError`` at once for invalid
     arguments (an id that is not ``[A-Za-z0-9._:@/+=-]``, a gate without ``decide``).
     """
-    return SagaScope(wal, gate, name, saga_id, tags, clock)
+    return SagaScope(wal, gate, name, saga_id, tags, clock, lease_seconds)
 

@@ -118,3 +118,15 @@ def test_chain_rule_is_reproducible_without_our_code(pristine: bytes) -> None:
         prev = d["hash"]
     rec = decode_line(pristine.splitlines()[0], "x")
     assert header_hash(rec) == rec.hash
+
+
+def test_salt_spelled_in_uppercase_is_detected(pristine: bytes, tmp_path: Path) -> None:
+    # bytes.fromhex("AB") == bytes.fromhex("ab"): the digest alone cannot see this edit.
+    import json
+
+    lines = pristine.splitlines(keepends=True)
+    salt = json.loads(lines[2])["salt"]
+    assert any(c in "abcdef" for c in salt)
+    lines[2] = lines[2].replace(salt.encode(), salt.upper().encode())
+    res = _verify_bytes(tmp_path, b"".join(lines))
+    assert not res.ok and res.first_bad_seq == 3 and "lowercase hex" in (res.reason or "")

@@ -19,7 +19,8 @@ def test_status_with_the_in_process_store_says_there_is_nothing_to_read(capsys, 
     monkeypatch.delenv("AGENT_SAGA_LIMIT_STORE", raising=False)
     assert main(["status"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("LIMITS") and "InProcessLimitStore" in out and "RedisLimitStore" in out
+    # sections print in the gate's order: the kill switch (issue 6) comes before the limits
+    assert "\nLIMITS\n" in "\n" + out and "InProcessLimitStore" in out and "RedisLimitStore" in out
 
 
 def test_status_fails_closed_when_the_limit_store_is_unreachable(capsys):

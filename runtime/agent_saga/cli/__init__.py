@@ -12,9 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import SagaError
-from . import audit_commands, status_commands, wal_commands
+from . import (
+    approval_commands,
+    audit_commands,
+    recover_commands,
+    status_commands,
+    switch_commands,
+    wal_commands,
+)
 
-_MODULES = (wal_commands, status_commands, audit_commands)
+_MODULES = (
+    wal_commands, status_commands, audit_commands, recover_commands, switch_commands, approval_commands,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,7 +53,7 @@ def register_section(name: str, collect: Collect, *, order: int, add_arguments: 
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("status", help="the live posture of the controls: limits' use in their windows")
+    p = sub.add_parser("status", help="the live posture of the controls: kill switch levers, limits' use")
     p.add_argument("--json", action="store_true", help="print one JSON object, a key per section")
     for _, _, _, add in _SECTIONS:
         if add is not None:

@@ -8,10 +8,23 @@ One decision, in this order; the first control that refuses ends it:
     4. rules         per-call policy: IRREVERSIBLE requires a human, arg_exceeds, ...
     5. approval      a named human is asked, only if a limit escalated or a rule asked
 
-Steps 1-2 are ``PreCheck`` objects passed as ``checks=``, ordered by their ``stage``.
+Steps 1-2 are ``PreCheck`` objects passed as ``checks=``, ordered by their ``stage``;
+without ``checks=`` the gate uses the process-wide kill switch and breaker
+(``set_kill_switch``, ``set_breaker``), looked up at each decision.
+
+Hooks the engine calls on a gate that has them (``PreFlightGate`` does):
+- ``admit_saga`` when a saga starts: a DRAIN refuses it (``GateBlocked``) before
+  anything is written; a saga already running is never asked again.
+- ``on_outcome`` after a step the gate allowed has run: the breaker learns whether the
+  tool raised. Compensations never pass through the gate, so they neither wait for nor
+  feed the breaker.
+- ``quarantine_of`` when a saga leaves its scope with an exception: a quarantined saga
+  is frozen (SAGA_QUARANTINED), never rolled back automatically.
 
 Invariants:
 - Limits before rules, so a call already over budget never costs a human's attention.
+- A call a human approved is checked against the kill switch again before it runs: a
+  halt engaged while the human was deciding still stops it.
 - All-or-nothing across limits: a call refused by one limit debits none of them.
 - The debit made in step 3 is a reservation until the verdict is final: if a rule
   refuses, the approver denies, no approver exists, or anything fails, it is handed back
@@ -34,10 +47,11 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, GateBlocked
 from ..gates import StepRequest
 from ..wal.base import BaseWAL
 from .approvals import ApprovalOutcome, ApprovalProvider
@@ -50,7 +64,7 @@ from .stores.default import ENV_LIMIT_STORE, get_limit_store, peek_limit_store
 from .stores.inprocess import InProcessLimitStore
 from .verdicts import PreFlightDecision, Stage, write_verdict
 
-__all__ = ["PreCheck", "PreFlightGate"]
+__all__ = ["CheckRefusal", "PreCheck", "PreFlightGate"]
 
 log = logging.getLogger("agent_saga.controls")
 
@@ -68,13 +82,31 @@ def _new_debit_id() -> str:
     return f"{_TOKEN}.{os.getpid():x}.{next(_counter):x}"
 
 
+@dataclass(frozen=True, slots=True)
+class CheckRefusal:
+    """A pre-check's refusal with audit detail (plain JSON, merged into the verdict's
+    ``detail``). ``detail["quarantined"] = True`` makes the engine raise
+    ``SagaQuarantined``: the saga is frozen, not rolled back."""
+
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
 @runtime_checkable
 class PreCheck(Protocol):
     """A control consulted before the limits: the kill switch or the circuit breaker.
 
-    ``check`` returns a refusal reason, or ``None`` to let the call continue. It owns
-    its failure policy (the kill switch honours its last known state for a grace window;
-    the breaker fails open); if it raises anyway, the gate refuses the call.
+    ``check`` returns a refusal (a reason, or a ``CheckRefusal`` with detail), or
+    ``None`` to let the call continue. It owns its failure policy (the kill switch
+    honours its last known state for a grace window; the breaker fails open); if it
+    raises anyway, the gate refuses the call.
+
+    Optional methods the gate calls when present: ``async admission(saga_id, tags)`` (a
+    refusal to start a saga, or ``None``), ``quarantine_of(saga_id)`` (a quarantine
+    in force, or ``None``), ``on_outcome(request, ok, error)`` (a step the gate allowed
+    ran) and ``on_refused(request)`` (the check let ``request`` pass and a later stage
+    refused it). A check with ``recheck_after_approval = True`` (the kill switch) is
+    consulted again after a human approved, before the call runs.
     """
 
     @property
@@ -83,7 +115,7 @@ class PreCheck(Protocol):
     @property
     def stage(self) -> Literal["kill_switch", "breaker"]: ...
 
-    async def check(self, request: StepRequest) -> str | None: ...
+    async def check(self, request: StepRequest) -> str | CheckRefusal | None: ...
 
 
 _PRECHECK_ORDER = {"kill_switch": 0, "breaker": 1}
@@ -113,7 +145,7 @@ class PreFlightGate:
         *,
         default_rules: Sequence[Rule] = DEFAULT_RULES,
         store: LimitStore | None = None,
-        checks: Sequence[PreCheck] = (),
+        checks: Sequence[PreCheck] | None = None,
         wal: BaseWAL | None = None,
     ) -> None:
         self._rules: tuple[Rule, ...] = tuple(default_rules) + tuple(rules)
@@ -133,12 +165,15 @@ class PreFlightGate:
                     f"in the store, so each limit needs its own"
                 )
             seen.add(lim.name)
-        for c in checks:
+        for c in checks or ():
             if not isinstance(c, PreCheck) or c.stage not in _PRECHECK_ORDER:
                 raise ConfigurationError(
                     f"PreFlightGate checks must be PreCheck objects with stage 'kill_switch' or 'breaker', got {c!r}"
                 )
-        self._checks = tuple(sorted(checks, key=lambda c: _PRECHECK_ORDER[c.stage]))
+        # None: the process-wide kill switch and breaker, looked up at each decision
+        self._checks: tuple[PreCheck, ...] | None = (
+            None if checks is None else tuple(sorted(checks, key=lambda c: _PRECHECK_ORDER[c.stage]))
+        )
         if approval_provider is not None and not callable(getattr(approval_provider, "request_approval", None)):
             raise ConfigurationError(
                 f"approval_provider must implement request_approval(request, verdict), got {approval_provider!r}"
@@ -182,8 +217,82 @@ class PreFlightGate:
             "limits": [s.to_doc() for s in self._specs],
             "store": store.describe() if store is not None else "default (not created yet)",
             "approval_provider": type(self._approval).__name__ if self._approval is not None else None,
-            "checks": [f"{c.stage}:{c.name}" for c in self._checks],
+            "checks": _names(self),
         }
+
+    @property
+    def checks(self) -> tuple[PreCheck, ...]:
+        """The pre-checks consulted now: those given, else the process-wide kill switch
+        and breaker (``set_kill_switch``, ``set_breaker``)."""
+        if self._checks is not None:
+            return self._checks
+        get_kill_switch, get_breaker = _process_wide()
+        switch, breaker = get_kill_switch(), get_breaker()
+        if switch is None:
+            return () if breaker is None else (breaker,)
+        return (switch,) if breaker is None else (switch, breaker)
+
+    # ------------------------------------------------------------------ engine hooks
+    async def admit_saga(self, saga_id: str, name: str | None, tags: tuple[str, ...]) -> None:
+        """Called by ``saga_scope`` before a saga starts: raise ``GateBlocked`` if a check
+        refuses new sagas (a DRAIN, or a kill switch that fails closed). Nothing has been
+        written yet; a saga already running is never asked again."""
+        try:
+            checks = self.checks
+        except Exception as exc:  # noqa: BLE001 - a control that cannot be set up refuses
+            raise GateBlocked(f"saga {saga_id} not started: the gate's controls could not be set up "
+                              f"({type(exc).__name__}: {exc})", reason=str(exc), decided_by=_GATE,
+                              saga_id=saga_id) from exc
+        for check in checks:
+            admission = getattr(check, "admission", None)
+            if admission is None:
+                continue
+            try:
+                refusal = await admission(saga_id, tags)
+            except Exception as exc:  # noqa: BLE001 - a check that breaks refuses
+                refusal = CheckRefusal(f"saga {saga_id} not started: {check.stage.replace('_', ' ')} "
+                                       f"{check.name} failed ({type(exc).__name__}: {exc})")
+            if refusal is not None:
+                reason = refusal.reason if isinstance(refusal, CheckRefusal) else str(refusal)
+                raise GateBlocked(reason, reason=reason, decided_by=check.name, saga_id=saga_id)
+
+    def quarantine_of(self, saga_id: str) -> dict[str, Any] | None:
+        """The quarantine in force on ``saga_id`` (the lever as JSON), or ``None``. Asked by
+        ``saga_scope`` before rolling a saga back: a quarantined saga is never rolled
+        back automatically. Never raises (a check that cannot answer is ``None``)."""
+        try:
+            checks = self.checks
+        except Exception:  # noqa: BLE001
+            return None
+        for check in checks:
+            ask = getattr(check, "quarantine_of", None)
+            if ask is None:
+                continue
+            try:
+                lever = ask(saga_id)
+            except Exception as exc:  # noqa: BLE001 - unknown is not quarantined: rollback is the default
+                log.warning("could not ask %s whether saga %s is quarantined (%s: %s)",
+                            check.name, saga_id, type(exc).__name__, exc)
+                continue
+            if lever is not None:
+                describe = getattr(lever, "describe", None)
+                doc = describe() if callable(describe) else lever
+                return dict(doc) if isinstance(doc, Mapping) else {"lever": str(doc)}
+        return None
+
+    def on_outcome(self, request: StepRequest, ok: bool, error: BaseException | None) -> None:
+        """Called by the engine after a step this gate allowed has run: ``ok`` False if it
+        raised (``error``). Feeds the breaker; never raises."""
+        checks = self._checks if self._checks is not None else self.checks
+        for check in checks:
+            hook = getattr(check, "on_outcome", None)
+            if hook is None:
+                continue
+            try:
+                hook(request, ok, error)
+            except Exception as exc:  # noqa: BLE001 - feedback must never break a step
+                log.warning("%s could not record the outcome of %s (%s: %s)",
+                            check.name, request.step_id, type(exc).__name__, exc)
 
     # ------------------------------------------------------------------ the decision
     async def decide(self, request: StepRequest) -> PreFlightDecision:
@@ -196,14 +305,44 @@ class PreFlightGate:
 
     async def _decide(self, request: StepRequest) -> PreFlightDecision:
         # 1-2. kill switch, breaker
-        for check in self._checks:
+        try:
+            checks = self.checks
+        except Exception as exc:  # noqa: BLE001 - a control that cannot be set up refuses
+            return _block("kill_switch", _GATE, f"the gate's controls could not be set up "
+                          f"({type(exc).__name__}: {exc}); the call is refused", {})
+        refused = await self._run_checks(checks, request)
+        if refused is not None:
+            return refused
+        decision = await self._after_checks(request, checks)
+        if not decision.allowed and checks:
+            for check in checks:  # e.g. a breaker's trial call that will not run after all
+                hook = getattr(check, "on_refused", None)
+                if hook is not None:
+                    try:
+                        hook(request)
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("%s.on_refused failed (%s: %s)", check.name, type(exc).__name__, exc)
+        return decision
+
+    async def _run_checks(
+        self, checks: Sequence[PreCheck], request: StepRequest, stages: tuple[str, ...] = ("kill_switch", "breaker")
+    ) -> PreFlightDecision | None:
+        for check in checks:
+            if check.stage not in stages:
+                continue
             try:
                 refusal = await check.check(request)
             except Exception as exc:  # noqa: BLE001 - a check that breaks refuses
                 return _block(check.stage, check.name, f"{check.stage.replace('_', ' ')} {check.name} failed "
                               f"({type(exc).__name__}: {exc}); the call is refused", {})
-            if refusal is not None:
-                return _block(check.stage, check.name, refusal, {})
+            if refusal is None:
+                continue
+            if isinstance(refusal, CheckRefusal):
+                return _block(check.stage, check.name, refusal.reason, dict(refusal.detail))
+            return _block(check.stage, check.name, str(refusal), {})
+        return None
+
+    async def _after_checks(self, request: StepRequest, checks: Sequence[PreCheck]) -> PreFlightDecision:
 
         # 3. limits: price the call against every applicable limit, then one store call
         charges: list[Charge] = []
@@ -253,7 +392,7 @@ class PreFlightGate:
 
         # 4. rules (the reservation is handed back on any refusal from here on)
         try:
-            return await self._after_limits(request, charges, store, debit_id, detail, reserved, escalated)
+            return await self._after_limits(request, charges, store, debit_id, detail, reserved, escalated, checks)
         except BaseException:
             if reserved and store is not None:
                 await self._refund(store, charges, debit_id, detail)
@@ -268,6 +407,7 @@ class PreFlightGate:
         detail: dict[str, Any],
         reserved: bool,
         escalated: tuple[int, ...],
+        checks: Sequence[PreCheck] = (),
     ) -> PreFlightDecision:
         asks: list[tuple[str, RuleHit]] = []
         for r in self._rules:
@@ -329,6 +469,14 @@ class PreFlightGate:
             return await self._refuse(store, charges, debit_id, detail, reserved, "BLOCK", "approval", decided_by,
                                       f"{reason}; the approval names no approver, and an anonymous approval "
                                       f"proves nothing, so the call is refused", outcome)
+        # A halt engaged while the human was deciding still stops the call.
+        recheck = [c for c in checks if getattr(c, "recheck_after_approval", False) is True]
+        halted = await self._run_checks(recheck, request, ("kill_switch",)) if recheck else None
+        if halted is not None:
+            detail.update(halted.detail)
+            return await self._refuse(store, charges, debit_id, detail, reserved, "BLOCK", "kill_switch",
+                                      halted.decided_by, f"approved by {approver}, but meanwhile {halted.reason}",
+                                      outcome)
         if escalated:
             assert store is not None
             try:
@@ -383,6 +531,27 @@ class PreFlightGate:
             )
             if isinstance(exc, asyncio.CancelledError):
                 raise
+
+
+_PROCESS_WIDE: tuple[Callable[[], PreCheck | None], Callable[[], PreCheck | None]] | None = None
+
+
+def _process_wide() -> tuple[Callable[[], PreCheck | None], Callable[[], PreCheck | None]]:
+    """``(get_kill_switch, get_breaker)``, imported once (they import this module)."""
+    global _PROCESS_WIDE
+    if _PROCESS_WIDE is None:
+        from .breaker import get_breaker
+        from .killswitch import get_kill_switch
+
+        _PROCESS_WIDE = (get_kill_switch, get_breaker)
+    return _PROCESS_WIDE
+
+
+def _names(gate: PreFlightGate) -> list[str] | str:
+    try:
+        return [f"{c.stage}:{c.name}" for c in gate.checks]
+    except Exception as exc:  # noqa: BLE001 - status must say what is wrong, not raise
+        return f"unavailable ({type(exc).__name__}: {exc})"
 
 
 def _block(stage: Stage, decided_by: str, reason: str, detail: dict[str, Any]) -> PreFlightDecision:

@@ -41,6 +41,12 @@ class PreFlightDecision(GateDecision):
     approval: ApprovalOutcome | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def quarantined(self) -> bool:
+        """True when a kill-switch QUARANTINE refused the step: the engine then raises
+        ``SagaQuarantined`` and the saga is frozen instead of rolled back."""
+        return self.stage == "kill_switch" and self.detail.get("quarantined") is True
+
     def wal_fields(self) -> dict[str, Any]:
         """What this decision adds to the engine's GATE_VERDICT payload: ``stage`` and
         ``detail`` (JSON)."""

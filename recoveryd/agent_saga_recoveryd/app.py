@@ -1,0 +1,204 @@
+"""The recoveryd process: one ``RecoveryDaemon`` per log, a sweep loop each, signals, health.
+
+Lifecycle:
+- start: import the handler modules (a missing one exits 2 before anything is claimed),
+  open the logs, connect the shared ledger and claims, serve /metrics /livez /readyz;
+- run: every daemon sweeps every ``interval`` seconds; each report feeds the metrics;
+- SIGTERM / SIGINT: drain. Each daemon finishes the claims in hand and takes no new one;
+  the process then closes its logs and exits 0. A second signal exits at once (130):
+  the claims in hand expire and another replica finishes them.
+- a daemon that halts (an unreadable log) stays up, halted: /readyz fails and
+  ``agent_saga_recovery_halted`` is 1 until a human repairs the log and restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from agent_saga import configure_logging
+from agent_saga.errors import SagaError
+from agent_saga.recovery import FileClaimLock, FileLedger, RecoveryDaemon, SweepReport
+from agent_saga.recovery.claims import ClaimLock
+from agent_saga.recovery.daemon import import_modules
+from agent_saga.recovery.ledger import RecoveryLedger
+from agent_saga.recovery.targets import default_file_paths, open_fleet_wal
+from agent_saga.wal.base import BaseWAL
+
+from .config import Config, parse_args
+from .health import HealthServer
+from .metrics import RecoveryMetrics
+
+log = logging.getLogger("agent_saga_recoveryd")
+
+
+class Recoveryd:
+    """The fleet process (see the module doc). ``await run()`` returns the exit code."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = RecoveryMetrics()
+        self.daemons: list[RecoveryDaemon] = []
+        self._wals: list[BaseWAL] = []
+        self._last: dict[str, SweepReport] = {}
+        self._draining = False
+        self._signals = 0
+        self.server: HealthServer | None = None
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------------ setup
+
+    def _shared(self) -> tuple[RecoveryLedger | None, ClaimLock | None]:
+        c = self.config
+        if c.redis_url is None:
+            return None, None
+        from agent_saga.recovery import RedisClaimLock, RedisLedger
+
+        owner = c.daemon_id or None
+        return (
+            RedisLedger(c.redis_url, namespace=c.namespace),
+            RedisClaimLock(c.redis_url, namespace=c.namespace, owner=owner),
+        )
+
+    def build(self) -> None:
+        c = self.config
+        import_modules(c.imports)
+        ledger, lock = self._shared()
+
+        def daemon(wal: BaseWAL | str, ledger: RecoveryLedger | None, lock: ClaimLock | None) -> RecoveryDaemon:
+            return RecoveryDaemon(
+                wal, ledger=ledger, lock=lock, lease_grace=c.lease_grace, claim_ttl=c.claim_ttl,
+                concurrency=c.concurrency, compensation_timeout=c.compensation_timeout,
+                daemon_id=c.daemon_id,
+            )
+
+        for path in c.wal_paths:
+            if ledger is None or lock is None:
+                ledger_path, claims_dir = default_file_paths(path)
+                self.daemons.append(daemon(path, FileLedger(ledger_path), FileClaimLock(claims_dir)))
+            else:
+                self.daemons.append(daemon(path, ledger, lock))
+        for url in c.wal_urls:
+            wal = open_fleet_wal(url)
+            self._wals.append(wal)
+            self.daemons.append(daemon(wal, ledger, lock))
+
+    # ------------------------------------------------------------------ health
+
+    def livez(self) -> tuple[int, str, bytes]:
+        return 200, "text/plain", b"alive\n"
+
+    def readyz(self) -> tuple[int, str, bytes]:
+        problems: list[str] = []
+        if self._draining:
+            problems.append("draining")
+        for d in self.daemons:
+            src = d.source.description
+            if d.halted is not None:
+                problems.append(f"{src}: HALTED: {d.halted.message}")
+                continue
+            rep = self._last.get(src)
+            if rep is None:
+                problems.append(f"{src}: no sweep completed yet")
+            elif rep.error:
+                problems.append(f"{src}: last sweep stopped: {rep.error}")
+        if problems:
+            return 503, "text/plain", ("not ready:\n" + "\n".join(problems) + "\n").encode()
+        return 200, "text/plain", b"ready\n"
+
+    def on_report(self, rep: SweepReport) -> None:
+        self._last[rep.source] = rep
+        self.metrics.observe(rep)  # the daemon itself logs the summary of a busy sweep
+
+    # ------------------------------------------------------------------ run
+
+    def drain(self) -> None:
+        """Finish the claims in hand, take no new one, then exit 0."""
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: exiting now; claims in hand expire and another replica finishes them")
+            os._exit(130)
+        log.info("draining: finishing the claims in hand, taking no new one")
+        self._draining = True
+        self.metrics.set_draining(True)
+        for d in self.daemons:
+            d.drain()
+
+    async def run(self) -> int:
+        c = self.config
+        try:
+            self.build()
+        except SagaError as exc:
+            log.error("cannot start: %s", exc)
+            return 2
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.drain)
+        if c.metrics_port >= 0:
+            self.server = HealthServer(
+                {"/metrics": self.metrics.render, "/livez": self.livez, "/healthz": self.livez, "/readyz": self.readyz},
+                c.bind, c.metrics_port,
+            )
+            port = await self.server.start()
+            if c.port_file:
+                _write_port(c.port_file, port)
+            log.info("serving /metrics /livez /readyz on %s:%d", c.bind, port)
+        if not self.metrics.available:
+            log.warning("prometheus-client is not installed: /metrics answers 501 (pip install 'agent-saga[recoveryd]')")
+        log.info(
+            "recovering %s with handlers from %s", ", ".join(d.source.description for d in self.daemons),
+            ", ".join(c.imports) or "(no --imports: every saga will escalate)",
+        )
+        code = 0
+        try:
+            if c.once:
+                reports = [await d.sweep() for d in self.daemons]
+                for rep in reports:
+                    self.on_report(rep)
+                    print(rep.summary())
+                if any(r.halted for r in reports):
+                    code = 2
+                elif any(r.escalations or r.error for r in reports):
+                    code = 1
+            else:
+                await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons))
+                log.info("drained: every claim in hand finished; exiting")
+        finally:
+            for d in self.daemons:
+                try:
+                    await d.close()
+                except Exception as exc:  # noqa: BLE001 - closing, report and go on
+                    log.warning("closing %s: %s", d.source.description, exc)
+            for wal in self._wals:
+                try:
+                    wal.close()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("closing a WAL: %s", exc)
+            if self.server is not None:
+                await self.server.close()
+        return code
+
+
+def _write_port(path: str, port: int) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(port))
+    os.replace(tmp, path)  # a reader never sees a half-written number
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script ``agent-saga-recoveryd``; returns the exit code."""
+    config = parse_args(argv)
+    level = config.log_level.upper()
+    configure_logging(level, json=config.log_json)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+    return asyncio.run(Recoveryd(config).run())

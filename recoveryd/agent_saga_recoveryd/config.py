@@ -1,0 +1,107 @@
+"""Command-line configuration of agent-saga-recoveryd (every flag also reads an env var).
+
+    --wal-path P          (repeatable)  FileWAL files to recover (a shared volume)
+    --wal-url URL         (repeatable)  fleet logs: redis://...?key=K, postgresql://...?table=T
+    --imports MOD[,MOD]   (repeatable)  modules declaring @compensator / @reconciler
+    --redis-url URL       claims + ledger shared by every replica (required for N > 1)
+    --metrics-port N      /metrics, /livez, /readyz (0: any free port; -1: none)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What one recoveryd process does (see the module doc)."""
+
+    wal_paths: tuple[str, ...]
+    wal_urls: tuple[str, ...]
+    imports: tuple[str, ...]
+    redis_url: str | None
+    namespace: str
+    metrics_port: int
+    bind: str
+    port_file: str | None
+    interval: float
+    claim_ttl: float
+    lease_grace: float
+    concurrency: int
+    compensation_timeout: float | None
+    daemon_id: str | None
+    once: bool
+    log_level: str
+    log_json: bool
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"AGENT_SAGA_RECOVERYD_{name}", default)
+
+
+def _split(values: Sequence[str]) -> tuple[str, ...]:
+    out: list[str] = []
+    for v in values:
+        out.extend(p.strip() for p in v.split(",") if p.strip())
+    return tuple(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="agent-saga-recoveryd",
+        description="The agent-saga recovery fleet: resolve sagas whose owner died, exactly once.",
+    )
+    p.add_argument("--wal-path", action="append", default=[], help="a FileWAL log to recover (repeatable)")
+    p.add_argument(
+        "--wal-url", action="append", default=[],
+        help="a fleet log, redis://[:PW@]HOST:PORT/DB?key=KEY or postgresql://...?table=T (repeatable)",
+    )
+    p.add_argument(
+        "--imports", "--import", action="append", default=[], metavar="MODULE[,MODULE]",
+        help="modules declaring the agents' @compensator handlers and @reconciler functions",
+    )
+    p.add_argument("--redis-url", default=_env("REDIS_URL"), help="Redis for claims and the ledger (a fleet)")
+    p.add_argument("--namespace", default=_env("NAMESPACE", "agent-saga"), help="Redis key namespace")
+    p.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", "9102") or 9102),
+                   help="port of /metrics, /livez, /readyz (0: any free port, -1: none; default 9102)")
+    p.add_argument("--bind", default=_env("BIND", "0.0.0.0"), help="address to serve on (default 0.0.0.0)")
+    p.add_argument("--port-file", help="write the port actually served on to this file")
+    p.add_argument("--interval", type=float, default=float(_env("INTERVAL", "5") or 5),
+                   help="seconds between sweeps (default 5)")
+    p.add_argument("--claim-ttl", type=float, default=30.0, help="seconds a claim lives unrenewed (default 30)")
+    p.add_argument("--lease-grace", type=float, default=5.0,
+                   help="seconds added to every saga lease for clock skew (default 5)")
+    p.add_argument("--concurrency", type=int, default=8, help="sagas resolved at once per log (default 8)")
+    p.add_argument("--compensation-timeout", type=float, default=300.0,
+                   help="seconds a handler may take before the step is escalated (0: no bound)")
+    p.add_argument("--daemon-id", default=_env("DAEMON_ID"), help="this replica's name in the records it writes")
+    p.add_argument("--once", action="store_true", help="one sweep of every log, then exit (1 if a human is needed)")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="INFO (default), DEBUG, WARNING ...")
+    p.add_argument("--log-json", action="store_true", help="JSON log lines")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Config:
+    """Parse ``argv``; exits with a usage message (code 2) when it cannot work."""
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    wal_paths = tuple(a.wal_path) or _split([_env("WAL_PATH") or ""])
+    wal_urls = tuple(a.wal_url) or _split([_env("WAL_URL") or ""])
+    imports = _split(a.imports) or _split([_env("IMPORTS") or ""])
+    if not wal_paths and not wal_urls:
+        parser.error("name at least one log: --wal-path P or --wal-url URL")
+    if wal_urls and not a.redis_url:
+        parser.error("a fleet log (--wal-url) needs --redis-url: replicas must share claims and the ledger")
+    if a.concurrency < 1 or a.interval <= 0 or a.claim_ttl <= 0:
+        parser.error("--concurrency >= 1, --interval > 0 and --claim-ttl > 0 are required")
+    return Config(
+        wal_paths=wal_paths, wal_urls=wal_urls, imports=imports, redis_url=a.redis_url,
+        namespace=a.namespace, metrics_port=a.metrics_port, bind=a.bind, port_file=a.port_file,
+        interval=a.interval, claim_ttl=a.claim_ttl, lease_grace=a.lease_grace,
+        concurrency=a.concurrency,
+        compensation_timeout=a.compensation_timeout if a.compensation_timeout > 0 else None,
+        daemon_id=a.daemon_id, once=a.once, log_level=a.log_level, log_json=a.log_json,
+    )

@@ -1,0 +1,89 @@
+"""Crash recovery: resolve sagas whose owner died, from the log, exactly once.
+
+    from agent_saga.recovery import RecoveryDaemon, FileLedger, RedisLedger, RedisClaimLock
+
+    daemon = RecoveryDaemon("./agent-saga.wal", imports=["myapp.handlers"])
+    report = await daemon.sweep()
+
+Modules: ``daemon`` (RecoveryDaemon, SweepReport), ``scan`` (one pass over the log),
+``plan`` (what to do per step, pure), ``resolver`` (doing it), ``ledger`` (journal and
+human escalation queue; FileLedger), ``claims`` (FileClaimLock), ``redis`` (RedisLedger,
+RedisClaimLock), ``reconcilers`` (@reconciler), ``quarantine``, ``sources``.
+
+Layering: this package imports the engine's modules, the WAL interface and the standard
+library; ``redis`` is imported only when a Redis ledger or lock is created.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .claims import Claim, ClaimLock, FileClaimLock
+from .daemon import RecoveryDaemon, SweepReport
+from .errors import ClaimLost, ClaimStoreUnavailable, LedgerCorrupt, RecoveryError, RecoveryHalted
+from .ledger import Escalation, FileLedger, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
+from .plan import Action, SagaPlan, StepPlan, plan_saga
+from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
+from .reconcilers import get_reconciler, reconciler, registered_reconcilers
+from .recordtypes import (
+    RECOVERY_STARTED,
+    SAGA_QUARANTINE_LIFTED,
+    SAGA_QUARANTINED,
+    STEP_RECONCILED,
+    EscalationKind,
+)
+from .resolver import SagaResult
+from .sources import LogSource, PathSource, WALSource, WriterBusy
+
+if TYPE_CHECKING:
+    from .redis import RedisClaimLock, RedisLedger
+
+__all__ = [
+    "RECOVERY_STARTED",
+    "SAGA_QUARANTINED",
+    "SAGA_QUARANTINE_LIFTED",
+    "STEP_RECONCILED",
+    "Action",
+    "Claim",
+    "ClaimLock",
+    "ClaimLost",
+    "ClaimStoreUnavailable",
+    "Escalation",
+    "EscalationKind",
+    "FileClaimLock",
+    "FileLedger",
+    "LedgerCorrupt",
+    "LedgerEntry",
+    "LedgerKind",
+    "LogSource",
+    "PathSource",
+    "QuarantineSource",
+    "RecoveryDaemon",
+    "RecoveryError",
+    "RecoveryHalted",
+    "RecoveryLedger",
+    "RedisClaimLock",
+    "RedisLedger",
+    "SagaPlan",
+    "SagaResult",
+    "StepPlan",
+    "SweepReport",
+    "WALSource",
+    "WriterBusy",
+    "escalation_id",
+    "get_reconciler",
+    "lift_quarantine",
+    "plan_saga",
+    "quarantine_saga",
+    "reconciler",
+    "registered_reconcilers",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The Redis classes import nothing until used, but keep even the module lazy.
+    if name in ("RedisClaimLock", "RedisLedger"):
+        from . import redis
+
+        return getattr(redis, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,613 @@
+"""RecoveryDaemon: finish what a killed process left half done.
+
+    daemon = RecoveryDaemon("./agent-saga.wal", imports=["myapp.handlers"])
+    report = await daemon.sweep()            # one pass; or: await daemon.run(interval=5)
+
+A sweep reads what is new in the log (once: the first sweep reads it all, later ones only
+what was appended), finds the sagas with no terminal record whose owner's lease has
+expired, and for each one: claims it, re-reads what was written since (another daemon
+may just have finished it), checks quarantine again, plans its rollback from its records
+(``agent_saga.recovery.plan``) and carries the plan out (``...resolver``), writing the
+same records the engine's own rollback writes, continued in the same log.
+
+Guarantees:
+- A live process is never touched: a saga is claimed only once its lease has expired
+  (plus ``lease_grace`` for clock skew) and, for a FileWAL file, only while its writer
+  lock is free.
+- Completed work is skipped, not repeated: the crashed process's WAL and the daemon
+  journal (the ledger) are read together; an interrupted rollback is finished, not
+  restarted. Two daemons racing on one saga: the claim admits one, the re-read and the
+  ledger stop the other, and the handler's idempotency key (the same one the engine uses)
+  absorbs the window a claim cannot close (a daemon paused past its claim's TTL).
+- Never a guess: what cannot be resolved automatically is escalated to the human queue
+  in the ledger (``agent-saga recover --escalations``) and the saga is closed PARTIAL.
+- Fails closed: an unparseable record, a record the reader cannot decrypt, or an
+  unreadable journal halts the daemon (``halted``, ``RecoveryHalted``) before it acts;
+  it stays halted until rebuilt.
+- ``drain()``: the claim in hand is finished, no new one is taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import random
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..audit.encryption import PayloadEncryptor
+from ..errors import ConfigurationError, WALError
+from ..executor import get_tool_executor
+from ..faults import fault_point
+from ..records import Record
+from ..wal.base import BaseWAL
+from ..wal.compaction import CompactionReport
+from .claims import Claim, ClaimLock, FileClaimLock
+from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted
+from .ledger import Escalation, FileLedger, RecoveryLedger, escalation_id
+from .plan import plan_saga
+from .quarantine import QuarantineSource, ask_quarantine
+from .recordtypes import EscalationKind
+from .resolver import Resolution, SagaResult
+from .scan import LogScan, SagaView
+from .sources import LogSource, PathSource, WALSource, WriterBusy, keep_set
+from .targets import default_file_paths
+
+__all__ = ["RecoveryDaemon", "SweepReport"]
+
+log = logging.getLogger("agent_saga.recovery")
+
+RESOLVED_STATUSES = frozenset({"ROLLED_BACK", "ROLLBACK_PARTIAL"})
+
+
+@dataclass(frozen=True, slots=True)
+class SweepReport:
+    """What one sweep saw and did.
+
+    ``in_flight``: sagas with no terminal record; ``live``: of those, leases still running;
+    ``orphans``: leases expired (``quarantined`` ones excluded); ``results``: one per
+    orphan the sweep looked at; ``oldest_orphan_age``: seconds since the lease expired of
+    the oldest orphan still unresolved after the sweep (0 if none). ``halted`` says why the
+    daemon stopped (fail-closed); ``error`` why this sweep stopped early (transient).
+    """
+
+    source: str
+    started: float
+    duration: float
+    records_read: int
+    in_flight: int
+    live: int
+    quarantined: int
+    orphans: int
+    oldest_orphan_age: float
+    results: tuple[SagaResult, ...] = ()
+    halted: str | None = None
+    error: str | None = None
+    drained: bool = False
+    dry_run: bool = False
+
+    def count(self, *statuses: str) -> int:
+        return sum(1 for r in self.results if r.status in statuses)
+
+    @property
+    def recovered(self) -> int:
+        """Sagas this sweep closed (clean or partial)."""
+        return self.count(*RESOLVED_STATUSES)
+
+    @property
+    def escalated_sagas(self) -> int:
+        """Sagas this sweep closed with at least one escalation."""
+        return sum(1 for r in self.results if r.status in RESOLVED_STATUSES and r.escalations)
+
+    @property
+    def escalations(self) -> int:
+        return sum(len(r.escalations) for r in self.results)
+
+    @property
+    def claim_conflicts(self) -> int:
+        return self.count("CLAIMED")
+
+    @property
+    def compensations_run(self) -> int:
+        return sum(r.compensations_run for r in self.results)
+
+    @property
+    def ok(self) -> bool:
+        return self.halted is None and self.error is None
+
+    def summary(self) -> str:
+        if self.halted:
+            return f"{self.source}: HALTED: {self.halted}"
+        head = "planned" if self.dry_run else "recovered"
+        n = self.count("PLANNED") if self.dry_run else self.recovered
+        text = (
+            f"{self.source}: {self.in_flight} in flight, {self.live} live, {self.quarantined} "
+            f"quarantined, {self.orphans} orphaned; {head} {n}"
+        )
+        if not self.dry_run:
+            text += f" ({self.count('ROLLBACK_PARTIAL')} partial, {self.escalations} escalation(s))"
+        if self.claim_conflicts:
+            text += f", {self.claim_conflicts} claimed by another daemon"
+        if self.error:
+            text += f"; stopped early: {self.error}"
+        return text + f" in {self.duration:.3f}s"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "started": self.started, "duration": self.duration,
+            "records_read": self.records_read, "in_flight": self.in_flight, "live": self.live,
+            "quarantined": self.quarantined, "orphans": self.orphans,
+            "oldest_orphan_age": self.oldest_orphan_age, "recovered": self.recovered,
+            "escalations": self.escalations, "claim_conflicts": self.claim_conflicts,
+            "halted": self.halted, "error": self.error, "drained": self.drained,
+            "dry_run": self.dry_run, "results": [r.to_dict() for r in self.results],
+        }
+
+
+def default_daemon_id() -> str:
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:60] or "host"
+    return f"recovery-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(slots=True)
+class _Sweep:
+    results: list[SagaResult] = field(default_factory=list)
+    stop: str | None = None  # why no further saga is taken
+    drained: bool = False
+
+
+class _ClaimGuard:
+    """Renews a claim in the background; ``check()`` raises ``ClaimLost`` once it is not
+    certainly ours (renewal refused, or not confirmed within 90% of its ttl)."""
+
+    def __init__(self, lock: ClaimLock, claim: Claim) -> None:
+        self.lock = lock
+        self.claim = claim
+        self.confirmed = time.monotonic()
+        self.lost: str | None = None
+        self._task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        period = max(self.claim.ttl / 3.0, 0.01)
+        while True:
+            await asyncio.sleep(period)
+            try:
+                if await self.lock.renew(self.claim):
+                    self.confirmed = time.monotonic()
+                else:
+                    self.lost = "another daemon holds it now (it expired)"
+                    return
+            except ClaimStoreUnavailable as exc:
+                log.warning("claim on %s not renewed: %s", self.claim.name, exc)
+
+    def check(self) -> None:
+        if self.lost is None and time.monotonic() - self.confirmed > self.claim.ttl * 0.9:
+            self.lost = f"not renewed within its ttl of {self.claim.ttl}s"
+        if self.lost is not None:
+            raise ClaimLost(
+                f"the claim on saga {self.claim.name} was lost: {self.lost}; stopped before "
+                f"calling anything, the holder finishes it",
+                saga_id=self.claim.name,
+            )
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+
+
+class RecoveryDaemon:
+    """Resolves sagas whose owner died (see the module doc).
+
+    Args:
+        wal: a FileWAL path (``str`` / ``PathLike``) or any open ``BaseWAL`` (a RedisWAL
+            or PostgresWAL fleet log, or this process's own log).
+        ledger: the journal and escalation queue (default for a file log:
+            ``FileLedger(<wal>.recovery.jsonl)``; required for a fleet log: ``RedisLedger``).
+        lock: claims (default for a file log: ``FileClaimLock(<wal>.recovery-claims)``;
+            required for a fleet log: ``RedisClaimLock``).
+        imports: modules to import first: the ones declaring the ``@compensator`` handlers
+            and ``@reconciler`` functions the agents use. A missing one is an error now,
+            not an escalation storm later.
+        quarantine: an extra ``QuarantineSource`` (the kill switch); SAGA_QUARANTINED
+            records in the log are always honoured.
+        lease_grace: seconds added to every lease before a saga counts as orphaned (clock
+            skew between the owner's host and this one).
+        claim_ttl: seconds a claim lives without renewal (renewed every third of it).
+        concurrency: sagas resolved at once.
+        compensation_timeout: seconds a handler or reconciler may take before the step is
+            escalated as in doubt (``None``: no bound).
+        daemon_id: this daemon's name in every record it writes (default: host, pid, random).
+        clock: epoch seconds (the time seam for lease expiry in tests).
+        writer_wait: for a file log, how long to wait for its writer lock (seconds).
+        encryptor: for an encrypted file log, its key(s) (see
+            ``agent_saga.audit.encryption``; pass an ``EncryptedWAL`` as ``wal`` for other
+            backends). Without a key an encrypted record halts the daemon: fail-closed.
+
+    Raises ``ConfigurationError`` for bad arguments or a module in ``imports`` that cannot
+    be imported.
+    """
+
+    def __init__(
+        self,
+        wal: BaseWAL | str | os.PathLike[str],
+        *,
+        ledger: RecoveryLedger | None = None,
+        lock: ClaimLock | None = None,
+        imports: Iterable[str] = (),
+        quarantine: QuarantineSource | None = None,
+        lease_grace: float = 5.0,
+        claim_ttl: float = 30.0,
+        concurrency: int = 4,
+        compensation_timeout: float | None = 300.0,
+        daemon_id: str | None = None,
+        clock: Callable[[], float] | None = None,
+        writer_wait: float = 2.0,
+        encryptor: PayloadEncryptor | None = None,
+    ) -> None:
+        if isinstance(imports, str):
+            raise ConfigurationError(f"imports must be a list of module names, not the string {imports!r}")
+        if lease_grace < 0 or claim_ttl <= 0 or concurrency < 1:
+            raise ConfigurationError(
+                f"need lease_grace >= 0, claim_ttl > 0 and concurrency >= 1 (got {lease_grace}, "
+                f"{claim_ttl}, {concurrency})"
+            )
+        self.imported = tuple(import_modules(imports))
+        path: str | None
+        if isinstance(wal, BaseWAL):
+            if encryptor is not None:
+                raise ConfigurationError(
+                    "encryptor= is for a FileWAL path; for an open WAL pass EncryptedWAL(wal, encryptor)"
+                )
+            self.source: LogSource = WALSource(wal)
+            inner = getattr(wal, "inner", wal)
+            path = getattr(inner, "path", None) if not self.source.fleet else None
+        elif isinstance(wal, str | os.PathLike):
+            path = os.fspath(wal)
+            self.source = PathSource(path, writer_wait=writer_wait, encryptor=encryptor)
+        else:
+            raise ConfigurationError(f"wal must be a FileWAL path or a BaseWAL, got {wal!r}")
+        if ledger is None or lock is None:
+            if path is None:
+                raise ConfigurationError(
+                    f"recovering the fleet log {self.source.description} needs ledger= and lock= "
+                    f"shared by every daemon (RedisLedger(url), RedisClaimLock(url)); local ones "
+                    f"would let two daemons compensate the same step twice"
+                )
+            ledger_path, claims_dir = default_file_paths(path)
+            ledger = ledger if ledger is not None else FileLedger(ledger_path)
+            lock = lock if lock is not None else FileClaimLock(claims_dir)
+        self.ledger: RecoveryLedger = ledger
+        self.lock: ClaimLock = lock
+        self.quarantine = quarantine
+        self.lease_grace = lease_grace
+        self.claim_ttl = claim_ttl
+        self.concurrency = concurrency
+        self.compensation_timeout = compensation_timeout
+        self.daemon_id = daemon_id or default_daemon_id()
+        self._clock = clock or time.time
+        self.scan = LogScan()
+        self.halted: RecoveryHalted | None = None
+        self.warnings: list[str] = []
+        self._draining = False
+        self._wake = asyncio.Event()
+        self._read_lock = asyncio.Lock()
+        self._sweep_lock = asyncio.Lock()
+        self._rng = random.Random()
+        if self.source.fleet and not getattr(ledger, "shared", False):
+            self._warn(
+                f"ledger {getattr(ledger, 'description', ledger)!r} is local to this host but the "
+                f"log {self.source.description} is shared: daemons on other hosts cannot see "
+                f"this one's successes and may compensate a step twice. Use RedisLedger"
+            )
+        if self.source.fleet and not getattr(lock, "shared", False):
+            self._warn(
+                f"claims {getattr(lock, 'description', lock)!r} are local to this host but the log "
+                f"{self.source.description} is shared: use RedisClaimLock so replicas exclude each other"
+            )
+
+    def _warn(self, text: str) -> None:
+        self.warnings.append(text)
+        log.warning("%s", text)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def drain(self) -> None:
+        """Finish the claims in hand, take no new one; ``run`` returns after that."""
+        self._draining = True
+        self._wake.set()
+
+    def _halt(self, exc: RecoveryHalted) -> None:
+        if self.halted is None:
+            self.halted = exc
+            log.critical(
+                "recovery of %s HALTED (fail-closed, nothing more is acted on until a human "
+                "repairs the log and restarts the daemon): %s", self.source.description, exc.message,
+            )
+
+    async def _refresh(self) -> None:
+        async with self._read_lock:
+            try:
+                records = await self.source.read_new()
+            except RecoveryHalted:
+                raise
+            except WALError as exc:
+                # Unparseable, undecryptable or unreadable: never skipped.
+                where = getattr(exc, "location", "") or self.source.description
+                raise RecoveryHalted(
+                    f"{self.source.description}: the log cannot be read ({exc.message}); the sweep "
+                    f"stopped before acting on any saga",
+                    location=where,
+                ) from exc
+            self.scan.feed_all(records)
+
+    # ------------------------------------------------------------------ sweeping
+
+    async def sweep(self, *, dry_run: bool = False) -> SweepReport:
+        """One pass over the log (see the module doc). ``dry_run`` plans without claiming
+        or writing anything. Never raises for a saga's failure: the report says."""
+        async with self._sweep_lock:
+            return await self._sweep(dry_run)
+
+    async def _sweep(self, dry_run: bool) -> SweepReport:
+        started, t0 = self._clock(), time.monotonic()
+        before = self.scan.records_read
+        state = _Sweep()
+        live = quarantined = in_flight = 0
+        orphans: list[SagaView] = []
+
+        def report() -> SweepReport:
+            return SweepReport(
+                source=self.source.description, started=started, duration=time.monotonic() - t0,
+                records_read=self.scan.records_read - before, in_flight=in_flight,
+                live=live, quarantined=quarantined, orphans=len(orphans),
+                oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
+                halted=None if self.halted is None else self.halted.message, error=state.stop,
+                drained=state.drained, dry_run=dry_run,
+            )
+
+        if self.halted is not None:
+            return report()
+        try:
+            await self._refresh()
+        except RecoveryHalted as exc:
+            self._halt(exc)
+            return report()
+        now = self._clock()
+        in_flight = len(self.scan.in_flight)
+        for view in list(self.scan.in_flight.values()):
+            if not view.lease_expired(now, self.lease_grace):
+                live += 1
+            elif view.quarantine is not None:
+                quarantined += 1
+            else:
+                orphans.append(view)
+        if not dry_run and self.scan.owner_partials:
+            await self._queue_owner_partials(state)
+        if dry_run:
+            for view in orphans:
+                try:
+                    state.results.append(SagaResult(view.saga_id, "PLANNED", plan=plan_saga(view)))
+                except RecoveryHalted as exc:
+                    state.results.append(SagaResult(view.saga_id, "FAILED", error=exc.message))
+            return report()
+        self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
+        queue = [v.saga_id for v in orphans]
+        queue.reverse()
+
+        async def worker() -> None:
+            while queue and state.stop is None and self.halted is None:
+                if self._draining:
+                    state.drained = True
+                    return
+                result = await self._recover_one(queue.pop(), state)
+                if result is not None:
+                    state.results.append(result)
+
+        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(queue)) or 1)))
+        if self.halted is None:
+            try:
+                await self._refresh()
+            except RecoveryHalted as exc:
+                self._halt(exc)
+        rep = report()
+        if rep.recovered or rep.halted or rep.error:
+            log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
+        return rep
+
+    async def _queue_owner_partials(self, state: _Sweep) -> None:
+        """Queue for a human every step a saga's own rollback left not restored: its
+        caller got ``RollbackIncomplete``, but the human queue must be complete."""
+        pending, self.scan.owner_partials = self.scan.owner_partials, []
+        try:
+            for rec in pending:
+                for esc in owner_escalations(rec, self.source.description, self.daemon_id):
+                    await self.ledger.escalate(esc)
+        except RecoveryHalted as exc:
+            self._halt(exc)
+        except RecoveryError as exc:
+            self.scan.owner_partials[:0] = pending  # retried next sweep (idempotent ids)
+            state.stop = exc.message
+
+    def _oldest_orphan_age(self) -> float:
+        now = self._clock()
+        ages = [
+            now - v.lease_until
+            for v in self.scan.in_flight.values()
+            if v.quarantine is None and v.lease_expired(now, self.lease_grace)
+        ]
+        return max(ages, default=0.0)
+
+    async def _is_quarantined(self, view: SagaView) -> bool:
+        if view.quarantine is not None:
+            return True
+        if self.quarantine is None:
+            return False
+        try:
+            return await ask_quarantine(self.quarantine, view.saga_id)
+        except Exception as exc:  # noqa: BLE001 - unreadable control: fail closed for this saga
+            log.error("quarantine source failed for saga %s, leaving it alone this sweep: %r", view.saga_id, exc)
+            return True
+
+    async def _recover_one(self, saga_id: str, state: _Sweep) -> SagaResult | None:
+        view = self.scan.in_flight.get(saga_id)
+        if view is None:
+            return SagaResult(saga_id, "RESOLVED")
+        if await self._is_quarantined(view):
+            return SagaResult(saga_id, "QUARANTINED")
+        try:
+            claim = await self.lock.acquire(saga_id, self.claim_ttl)
+        except ClaimStoreUnavailable as exc:
+            state.stop = exc.message
+            return None
+        if claim is None:
+            return SagaResult(saga_id, "CLAIMED")
+        fault_point("recovery.after_claim")
+        guard = _ClaimGuard(self.lock, claim)
+        try:
+            async with self.source.writer() as wal:
+                await self._refresh()
+                view = self.scan.in_flight.get(saga_id)
+                if view is None:
+                    return SagaResult(saga_id, "RESOLVED")
+                if not view.lease_expired(self._clock(), self.lease_grace):
+                    return SagaResult(saga_id, "LIVE")
+                if await self._is_quarantined(view):
+                    return SagaResult(saga_id, "QUARANTINED")
+                plan = plan_saga(view)
+                return await Resolution(
+                    view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
+                    source=self.source.description, executor=get_tool_executor(),
+                    check_claim=guard.check, compensation_timeout=self.compensation_timeout,
+                    claim_token=claim.token,
+                ).run()
+        except RecoveryHalted as exc:
+            self._halt(exc)
+            return SagaResult(saga_id, "FAILED", error=exc.message)
+        except WriterBusy as exc:
+            return SagaResult(saga_id, "WRITER_BUSY", error=exc.message)
+        except ClaimLost as exc:
+            log.warning("%s", exc.message)
+            return SagaResult(saga_id, "CLAIM_LOST", error=exc.message)
+        except (WALError, RecoveryError) as exc:
+            state.stop = f"saga {saga_id}: {exc.message}"
+            log.error("recovery of saga %s stopped, the next sweep resumes it: %s", saga_id, exc.message)
+            return SagaResult(saga_id, "FAILED", error=exc.message)
+        finally:
+            await guard.stop()
+            try:
+                await self.lock.release(claim)
+            except RecoveryError as exc:
+                log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc.message)
+
+    # ------------------------------------------------------------------ loop
+
+    async def run(
+        self,
+        *,
+        interval: float = 5.0,
+        on_report: Callable[[SweepReport], Any] | None = None,
+    ) -> None:
+        """Sweep every ``interval`` seconds until ``drain()``; a halted daemon keeps
+        reporting itself halted (so health checks see it) without acting."""
+        while not self._draining:
+            rep = await self.sweep()
+            if on_report is not None:
+                on_report(rep)
+            if self._draining:
+                break
+            try:
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def compact(self, grace_seconds: float, *, timeout: float | None = None) -> CompactionReport:
+        """Compact the log, keeping every unresolved saga, every saga resolved less than
+        ``grace_seconds`` ago and every saga with an open escalation (its evidence stays
+        until a human closes it). Raises ``SagaError`` if the backend cannot compact,
+        ``RecoveryHalted`` if the log cannot be read, ``WriterBusy`` if a file log's owner
+        is alive."""
+        if grace_seconds < 0:
+            raise ConfigurationError(f"grace_seconds must be >= 0, got {grace_seconds}")
+        if self.halted is not None:
+            raise self.halted
+        await self._refresh()
+        open_sagas = {e.saga_id for e in await self.ledger.escalations()}
+        keep = keep_set(self.scan.resolved, self._clock(), grace_seconds, open_sagas)
+        async with self.source.writer() as wal:
+            return await wal.compact(keep_sagas=keep, timeout=timeout)
+
+    async def close(self) -> None:
+        """Release the log writer (file logs) and the lock/ledger clients."""
+        await self.source.close()
+        await self.lock.close()
+        await self.ledger.close()
+
+    async def __aenter__(self) -> RecoveryDaemon:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "halted" if self.halted else "draining" if self._draining else "ready"
+        return f"<RecoveryDaemon {self.daemon_id} {self.source.description} {state}>"
+
+
+_OUTCOME_KIND = {
+    "NOT_UNDOABLE": EscalationKind.IRREVERSIBLE,
+    "FAILED": EscalationKind.COMPENSATION_FAILED,
+    "ESCALATED": EscalationKind.ESCALATED_BEFORE,
+}
+
+
+def owner_escalations(rec: Record, source: str, daemon_id: str) -> list[Escalation]:
+    """The escalations a SAGA_ROLLBACK_PARTIAL written by the saga's owner implies: one
+    per step its report lists as not restored (deterministic ids: queueing twice is a no-op)."""
+    out: list[Escalation] = []
+    steps = (rec.payload or {}).get("steps")
+    for s in steps if isinstance(steps, list) else []:
+        if not isinstance(s, dict):
+            continue
+        kind = _OUTCOME_KIND.get(str(s.get("outcome")))
+        if kind is None:
+            continue
+        step = s.get("step") if isinstance(s.get("step"), str) else None
+        out.append(Escalation(
+            id=escalation_id(rec.saga, step), saga_id=rec.saga, step_id=step,
+            tool=str(s.get("tool", "?")), semantics="?", kind=kind.value,
+            reason=f"the saga's own rollback left it {s.get('outcome')}: {s.get('error')}",
+            outcome_unknown=False, source=source, daemon=daemon_id, ts=rec.ts / 1e6,
+        ))
+    return out
+
+
+def import_modules(names: Iterable[str]) -> Sequence[str]:
+    """Import every module in ``names`` (handler and reconciler registrations); raises
+    ``ConfigurationError`` naming the one that failed."""
+    done: list[str] = []
+    for name in names:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"imports must be module names, got {name!r}")
+        try:
+            importlib.import_module(name.strip())
+        except Exception as exc:
+            raise ConfigurationError(
+                f"cannot import {name!r} ({type(exc).__name__}: {exc}): the recovery process must "
+                f"import the same handler modules as the agents, or every saga escalates"
+            ) from exc
+        done.append(name.strip())
+    return done

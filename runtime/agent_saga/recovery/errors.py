@@ -1,0 +1,50 @@
+"""The errors recovery raises, under the library's one root (``SagaError``).
+
+    SagaError
+    └── RecoveryError              recovery could not do what it was asked
+        ├── RecoveryHalted         fail-closed: unreadable log or journal; a human must look
+        │   └── LedgerCorrupt      the recovery journal itself cannot be read
+        ├── ClaimStoreUnavailable  the claim/ledger server cannot be reached (transient)
+        └── ClaimLost              a claim expired or was taken while a saga was in hand
+
+``RecoveryHalted`` is sticky: a daemon that raised it sweeps no more until it is rebuilt,
+because an unparseable record or a missing decryption key means the state it would act
+on is unknown, and acting on unknown state is how money goes missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SagaError
+
+__all__ = ["ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "RecoveryError", "RecoveryHalted"]
+
+
+class RecoveryError(SagaError):
+    """Recovery could not do what it was asked; the message says what and what to do."""
+
+
+class RecoveryHalted(RecoveryError):
+    """A sweep met state it cannot read and stopped without acting (fail-closed).
+
+    ``location`` names the record or journal line; the daemon stays halted until it is
+    rebuilt after a human has repaired or explained the damage.
+    """
+
+    def __init__(self, message: str, *, location: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.location = location
+
+
+class LedgerCorrupt(RecoveryHalted):
+    """A complete line of the recovery journal cannot be read."""
+
+
+class ClaimStoreUnavailable(RecoveryError):
+    """The store behind claims or the ledger cannot be reached; nothing was claimed or acted on."""
+
+
+class ClaimLost(RecoveryError):
+    """The claim on a saga expired or was taken by another daemon mid-resolution; the
+    saga was left for whoever holds it now."""

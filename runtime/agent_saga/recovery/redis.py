@@ -1,0 +1,298 @@
+"""Recovery state a fleet shares through Redis: claims (``RedisClaimLock``) and the ledger
+(``RedisLedger``). ``pip install 'agent-saga[redis]'``; the client is imported on first use.
+
+Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster slot)::
+
+    {ns}:recovery:claim:<saga>           STRING  the holder's token, PX = the claim's ttl
+    {ns}:recovery:done                   HASH    recovery token -> JSON entry (the index
+                                                 "already compensated?" is answered from)
+    {ns}:recovery:attempts               HASH    recovery token -> handler calls started
+    {ns}:recovery:escalations            HASH    escalation id -> JSON Escalation
+    {ns}:recovery:escalations:resolved   HASH    escalation id -> JSON {by, note, ts}
+    {ns}:recovery:journal                STREAM  every entry, for audit (MAXLEN ~ bound)
+
+Invariants:
+- A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
+  before acting, so a daemon whose claim expired can neither extend nor free its
+  successor's. Scripts are class constants, loaded once and called by EVALSHA, reloaded
+  on NOSCRIPT (the server lost its script cache; the script did not run).
+- "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
+  Nothing here expires or is trimmed except the audit stream: the done index must outlive
+  any compaction of the WAL.
+- Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
+  without its password; nothing is claimed or acted on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Collection
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..wal.urls import Scrubber, redact, secrets_in
+from .claims import Claim, new_token
+from .errors import ClaimStoreUnavailable
+from .ledger import Escalation, LedgerEntry, LedgerKind
+
+__all__ = ["RedisClaimLock", "RedisLedger"]
+
+DEFAULT_NAMESPACE = "agent-saga"
+
+
+def _import_redis() -> Any:
+    try:
+        import redis.asyncio
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ConfigurationError(
+            "recovery over Redis needs the redis client: pip install 'agent-saga[redis]'"
+        ) from exc
+    return redis
+
+
+class _RedisBase:
+    """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
+
+    SCRIPTS: dict[str, str] = {}
+
+    def __init__(self, target: str | Any, namespace: str, socket_timeout: float) -> None:
+        redis = _import_redis()
+        if not namespace or any(c in namespace for c in " \n\r{}"):
+            raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
+        self._redis = redis
+        self._ns = f"{{{namespace}}}:recovery"
+        self._timeout = socket_timeout
+        if isinstance(target, str):
+            self._url: str | None = target
+            self.where = redact(target)
+            self._scrub = Scrubber(secrets_in(target))
+            self._fixed: Any = None
+        else:
+            self._url = None
+            kw = target.connection_pool.connection_kwargs
+            self.where = f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+            self._scrub = Scrubber([str(kw["password"])] if kw.get("password") else [])
+            self._fixed = target
+        self._clients: dict[int, tuple[Any, Any]] = {}
+        self._shas: dict[str, str] = {}
+
+    def _client(self) -> Any:
+        if self._fixed is not None:
+            return self._fixed
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(id(loop))
+        if held is None or held[0] is not loop:
+            client = self._redis.asyncio.Redis.from_url(
+                self._url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout,
+            )
+            held = self._clients[id(loop)] = (loop, client)
+        return held[1]
+
+    def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
+        text = self._scrub(f"{type(exc).__name__}: {exc}")
+        return ClaimStoreUnavailable(
+            f"Redis at {self.where} failed while {doing}: {text}; nothing was claimed or acted "
+            f"on, the next sweep retries"
+        )
+
+    async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        client = self._client()
+        script = self.SCRIPTS[name]
+        for attempt in (0, 1):
+            sha = self._shas.get(name)
+            if sha is None:
+                sha = self._shas[name] = await client.script_load(script)
+            try:
+                return await client.evalsha(sha, len(keys), *keys, *args)
+            except self._redis.exceptions.NoScriptError:
+                if attempt:
+                    raise
+                self._shas.pop(name, None)  # the server lost its cache: the script did not run
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.values():
+            if loop is asyncio.get_running_loop():
+                await client.aclose()
+
+
+class RedisClaimLock(_RedisBase):
+    """Claims in Redis shared by every replica (see the module doc).
+
+    ``target``: a ``redis://`` URL (its password never appears in a message) or a
+    ``redis.asyncio.Redis`` client. ``owner`` prefixes the tokens (default: a random id).
+    """
+
+    shared = True
+
+    # KEYS[1] the claim key. ARGV[1] our token, ARGV[2] the ttl in ms.
+    # Extends the claim only if it is still ours; returns 1 if extended, 0 if not ours.
+    RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+    # KEYS[1] the claim key. ARGV[1] our token.
+    # Deletes the claim only if it is still ours; returns 1 if deleted, 0 if not ours.
+    RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+    SCRIPTS = {"RENEW": RENEW, "RELEASE": RELEASE}
+
+    def __init__(
+        self,
+        target: str | Any,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        owner: str | None = None,
+        socket_timeout: float = 5.0,
+    ) -> None:
+        super().__init__(target, namespace, socket_timeout)
+        self.owner = owner or new_token("daemon").split(":", 1)[1]
+        self.description = f"{self.where} claims {self._ns}:claim:*"
+
+    def key(self, name: str) -> str:
+        return f"{self._ns}:claim:{name}"
+
+    async def acquire(self, name: str, ttl: float) -> Claim | None:
+        if ttl <= 0:
+            raise ConfigurationError(f"a claim ttl must be > 0 seconds, got {ttl}")
+        token = new_token(self.owner)
+        try:
+            ok = await self._client().set(self.key(name), token, nx=True, px=max(1, int(ttl * 1000)))
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"claiming {name}") from exc
+        return Claim(name, token, ttl) if ok else None
+
+    async def renew(self, claim: Claim) -> bool:
+        try:
+            out = await self._eval("RENEW", [self.key(claim.name)], [claim.token, max(1, int(claim.ttl * 1000))])
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"renewing the claim on {claim.name}") from exc
+        return bool(out)
+
+    async def release(self, claim: Claim) -> None:
+        try:
+            await self._eval("RELEASE", [self.key(claim.name)], [claim.token])
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"releasing the claim on {claim.name}") from exc
+
+    def __repr__(self) -> str:
+        return f"<RedisClaimLock {self.description}>"
+
+
+class RedisLedger(_RedisBase):
+    """The recovery ledger in Redis, shared by every replica (see the module doc).
+
+    ``journal_maxlen`` bounds the audit stream (approximately); the done index and the
+    escalation queue are never trimmed.
+    """
+
+    shared = True
+
+    # KEYS[1] the escalations HASH, KEYS[2] the resolved HASH. ARGV[1] the id, ARGV[2] the
+    # resolution JSON. Closes an escalation that exists and is open; returns 1, else 0.
+    RESOLVE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+"""
+
+    SCRIPTS = {"RESOLVE": RESOLVE}
+
+    def __init__(
+        self,
+        target: str | Any,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        socket_timeout: float = 5.0,
+        journal_maxlen: int = 1_000_000,
+    ) -> None:
+        super().__init__(target, namespace, socket_timeout)
+        self.description = f"{self.where} ledger {self._ns}:*"
+        self._done = f"{self._ns}:done"
+        self._attempts = f"{self._ns}:attempts"
+        self._esc = f"{self._ns}:escalations"
+        self._resolved = f"{self._ns}:escalations:resolved"
+        self._journal = f"{self._ns}:journal"
+        self._maxlen = journal_maxlen
+
+    async def completed(self, tokens: Collection[str]) -> set[str]:
+        toks = list(tokens)
+        if not toks:
+            return set()
+        try:
+            vals = await self._client().hmget(self._done, toks)
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, "reading the done index") from exc
+        return {t for t, v in zip(toks, vals, strict=True) if v is not None}
+
+    async def attempts(self, token: str) -> int:
+        """How many handler calls were started for ``token`` (diagnostics, tests)."""
+        try:
+            v = await self._client().hget(self._attempts, token)
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, "reading attempts") from exc
+        return int(v or 0)
+
+    async def record(self, entry: LedgerEntry) -> None:
+        doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+        try:
+            pipe = self._client().pipeline(transaction=False)
+            if entry.kind is LedgerKind.DONE:
+                pipe.hset(self._done, entry.token, doc)
+            elif entry.kind is LedgerKind.ATTEMPT:
+                pipe.hincrby(self._attempts, entry.token, 1)
+            pipe.xadd(self._journal, {"e": doc}, maxlen=self._maxlen, approximate=True)
+            await pipe.execute()
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
+
+    async def escalate(self, escalation: Escalation) -> bool:
+        doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
+        try:
+            pipe = self._client().pipeline(transaction=False)
+            pipe.hsetnx(self._esc, escalation.id, doc)
+            pipe.xadd(self._journal, {"e": doc}, maxlen=self._maxlen, approximate=True)
+            new, _ = await pipe.execute()
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
+        return bool(new)
+
+    async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
+        try:
+            pipe = self._client().pipeline(transaction=False)
+            pipe.hgetall(self._esc)
+            pipe.hgetall(self._resolved)
+            raw, resolved = await pipe.execute()
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, "listing escalations") from exc
+        out: list[Escalation] = []
+        for k, v in raw.items():
+            esc = Escalation.from_json(json.loads(v))
+            r = resolved.get(k)
+            if r is not None:
+                rd = json.loads(r)
+                esc = esc.resolved(str(rd["by"]), str(rd.get("note", "")), float(rd["ts"]))
+            if include_resolved or esc.open:
+                out.append(esc)
+        return sorted(out, key=lambda e: (e.ts, e.id))
+
+    async def resolve_escalation(self, escalation_id: str, *, by: str, note: str = "") -> bool:
+        doc = json.dumps({"by": by, "note": note, "ts": time.time()}, sort_keys=True)
+        try:
+            out = await self._eval("RESOLVE", [self._esc, self._resolved], [escalation_id, doc])
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, f"resolving escalation {escalation_id}") from exc
+        return bool(out)
+
+    def __repr__(self) -> str:
+        return f"<RedisLedger {self.description}>"

@@ -1,0 +1,125 @@
+"""One pass over a log: which sagas are unresolved, whose lease has expired, which are frozen.
+
+``LogScan.feed`` takes records in log order, once each; a daemon feeds it the whole log on
+its first sweep and only what is new after that (``read_since`` a cursor), so a sweep never
+re-reads the log per saga.
+
+Invariants:
+- Memory is proportional to the records of unresolved sagas: a saga's records are dropped
+  as soon as its terminal record is read, and a record that arrives for a saga already
+  resolved (a late lease renewal) is ignored.
+- The lease rule is ``agent_saga.leases``'s: the owner's last record + the lease length
+  last declared. Records a daemon wrote (payload ``recovered_by``) are not signs of life.
+- A lease record that cannot be read halts (``RecoveryHalted``): it is the one fact that
+  says whether a live process would be touched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chain import RESERVED_SAGA
+from ..leases import DEFAULT_LEASE_SECONDS
+from ..records import TERMINAL_SAGA_TYPES, Record, RecordType
+from .errors import RecoveryHalted
+from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
+
+__all__ = ["LogScan", "SagaView", "where"]
+
+_LEASE = RecordType.SAGA_LEASE.value
+_PARTIAL = RecordType.SAGA_ROLLBACK_PARTIAL.value
+
+
+def where(rec: Record) -> str:
+    """A human location for a record: its writer (fleet logs) and sequence numbers."""
+    w = rec.extra.get("writer")
+    g = rec.extra.get("gseq")
+    parts = [f"writer {w}"] if w else []
+    parts.append(f"seq {rec.seq}")
+    if g is not None:
+        parts.append(f"gseq {g}")
+    return f"record of saga {rec.saga} ({', '.join(parts)}, type {rec.type})"
+
+
+@dataclass(slots=True)
+class SagaView:
+    """What the log holds about one unresolved saga."""
+
+    saga_id: str
+    records: list[Record] = field(default_factory=list)
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    owner_last_ts: int = 0  # µs, the owner's last sign of life
+    first_ts: int = 0
+    quarantine: dict[str, Any] | None = None  # the SAGA_QUARANTINED payload while frozen
+
+    @property
+    def lease_until(self) -> float:
+        """Epoch seconds at which the owner's lease runs out."""
+        return self.owner_last_ts / 1e6 + self.lease_seconds
+
+    def lease_expired(self, now: float, grace: float) -> bool:
+        """True once ``now`` (epoch seconds) is past the lease plus ``grace`` (clock skew)."""
+        return now > self.lease_until + grace
+
+
+class LogScan:
+    """The running result of reading a log once, in order (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, SagaView] = {}
+        self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
+        #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
+        #: yet queued for a human: the daemon drains this list into the escalation queue.
+        self.owner_partials: list[Record] = []
+        self.records_read = 0
+
+    def feed_all(self, records: Iterable[Record]) -> None:
+        for rec in records:
+            self.feed(rec)
+
+    def feed(self, rec: Record) -> None:
+        """Take one record, in log order."""
+        self.records_read += 1
+        saga_id = rec.saga
+        if saga_id == RESERVED_SAGA or saga_id in self.resolved:
+            return
+        if rec.type in TERMINAL_SAGA_TYPES:
+            self.in_flight.pop(saga_id, None)
+            self.resolved[saga_id] = rec.ts
+            if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
+                self.owner_partials.append(rec)
+            return
+        view = self.in_flight.get(saga_id)
+        if view is None:
+            view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts)
+        view.records.append(rec)
+        payload = rec.payload or {}
+        if rec.type == SAGA_QUARANTINED:
+            view.quarantine = dict(payload) or {"reason": "(redacted)"}
+            return
+        if rec.type == SAGA_QUARANTINE_LIFTED:
+            view.quarantine = None
+            return
+        if RECOVERED_BY in payload:
+            return  # a daemon's record: not a sign of the owner's life
+        if rec.type == _LEASE:
+            if rec.redacted:
+                raise RecoveryHalted(
+                    f"{where(rec)}: the lease record is redacted, so whether its owner is alive "
+                    f"cannot be read; the sweep stopped without acting. Quarantine or resolve "
+                    f"this saga by hand",
+                    location=where(rec), saga_id=saga_id,
+                )
+            value = payload.get("lease_seconds")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise RecoveryHalted(
+                    f"{where(rec)}: lease_seconds={value!r} is not a positive number; the sweep "
+                    f"stopped without acting (a lease it cannot read could hide a live owner)",
+                    location=where(rec), saga_id=saga_id,
+                )
+            view.lease_seconds = float(value)
+        if rec.ts > view.owner_last_ts:
+            view.owner_last_ts = rec.ts

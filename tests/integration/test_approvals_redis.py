@@ -1,0 +1,242 @@
+"""RedisApprovalStore against a real redis-server: the documents the operator mirrors,
+an approval given from another process through the CLI, a crash that does not ask
+twice, single use under a race, and an unreachable store that denies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from agent_saga.controls import (
+    ApprovalGateway,
+    ApprovalPolicy,
+    EscalationLevel,
+    RedisApprovalStore,
+)
+from agent_saga.controls.approval_stores import Decision, decide_request
+from agent_saga.controls.verdicts import PreFlightDecision
+from agent_saga.gates import StepRequest
+from agent_saga.semantics import ActionSemantics
+from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.redis_server import RedisServer
+
+I = ActionSemantics.IRREVERSIBLE  # noqa: E741
+PENDING = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule:irreversible", False, "rules")
+
+AGENT = r"""
+import asyncio, sys
+from agent_saga.wal.file import FileWAL
+from agent_saga.controls import (ApprovalGateway, ApprovalPolicy, EscalationLevel, PreFlightGate,
+                                 RedisApprovalStore)
+from agent_saga.scope import saga_scope
+
+wal_path, url, saga_id, out = sys.argv[1:5]
+
+class Counter:
+    async def notify(self, notice):
+        with open(out + ".notified", "a") as f:
+            f.write(notice.request.id + "\n")
+
+async def main():
+    wal = FileWAL(wal_path)
+    store = RedisApprovalStore(url)
+    gw = ApprovalGateway(store, Counter(), wal,
+                         ApprovalPolicy(timeout=120, levels=(EscalationLevel(("@oncall",)),)), poll=0.05)
+    def send():
+        with open(out, "a") as f:
+            f.write("sent\n")
+    async with saga_scope(wal, PreFlightGate(approval_provider=gw), saga_id=saga_id) as saga:
+        await saga.execute("wire.send", "IRREVERSIBLE", send, policy_args={"amount": 80000, "to": "acct_9"})
+    store.close()
+    wal.close()
+
+asyncio.run(main())
+"""
+
+
+def until(what: str, predicate: Callable[[], Any], timeout: float = 30.0, proc: subprocess.Popen | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"agent exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+def pending(url: str) -> list[dict]:
+    out = cli("approvals", "list", "--json", "--store", url)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def start(tmp_path: Path, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", AGENT, str(tmp_path / "agent.wal"), url, "saga-wire-1",
+                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(agent: subprocess.Popen[str]) -> None:
+    _, err = agent.communicate(timeout=60)
+    assert agent.returncode == 0, err[-2000:]
+
+
+def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisServer, tmp_path: Path):
+    wal = FileWAL(tmp_path / "a.wal")
+    store = RedisApprovalStore(fresh_redis.url)
+    r = redis.Redis.from_url(fresh_redis.url)
+    events = r.pubsub()
+    events.subscribe("agentsaga:v1:events")
+    try:
+        gw = ApprovalGateway(store, None, wal, ApprovalPolicy(timeout=900, levels=(
+            EscalationLevel(("@oncall",)), EscalationLevel(("@head-of-risk",), 300))), poll=0.02,
+            namespace="payments")
+
+        async def ask_and_answer() -> Any:
+            task = asyncio.create_task(gw.request_approval(
+                StepRequest("saga-1", "saga-1/0", "wire.send", I, {"amount": 80000, "to": "acct_9"}, ()), PENDING))
+            while not store.list():
+                await asyncio.sleep(0.01)
+            (req,) = store.list()
+            doc = json.loads(r.get(f"agentsaga:v1:approval:request:{req.id}"))
+            assert abs(r.zscore("agentsaga:v1:approval:pending", req.id) - req.deadline) < 1e-3
+            decide_request(store, req.id, approved=True, approver="risk@corp", now=time.time(), note="ok")
+            decision = json.loads(r.get(f"agentsaga:v1:approval:decision:{req.id}"))
+            assert r.zscore("agentsaga:v1:approval:pending", req.id) is None
+            return doc, decision, await task
+
+        doc, decision, outcome = asyncio.run(ask_and_answer())
+        assert outcome.approved and outcome.approver == "risk@corp"
+        assert set(doc) == {
+            "v", "kind", "requestId", "namespace", "agent", "tool", "semantics", "argumentsDigest", "display",
+            "sagaId", "stepId", "rule", "reason", "requestedAt", "deadline", "policyVersion", "requestedBy",
+            "levels", "escalations", "consumedAt", "consumedBy"}
+        assert doc["kind"] == "ApprovalRequest" and doc["rule"] == "irreversible" and doc["tool"] == "wire.send"
+        assert doc["namespace"] == "payments" and doc["semantics"] == "IRREVERSIBLE" and doc["consumedAt"] is None
+        assert decision["rev"] == int(r.get("agentsaga:v1:rev")) and decision["kind"] == "ApprovalDecision"
+        assert decision["id"] == f"payments/{doc['requestId']}" and decision["requestId"] == doc["requestId"]
+        assert decision["decision"] == "approved" and decision["approver"] == "risk@corp"
+        assert decision["argumentsDigest"] == doc["argumentsDigest"] and decision["source"].startswith("cli:")
+        assert doc["argumentsDigest"].startswith("sha256:") and len(doc["argumentsDigest"]) == 71
+        assert doc["display"] == {"amount": "80000", "to": "acct_9"}
+        assert doc["levels"] == [{"targets": ["@oncall"], "afterSeconds": 0.0},
+                                 {"targets": ["@head-of-risk"], "afterSeconds": 300.0}]
+        assert r.pttl(f"agentsaga:v1:approval:request:{doc['requestId']}") > 0
+        seen = []
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(seen) < 4:
+            msg = events.get_message(timeout=0.2)
+            if msg and msg["type"] == "message":
+                seen.append(json.loads(msg["data"]))
+        # asked, level 0 notified, decided, used
+        assert [e["kind"] for e in seen] == ["ApprovalRequest", "ApprovalRequest", "ApprovalDecision", "ApprovalRequest"]
+        assert all(e["id"] == doc["requestId"] and e["op"] == "put" for e in seen)
+    finally:
+        events.close()
+        r.close()
+        store.close()
+        wal.close()
+
+
+def test_approved_from_another_process_through_the_cli(fresh_redis: RedisServer, tmp_path: Path):
+    agent = start(tmp_path, fresh_redis.url)
+    try:
+        (req,) = until("the request", lambda: pending(fresh_redis.url), proc=agent)
+        out = cli("approvals", "approve", req["requestId"][:8], "--store", fresh_redis.url)
+        assert out.returncode == 2 and "--approver NAME is required" in out.stderr
+        out = cli("approvals", "approve", req["requestId"][:8], "--approver", "risk@corp", "--store", fresh_redis.url)
+        assert out.returncode == 0, out.stderr
+        finish(agent)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert (tmp_path / "out").read_text() == "sent\n"
+
+
+def test_a_crash_between_request_and_decision_does_not_ask_twice(fresh_redis: RedisServer, tmp_path: Path):
+    first = start(tmp_path, fresh_redis.url)
+    try:
+        (req,) = until("the request", lambda: pending(fresh_redis.url), proc=first)
+        until("the notification", lambda: (tmp_path / "out.notified").exists(), proc=first)
+        os.kill(first.pid, signal.SIGKILL)
+        first.communicate(timeout=30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+
+    def resumed() -> bool:
+        return any(getattr(item, "type", "") == "APPROVAL_RESUMED"
+                   for _, item in iter_file_records(tmp_path / "agent.wal"))
+
+    second = start(tmp_path, fresh_redis.url)
+    try:
+        until("the restarted agent to find its request", resumed, proc=second)
+        assert [r["requestId"] for r in pending(fresh_redis.url)] == [req["requestId"]]
+        out = cli("approvals", "approve", req["requestId"], "--approver", "risk@corp", "--note", "verified by phone",
+                  "--store", fresh_redis.url)
+        assert out.returncode == 0, out.stderr
+        finish(second)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+    assert (tmp_path / "out.notified").read_text().splitlines() == [req["requestId"]], "asked once"
+    assert (tmp_path / "out").read_text() == "sent\n"
+
+
+def test_an_approval_is_used_once_even_by_racing_processes(fresh_redis: RedisServer, tmp_path: Path):
+    wals = [FileWAL(tmp_path / f"{i}.wal") for i in range(2)]
+    stores = [RedisApprovalStore(fresh_redis.url) for _ in range(2)]
+    try:
+        gws = [ApprovalGateway(s, None, w, ApprovalPolicy(timeout=900), poll=0.01) for s, w in zip(stores, wals, strict=True)]
+        request = StepRequest("saga-1", "saga-1/0", "wire.send", I, {"amount": 1}, ())
+
+        async def race() -> list[bool]:
+            tasks = [asyncio.create_task(gw.request_approval(request, PENDING)) for gw in gws]
+            while not stores[0].list():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)  # both are waiting on the same request
+            decide_request(stores[0], stores[0].list()[0].id, approved=True, approver="risk@corp", now=time.time())
+            # an operator writing the same decision again, or a late second one, changes nothing
+            assert stores[1].decide(stores[0].list()[0].id, Decision("Denied", "late@corp", time.time(), "")).approver \
+                == "risk@corp"
+            return [o.approved for o in await asyncio.gather(*tasks)]
+
+        assert sorted(asyncio.run(race())) == [False, True]
+    finally:
+        for s in stores:
+            s.close()
+        for w in wals:
+            w.close()
+
+
+def test_an_unreachable_store_denies(redis_server_factory, tmp_path: Path):
+    server = redis_server_factory()
+    url = server.url
+    server.kill()
+    wal = FileWAL(tmp_path / "a.wal")
+    store = RedisApprovalStore(url, socket_timeout=0.5, connect_timeout=0.5)
+    try:
+        gw = ApprovalGateway(store, None, wal, ApprovalPolicy(timeout=900))
+        outcome = asyncio.run(gw.request_approval(StepRequest("s", "s/0", "wire.send", I, {}, ()), PENDING))
+        assert not outcome.approved and "approvals fail closed" in outcome.note and "RedisApprovalStore" in outcome.note
+    finally:
+        store.close()
+        wal.close()

@@ -1,0 +1,243 @@
+"""RedisSwitchStore against a real redis-server: the policy-plane documents, change
+notifications reaching a running agent, and the deliberate failure mode: when Redis
+dies the last known levers are honoured for ``grace``, then everything is refused
+(``grace=0``: at once); with no known state, everything is refused from the start."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from agent_saga.controls import KillSwitch, Lever, ManualClock, PreFlightGate, RedisSwitchStore
+from agent_saga.controls.clocks import format_instant
+from agent_saga.errors import GateBlocked
+from agent_saga.gates import StepRequest
+from agent_saga.scope import saga_scope
+from agent_saga.semantics import ActionSemantics
+from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.redis_server import RedisServer
+
+C = ActionSemantics.COMPENSABLE
+
+
+def req(tool: str, saga: str = "s-1") -> StepRequest:
+    return StepRequest(saga, f"{saga}/0", tool, C, {}, ())
+
+
+def until(what: str, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def stores() -> Iterator[list[RedisSwitchStore]]:
+    made: list[RedisSwitchStore] = []
+    yield made
+    for s in made:
+        s.close()
+
+
+def store(stores: list[RedisSwitchStore], url: str, **kw: Any) -> RedisSwitchStore:
+    kw.setdefault("grace", 30)
+    kw.setdefault("heartbeat", 0.1)
+    kw.setdefault("socket_timeout", 0.5)
+    s = RedisSwitchStore(url, **kw)
+    stores.append(s)
+    return s
+
+
+async def refusal(ks: KillSwitch, tool: str) -> str | None:
+    r = await ks.check(req(tool))
+    return None if r is None else r.reason
+
+
+def test_levers_are_the_policy_plane_documents(fresh_redis: RedisServer, stores):
+    s = store(stores, fresh_redis.url)
+    now = time.time()
+    lever = Lever.new("Halt", "tool:stripe.*", reason="stripe incident", by="soc@corp", now=now, ttl=600)
+    s.engage(lever)
+    r = redis.Redis.from_url(fresh_redis.url)
+    try:
+        assert r.smembers("agentsaga:v1:killswitch:index") == {lever.id.encode()}
+        raw = r.get(f"agentsaga:v1:killswitch:{lever.id}")
+        assert raw.startswith(b'{"rev":'), "rev first, as every policy-plane document"
+        doc = json.loads(raw)
+        assert int(r.get("agentsaga:v1:rev")) == doc.pop("rev")
+        ns, name = lever.id.split("/")
+        assert doc == {"v": 1, "kind": "KillSwitch", "id": lever.id, "namespace": ns, "name": name, "action": "Halt", "scope": "tool:stripe.*", "reason": "stripe incident",
+                       "requestedBy": "soc@corp", "ttl": 600, "engagedAt": format_instant(now),
+                       "expiresAt": format_instant(now + 600)}
+        assert doc["engagedAt"].endswith("Z") and "T" in doc["engagedAt"]
+        assert r.pttl(f"agentsaga:v1:killswitch:{lever.id}") > 0, "Redis forgets a lapsed lever on its own"
+        # a document as the operator projects a KillSwitch resource (object scope, no ttl)
+        r.set("agentsaga:v1:killswitch:payments/stop-eu", json.dumps({
+            "rev": 7, "v": 1, "kind": "KillSwitch", "id": "payments/stop-eu", "namespace": "payments",
+            "name": "stop-eu", "uid": "6f1c", "generation": 1, "action": "Halt", "scope": {"tag": "eu"}, "reason": "regulator", "requestedBy": "soc@corp",
+            "ttl": None, "engagedAt": "2025-06-01T03:00:00Z", "expiresAt": None}))
+        r.sadd("agentsaga:v1:killswitch:index", "payments/stop-eu")
+    finally:
+        r.close()
+    assert sorted((lv.id, lv.scope) for lv in s.levers()) == [
+        (lever.id, "tool:stripe.*"), ("payments/stop-eu", "tag:eu")]
+    only_other = store(stores, fresh_redis.url, namespaces=["risk"])
+    assert [lv.id for lv in only_other.levers()] == [lever.id], "namespaced: payments' switch is not ours"
+
+
+def test_changes_are_notified_as_the_operator_does(fresh_redis: RedisServer, stores):
+    s = store(stores, fresh_redis.url)
+    r = redis.Redis.from_url(fresh_redis.url)
+    events = r.pubsub()
+    events.subscribe("agentsaga:v1:events")
+    try:
+        until("the subscription", lambda: (events.get_message(timeout=0.1) or {}).get("type") == "subscribe")
+        lever = Lever.new("Halt", "global", reason="r", by="b", now=time.time())
+        s.engage(lever)
+        s.lift(lever.id)
+        got = []
+        while len(got) < 2:
+            msg = until("a notification", lambda: events.get_message(timeout=0.1))
+            if msg["type"] == "message":
+                got.append(json.loads(msg["data"]))
+        assert [(e["kind"], e["id"], e["op"]) for e in got] == [
+            ("KillSwitch", lever.id, "put"), ("KillSwitch", lever.id, "delete")]
+        assert got[1]["rev"] == got[0]["rev"] + 1 == int(r.get("agentsaga:v1:rev"))
+    finally:
+        events.close()
+        r.close()
+
+
+async def test_a_halt_from_another_process_is_seen_by_a_running_agent(fresh_redis: RedisServer, stores, tmp_path):
+    agent = store(stores, fresh_redis.url)
+    wal = FileWAL(tmp_path / "agent.wal")
+    try:
+        ks = KillSwitch(agent, wal=wal)
+        assert await refusal(ks, "wire.send") is None
+        out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "halt", "--scope", "tool:wire.send",
+                              "--reason", "fraud pattern", "--by", "soc@corp", "--store", f"{fresh_redis.url}"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "RedisSwitchStore(redis://127.0.0.1" in out.stdout
+        until("the halt to reach the agent", lambda: agent.view().levers)
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
+        assert await refusal(ks, "wire.receive") is None
+        out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "resume", "--scope", "tool:wire.send",
+                              "--by", "soc@corp", "--store", fresh_redis.url], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        until("the lift to reach the agent", lambda: not agent.view().levers)
+        assert await refusal(ks, "wire.send") is None
+        wal.barrier_sync()
+    finally:
+        wal.close()
+    types = [item.type for _, item in iter_file_records(tmp_path / "agent.wal")]
+    assert types == ["KILL_SWITCH_ENGAGED", "KILL_SWITCH_LIFTED"]
+
+
+async def test_redis_killed_the_last_state_is_honoured_for_grace_then_everything_is_refused(
+        fresh_redis: RedisServer, stores, tmp_path):
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=30, clock=clock)
+    wal = FileWAL(tmp_path / "agent.wal")
+    try:
+        ks = KillSwitch(agent, wal=wal, clock=clock)
+        gate = PreFlightGate(default_rules=(), checks=[ks])
+        store(stores, fresh_redis.url).engage(
+            Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time()))
+        await ks.check(req("x"))  # started
+        until("the halt to reach the agent", lambda: agent.view().levers)
+
+        fresh_redis.kill()
+        until("the agent to notice", lambda: not agent.connected)
+        view = agent.view()
+        assert view.usable and view.degraded and "honouring the last known levers" in view.degraded
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the halt still holds"
+        assert await refusal(ks, "stripe.charge") is None, "a blip is survived"
+        clock.advance(29.9)
+        assert await refusal(ks, "stripe.charge") is None
+        clock.advance(0.2)
+        reason = await refusal(ks, "stripe.charge")
+        assert reason is not None and "grace window of 30s has passed" in reason and "refuses everything" in reason
+        with pytest.raises(GateBlocked, match="refuses everything"):
+            async with saga_scope(wal, gate):
+                pass
+
+        fresh_redis.start()  # came back (empty: it kept nothing)
+        until("the agent to reconnect", lambda: agent.connected and agent.view().usable)
+        assert await refusal(ks, "stripe.charge") is None and await refusal(ks, "wire.send") is None
+        wal.barrier_sync()
+    finally:
+        wal.close()
+    types = [item.type for _, item in iter_file_records(tmp_path / "agent.wal")]
+    assert types == ["KILL_SWITCH_ENGAGED", "KILL_SWITCH_DEGRADED", "KILL_SWITCH_FAILED_CLOSED",
+                     "KILL_SWITCH_RESTORED", "KILL_SWITCH_LIFTED"]
+
+
+async def test_grace_zero_refuses_everything_as_soon_as_redis_is_lost(fresh_redis: RedisServer, stores):
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=0, clock=clock)
+    ks = KillSwitch(agent, clock=clock)
+    assert await refusal(ks, "stripe.charge") is None
+    fresh_redis.kill()
+    until("the agent to notice", lambda: not agent.connected)
+    reason = await refusal(ks, "stripe.charge")
+    assert reason is not None and "grace window of 0s has passed" in reason
+
+
+async def test_a_silent_loss_is_noticed_by_the_heartbeat(fresh_redis: RedisServer, stores):
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=0, clock=clock, heartbeat=0.1, socket_timeout=0.3)
+    ks = KillSwitch(agent, clock=clock)
+    assert await refusal(ks, "stripe.charge") is None
+    pid = fresh_redis.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # the server hangs: connections stay open, nothing answers
+    try:
+        until("the agent to notice", lambda: not agent.connected)
+        assert await refusal(ks, "stripe.charge") is not None
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    until("the agent to recover", lambda: agent.connected and agent.view().usable)
+    assert await refusal(ks, "stripe.charge") is None
+
+
+async def test_with_redis_down_at_start_up_everything_is_refused(redis_server_factory, stores):
+    server = redis_server_factory()
+    url = server.url
+    server.kill()
+    agent = store(stores, url, grace=3600, connect_timeout=0.2)
+    ks = KillSwitch(agent)
+    reason = await refusal(ks, "anything")
+    assert reason is not None and "no known state" in reason
+    assert agent.is_quarantined("any-saga"), "recovery leaves sagas alone while it cannot tell"
+
+
+async def test_a_quarantine_in_redis_is_seen_by_recovery(fresh_redis: RedisServer, stores, tmp_path: Path):
+    from agent_saga.recovery import RecoveryDaemon
+    from agent_saga.wal.file import FileWAL as _W
+
+    log = tmp_path / "a.wal"
+    w = _W(log)
+    w.append("SAGA_STARTED", "saga-q", None, {"name": None, "tags": []})
+    w.barrier_sync()
+    w.close()
+    store(stores, fresh_redis.url).engage(
+        Lever.new("Quarantine", "saga:saga-q", reason="suspected duplicate charges", by="soc@corp", now=time.time()))
+    source = store(stores, fresh_redis.url)
+    assert source.is_quarantined("saga-q") and not source.is_quarantined("saga-r")
+    rep = await RecoveryDaemon(log, quarantine=source, clock=lambda: time.time() + 3600).sweep()
+    assert [r.status for r in rep.results] == ["QUARANTINED"]
