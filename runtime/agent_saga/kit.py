@@ -263,6 +263,27 @@ class AgentKit:
                 ok = False
         else:
             signals["gate"] = {"ok": True, "detail": None if self.gate is None else type(self.gate).__name__}
+        # The gate's pre-checks (kill switch, breaker): each is a safety signal of its own.
+        try:
+            checks = tuple(getattr(self.gate, "checks", ()) or ())
+        except Exception as exc:  # noqa: BLE001
+            signals["checks"] = {"ok": False, "error": f"unreadable: {type(exc).__name__}: {exc}"}
+            checks, ok = (), False
+        for check in checks:
+            name = str(getattr(check, "name", type(check).__name__))
+            reader = getattr(check, "status", None)
+            if not callable(reader):
+                continue
+            try:
+                detail = reader()
+            except Exception as exc:  # noqa: BLE001 - unreadable signal: fail closed
+                signals[f"check:{name}"] = {"ok": False, "error": f"unreadable: {type(exc).__name__}: {exc}"}
+                ok = False
+                continue
+            # A kill switch that is degraded (in grace) or closed is not an ok posture.
+            healthy = not isinstance(detail, dict) or detail.get("posture", "ok") == "ok"
+            signals[f"check:{name}"] = {"ok": healthy, "detail": detail}
+            ok = ok and healthy
         return {"ok": ok, "agent": self.name, "signals": signals, "guarantees": GUARANTEES_VERSION}
 
 

@@ -199,3 +199,34 @@ async def test_status_reports_a_failed_wal(tmp_path) -> None:
     assert st["ok"] is False and st["signals"]["wal"]["failed"]
     with pytest.raises(WALError):
         w.close()
+
+
+async def test_status_reports_the_kill_switch_posture(wal, tmp_path) -> None:
+    from agent_saga import FileSwitchStore, KillSwitch, PreFlightGate
+
+    switch = KillSwitch(FileSwitchStore(tmp_path / "switch.json"))
+    kit = AgentKit(name="shop", wal=wal, gate=PreFlightGate(checks=[switch]))
+    st = kit.status()
+    assert st["ok"] is True and st["signals"]["check:kill-switch"]["detail"]["levers"] == []
+    switch.halt("tool:wire.send", reason="fraud pattern", by="soc@corp")
+    st = kit.status()
+    levers = st["signals"]["check:kill-switch"]["detail"]["levers"]
+    assert len(levers) == 1 and "wire.send" in str(levers[0])
+
+
+async def test_status_fails_closed_when_a_check_cannot_be_read(wal) -> None:
+    from agent_saga import PreFlightGate
+
+    class Broken:  # shaped like a PreCheck
+        name = "kill-switch"
+        stage = "kill_switch"
+
+        async def check(self, request):
+            return None
+
+        def status(self) -> dict:
+            raise ConnectionError("switch store unreachable")
+
+    kit = AgentKit(name="shop", wal=wal, gate=PreFlightGate(checks=[Broken()]))
+    st = kit.status()
+    assert st["ok"] is False and "unreachable" in st["signals"]["check:kill-switch"]["error"]
