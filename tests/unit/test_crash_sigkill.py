@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agent_saga import verify_records
-from agent_saga.history import COMMITTED, INTENT, IN_FLIGHT, fold
+from agent_saga.history import COMMITTED, IN_FLIGHT, INTENT, fold
 from agent_saga.wal.file import iter_file_records
 
 CHILD = textwrap.dedent(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from engine_support import of_type, wal_fixture  # noqa: F401
-
 from agent_saga import (
     ActionSemantics,
     BudgetLimit,
@@ -13,6 +11,7 @@ from agent_saga import (
     PreFlightGate,
     saga_scope,
 )
+from engine_support import of_type, wal_fixture  # noqa: F401
 
 
 async def test_verdict_records_name_the_limit_and_the_debit(wal) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from engine_support import read, types, wal_fixture  # noqa: F401
-
 from agent_saga import (
     AgentKit,
     ConfigurationError,
@@ -15,6 +13,7 @@ from agent_saga import (
 )
 from agent_saga.compensation import unregister_compensator
 from agent_saga.gates import GateDecision, StepRequest
+from engine_support import read, types, wal_fixture  # noqa: F401
 
 refunds: list[str] = []
 
