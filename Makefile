@@ -20,6 +20,7 @@ install: $(VENV)/.installed
 demo: install
 	$(PY) examples/multi_domain.py
 	$(PY) examples/chaos_demo.py
+	$(PY) examples/crash_recovery.py
 
 # Everything: unit, integration (real Redis + PostgreSQL) and e2e (real kube-apiserver +
 # etcd) suites. The first run builds the control plane (~6 min on 2 cores, cached after).

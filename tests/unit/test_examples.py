@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py"])
+@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py"])
 def test_example_runs_and_ends_clean(name: str) -> None:
     r = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True,
                        text=True, timeout=120)
