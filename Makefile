@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
+.PHONY: demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,11 @@ demo: install
 	$(PY) examples/multi_domain.py
 	$(PY) examples/chaos_demo.py
 	$(PY) examples/crash_recovery.py
+
+# The whole system for a person, offline: local control plane, Redis, the operator, two
+# recoveryd replicas and a small agent fleet; narrated (budget, kill switch, kill -9).
+demo-cluster: install system-deps control-plane
+	@$(PY) hack/demo_cluster.py
 
 # Everything: unit, integration (real Redis + PostgreSQL) and e2e (real kube-apiserver +
 # etcd) suites. The first run builds the control plane (~6 min on 2 cores, cached after).

@@ -58,12 +58,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--priority", type=int, default=0, help="peering priority (higher wins)")
     p.add_argument("--watch-timeout", type=int, default=270,
                    help="server-side watch timeout; the client gives up 30 s later and reconnects")
+    p.add_argument("--approval-poll-interval", type=float,
+                   default=float(_env("AGENT_SAGA_APPROVAL_POLL_INTERVAL", "2") or 2),
+                   help="seconds between reads of pending approval requests (notifications act at once)")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
     args = p.parse_args(argv)
     if not args.redis_url:
         p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
-    if args.resync_interval <= 0 or args.usage_interval <= 0:
-        p.error("--resync-interval and --usage-interval must be positive")
+    if args.resync_interval <= 0 or args.usage_interval <= 0 or args.approval_poll_interval <= 0:
+        p.error("--resync-interval, --usage-interval and --approval-poll-interval must be positive")
     return args
 
 
@@ -94,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         priority=args.priority,
         watch_server_timeout=args.watch_timeout,
         watch_client_timeout=args.watch_timeout + 30,
+        approval_poll_interval=args.approval_poll_interval,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

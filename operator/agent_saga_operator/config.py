@@ -37,6 +37,7 @@ class OperatorConfig:
     watch_client_timeout: float = 300.0
     watch_connect_timeout: float = 10.0
     request_timeout: float = 30.0
+    approval_poll_interval: float = 2.0
 
     @property
     def clusterwide(self) -> bool:

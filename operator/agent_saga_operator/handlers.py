@@ -10,7 +10,10 @@ For each kind (``build_registry``):
     delete (finalizer)               remove the document (KillSwitch, BudgetLimit,
                                      SagaPolicy, ModelRoute); a decided Approval stays
     startup                          settings: finalizer, progress in annotations, watch
-                                     timeouts, peering; connects Redis
+                                     timeouts, peering; connects Redis; starts the
+                                     Approval bridge (``bridge.ApprovalBridge``): pending
+                                     requests become Approvals, decisions made elsewhere
+                                     are reflected through ``reflect_approval``
     probe                            /healthz reports Redis reachability (never fails on it)
 
 Invariants:
@@ -37,14 +40,15 @@ import kopf
 from pydantic import ValidationError
 
 from . import metrics
+from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
 from .config import Context, OperatorConfig
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
 from .models import GROUP, KINDS, VERSION, BudgetLimitSpec, KillSwitchSpec
 from .projection import ProjectionUnavailable
-from .reconcilers import RECONCILERS, SPEC_MODELS, Outcome, deadline_of
+from .reconcilers import RECONCILERS, SPEC_MODELS, Outcome, deadline_of, reconcile_approval
 
-__all__ = ["FINALIZER", "build_registry", "reconcile"]
+__all__ = ["FINALIZER", "build_registry", "reconcile", "reflect_approval"]
 
 log = logging.getLogger("agent_saga_operator")
 
@@ -174,6 +178,46 @@ async def remove(kind: str, *, body: kopf.Body, meta: Mapping[str, Any], spec: M
         metrics.RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - started)
 
 
+async def reflect_approval(ctx: Context, api: Any, namespace: str, name: str) -> bool:
+    """Bring one Approval's status in line with the policy plane now (the bridge calls
+    it when a decision was made outside Kubernetes); False if there is no such object.
+
+    The same reconciler as kopf's handlers, its status written through the status
+    subresource (a merge patch of the fields that changed)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        obj = await asyncio.to_thread(api.get_namespaced_custom_object, GROUP, VERSION, namespace, "approvals", name)
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    meta, status = obj.get("metadata") or {}, dict(obj.get("status") or {})
+    now = _now()
+    generation = int(meta.get("generation") or 0)
+    model = SPEC_MODELS["Approval"].model_validate(dict(obj.get("spec") or {}))
+    outcome = await reconcile_approval(ctx, model, Identity.from_meta(meta), status, now)  # type: ignore[arg-type]
+    diff, _, _ = _status_patch(status, outcome, generation, now)
+    if diff:
+        await asyncio.to_thread(api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, "approvals",
+                                name, {"status": diff})
+        metrics.RECONCILES.labels("Approval", "reflect", "ok").inc()
+    return True
+
+
+def _api_client(config: OperatorConfig) -> Any:
+    """A ``kubernetes`` API client logged in as kopf is (kubeconfig, else in-cluster)."""
+    from kubernetes import client
+    from kubernetes import config as kconfig
+
+    if config.kubeconfig is not None:
+        return kconfig.new_client_from_config(str(config.kubeconfig))  # type: ignore[no-untyped-call]
+    if os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"):
+        kconfig.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.ApiClient()
+    return kconfig.new_client_from_config()  # type: ignore[no-untyped-call]
+
+
 async def _wait_until(when: datetime | None, stopped: Any) -> bool:
     """Wait until ``when`` unless the daemon is stopped first (object deleted, operator
     exiting); True if ``when`` came. Wakes at least every 30 s, so a clock jump or a
@@ -236,9 +280,26 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             await ctx.projector.ping()
         except ProjectionUnavailable as e:
             logger.warning("policy plane not reachable at startup (%s); handlers retry until it is", e)
+        api_client = await asyncio.to_thread(_api_client, config)
+        from kubernetes import client as kclient
+
+        api = kclient.CustomObjectsApi(api_client)
+        bridge = ApprovalBridge(ctx, api_client, interval=config.approval_poll_interval,
+                                reflect=lambda ns, name: reflect_approval(ctx, api, ns, name))
+        stop = asyncio.Event()
+        memo["bridge"] = (bridge, stop, asyncio.create_task(bridge.run(stop), name="approval-bridge"), api_client)
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+        running = memo.get("bridge")
+        if running is not None:
+            _, stop, task, api_client = running
+            stop.set()
+            try:
+                await asyncio.wait_for(task, timeout=5)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+            api_client.close()
         ctx = memo.get("ctx")
         if isinstance(ctx, Context):
             await ctx.aclose()

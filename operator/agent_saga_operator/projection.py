@@ -30,18 +30,11 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from agent_saga.controls import (
-    BudgetLimit,
-    RateLimit,
-    Scope,
-    by_arg,
-    by_tool,
-    combine,
-    global_scope,
-)
-from agent_saga.controls.stores.base import LimitSpec
+from agent_saga.controls import BudgetLimit, RateLimit
+from agent_saga.controls.limit_source import limits_from_documents, scope_from_name
 
 __all__ = [
     "KIND_SLUGS",
@@ -63,6 +56,8 @@ KIND_SLUGS: dict[str, KindSlug] = {
     "ModelRoute": "modelroute",
 }
 NOTIFICATION_VERSION = 1
+#: Seconds a decision outlives its deadline (RedisApprovalStore(retention=...) default).
+DECISION_RETENTION = 7 * 86_400.0
 
 
 class ProjectionUnavailable(Exception):
@@ -151,15 +146,16 @@ return rev
 
     # KEYS[1] the decision   KEYS[2] the change counter   KEYS[3] the pending set
     # ARGV[1] the decision without "rev"   ARGV[2] the channel   ARGV[3] the notification
-    # ARGV[4] the request id
-    # Put once: if a decision is stored, return it untouched (the caller compares);
-    # else write it, take the request out of the pending set (as the runtime's
-    # RedisApprovalStore does), notify, and return the new rev.
+    # ARGV[4] the request id   ARGV[5] time to live in ms (the runtime's: the request's
+    # lifetime plus retention)
+    # Put once (compare-and-set against absence, as RedisApprovalStore.LUA_DECIDE): if a
+    # decision is stored, return it untouched (the caller compares); else write it, take
+    # the request out of the pending set, notify, and return the new rev.
     LUA_DECIDE = """
 local cur = redis.call('GET', KEYS[1])
 if cur then return cur end
 local rev = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2))
+redis.call('SET', KEYS[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2), 'PX', ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[4])
 redis.call('PUBLISH', ARGV[2], '{"rev":' .. rev .. ',' .. string.sub(ARGV[3], 2))
 return rev
@@ -214,16 +210,22 @@ return rev
         args = (id_, "{}", self.keys.channel, self._notification(kind, id_, "delete"))
         return int(await self._script("delete", self.LUA_DELETE, keys, args))
 
-    async def decide(self, request_id: str, doc: dict[str, Any]) -> int:
-        """Put a decision once; raises ``DecisionConflict`` if a different one is stored."""
+    async def decide(self, request_id: str, doc: dict[str, Any], *, deadline: datetime | None = None,
+                     now: datetime | None = None, retention: float = DECISION_RETENTION) -> int:
+        """Put a decision once at the runtime's key (``RedisApprovalStore.decision_key``);
+        raises ``DecisionConflict`` if a different one is stored. The document lives for
+        the time left until ``deadline`` plus ``retention`` seconds (the runtime's rule)."""
         body = _canonical(doc)
+        left = 0.0 if deadline is None or now is None else max(0.0, (deadline - now).total_seconds())
+        ttl_ms = str(max(1000, int((left + retention) * 1000)))
         keys = (self.keys.decision(request_id), self.keys.rev, self.keys.pending)
-        args = (body, self.keys.channel, self._notification("ApprovalDecision", request_id, "put"), request_id)
+        args = (body, self.keys.channel, self._notification("ApprovalDecision", request_id, "put"), request_id,
+                ttl_ms)
         reply = await self._script("decide", self.LUA_DECIDE, keys, args)
         if isinstance(reply, bytes | str):
             stored = json.loads(reply)
             same = ("decision", "approver", "argumentsDigest")
-            if any(stored.get(k) != doc.get(k) for k in same):
+            if any((stored.get(k) or None) != (doc.get(k) or None) for k in same):
                 raise DecisionConflict(request_id, stored)
             return 0
         return int(reply)
@@ -294,38 +296,6 @@ async def load_documents(
     return docs
 
 
-def scope_from_name(name: str) -> Scope:
-    """The runtime scope a ``LimitSpec.scope`` names: ``global``, ``tool``, ``arg:x``,
-    and ``+``-joined combinations (``tool+arg:customer_id``)."""
-    if name == "global":
-        return global_scope
-    parts: list[Scope] = []
-    for part in name.split("+"):
-        if part == "tool":
-            parts.append(by_tool)
-        elif part.startswith("arg:") and len(part) > 4:
-            parts.append(by_arg(part[4:]))
-        else:
-            raise ValueError(f"limit scope {name!r} is not global, tool, arg:<name> or a '+' combination")
-    return combine(*parts)
-
-
-def limits_from_documents(docs: Sequence[dict[str, Any]]) -> list[BudgetLimit | RateLimit]:
-    """The runtime limits the BudgetLimit documents define (in document order)."""
-    out: list[BudgetLimit | RateLimit] = []
-    for doc in docs:
-        spec = LimitSpec.from_doc(doc["limit"])
-        scope = scope_from_name(spec.scope)
-        if spec.kind == "budget":
-            assert spec.arg is not None
-            out.append(BudgetLimit(spec.name, arg=spec.arg, max_total=spec.max_total, window=spec.window,
-                                   scope=scope, escalate_to_human=spec.escalate_to_human, tools=spec.tools))
-        else:
-            out.append(RateLimit(spec.name, max_calls=int(spec.max_total), window=spec.window,
-                                 scope=scope, tools=spec.tools))
-    return out
-
-
 async def load_limit_documents(client: Any, namespace: str | None = None, *, prefix: str = "agentsaga") -> list[dict[str, Any]]:
     return await load_documents(client, "BudgetLimit", namespace=namespace, keys=Keys(prefix))
 
@@ -333,7 +303,7 @@ async def load_limit_documents(client: Any, namespace: str | None = None, *, pre
 async def load_limits(client: Any, namespace: str | None = None, *, prefix: str = "agentsaga") -> list[BudgetLimit | RateLimit]:
     """The limits the operator projected for ``namespace``, ready for ``PreFlightGate(limits=...)``.
 
-    ``client`` is a ``redis.asyncio`` client. This is the runtime half of the contract
-    (docs/policy-plane.md) until the runtime grows its own policy-plane reader.
+    ``client`` is a ``redis.asyncio`` client (a one-shot read, for tests and tools);
+    agents use ``agent_saga.controls.RedisLimitSource``, which also follows changes.
     """
     return limits_from_documents(await load_limit_documents(client, namespace, prefix=prefix))

@@ -159,9 +159,51 @@ def deadline_of(spec: Mapping[str, Any]) -> datetime | None:
     return datetime.fromisoformat(raw) if isinstance(raw, str) else None
 
 
+_PHASES = {"approved": "Approved", "denied": "Denied", "expired": "Expired"}
+
+
+def _stored_time(stored: Mapping[str, Any], fallback: datetime) -> str:
+    raw = stored.get("decidedAt")
+    try:
+        return rfc3339(datetime.fromisoformat(str(raw).replace("Z", "+00:00")))
+    except ValueError:
+        return rfc3339(fallback)
+
+
+def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "") -> Outcome:
+    """The status of an Approval whose decision is the one stored in the policy plane
+    (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry)."""
+    decision = str(stored.get("decision") or "").lower()
+    phase = _PHASES.get(decision, "Denied")
+    approver = stored.get("approver") or None
+    source = str(stored.get("source") or "")
+    fields: dict[str, Any] = {"phase": phase, "decidedAt": _stored_time(stored, now), "approver": approver,
+                              "source": source or None}
+    by = f" by {approver}" if approver else ""
+    where = f" (source {source})" if source else ""
+    if conflict:
+        return Outcome(Cond(READY, "False", Reason.CONFLICT, f"{conflict}; the saga acts on that one. "
+                            f"This object's decision was not written."),
+                       Cond(SYNCED, "False", Reason.CONFLICT, conflict), fields)
+    synced = Cond(SYNCED, "True", Reason.PROJECTED, f"the decision{where} is in the policy plane")
+    if phase == "Approved":
+        return Outcome(Cond(READY, "True", Reason.APPROVED, f"approved{by}{where}: the saga may proceed"),
+                       synced, fields)
+    if phase == "Expired":
+        return Outcome(Cond(READY, "False", Reason.EXPIRED,
+                            f"deadline {rfc3339(spec.deadline)} passed without an answer: expiry denies"),
+                       synced, fields)
+    return Outcome(Cond(READY, "False", Reason.DENIED, f"denied{by}{where}: the saga is refused"), synced, fields)
+
+
 async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
                              status: Mapping[str, Any], now: datetime) -> Outcome:
+    """Write a kubectl decision back (once), expire an unanswered request, or show the
+    decision already in the policy plane (made by the CLI, the agent, or earlier)."""
     name = who.name
+    stored = await ctx.projector.get_decision(spec.request_id)
+    if spec.decision is None and stored is not None:
+        return _reflect_stored(spec, stored, now)
     if spec.decision is None and now < spec.deadline:
         return Outcome(
             Cond(READY, "False", Reason.PENDING,
@@ -176,15 +218,12 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     expired = spec.decision is None or decided_at > spec.deadline
     doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired)
     try:
-        rev = await ctx.projector.decide(spec.request_id, doc)
+        rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
     except DecisionConflict as e:
-        return Outcome(
-            Cond(READY, "False", Reason.CONFLICT,
-                 f"{e}; the saga acts on that one. This object's decision was not written."),
-            Cond(SYNCED, "False", Reason.CONFLICT, str(e)),
-            {"phase": "Denied" if e.stored.get("decision") != "approved" else "Approved"},
-        )
-    fields = {"decidedAt": rfc3339(decided_at)}
+        if spec.decision is None:  # the agent (or the CLI) got there first: show theirs
+            return _reflect_stored(spec, e.stored, now)
+        return _reflect_stored(spec, e.stored, now, conflict=str(e))
+    fields: dict[str, Any] = {"decidedAt": rfc3339(decided_at), "approver": doc["approver"], "source": doc["source"]}
     if expired:
         late = "" if spec.decision is None else f" ({spec.decision} by {spec.approver} came after it)"
         return Outcome(

@@ -108,6 +108,10 @@ class ApprovalStatus(BaseStatus):
 
     phase: Phase | None = Field(default=None, description="Pending, Approved, Denied or Expired.")
     decided_at: datetime | None = Field(default=None, description="When the decision was written back.")
+    approver: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="Who decided, as the policy plane holds it (kubectl, the CLI, or none: expiry).")
+    source: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="Where the decision was made: kubernetes:<ns>/<name>, cli:<host>:<pid>, agent.")
 
 
 class Approval(Resource):
@@ -122,7 +126,7 @@ class Approval(Resource):
             PrinterColumn("Tool", "string", ".spec.tool"),
             PrinterColumn("Saga", "string", ".spec.sagaId"),
             PrinterColumn("Phase", "string", ".status.phase"),
-            PrinterColumn("Approver", "string", ".spec.approver"),
+            PrinterColumn("Approver", "string", ".status.approver"),
             PrinterColumn("Deadline", "date", ".spec.deadline"),
             PrinterColumn("Rule", "string", ".spec.rule", priority=1),
             *ready_columns(),

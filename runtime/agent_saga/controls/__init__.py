@@ -38,6 +38,7 @@ from .fleet import fleet_signs
 from .gate import CheckRefusal, PreCheck, PreFlightGate
 from .killswitch import KillSwitch, get_kill_switch, open_switch_store, set_kill_switch
 from .levers import Lever, LeverAction
+from .limit_source import LimitSnapshot, LimitSource, RedisLimitSource
 from .limits import BudgetLimit, RateLimit
 from .notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
 from .rules import (
@@ -89,6 +90,8 @@ __all__ = [
     "KillSwitch",
     "Lever",
     "LeverAction",
+    "LimitSnapshot",
+    "LimitSource",
     "LimitSpec",
     "LimitStore",
     "LimitStoreUnavailable",
@@ -101,6 +104,7 @@ __all__ = [
     "PreFlightGate",
     "RateLimit",
     "RedisApprovalStore",
+    "RedisLimitSource",
     "RedisLimitStore",
     "RedisSwitchStore",
     "Rule",

@@ -56,10 +56,18 @@ from ..gates import StepRequest
 from ..wal.base import BaseWAL
 from .approvals import ApprovalOutcome, ApprovalProvider
 from .fleet import warn_if_fleet
+from .limit_source import LimitSource
 from .limits import BudgetLimit, LimitUnreadable, RateLimit
 from .rules import DEFAULT_RULES, Rule, RuleHit, RuleUnreadable
 from .scopes import ScopeUnreadable
-from .stores.base import Charge, DebitResult, LimitStore, LimitStoreUnavailable, LimitUsage
+from .stores.base import (
+    Charge,
+    DebitResult,
+    LimitSpec,
+    LimitStore,
+    LimitStoreUnavailable,
+    LimitUsage,
+)
 from .stores.default import ENV_LIMIT_STORE, get_limit_store, peek_limit_store
 from .stores.inprocess import InProcessLimitStore
 from .verdicts import PreFlightDecision, Stage, write_verdict
@@ -70,6 +78,7 @@ log = logging.getLogger("agent_saga.controls")
 
 _GATE = "PreFlightGate"
 _STORE = "limit-store"
+_SOURCE = "limit-source"
 
 # Debit ids: unique across processes (random token + pid, so a fork cannot repeat one)
 # and cheap (no uuid4 on the hot path). Uniqueness matters: the stores are idempotent on
@@ -140,7 +149,7 @@ class PreFlightGate:
     def __init__(
         self,
         rules: Sequence[Rule] = (),
-        limits: Sequence[BudgetLimit | RateLimit] = (),
+        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = (),
         approval_provider: ApprovalProvider | None = None,
         *,
         default_rules: Sequence[Rule] = DEFAULT_RULES,
@@ -154,7 +163,11 @@ class PreFlightGate:
                 raise ConfigurationError(
                     f"PreFlightGate rules must be rules (arg_exceeds(...), rule(...), ...), got {r!r}"
                 )
-        self._limits: tuple[BudgetLimit | RateLimit, ...] = tuple(limits)
+        # A LimitSource (RedisLimitSource): definitions read from the policy plane and
+        # reloaded when they change; the hot path takes its cached snapshot (no I/O).
+        self._source: LimitSource | None = limits if isinstance(limits, LimitSource) else None
+        self._limits: tuple[BudgetLimit | RateLimit, ...] = (
+            () if isinstance(limits, LimitSource) else tuple(limits))
         seen: set[str] = set()
         for lim in self._limits:
             if not isinstance(lim, BudgetLimit | RateLimit):
@@ -185,7 +198,8 @@ class PreFlightGate:
         self._wal = wal
         self._specs = tuple(lim.spec() for lim in self._limits)
         self._declared_in: LimitStore | None = None
-        if self._limits:
+        self._declared_version = 0
+        if self._limits or self._source is not None:
             effective = store if store is not None else peek_limit_store()
             if isinstance(effective, InProcessLimitStore) or (effective is None and not os.environ.get(ENV_LIMIT_STORE)):
                 warn_if_fleet("InProcessLimitStore")
@@ -197,7 +211,14 @@ class PreFlightGate:
 
     @property
     def limits(self) -> tuple[BudgetLimit | RateLimit, ...]:
-        return self._limits
+        """The limits in force now (a limit source's current definitions)."""
+        return self._current()[0]
+
+    def _current(self) -> tuple[tuple[BudgetLimit | RateLimit, ...], tuple[LimitSpec, ...], int]:
+        if self._source is None:
+            return self._limits, self._specs, 0
+        snap = self._source.snapshot()
+        return snap.limits, snap.specs, snap.version
 
     @property
     def store(self) -> LimitStore:
@@ -206,7 +227,7 @@ class PreFlightGate:
 
     async def usage(self) -> list[LimitUsage]:
         """Each non-empty window of this gate's limits. Raises ``LimitStoreUnavailable``."""
-        return await self.store.usage(self._specs)
+        return await self.store.usage(self._current()[1])
 
     def status(self) -> dict[str, Any]:
         """The gate's configuration for ``AgentKit.status()`` (JSON): rules, limits, the
@@ -214,7 +235,8 @@ class PreFlightGate:
         store = self._store if self._store is not None else peek_limit_store()
         return {
             "rules": [r.name for r in self._rules],
-            "limits": [s.to_doc() for s in self._specs],
+            "limits": [s.to_doc() for s in self._current()[1]],
+            "limit_source": self._source.describe() if self._source is not None else None,
             "store": store.describe() if store is not None else "default (not created yet)",
             "approval_provider": type(self._approval).__name__ if self._approval is not None else None,
             "checks": _names(self),
@@ -346,7 +368,16 @@ class PreFlightGate:
 
         # 3. limits: price the call against every applicable limit, then one store call
         charges: list[Charge] = []
-        limits = self._limits
+        if self._source is not None:
+            snap = self._source.snapshot()
+            if not snap.usable:
+                return _block("limits", _SOURCE, (
+                    f"limit definitions from {self._source.describe()} could not be loaded ({snap.problem}); "
+                    f"limits fail closed: every call is refused until they can be read"
+                ), {"source": self._source.describe()})
+            limits, specs, version = snap.limits, snap.specs, snap.version
+        else:
+            limits, specs, version = self._limits, self._specs, 0
         if limits:
             for lim in limits:
                 if not lim.applies_to(request):
@@ -369,9 +400,9 @@ class PreFlightGate:
             store = self.store
             debit_id = _new_debit_id()
             try:
-                if self._declared_in is not store:
-                    await store.declare(self._specs)
-                    self._declared_in = store
+                if self._declared_in is not store or self._declared_version != version:
+                    await store.declare(specs)
+                    self._declared_in, self._declared_version = store, version
                 result = await store.debit(charges, debit_id)
             except Exception as exc:  # noqa: BLE001 - any store failure refuses (fail closed)
                 return _block("limits", _STORE, _store_reason(store, exc), {

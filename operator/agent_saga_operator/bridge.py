@@ -1,0 +1,212 @@
+"""The Approval bridge: requests agents write to Redis become ``Approval`` resources, and
+decisions made anywhere show on them.
+
+Two directions (docs/approvals.md, docs/policy-plane.md "Approvals"):
+
+    agent --RedisApprovalStore--> P:v1:approval:request:<id> + P:v1:approval:pending
+          --bridge (this module)--> Approval/<id> in the request's namespace
+    kubectl patch spec.decision --kopf update--> reconcile_approval --LUA_DECIDE-->
+          P:v1:approval:decision:<id> (written once) --> the waiting agent
+    agent-saga approvals approve (writes Redis directly) --notification--> bridge
+          --> reconcile_approval reads the stored decision --> the Approval's status
+
+The bridge is one task per operator process: it subscribes to ``P:v1:events`` and, every
+``interval`` seconds anyway (pub/sub is at-most-once), reads the pending set.
+
+Invariants:
+- The Approval's name is the request id (32 lower-case hex, a valid name): creating it
+  twice is a 409 the bridge treats as done, so a restarted operator, or a second
+  replica, never makes a duplicate.
+- The bridge never writes a decision itself: decisions go through ``LUA_DECIDE``
+  (written once) in ``reconcile_approval``, which also reflects one made elsewhere.
+- Requests in namespaces this operator does not watch are left alone (another operator,
+  or nobody, answers them; the agent's deadline still denies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from .config import Context
+from .models import API_VERSION, GROUP, VERSION
+
+__all__ = ["ApprovalBridge", "approval_object"]
+
+log = logging.getLogger("agent_saga_operator.bridge")
+
+PLURAL = "approvals"
+AGENT_LABEL = f"{GROUP}/agent"
+
+
+def _clip(text: Any, n: int) -> str:
+    return str(text or "")[:n]
+
+
+def approval_object(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``Approval`` resource mirroring one request document (docs/approvals.md)."""
+    spec: dict[str, Any] = {
+        "requestId": request["requestId"],
+        "tool": request["tool"],
+        "sagaId": request["sagaId"],
+        "stepId": _clip(request["stepId"], 128),
+        "rule": _clip(request["rule"], 100),
+        "argumentsDigest": request["argumentsDigest"],
+        "requestedAt": request["requestedAt"],
+        "deadline": request["deadline"],
+    }
+    if request.get("reason"):
+        spec["reason"] = _clip(request["reason"], 500)
+    display = request.get("display") or {}
+    if display:
+        spec["display"] = {str(k): _clip(v, 1024) for k, v in list(display.items())[:32]}
+    labels = {}
+    agent = "".join(c if c.isalnum() or c in "-_." else "-" for c in str(request.get("agent") or ""))[:63]
+    if agent.strip("-_."):
+        labels[AGENT_LABEL] = agent.strip("-_.")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Approval",
+        "metadata": {"name": request["requestId"], "namespace": request.get("namespace") or "default",
+                     "labels": labels},
+        "spec": spec,
+    }
+
+
+class ApprovalBridge:
+    """Mirrors pending requests into Approvals and nudges reconciliation of decisions.
+
+    ``reflect(namespace, name)`` is the callback that brings one Approval's status in
+    line with the policy plane (the handlers pass one built on ``reconcile_approval``).
+    """
+
+    def __init__(self, ctx: Context, api_client: Any, *, interval: float,
+                 reflect: Callable[[str, str], Any]) -> None:
+        from kubernetes import client
+
+        self.ctx = ctx
+        self.api = client.CustomObjectsApi(api_client)
+        self.interval = interval
+        self.reflect = reflect
+        self.keys = ctx.projector.keys
+        self.mirrored: dict[str, str] = {}  # request id -> namespace, created or found
+        self.refused: set[str] = set()      # the API server refused the object: not retried
+        self.created = 0
+
+    def watches(self, namespace: str) -> bool:
+        return self.ctx.config.clusterwide or namespace in self.ctx.config.namespaces
+
+    def request_key(self, request_id: str) -> str:
+        return f"{self.keys.prefix}:v1:approval:request:{request_id}"
+
+    # ------------------------------------------------------------------ one pass
+    async def sync(self) -> None:
+        """Mirror every pending request not mirrored yet; reflect the ones decided since."""
+        client = self.ctx.projector.client
+        raw_ids = await client.zrange(self.keys.pending, 0, -1)
+        pending = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}
+        for request_id in sorted(pending - self.mirrored.keys() - self.refused):
+            await self.mirror(request_id)
+        for request_id in sorted(self.mirrored.keys() - pending):
+            namespace = self.mirrored.pop(request_id)
+            await self._reflect(namespace, request_id)
+
+    async def mirror(self, request_id: str) -> None:
+        """Create ``Approval/<request id>`` for one request (a 409 means it exists)."""
+        from kubernetes.client.exceptions import ApiException
+
+        raw = await self.ctx.projector.client.get(self.request_key(request_id))
+        if raw is None:
+            return
+        try:
+            request = json.loads(raw)
+            obj = approval_object(request)
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("approval request %s is unreadable (%s): not mirrored", request_id, e)
+            self.refused.add(request_id)
+            return
+        namespace = obj["metadata"]["namespace"]
+        if not self.watches(namespace):
+            self.refused.add(request_id)
+            return
+        try:
+            await asyncio.to_thread(self.api.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, obj)
+            self.created += 1
+            log.info("approval request %s (%s in saga %s) mirrored as Approval %s/%s",
+                     request_id, obj["spec"]["tool"], obj["spec"]["sagaId"], namespace, request_id)
+        except ApiException as e:
+            if e.status == 409:
+                pass  # already mirrored (by us before a restart, or by a peer)
+            elif e.status in (400, 403, 404, 422):
+                log.warning("approval request %s cannot be mirrored into %s (%s %s): %s", request_id,
+                            namespace, e.status, e.reason, _clip(e.body, 500))
+                self.refused.add(request_id)
+                return
+            else:
+                raise
+        self.mirrored[request_id] = namespace
+
+    async def _reflect(self, namespace: str, request_id: str) -> None:
+        try:
+            result = self.reflect(namespace, request_id)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception as e:  # noqa: BLE001 - the resync timer reflects it later anyway
+            log.warning("could not reflect the decision on Approval %s/%s: %s", namespace, request_id, e)
+
+    async def on_notification(self, data: Any) -> None:
+        try:
+            doc = json.loads(data)
+        except (TypeError, ValueError):
+            return
+        if not isinstance(doc, dict):
+            return
+        kind, request_id = doc.get("kind"), str(doc.get("id") or "")
+        if kind == "ApprovalRequest" and request_id and request_id not in self.mirrored:
+            await self.mirror(request_id)
+        elif kind == "ApprovalDecision" and request_id:
+            namespace = self.mirrored.pop(request_id, None)
+            if namespace is None:
+                raw = await self.ctx.projector.client.get(self.request_key(request_id))
+                namespace = (json.loads(raw).get("namespace") or "default") if raw else None
+            if namespace is not None and self.watches(namespace):
+                await self._reflect(namespace, request_id)
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self, stopped: asyncio.Event) -> None:
+        """Until ``stopped``: subscribe, sync, then sync on every notification and every
+        ``interval`` seconds. Redis or API failures are logged and retried."""
+        while not stopped.is_set():
+            pubsub = None
+            try:
+                pubsub = self.ctx.projector.client.pubsub()
+                await pubsub.subscribe(self.keys.channel)  # before the first read: nothing missed
+                await self.sync()
+                next_sync = asyncio.get_running_loop().time() + self.interval
+                while not stopped.is_set():
+                    timeout = max(0.0, next_sync - asyncio.get_running_loop().time())
+                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(timeout, 1.0))
+                    if msg is not None and msg.get("type") == "message":
+                        await self.on_notification(msg.get("data"))
+                    if asyncio.get_running_loop().time() >= next_sync:
+                        await self.sync()
+                        next_sync = asyncio.get_running_loop().time() + self.interval
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - logged, retried
+                log.warning("approval bridge: %s: %s; retrying in %.1fs", type(e).__name__, e, self.interval)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), timeout=self.interval)
+            finally:
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        await pubsub.aclose()
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,135 @@
+"""A test agent: a separate process using only the runtime library with Redis stores.
+
+    python tests/e2e/operator_agent.py REDIS_URL NAMESPACE WAL_DIR [APPROVAL_TIMEOUT]
+
+It reads the policy plane exactly as a pod would (kill switch, limits from the
+operator's BudgetLimit documents, approvals through Redis) and never talks to the
+Kubernetes API. Commands arrive as JSON lines on stdin and run concurrently; each
+answer is one JSON line ``{"id", "ok", "error", "kind"}`` on stdout:
+
+    {"id": 1, "op": "call", "tool": "wire.send", "amount": 10}      one-step saga
+    {"id": 2, "op": "open", "saga": "s1", "tags": ["eu"]}           start a saga, keep it open
+    {"id": 3, "op": "step", "saga": "s1", "tool": "...", "amount": 1} a step in an open saga
+    {"id": 4, "op": "close", "saga": "s1"}                          leave its scope
+    {"id": 5, "op": "call", "tool": "wire.final", "semantics": "IRREVERSIBLE", "amount": 5}
+
+A "call" of an IRREVERSIBLE tool waits for a human (ApprovalGateway, RedisApprovalStore).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_saga import Compensation, FileWAL, saga_scope
+from agent_saga.controls import (
+    ApprovalGateway,
+    ApprovalPolicy,
+    KillSwitch,
+    PreFlightGate,
+    RedisApprovalStore,
+    RedisLimitSource,
+    RedisLimitStore,
+    RedisSwitchStore,
+)
+
+
+async def main() -> None:
+    url, namespace, wal_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    timeout = float(sys.argv[4]) if len(sys.argv) > 4 else 30.0
+    wal_dir.mkdir(parents=True, exist_ok=True)
+    wal = FileWAL(str(wal_dir / "agent.wal"))
+    switch_store = RedisSwitchStore(url, grace=5, heartbeat=0.2, namespaces=[namespace])
+    switch_store.start()
+    source = RedisLimitSource(url, namespaces=[namespace], heartbeat=0.5)
+    source.start()
+    gate = PreFlightGate(
+        limits=source,
+        store=RedisLimitStore(url),
+        checks=[KillSwitch(switch_store, wal=wal)],
+        approval_provider=ApprovalGateway(RedisApprovalStore(url), wal=wal, policy=ApprovalPolicy(timeout=timeout),
+                                          poll=0.1, namespace=namespace, agent=f"agent-{wal_dir.name}"),
+    )
+    open_sagas: dict[str, tuple[Any, Any, asyncio.Event, asyncio.Task[None]]] = {}
+    out_lock = asyncio.Lock()
+
+    async def answer(cmd_id: Any, ok: bool, error: str = "", kind: str = "", **extra: Any) -> None:
+        async with out_lock:
+            sys.stdout.write(json.dumps({"id": cmd_id, "ok": ok, "error": error, "kind": kind, **extra}) + "\n")
+            sys.stdout.flush()
+
+    async def step(saga: Any, cmd: dict[str, Any]) -> Any:
+        semantics = cmd.get("semantics", "COMPENSABLE")
+        amount = cmd.get("amount", 1)
+
+        async def forward() -> dict[str, Any]:
+            return {"id": f"tx-{cmd['id']}", "amount": amount}
+
+        async def undo(tx: str) -> None:
+            return None
+
+        comp = None if semantics == "IRREVERSIBLE" else (
+            lambda r: Compensation(fn=undo, handler="test.undo", kwargs={"tx": (r or {}).get("id", "?")}))
+        return await saga.execute(cmd.get("tool", "wire.send"), semantics, forward, comp,
+                                  policy_args={"amount": amount})
+
+    async def run_open(name: str, tags: list[str], started: asyncio.Future[None], done: asyncio.Event) -> None:
+        try:
+            async with saga_scope(wal, gate, name=name, tags=tags) as saga:
+                open_sagas[name] = (saga, None, done, asyncio.current_task())  # type: ignore[assignment]
+                started.set_result(None)
+                await done.wait()
+        except BaseException as e:
+            if not started.done():
+                started.set_exception(e)
+            else:
+                open_sagas.pop(name, None)
+
+    async def handle(cmd: dict[str, Any]) -> None:
+        cid, op = cmd.get("id"), cmd.get("op")
+        try:
+            if op == "call":
+                async with saga_scope(wal, gate, name=cmd.get("name", "call"), tags=cmd.get("tags", ())) as saga:
+                    await step(saga, cmd)
+                    saga_id = saga.saga_id
+                await answer(cid, True, saga=saga_id)
+            elif op == "open":
+                started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                done = asyncio.Event()
+                asyncio.create_task(run_open(cmd["saga"], list(cmd.get("tags", ())), started, done))
+                await started
+                await answer(cid, True, saga=open_sagas[cmd["saga"]][0].saga_id)
+            elif op == "step":
+                await step(open_sagas[cmd["saga"]][0], cmd)
+                await answer(cid, True)
+            elif op == "close":
+                _, _, done, task = open_sagas.pop(cmd["saga"])
+                done.set()
+                with contextlib.suppress(Exception):
+                    await task
+                await answer(cid, True)
+            else:
+                await answer(cid, False, f"unknown op {op!r}", "Usage")
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            await answer(cid, False, str(e), type(e).__name__)
+
+    await answer(0, True, kind="ready")
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    tasks = set()
+    while line := await reader.readline():
+        if line.strip():
+            t = asyncio.create_task(handle(json.loads(line)))
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
