@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,16 @@ typecheck: install
 # operator's models (a unit test fails when they differ).
 crds: install
 	$(PY) -m agent_saga_operator.crdgen
+
+# The Helm chart: lint --strict with every values file, then render/apply/RBAC tests on
+# the local control plane.
+chart-lint: control-plane
+	helm=$$(bash hack/build-control-plane.sh --print-paths 2>/dev/null | sed -n 's/^helm=//p'); \
+	$$helm lint --strict charts/agent-saga; \
+	for f in charts/agent-saga/ci/*.yaml; do $$helm lint --strict charts/agent-saga -f $$f; done
+
+chart-test: install control-plane
+	$(PY) -m pytest tests/unit/test_chart_values.py tests/e2e/test_chart_render.py tests/e2e/test_chart_apiserver.py
 
 # Benchmarks print ratios against floors measured in the same run (never timed tests).
 bench: install system-deps

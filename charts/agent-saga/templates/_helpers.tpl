@@ -1,0 +1,206 @@
+{{/*
+Names, labels, images and the Redis connection shared by every template.
+
+Invariants:
+- every object carries the same five recommended labels plus its component;
+- selectors use only name, instance and component (immutable across upgrades);
+- a Redis password is only ever read from a Secret (secretKeyRef), never from values.
+*/}}
+
+{{- define "agent-saga.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "agent-saga.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Name of one component's objects: <fullname>-<component>, at most 63 characters. */}}
+{{- define "agent-saga.componentName" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s" (include "agent-saga.fullname" $root | trunc (int (sub 62 (len (index . 1))))) (index . 1) | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "agent-saga.selectorLabels" -}}
+{{- $root := index . 0 -}}
+app.kubernetes.io/name: {{ include "agent-saga.name" $root }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Labels of every object of a component: (list $ "operator"). */}}
+{{- define "agent-saga.labels" -}}
+{{- $root := index . 0 -}}
+{{ include "agent-saga.selectorLabels" . }}
+app.kubernetes.io/part-of: agent-saga
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ include "agent-saga.chart" $root }}
+{{- with $root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* An image reference: repository[:tag][@digest]; the tag defaults to the appVersion. */}}
+{{- define "agent-saga.image" -}}
+{{- $image := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- $ref := $image.repository -}}
+{{- if $image.registry -}}
+{{- $ref = printf "%s/%s" $image.registry $image.repository -}}
+{{- end -}}
+{{- $tag := $image.tag | default $root.Chart.AppVersion -}}
+{{- if $image.digest -}}
+{{- printf "%s:%s@%s" $ref $tag $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.operator.serviceAccountName" -}}
+{{- if .Values.operator.serviceAccount.create -}}
+{{- default (include "agent-saga.componentName" (list . "operator")) .Values.operator.serviceAccount.name -}}
+{{- else -}}
+{{- required "operator.serviceAccount.name is required when operator.serviceAccount.create=false" .Values.operator.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.recoveryd.serviceAccountName" -}}
+{{- if .Values.recoveryd.serviceAccount.create -}}
+{{- default (include "agent-saga.componentName" (list . "recoveryd")) .Values.recoveryd.serviceAccount.name -}}
+{{- else -}}
+{{- required "recoveryd.serviceAccount.name is required when recoveryd.serviceAccount.create=false" .Values.recoveryd.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.agent.serviceAccountName" -}}
+{{- default (include "agent-saga.componentName" (list . "agent")) .Values.agentServiceAccount.name -}}
+{{- end -}}
+
+{{/* The kopf peering object's name (ClusterKopfPeering, or KopfPeering per watched namespace). */}}
+{{- define "agent-saga.peeringName" -}}
+{{- default (include "agent-saga.fullname" .) .Values.operator.peering.name -}}
+{{- end -}}
+
+{{/*
+The policy plane. Cross-field rules the JSON schema cannot say with a readable message
+are checked here and fail the render naming the value to set.
+*/}}
+{{- define "agent-saga.redis.secretName" -}}
+{{- if .Values.redis.inChart.enabled -}}
+{{- include "agent-saga.componentName" (list . "redis") -}}
+{{- else -}}
+{{- .Values.redis.auth.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.redis.passwordKey" -}}
+{{- if .Values.redis.inChart.enabled -}}redis-password{{- else -}}{{- .Values.redis.auth.passwordKey -}}{{- end -}}
+{{- end -}}
+
+{{- define "agent-saga.redis.validate" -}}
+{{- if and .Values.redis.inChart.enabled .Values.redis.auth.existingSecret -}}
+{{- fail "redis.inChart.enabled=true generates its own password Secret: leave redis.auth.existingSecret empty (or use your own Redis with redis.inChart.enabled=false)" -}}
+{{- end -}}
+{{- if and .Values.redis.auth.urlKey (not .Values.redis.auth.existingSecret) -}}
+{{- fail "redis.auth.urlKey names a key of redis.auth.existingSecret: set redis.auth.existingSecret too" -}}
+{{- end -}}
+{{- if and (not .Values.redis.inChart.enabled) (not .Values.redis.host) (not .Values.redis.auth.urlKey) -}}
+{{- fail "set redis.host (your Redis), or redis.auth.existingSecret + redis.auth.urlKey (a URL kept in a Secret), or redis.inChart.enabled=true (a throwaway Redis for trials, NOT FOR PRODUCTION)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Environment giving a container the policy plane's URL as AGENT_SAGA_REDIS_URL.
+The password comes from the Secret into AGENT_SAGA_REDIS_PASSWORD and is spliced into the
+URL by the kubelet's $(VAR) expansion: the pod spec shows only "$(AGENT_SAGA_REDIS_PASSWORD)".
+*/}}
+{{- define "agent-saga.redis.env" -}}
+{{- include "agent-saga.redis.validate" . -}}
+{{- $secret := include "agent-saga.redis.secretName" . -}}
+{{- if and .Values.redis.auth.urlKey (not .Values.redis.inChart.enabled) }}
+- name: AGENT_SAGA_REDIS_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ .Values.redis.auth.urlKey }}
+{{- else }}
+{{- $host := .Values.redis.host -}}
+{{- $port := int .Values.redis.port -}}
+{{- $scheme := ternary "rediss" "redis" .Values.redis.tls -}}
+{{- $db := int .Values.redis.db -}}
+{{- if .Values.redis.inChart.enabled -}}
+{{- $host = include "agent-saga.componentName" (list . "redis") -}}
+{{- $port = 6379 -}}
+{{- $scheme = "redis" -}}
+{{- end -}}
+{{- $userinfo := "" -}}
+{{- if $secret }}
+- name: AGENT_SAGA_REDIS_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $secret }}
+      key: {{ include "agent-saga.redis.passwordKey" . }}
+{{- $userinfo = printf "%s:$(AGENT_SAGA_REDIS_PASSWORD)@" (.Values.redis.auth.username | default "") -}}
+{{- else if .Values.redis.auth.username -}}
+{{- $userinfo = printf "%s@" .Values.redis.auth.username -}}
+{{- end }}
+- name: AGENT_SAGA_REDIS_URL
+  value: {{ printf "%s://%s%s:%d/%d" $scheme $userinfo $host $port $db | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* recoveryd's default anti-affinity: spread replicas over nodes (soft or hard). */}}
+{{- define "agent-saga.recoveryd.affinity" -}}
+{{- if .Values.recoveryd.affinity -}}
+{{- toYaml .Values.recoveryd.affinity -}}
+{{- else if eq .Values.recoveryd.podAntiAffinityPreset "soft" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "agent-saga.selectorLabels" (list . "recoveryd") | nindent 12 }}
+{{- else if eq .Values.recoveryd.podAntiAffinityPreset "hard" -}}
+podAntiAffinity:
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "agent-saga.selectorLabels" (list . "recoveryd") | nindent 10 }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+recoveryd's logs: a RedisWAL per key on the policy-plane Redis ($(AGENT_SAGA_REDIS_URL)?key=K),
+plus the comma-separated URLs kept in recoveryd.wal.existingSecret (PostgreSQL, another Redis).
+*/}}
+{{- define "agent-saga.recoveryd.walUrls" -}}
+{{- $w := .Values.recoveryd.wal -}}
+{{- $urls := list -}}
+{{- range $w.redisKeys -}}
+{{- $urls = append $urls (printf "$(AGENT_SAGA_REDIS_URL)?key=%s" .) -}}
+{{- end -}}
+{{- if $w.existingSecret -}}
+{{- $urls = append $urls "$(AGENT_SAGA_WAL_URLS)" -}}
+{{- end -}}
+{{- if not $urls -}}
+{{- fail "recoveryd has no log to recover: set recoveryd.wal.redisKeys (RedisWAL keys on the policy-plane Redis) or recoveryd.wal.existingSecret + recoveryd.wal.urlsKey (comma-separated WAL URLs)" -}}
+{{- end -}}
+{{- join "," $urls -}}
+{{- end -}}

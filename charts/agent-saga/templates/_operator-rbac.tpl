@@ -1,0 +1,41 @@
+{{/*
+The operator's permissions, one rule list for both scopes (ClusterRole when it watches
+the whole cluster, a Role per watched namespace otherwise). What each rule is for:
+
+- agentsaga.dev kinds: list + watch (kopf's watch streams), patch (finalizer and kopf's
+  progress annotations, merge- and JSON-patch); .../status: patch (conditions,
+  observedGeneration, revision).
+- approvals also: create (the approval bridge mirrors each runtime request into an
+  Approval named after it) and get (it re-reads one to reflect a decision made with the
+  CLI). No update or delete on any kind, and no get or create on the others.
+- events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
+- kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
+  object (its keep-alive record in status).
+No Secrets, Pods, ConfigMaps or Leases: Redis credentials come from the pod's env, and
+kopf peering replaces leader-election leases.
+*/}}
+{{- define "agent-saga.operator.rules" -}}
+{{- $peeringKind := index . 1 -}}
+{{- $root := index . 0 -}}
+- apiGroups: ["agentsaga.dev"]
+  resources: ["killswitches", "budgetlimits", "sagapolicies", "approvals", "modelroutes"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["agentsaga.dev"]
+  resources: ["approvals"]
+  verbs: ["get", "create"]
+- apiGroups: ["agentsaga.dev"]
+  resources: ["killswitches/status", "budgetlimits/status", "sagapolicies/status", "approvals/status", "modelroutes/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- if $root.Values.operator.peering.enabled }}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ $peeringKind | quote }}]
+  verbs: ["list", "watch"]
+- apiGroups: ["kopf.dev"]
+  resources: [{{ $peeringKind | quote }}]
+  resourceNames: [{{ include "agent-saga.peeringName" $root | quote }}]
+  verbs: ["patch"]
+{{- end }}
+{{- end -}}

@@ -1,0 +1,323 @@
+"""The chart renders, lints strictly, and says what DESIGN.md section 5 asks, before any
+API server sees it: ``helm lint --strict`` and ``helm template`` with the default values
+and with every file in charts/agent-saga/ci/ (together they set every option), the strict
+values.schema.json refusing typos and passwords, and the security properties every pod
+must have. (tests/e2e/test_chart_apiserver.py puts the same renders in front of a real
+kube-apiserver, and checks NOTES.txt: helm renders it only against a cluster.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chart_helpers import (
+    CHART,
+    CI_VALUES,
+    Helm,
+    container_env,
+    crd_plurals,
+    env_of,
+    expand,
+    of_kind,
+    one,
+    pod_specs,
+)
+
+VALUE_SETS: list[tuple[str, list[Path]]] = [("default", [])] + [(p.stem, [p]) for p in CI_VALUES]
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
+    return Helm(tmp_path_factory.mktemp("helm"))
+
+
+@pytest.fixture(scope="module")
+def renders(helm: Helm) -> dict[str, list[dict[str, Any]]]:
+    return {name: helm.render("rel", "agent-saga", values) for name, values in VALUE_SETS}
+
+
+def test_ci_values_cover_every_option() -> None:
+    assert {p.stem for p in CI_VALUES} >= {"full-values", "inchart-redis-values", "url-secret-values"}
+
+
+@pytest.mark.parametrize(("name", "values"), VALUE_SETS, ids=[n for n, _ in VALUE_SETS])
+def test_helm_lint_strict(helm: Helm, name: str, values: list[Path]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for v in values:
+        args += ["--values", str(v)]
+    out = helm.run(*args).stdout
+    assert "1 chart(s) linted, 0 chart(s) failed" in out
+    assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+def test_default_values_render_the_documented_objects(renders: dict[str, list[dict[str, Any]]]) -> None:
+    objs = renders["default"]
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    assert kinds == sorted([
+        ("ClusterKopfPeering", "rel-agent-saga"),
+        ("ClusterRole", "rel-agent-saga-operator"),
+        ("ClusterRoleBinding", "rel-agent-saga-operator"),
+        ("Deployment", "rel-agent-saga-operator"),
+        ("Deployment", "rel-agent-saga-recoveryd"),
+        ("PodDisruptionBudget", "rel-agent-saga-recoveryd"),
+        ("Service", "rel-agent-saga-operator"),
+        ("Service", "rel-agent-saga-recoveryd"),
+        ("ServiceAccount", "rel-agent-saga-agent"),
+        ("ServiceAccount", "rel-agent-saga-operator"),
+        ("ServiceAccount", "rel-agent-saga-recoveryd"),
+    ])
+    # No Secret, and no ServiceMonitor unless asked for.
+    assert not of_kind(objs, "Secret", "ServiceMonitor")
+    assert one(objs, "Deployment", "operator")["spec"]["replicas"] == 1
+    recoveryd = one(objs, "Deployment", "recoveryd")
+    assert recoveryd["spec"]["replicas"] == 2
+    anti = recoveryd["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "recoveryd"
+    pdb = one(objs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": recoveryd["spec"]["selector"]}
+
+
+@pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
+def test_every_pod_is_non_root_read_only_and_unprivileged(renders: dict[str, list[dict[str, Any]]], name: str) -> None:
+    specs = pod_specs(renders[name])
+    assert specs
+    for workload, spec in specs:
+        pod_sc = spec.get("securityContext") or {}
+        assert pod_sc.get("runAsNonRoot") is True, workload
+        assert pod_sc.get("seccompProfile") == {"type": "RuntimeDefault"}, workload
+        assert spec.get("hostNetwork") is not True and spec.get("hostPID") is not True, workload
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, workload
+            assert sc["allowPrivilegeEscalation"] is False, workload
+            assert sc["capabilities"] == {"drop": ["ALL"]}, workload
+            assert sc["runAsNonRoot"] is True, workload
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, workload
+            assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"], workload
+            assert c.get("livenessProbe") and (c.get("readinessProbe") or name == "full-values"), workload
+
+
+@pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
+def test_only_the_operator_gets_a_kubernetes_token(renders: dict[str, list[dict[str, Any]]], name: str) -> None:
+    objs = renders[name]
+    for workload, spec in pod_specs(objs):
+        wants_token = workload.endswith("-operator")
+        assert spec["automountServiceAccountToken"] is wants_token, workload
+    for sa in of_kind(objs, "ServiceAccount"):
+        if not sa["metadata"]["name"].endswith("operator"):
+            assert sa["automountServiceAccountToken"] is False, sa["metadata"]["name"]
+    # The RBAC objects name only the operator's account.
+    for rb in of_kind(objs, "ClusterRoleBinding", "RoleBinding"):
+        assert [s["name"] for s in rb["subjects"]] == [
+            next(sa for w, sa in ((w, s["serviceAccountName"]) for w, s in pod_specs(objs)) if w.endswith("operator"))]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
+def test_redis_password_only_ever_comes_from_a_secret(renders: dict[str, list[dict[str, Any]]], name: str) -> None:
+    for workload, spec in pod_specs(renders[name]):
+        for c in spec["containers"]:
+            env = env_of(c)
+            for e in env.values():
+                if "PASSWORD" in e["name"] or e["name"] == "AGENT_SAGA_REDIS_URL" and "valueFrom" in e:
+                    assert "value" not in e and "secretKeyRef" in e["valueFrom"], (workload, e)
+            url = env.get("AGENT_SAGA_REDIS_URL")
+            if c["name"] == "redis":
+                continue
+            assert url is not None, workload
+            if "value" in url:
+                # host/port form: the password is spliced in by the kubelet, never literal.
+                userinfo = url["value"].split("://", 1)[1].rsplit("@", 1)
+                if len(userinfo) == 2 and ":" in userinfo[0]:
+                    assert userinfo[0].endswith(":$(AGENT_SAGA_REDIS_PASSWORD)"), url
+                    names = [e["name"] for e in c["env"]]
+                    assert names.index("AGENT_SAGA_REDIS_PASSWORD") < names.index("AGENT_SAGA_REDIS_URL")
+            assert "--redis-url" not in " ".join(c.get("args", [])), workload
+
+
+def test_full_values_exercise_every_option(renders: dict[str, list[dict[str, Any]]]) -> None:
+    objs = renders["full-values"]
+    sts = one(objs, "StatefulSet", "operator")
+    assert not [d for d in of_kind(objs, "Deployment") if d["metadata"]["name"].endswith("operator")]
+    assert sts["spec"]["replicas"] == 3
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["image"].endswith(":0.1.0-ci@sha256:" + "0" * 64) and c["image"].startswith("registry.example.com/")
+    args = c["args"]
+    assert "--peering=payments-operators" in args and "--priority=-$(POD_INDEX)" in args
+    assert env_of(c)["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+        "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert {"--namespace=agent-saga-ci-team-a", "--namespace=agent-saga-ci-team-b", "--key-prefix={agentsaga}",
+            "--health-port=18080", "--metrics-port=19090", "--log-level=DEBUG", "--retry-delay=1",
+            "--approval-poll-interval=1.5"} <= set(args)
+    assert env_of(c)["AGENT_SAGA_REDIS_URL"]["value"] == \
+        "rediss://agent-saga:$(AGENT_SAGA_REDIS_PASSWORD)@redis-primary.data.svc.cluster.local:6380/3"
+    # Namespaced mode: a Role + RoleBinding + KopfPeering per watched namespace, and the
+    # ClusterRole keeps only read access to CRDs and namespaces.
+    assert sorted(r["metadata"]["namespace"] for r in of_kind(objs, "Role")) == \
+        ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]
+    assert sorted(p["metadata"]["namespace"] for p in of_kind(objs, "KopfPeering")) == \
+        ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]
+    cr = one(objs, "ClusterRole")
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in cr["rules"]} == {
+        (("customresourcedefinitions",), ("list", "watch")), (("namespaces",), ("list", "watch"))}
+    rec = one(objs, "Deployment", "recoveryd")
+    rc = rec["spec"]["template"]["spec"]["containers"][0]
+    assert rec["spec"]["replicas"] == 4
+    assert {"--imports=payments.compensators", "--imports=payments.reconcilers", "--metrics-port=19102",
+            "--log-json", "--namespace=payments", "--concurrency=16", "--compensation-timeout=0"} <= set(rc["args"])
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in \
+        rec["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == "50%"
+    assert all(o["metadata"]["labels"]["team"] == "payments-platform" for o in objs)
+    monitors = of_kind(objs, "ServiceMonitor")
+    assert len(monitors) == 2
+    services = {s["metadata"]["name"]: s for s in of_kind(objs, "Service")}
+    for m in monitors:
+        # Client-side check of what the Prometheus Operator will do (its CRDs are not on
+        # the test server): the selector picks exactly one Service, whose port is named.
+        picked = [s for s in services.values()
+                  if m["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(picked) == 1, m["metadata"]["name"]
+        assert m["spec"]["endpoints"][0]["port"] in {p["name"] for p in picked[0]["spec"]["ports"]}
+        assert m["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_recoveryd_logs_and_claims(renders: dict[str, list[dict[str, Any]]]) -> None:
+    default = env_of(one(renders["default"], "Deployment", "recoveryd")["spec"]["template"]["spec"]["containers"][0])
+    assert default["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)?key=agent-saga:wal"
+    assert default["AGENT_SAGA_RECOVERYD_REDIS_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)"
+    c = one(renders["full-values"], "Deployment", "recoveryd")["spec"]["template"]["spec"]["containers"][0]
+    env = env_of(c)
+    assert env["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == (
+        "$(AGENT_SAGA_REDIS_URL)?key=payments:wal,$(AGENT_SAGA_REDIS_URL)?key=refunds:wal,$(AGENT_SAGA_WAL_URLS)")
+    assert env["AGENT_SAGA_WAL_URLS"]["valueFrom"]["secretKeyRef"] == {"name": "agent-saga-wal", "key": "urls"}
+    names = [e["name"] for e in c["env"]]
+    # $(VAR) only expands variables defined earlier in the list.
+    assert names.index("AGENT_SAGA_REDIS_URL") < names.index("AGENT_SAGA_RECOVERYD_REDIS_URL")
+    assert names.index("AGENT_SAGA_WAL_URLS") < names.index("AGENT_SAGA_RECOVERYD_WAL_URL")
+
+
+SECRET = "0123456789abcdef0123456789abcdef"
+
+
+def _kubelet_view(container: dict[str, Any], pod: str, index: int) -> tuple[list[str], dict[str, str]]:
+    """(args, env) as the kubelet would start ``container`` in pod ``pod`` (every Secret key
+    holding SECRET, except URL keys holding a URL)."""
+    class Secrets(dict[tuple[str, str], str]):
+        def __missing__(self, ref: tuple[str, str]) -> str:
+            if ref[1] == "url":
+                return f"redis://:{SECRET}@redis.example:6379/0"
+            if "url" in ref[1]:
+                return f"postgresql://saga:{SECRET}@pg.example/saga?table=saga_wal"
+            return SECRET
+
+    env = container_env(container, Secrets(), {
+        "metadata.name": pod, "metadata.labels['apps.kubernetes.io/pod-index']": str(index)})
+    return [expand(a, env) for a in container["args"]], env
+
+
+@pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
+def test_the_operator_cli_accepts_what_the_chart_passes(
+    renders: dict[str, list[dict[str, Any]]], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga_operator.__main__ import parse_args
+
+    workload = one(renders[name], "StatefulSet" if name == "full-values" else "Deployment", "operator")
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "agent_saga_operator"]
+    for index in range(int(workload["spec"]["replicas"])):
+        args, env = _kubelet_view(container, f"{workload['metadata']['name']}-{index}", index)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        parsed = parse_args(args)
+        assert parsed.redis_url == env["AGENT_SAGA_REDIS_URL"] and "$(" not in parsed.redis_url
+        assert (SECRET in parsed.redis_url) is (name != "default")  # the default has no Redis password
+        assert parsed.standalone is (name == "inchart-redis-values")
+        assert parsed.priority == -index  # distinct per replica: pod 0 leads
+
+
+@pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
+def test_the_recoveryd_cli_accepts_what_the_chart_passes(
+    renders: dict[str, list[dict[str, Any]]], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga_recoveryd.config import parse_args
+
+    workload = one(renders[name], "Deployment", "recoveryd")
+    container = workload["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "agent_saga_recoveryd"]
+    args, env = _kubelet_view(container, "rd-0", 0)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    config = parse_args(args)
+    assert config.redis_url == env["AGENT_SAGA_REDIS_URL"] and config.daemon_id == "rd-0"
+    assert config.wal_urls and all("$(" not in u for u in config.wal_urls)
+    assert config.metrics_port == int(container["ports"][0]["containerPort"])
+    probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe", "startupProbe")
+              if container.get(p)}
+    assert probes <= {"/livez", "/readyz"}
+
+
+def test_in_chart_redis_is_marked_not_for_production(renders: dict[str, list[dict[str, Any]]]) -> None:
+    objs = renders["inchart-redis-values"]
+    secret = one(objs, "Secret", "redis")
+    assert set(secret["data"]) == {"redis-password"} and len(secret["data"]["redis-password"]) > 40
+    redis = one(objs, "Deployment", "redis")
+    assert "not-for-production" in str(redis["metadata"]["annotations"])
+    op = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]
+    assert env_of(op)["AGENT_SAGA_REDIS_URL"]["value"] == "redis://:$(AGENT_SAGA_REDIS_PASSWORD)@rel-agent-saga-redis:6379/0"
+    assert env_of(op)["AGENT_SAGA_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == \
+        {"name": "rel-agent-saga-redis", "key": "redis-password"}
+    assert "--standalone" in op["args"] and not of_kind(objs, "ClusterKopfPeering")
+
+
+def test_url_from_secret(renders: dict[str, list[dict[str, Any]]]) -> None:
+    objs = renders["url-secret-values"]
+    assert not of_kind(objs, "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PodDisruptionBudget")
+    for _, spec in pod_specs(objs):
+        url = env_of(spec["containers"][0])["AGENT_SAGA_REDIS_URL"]
+        assert url == {"name": "AGENT_SAGA_REDIS_URL",
+                       "valueFrom": {"secretKeyRef": {"name": "agent-saga-redis-url", "key": "url"}}}
+        assert spec["serviceAccountName"] in {"platform-operator", "platform-recoveryd"}
+
+
+def test_rbac_covers_exactly_the_generated_crds(renders: dict[str, list[dict[str, Any]]]) -> None:
+    plurals = crd_plurals()
+    cr = one(renders["default"], "ClusterRole")
+    granted = {res for r in cr["rules"] if r["apiGroups"] == ["agentsaga.dev"] for res in r["resources"]}
+    assert granted == plurals["agentsaga.dev"] | {f"{p}/status" for p in plurals["agentsaga.dev"]}
+    assert {"clusterkopfpeerings", "kopfpeerings"} <= plurals["kopf.dev"]
+
+
+# --------------------------------------------------------------------------- refusals
+BAD_VALUES = [
+    (["operator.replica=2"], "additional properties 'replica' not allowed"),
+    (["unknownTopLevel=1"], "additional properties 'unknownTopLevel' not allowed"),
+    (["redis.password=hunter2"], "additional properties 'password' not allowed"),
+    (["redis.auth.password=hunter2"], "additional properties 'password' not allowed"),
+    (["operator.logLevel=TRACE"], "logLevel"),
+    (["redis.inChart.appendFsync=sometimes"], "appendFsync"),
+    (["recoveryd.podAntiAffinityPreset=maybe"], "podAntiAffinityPreset"),
+    (["operator.image.digest=latest"], "digest"),
+    (["recoveryd.imports[0]=not a module"], "imports"),
+    (["operator.watchNamespaces[0]=Bad_NS"], "watchNamespaces"),
+    (["recoveryd.podDisruptionBudget.minAvailable=1", "recoveryd.podDisruptionBudget.maxUnavailable=1"],
+     "podDisruptionBudget"),
+    (["operator.replicas=2", "operator.peering.enabled=false"], "operator.replicas > 1 needs operator.peering.enabled=true"),
+    (["redis.inChart.enabled=true", "redis.auth.existingSecret=mine"], "leave redis.auth.existingSecret empty"),
+    (["redis.host="], "set redis.host"),
+    (["redis.auth.urlKey=url"], "set redis.auth.existingSecret too"),
+    (["operator.serviceAccount.create=false"], "operator.serviceAccount.name is required"),
+    (["json:recoveryd.wal.redisKeys=[]"], "recoveryd has no log to recover"),
+    (["recoveryd.wal.redisKeys[0]=a?b"], "redisKeys"),
+    (["recoveryd.concurrency=0"], "concurrency"),
+]
+
+
+@pytest.mark.parametrize(("sets", "message"), BAD_VALUES, ids=[" ".join(s) for s, _ in BAD_VALUES])
+def test_bad_values_are_refused_with_a_message_naming_them(helm: Helm, sets: list[str], message: str) -> None:
+    proc = helm.template(sets=sets, check=False)
+    assert proc.returncode != 0, f"accepted: {sets}"
+    assert message in proc.stderr, proc.stderr
