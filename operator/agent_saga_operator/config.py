@@ -38,6 +38,7 @@ class OperatorConfig:
     watch_connect_timeout: float = 10.0
     request_timeout: float = 30.0
     approval_poll_interval: float = 2.0
+    marker_interval: float = 2.0
 
     @property
     def clusterwide(self) -> bool:
@@ -90,6 +91,9 @@ class Context:
     usage: UsageReader
     engaged: set[str] = field(default_factory=set)
     managed: dict[str, set[str]] = field(default_factory=dict)
+    #: (kind, "<ns>/<name>") -> monotonic instant the last completed reconciliation began
+    #: (``marker.SyncMarker`` waits for every resource to have one after a data loss).
+    projected: dict[tuple[str, str], float] = field(default_factory=dict)
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:

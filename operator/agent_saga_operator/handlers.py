@@ -13,7 +13,8 @@ For each kind (``build_registry``):
                                      timeouts, peering; connects Redis; starts the
                                      Approval bridge (``bridge.ApprovalBridge``): pending
                                      requests become Approvals, decisions made elsewhere
-                                     are reflected through ``reflect_approval``
+                                     are reflected through ``reflect_approval``;
+                                     starts the synced marker (``marker.SyncMarker``)
     probe                            /healthz reports Redis reachability (never fails on it)
 
 Invariants:
@@ -44,6 +45,7 @@ from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
 from .config import Context, OperatorConfig
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
+from .marker import SyncMarker
 from .models import GROUP, KINDS, VERSION, BudgetLimitSpec, KillSwitchSpec
 from .projection import ProjectionUnavailable
 from .reconcilers import RECONCILERS, SPEC_MODELS, Outcome, deadline_of, reconcile_approval
@@ -87,6 +89,7 @@ async def reconcile(
 ) -> None:
     """Reconcile one object and write its status into ``patch`` (see the module doc)."""
     started = time.perf_counter()
+    began = time.monotonic()
     now = _now()
     generation = int(meta.get("generation") or 0)
     status = dict(status or {})
@@ -126,6 +129,7 @@ async def reconcile(
             metrics.PROJECTIONS.labels(kind, "put" if outcome.engaged is not False else "delete").inc()
             metrics.observe_lag(kind, meta, now)
         _track(ctx, kind, who.id, outcome)
+        ctx.projected[(kind, who.id)] = began
     except BaseException:
         if result == "ok":
             result = "error"
@@ -288,6 +292,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
                                 reflect=lambda ns, name: reflect_approval(ctx, api, ns, name))
         stop = asyncio.Event()
         memo["bridge"] = (bridge, stop, asyncio.create_task(bridge.run(stop), name="approval-bridge"), api_client)
+        marker = SyncMarker(ctx, api_client, interval=config.marker_interval)
+        memo["marker"] = asyncio.create_task(marker.run(stop), name="synced-marker")
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -295,10 +301,13 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if running is not None:
             _, stop, task, api_client = running
             stop.set()
-            try:
-                await asyncio.wait_for(task, timeout=5)
-            except (TimeoutError, asyncio.CancelledError):
-                task.cancel()
+            for t in (task, memo.get("marker")):
+                if t is None:
+                    continue
+                try:
+                    await asyncio.wait_for(t, timeout=5)
+                except (TimeoutError, asyncio.CancelledError):
+                    t.cancel()
             api_client.close()
         ctx = memo.get("ctx")
         if isinstance(ctx, Context):

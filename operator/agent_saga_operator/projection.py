@@ -8,6 +8,9 @@ The key schema (docs/policy-plane.md is the contract; ``P`` is the key prefix,
     P:v1:<kind>:<ns>/<name>          STRING  the document (JSON, "rev" first)
     P:v1:<kind>:index                SET     "<ns>/<name>" of every document of the kind
     P:v1:approval:decision:<request> STRING  a human's decision (JSON), written once
+    P:v1:synced                      HASH    the synced marker: field "operator" after a
+                                             full projection, "store" on a CLI write
+    P:v1:synced:pending:<nonce>      STRING  a full projection in progress (see ``mark_synced``)
 
 ``<kind>`` is ``killswitch``, ``budgetlimit``, ``sagapolicy`` or ``modelroute``.
 
@@ -21,6 +24,10 @@ Invariants:
   mirroring the CRD's immutability rule.
 - ``rev`` is a change token, not a clock: after the server loses its data it counts
   from 1 again, so readers compare it for inequality, never for order.
+- The marker's ``operator`` field is set only once every resource has been projected
+  since it was found missing (``marker.SyncMarker``), never by a single put: documents
+  without the marker are a partial state, which a reader that saw the marker before does
+  not take for the whole truth (docs/policy-plane.md, "The synced marker").
 - Every Redis failure raises ``ProjectionUnavailable`` (the handler retries it).
 """
 
@@ -101,6 +108,13 @@ class Keys:
     def pending(self) -> str:
         return f"{self.prefix}:v1:approval:pending"
 
+    @property
+    def synced(self) -> str:
+        return f"{self.prefix}:v1:synced"
+
+    def sync_pending(self, nonce: str) -> str:
+        return f"{self.prefix}:v1:synced:pending:{nonce}"
+
 
 def _canonical(doc: dict[str, Any]) -> str:
     return json.dumps(doc, sort_keys=False, separators=(",", ":"), ensure_ascii=False)
@@ -161,8 +175,27 @@ redis.call('PUBLISH', ARGV[2], '{"rev":' .. rev .. ',' .. string.sub(ARGV[3], 2)
 return rev
 """
 
+    # KEYS[1] the synced marker   KEYS[2] the change counter   KEYS[3] the pending key
+    # ARGV[1] the writer field   ARGV[2] the time (epoch seconds)   ARGV[3] the channel
+    # ARGV[4] the notification without "rev"
+    # The pending key was set when the full projection began: if it is gone, the server
+    # lost its data again meanwhile and what was projected may be gone too (-1, start
+    # over). An existing field is left alone (0: no churn, no notification). Else set it,
+    # INCR, notify, and return the new rev.
+    LUA_MARK = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
+redis.call('DEL', KEYS[3])
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+local rev = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], '{"v":1,"writer":"' .. ARGV[1] .. '","rev":' .. rev .. ',"ts":' .. ARGV[2] .. '}')
+redis.call('PUBLISH', ARGV[3], '{"rev":' .. rev .. ',' .. string.sub(ARGV[4], 2))
+return rev
+"""
+
     _SHA = {name: hashlib.sha1(s.encode()).hexdigest() for name, s in
-            (("put", LUA_PUT), ("delete", LUA_DELETE), ("decide", LUA_DECIDE))}
+            (("put", LUA_PUT), ("delete", LUA_DELETE), ("decide", LUA_DECIDE), ("mark", LUA_MARK))}
+    #: The synced marker's field this operator owns.
+    WRITER = "operator"
 
     def __init__(self, url: str, *, prefix: str = "agentsaga", socket_timeout: float = 5.0,
                  client: Any = None) -> None:
@@ -229,6 +262,22 @@ return rev
                 raise DecisionConflict(request_id, stored)
             return 0
         return int(reply)
+
+    async def begin_sync(self, nonce: str, *, ttl: float = 86_400.0) -> None:
+        """Note that a full projection starts now (``mark_synced`` needs the note intact)."""
+        await self._io("set", lambda: self.client.set(self.keys.sync_pending(nonce), "1", px=int(ttl * 1000)))
+
+    async def mark_synced(self, nonce: str, *, now: float) -> int:
+        """Set the marker's ``operator`` field after a full projection begun with
+        ``begin_sync(nonce)``: the new rev, 0 if it was set already, -1 if the server lost
+        its data since ``begin_sync`` (project again)."""
+        keys = (self.keys.synced, self.keys.rev, self.keys.sync_pending(nonce))
+        args = (self.WRITER, f"{now:.3f}", self.keys.channel, self._notification("PolicyPlane", self.WRITER, "synced"))
+        return int(await self._script("mark", self.LUA_MARK, keys, args))
+
+    async def is_synced(self) -> bool:
+        """Does the policy plane carry this operator's synced marker?"""
+        return bool(await self._io("hexists", lambda: self.client.hexists(self.keys.synced, self.WRITER)))
 
     # ------------------------------------------------------------------ reads
     async def get(self, kind: str, id_: str) -> dict[str, Any] | None:

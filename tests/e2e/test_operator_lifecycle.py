@@ -198,6 +198,32 @@ def test_resync_restores_a_flushed_policy_plane(
     assert r.smembers("agentsaga:v1:killswitch:index") == {f"{ns}/halt-wires"}
 
 
+def test_the_synced_marker_comes_back_with_the_resync_and_agents_hold_the_halt_meanwhile(
+    crds: KubeCluster, ns: str, operator: OperatorProcess, fresh_redis: RedisServer, r: redis.Redis
+) -> None:
+    from agent_saga.controls import RedisSwitchStore
+
+    marker = "agentsaga:v1:synced"
+    poll(lambda: r.hexists(marker, "operator"), timeout=DEADLINE, what="the marker after start-up")
+    api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
+    wait_status(crds, ns, "killswitches", "halt-wires", "engaged", operator, ready_is("True", "Engaged"))
+    with RedisSwitchStore(fresh_redis.url, grace=60, heartbeat=0.1, namespaces=[ns]) as agent:
+        agent.start()
+        assert [lv.scope for lv in agent.view().levers] == ["tool:wire.send"]
+        assert agent.writers_seen == {"operator"}
+        r.flushall()
+        poll(lambda: agent.data_lost, timeout=DEADLINE, what="the agent to notice the data loss")
+        view = agent.view()
+        assert view.usable and view.degraded and [lv.scope for lv in view.levers] == ["tool:wire.send"]
+        # The resync re-projects the document, then the marker (never the other way round).
+        poll(lambda: r.hexists(marker, "operator"), timeout=2 + DEADLINE, what="the marker after FLUSHALL")
+        assert r.get(f"agentsaga:v1:killswitch:{ns}/halt-wires") is not None
+        poll(lambda: agent.data_lost is None, timeout=DEADLINE, what="the agent to trust the plane again")
+        view = agent.view()
+        assert view.usable and view.degraded is None and [lv.scope for lv in view.levers] == ["tool:wire.send"]
+    assert "synced marker" in operator.log()
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 
 

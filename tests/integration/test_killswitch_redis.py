@@ -156,8 +156,8 @@ async def test_redis_killed_the_last_state_is_honoured_for_grace_then_everything
     try:
         ks = KillSwitch(agent, wal=wal, clock=clock)
         gate = PreFlightGate(default_rules=(), checks=[ks])
-        store(stores, fresh_redis.url).engage(
-            Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time()))
+        halt = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time())
+        store(stores, fresh_redis.url).engage(halt)
         await ks.check(req("x"))  # started
         until("the halt to reach the agent", lambda: agent.view().levers)
 
@@ -176,15 +176,19 @@ async def test_redis_killed_the_last_state_is_honoured_for_grace_then_everything
             async with saga_scope(wal, gate):
                 pass
 
-        fresh_redis.start()  # came back (empty: it kept nothing)
-        until("the agent to reconnect", lambda: agent.connected and agent.view().usable)
-        assert await refusal(ks, "stripe.charge") is None and await refusal(ks, "wire.send") is None
+        fresh_redis.start()  # came back empty (it kept nothing): data loss, not "no levers"
+        until("the agent to reconnect", lambda: agent.connected and agent.data_lost)
+        assert not agent.view().usable and "synced marker" in (await refusal(ks, "stripe.charge") or "")
+        store(stores, fresh_redis.url).engage(halt)  # re-projected through the store: marker back
+        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None)
+        assert await refusal(ks, "stripe.charge") is None
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         wal.barrier_sync()
     finally:
         wal.close()
     types = [item.type for _, item in iter_file_records(tmp_path / "agent.wal")]
     assert types == ["KILL_SWITCH_ENGAGED", "KILL_SWITCH_DEGRADED", "KILL_SWITCH_FAILED_CLOSED",
-                     "KILL_SWITCH_RESTORED", "KILL_SWITCH_LIFTED"]
+                     "KILL_SWITCH_RESTORED"]
 
 
 async def test_grace_zero_refuses_everything_as_soon_as_redis_is_lost(fresh_redis: RedisServer, stores):
@@ -241,3 +245,99 @@ async def test_a_quarantine_in_redis_is_seen_by_recovery(fresh_redis: RedisServe
     assert source.is_quarantined("saga-q") and not source.is_quarantined("saga-r")
     rep = await RecoveryDaemon(log, quarantine=source, clock=lambda: time.time() + 3600).sweep()
     assert [r.status for r in rep.results] == ["QUARANTINED"]
+
+
+# ---------------------------------------------------------------------- data loss (synced marker)
+async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected(
+        fresh_redis: RedisServer, stores, tmp_path, caplog):
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=30, clock=clock)
+    wal = FileWAL(tmp_path / "agent.wal")
+    try:
+        ks = KillSwitch(agent, wal=wal, clock=clock)
+        halt = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time())
+        store(stores, fresh_redis.url).engage(halt)
+        r = redis.Redis.from_url(fresh_redis.url)
+        try:
+            marker = json.loads(r.hget("agentsaga:v1:synced", "store"))
+            assert marker["writer"] == "store" and marker["rev"] == int(r.get("agentsaga:v1:rev"))
+        finally:
+            r.close()
+        await ks.check(req("x"))  # started
+        until("the halt to reach the agent", lambda: agent.view().levers)
+        assert ks.status()["posture"] == "ok"
+
+        with caplog.at_level("WARNING", logger="agent_saga.controls"):
+            fresh_redis.flush()
+            until("the agent to notice the data loss", lambda: agent.data_lost)
+        assert any("lost its data" in rec.getMessage() and rec.levelname == "WARNING" for rec in caplog.records)
+        view = agent.view()
+        assert view.usable and view.levers and "synced marker" in (view.degraded or "")
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the empty index is not 'no levers'"
+        assert await refusal(ks, "stripe.charge") is None, "within grace: the last known state"
+        assert ks.status()["posture"] == "degraded"
+        time.sleep(0.5)  # several heartbeats re-read the empty plane: still the last known state
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
+        clock.advance(30.1)
+        reason = await refusal(ks, "stripe.charge")
+        assert reason is not None and "grace window of 30s has passed" in reason and "re-projected" in reason
+        assert ks.status()["posture"] == "closed"
+
+        # The CLI (a write through RedisSwitchStore) re-projects the halt and the marker.
+        out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "halt", "--scope", "tool:wire.send",
+                              "--reason", "fraud pattern again", "--by", "soc@corp", "--store", fresh_redis.url],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None)
+        assert ks.status()["posture"] == "ok"
+        assert await refusal(ks, "stripe.charge") is None
+        assert "fraud pattern again" in (await refusal(ks, "wire.send") or "")
+        wal.barrier_sync()
+    finally:
+        wal.close()
+    types = [item.type for _, item in iter_file_records(tmp_path / "agent.wal")]
+    assert types[:4] == ["KILL_SWITCH_ENGAGED", "KILL_SWITCH_DEGRADED", "KILL_SWITCH_FAILED_CLOSED",
+                         "KILL_SWITCH_RESTORED"]
+
+
+async def test_flushall_with_grace_zero_refuses_at_once(fresh_redis: RedisServer, stores):
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=0, clock=clock)
+    ks = KillSwitch(agent, clock=clock)
+    store(stores, fresh_redis.url).engage(Lever.new("Halt", "tool:wire.send", reason="r", by="b", now=clock.time()))
+    await ks.check(req("x"))
+    until("the halt to reach the agent", lambda: agent.view().levers)
+    fresh_redis.flush()
+    until("the agent to notice the data loss", lambda: agent.data_lost)
+    reason = await refusal(ks, "stripe.charge")
+    assert reason is not None and "grace window of 0s has passed" in reason
+
+
+async def test_a_fresh_redis_without_marker_means_no_levers(fresh_redis: RedisServer, stores):
+    agent = store(stores, fresh_redis.url)
+    ks = KillSwitch(agent)
+    assert await refusal(ks, "wire.send") is None
+    assert agent.writers_seen == frozenset() and agent.data_lost is None
+    assert ks.status()["posture"] == "ok"
+    fresh_redis.flush()  # nothing was ever marked: still a fresh installation
+    time.sleep(0.3)
+    assert await refusal(ks, "wire.send") is None and agent.data_lost is None
+
+
+async def test_a_restart_without_persistence_after_a_lift_is_data_loss_too(fresh_redis: RedisServer, stores):
+    # The marker outlives its levers: an empty plane after a lift is authoritative, an
+    # empty plane after the marker vanished is not.
+    clock = ManualClock()
+    agent = store(stores, fresh_redis.url, grace=30, clock=clock)
+    ks = KillSwitch(agent, clock=clock)
+    writer = store(stores, fresh_redis.url)
+    lever = Lever.new("Halt", "global", reason="r", by="b", now=clock.time())
+    writer.engage(lever)
+    writer.lift(lever.id)
+    assert await refusal(ks, "x") is None
+    assert agent.writers_seen == {"store"}
+    fresh_redis.restart()
+    until("the agent to notice the data loss", lambda: agent.connected and agent.data_lost)
+    assert await refusal(ks, "x") is None, "within grace: the last known state (no levers)"
+    clock.advance(31)
+    assert await refusal(ks, "x") is not None

@@ -52,6 +52,17 @@ class RedisSwitchStore:
         {prefix}:killswitch:index                SET     the ids of stored levers
         {prefix}:rev                             STRING  change counter (INCR per change)
         {prefix}:events                          channel change notifications (JSON)
+        {prefix}:synced                          HASH    the "synced" marker: one field per
+                                                         writer ("store", "operator")
+
+    The marker says "the policy plane holds authoritative state" (docs/killswitch.md,
+    "Data loss"). Writes through this store set its ``store`` field in the same script
+    as the document; the operator sets ``operator`` after a full projection. A writer
+    field this process has seen that disappears means the server lost its data (FLUSHALL,
+    a restart without persistence): the empty index is then NOT read as "no levers" —
+    the last known levers are honoured for ``grace`` exactly as if Redis were
+    unreachable, then everything is refused, until the field is back. A store that has
+    never seen a marker (a fresh installation) takes what it finds, markers or not.
 
     ``grace`` (required: the trade-off is yours) is how long the last known levers are
     honoured once Redis cannot be reached; ``0`` fails closed as soon as the loss is
@@ -63,11 +74,13 @@ class RedisSwitchStore:
     Needs ``pip install agent-saga[redis]``.
     """
 
-    # KEYS[1] the lever document, KEYS[2] the index, KEYS[3] the change counter
+    # KEYS[1] the lever document, KEYS[2] the index, KEYS[3] the change counter,
+    # KEYS[4] the synced marker
     # ARGV[1] the lever id, ARGV[2] the document without rev ('{...}'), ARGV[3] its time
-    # to live in ms ('' for none), ARGV[4] the change channel
-    # Document, index entry, counter and notification change together (as the operator's
-    # LUA_PUT does); the document's first member is the new rev. Returns the rev.
+    # to live in ms ('' for none), ARGV[4] the change channel, ARGV[5] the marker field,
+    # ARGV[6] the write's time (epoch seconds)
+    # Document, index entry, counter, marker and notification change together (as the
+    # operator's LUA_PUT does); the document's first member is the new rev. Returns the rev.
     LUA_PUT = """
 local rev = redis.call('INCR', KEYS[3])
 local doc = '{"rev":' .. rev .. ',' .. string.sub(ARGV[2], 2)
@@ -77,22 +90,27 @@ else
   redis.call('SET', KEYS[1], doc, 'PX', ARGV[3])
 end
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[5], '{"v":1,"writer":"' .. ARGV[5] .. '","rev":' .. rev .. ',"ts":' .. ARGV[6] .. '}')
 redis.call('PUBLISH', ARGV[4], '{"rev":' .. rev .. ',"v":1,"kind":"KillSwitch","id":"' .. ARGV[1] .. '","op":"put"}')
 return rev
 """
 
-    # KEYS as LUA_PUT; ARGV[1] the lever id, ARGV[2] the change channel
-    # Returns the document that was removed (false if there was none).
+    # KEYS as LUA_PUT; ARGV[1] the lever id, ARGV[2] the change channel, ARGV[3] the
+    # marker field, ARGV[4] the write's time. Returns the document that was removed
+    # (false if there was none).
     LUA_DELETE = """
 local cur = redis.call('GET', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
 local rev = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[4], ARGV[3], '{"v":1,"writer":"' .. ARGV[3] .. '","rev":' .. rev .. ',"ts":' .. ARGV[4] .. '}')
 redis.call('PUBLISH', ARGV[2], '{"rev":' .. rev .. ',"v":1,"kind":"KillSwitch","id":"' .. ARGV[1] .. '","op":"delete"}')
 return cur
 """
     _SHA_PUT = hashlib.sha1(LUA_PUT.encode()).hexdigest()
     _SHA_DELETE = hashlib.sha1(LUA_DELETE.encode()).hexdigest()
+    #: The marker field this store's writes (the CLI, ``KillSwitch.halt``...) set.
+    WRITER = "store"
 
     def __init__(
         self,
@@ -122,6 +140,7 @@ return cur
         self.prefix = prefix
         self.index_key = f"{prefix}:killswitch:index"
         self.rev_key = f"{prefix}:rev"
+        self.synced_key = f"{prefix}:synced"
         self.channel = f"{prefix}:events"
         self.namespaces = None if namespaces is None else frozenset(namespaces) | {"cli"}
         self._socket_timeout = socket_timeout
@@ -142,6 +161,10 @@ return cur
         self.connected = False
         self.last_error: str | None = None
         self.reloads = 0
+        #: Writer fields of the synced marker seen by this process (never shrinks).
+        self.writers_seen: frozenset[str] = frozenset()
+        #: Set while the marker is missing after having been seen (data loss).
+        self.data_lost: str | None = None
 
     def key(self, lever_id: str) -> str:
         return f"{self.prefix}:killswitch:{lever_id}"
@@ -168,6 +191,10 @@ return cur
         if until == -math.inf:
             problem = base.problem or f"{self.describe()} has never been read"
             why = f"{problem}; with no known state, the kill switch refuses everything"
+        elif self.data_lost is not None:
+            why = (f"{self.data_lost}, and the grace window of {self.grace:g}s has passed: the kill "
+                   f"switch fails closed and refuses everything until the policy plane is re-projected "
+                   f"(the operator's resync, or a write through RedisSwitchStore restores the marker)")
         else:
             why = (f"{self.describe()} is unreachable ({self.last_error or 'no answer'}) and the "
                    f"grace window of {self.grace:g}s has passed: the kill switch fails closed and "
@@ -242,24 +269,37 @@ return cur
                     self._client = self._new_client()
         return self._client
 
-    def _read(self, client: Any) -> list[tuple[str, Any]]:
-        """``(id, raw document)`` of every stored lever this store obeys (two round trips)."""
-        ids = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in client.smembers(self.index_key))
+    def _read(self, client: Any) -> tuple[list[tuple[str, Any]], frozenset[str]]:
+        """``(id, raw document)`` of every stored lever this store obeys, and the writer
+        fields of the synced marker (two round trips; index and marker read atomically)."""
+        pipe = client.pipeline(transaction=True)
+        pipe.smembers(self.index_key)
+        pipe.hkeys(self.synced_key)
+        members, fields = pipe.execute()
+        writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields)
+        ids = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in members)
         if self.namespaces is not None:
             ids = [i for i in ids if i.partition("/")[0] in self.namespaces]
         raws = client.mget([self.key(i) for i in ids]) if ids else []
-        return [(i, r) for i, r in zip(ids, raws, strict=True) if r is not None]  # missing: deleted meanwhile
+        # missing: deleted meanwhile
+        return [(i, r) for i, r in zip(ids, raws, strict=True) if r is not None], writers
 
     def _load(self, client: Any) -> None:
         try:
-            docs = self._read(client)
+            docs, writers = self._read(client)
         except Exception as exc:
             self._lost(exc)
             raise SwitchStoreUnavailable(f"{self.describe()} could not be read ({_err(exc, self._scrub)})",
                                          store=self.describe()) from exc
+        missing = self.writers_seen - writers
+        if missing:
+            self._marker_lost(missing)
+            return
         levers, bad = _parse_levers(iter(docs))
         now = self._clock.monotonic()
         with self._lock:
+            restored, self.data_lost = self.data_lost, None
+            self.writers_seen |= writers
             v = self._view
             if not (v.usable and v.degraded is None and (levers, bad) == (v.levers, v.unreadable)):
                 self._version += 1
@@ -267,6 +307,37 @@ return cur
             self._valid_until = now + 3 * self.heartbeat + self.grace
             self.connected = True
             self.reloads += 1
+        if restored is not None:
+            log.warning("%s: the policy plane's synced marker is back (%s): the levers in Redis are "
+                        "authoritative again", self.describe(), ", ".join(sorted(writers)))
+
+    def _marker_lost(self, missing: frozenset[str]) -> None:
+        """The server answers but the synced marker this process saw is gone: it lost its
+        data. Honour the last known levers for ``grace`` (as if unreachable), then refuse."""
+        now = self._clock.monotonic()
+        with self._lock:
+            first = self.data_lost is None
+            self.connected = True
+            self.reloads += 1
+            if not first:
+                return
+            self.data_lost = (f"{self.describe()} lost its data: the policy plane's synced marker "
+                              f"({self.synced_key}, writer {', '.join(sorted(missing))}) is gone "
+                              f"(FLUSHALL, or a restart without persistence)")
+            self._valid_until = min(self._valid_until, now + self.grace)
+            v = self._view
+            if v.usable and self._valid_until > -math.inf:
+                self._version += 1
+                until = format_instant(self._clock.time() + max(0.0, self._valid_until - now))
+                self._view = replace(
+                    v, version=self._version,
+                    degraded=f"{self.data_lost}: honouring the last known levers until {until} "
+                             f"(grace {self.grace:g}s), then refusing everything until it is re-projected",
+                )
+        log.warning("%s: the policy plane lost its data (synced marker %s gone, writer %s); an empty "
+                    "index is not read as 'no levers': the last known levers are honoured for %gs, then "
+                    "every call is refused until the plane is re-projected",
+                    self.describe(), self.synced_key, ", ".join(sorted(missing)), self.grace)
 
     def _lost(self, exc: BaseException) -> None:
         """The store stopped answering: honour the last known levers for ``grace``."""
@@ -325,7 +396,7 @@ return cur
     # ------------------------------------------------------------------ writing / reading
     def levers(self) -> list[Lever]:
         try:
-            docs = self._read(self._main_client())
+            docs, _ = self._read(self._main_client())
         except Exception as exc:
             raise SwitchStoreUnavailable(f"{self.describe()} could not be read ({_err(exc, self._scrub)})",
                                          store=self.describe()) from exc
@@ -353,18 +424,20 @@ return cur
             # Redis forgets the document a minute after it lapses; readers stop honouring it
             # at expiresAt whatever Redis does.
             ttl = str(max(1, int((lever.expires_at - self._clock.time() + 60.0) * 1000)))
-        keys = (self.key(lever.id), self.index_key, self.rev_key)
+        keys = (self.key(lever.id), self.index_key, self.rev_key, self.synced_key)
         try:
-            self._script(self._SHA_PUT, self.LUA_PUT, keys, (lever.id, doc, ttl, self.channel))
+            self._script(self._SHA_PUT, self.LUA_PUT, keys,
+                         (lever.id, doc, ttl, self.channel, self.WRITER, self._stamp()))
         except Exception as exc:
             raise SwitchStoreUnavailable(f"{self.describe()}: the lever {lever.id} could not be stored "
                                          f"({_err(exc, self._scrub)})", store=self.describe()) from exc
         self._after_write()
 
     def lift(self, lever_id: str) -> Lever | None:
-        keys = (self.key(lever_id), self.index_key, self.rev_key)
+        keys = (self.key(lever_id), self.index_key, self.rev_key, self.synced_key)
         try:
-            raw = self._script(self._SHA_DELETE, self.LUA_DELETE, keys, (lever_id, self.channel))
+            raw = self._script(self._SHA_DELETE, self.LUA_DELETE, keys,
+                               (lever_id, self.channel, self.WRITER, self._stamp()))
         except Exception as exc:
             raise SwitchStoreUnavailable(f"{self.describe()}: the lever {lever_id} could not be lifted "
                                          f"({_err(exc, self._scrub)})", store=self.describe()) from exc
@@ -376,6 +449,9 @@ return cur
         except (ValueError, LeverUnreadable):
             return None
 
+    def _stamp(self) -> str:
+        return f"{self._clock.time():.3f}"
+
     def _after_write(self) -> None:
         if self._thread is not None:  # this process sees its own change on its next call
             with contextlib.suppress(SwitchStoreUnavailable):
@@ -383,10 +459,11 @@ return cur
 
 
 def _about_switch(data: Any) -> bool:
-    """Does a change notification concern kill switches? (Unreadable ones are assumed to.)"""
+    """Does a change notification concern kill switches (or the synced marker)? (Unreadable
+    ones are assumed to.)"""
     try:
         doc = json.loads(data)
         kind = doc.get("kind") if isinstance(doc, dict) else None
     except (ValueError, TypeError):
         return True
-    return not isinstance(kind, str) or kind.replace("-", "").replace("_", "").lower() == "killswitch"
+    return not isinstance(kind, str) or kind.replace("-", "").replace("_", "").lower() in ("killswitch", "policyplane")
