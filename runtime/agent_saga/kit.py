@@ -257,7 +257,12 @@ class AgentKit:
         gate_status = getattr(self.gate, "status", None)
         if callable(gate_status):
             try:
-                signals["gate"] = {"ok": True, "detail": gate_status()}
+                detail = gate_status()
+                # Limits kept from before a policy-plane data loss are not an ok posture.
+                source = detail.get("limit_source_status") if isinstance(detail, dict) else None
+                healthy = not (isinstance(source, dict) and source.get("data_lost"))
+                signals["gate"] = {"ok": healthy, "detail": detail}
+                ok = ok and healthy
             except Exception as exc:  # noqa: BLE001
                 signals["gate"] = {"ok": False, "error": f"unreadable: {type(exc).__name__}: {exc}"}
                 ok = False

@@ -237,6 +237,9 @@ class PreFlightGate:
             "rules": [r.name for r in self._rules],
             "limits": [s.to_doc() for s in self._current()[1]],
             "limit_source": self._source.describe() if self._source is not None else None,
+            # The source's own state (RedisLimitSource: "data_lost" while the policy plane
+            # has lost its data and the last known definitions are kept).
+            "limit_source_status": _source_status(self._source),
             "store": store.describe() if store is not None else "default (not created yet)",
             "approval_provider": type(self._approval).__name__ if self._approval is not None else None,
             "checks": _names(self),
@@ -631,3 +634,12 @@ def _charges_doc(charges: Sequence[Charge], result: DebitResult | None, forced: 
             doc["forced"] = True
         out.append(doc)
     return out
+
+
+def _source_status(source: LimitSource | None) -> dict[str, Any] | None:
+    """A limit source's ``status()`` if it has one (``LimitSource`` does not require it)."""
+    reader = getattr(source, "status", None)
+    if not callable(reader):
+        return None
+    detail = reader()
+    return dict(detail) if isinstance(detail, dict) else {"value": repr(detail)}

@@ -8,6 +8,7 @@ and follows edits made with kubectl while the agent runs::
     P:v1:budgetlimit:<ns>/<name>     STRING  {"rev", "v": 1, ..., "limit": <LimitSpec doc>}
     P:v1:rev                         STRING  change counter
     P:v1:events                      channel {"kind": "BudgetLimit", "op": "put"|"delete", ...}
+    P:v1:synced                      HASH    the synced marker: one field per writer
 
 ``limits_from_documents`` and ``scope_from_name`` are the one parser of those documents:
 the operator imports them from here (agents do not install the operator).
@@ -20,6 +21,14 @@ Invariants:
 - Fail closed: until the definitions have been read once, ``snapshot`` is unusable and
   the gate refuses every call. Once read, a lost Redis keeps the last definitions (the
   windows live in Redis too, so debits fail closed on their own).
+- Data loss is not "no limits": every read takes the index, the documents, ``rev`` and
+  the synced marker's fields in one Lua script (atomic). A marker field this process
+  has seen that is now missing means the server lost its data (FLUSHALL, a restart
+  without persistence): the last known definitions stay in force (``data_lost``) until
+  the plane is authoritative again — every field seen is back, or the ``operator``
+  field is (the operator is the only writer of BudgetLimit documents and sets it only
+  after re-projecting every resource). A source that has never seen a field takes what
+  it finds: an empty plane without a marker is a fresh installation, with no limits.
 - A document this version cannot read is skipped and reported (``problems``), never
   guessed at; a document of an unknown ``v`` is skipped (written by a newer operator).
 """
@@ -111,6 +120,35 @@ class RedisLimitSource:
     module doc). ``namespaces``: only limits of these Kubernetes namespaces (default:
     every namespace). Needs ``pip install agent-saga[redis]``."""
 
+    # KEYS[1] the index   KEYS[2] the change counter   KEYS[3] the synced marker
+    # ARGV[1] the documents' key prefix ("P:v1:budgetlimit:")   ARGV[2] "1": keep only the
+    # namespaces ARGV[3..] ("0": every namespace)
+    # One atomic read: {rev or nil, marker fields, ids, documents} (an id whose document
+    # is missing is left out). The document keys are derived from the index, as the
+    # operator writes them; on a Redis Cluster the "{agentsaga}" prefix puts them all in
+    # the index's slot.
+    LUA_READ = """
+local wanted = nil
+if ARGV[2] == '1' then
+  wanted = {}
+  for i = 3, #ARGV do wanted[ARGV[i]] = true end
+end
+local ids, docs = {}, {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if wanted == nil or wanted[string.match(id, '^[^/]*')] then
+    local doc = redis.call('GET', ARGV[1] .. id)
+    if doc then
+      ids[#ids + 1] = id
+      docs[#docs + 1] = doc
+    end
+  end
+end
+return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
+"""
+    #: The marker field whose presence vouches for every BudgetLimit document (the
+    #: operator sets it only after a full projection; it is their only writer).
+    AUTHORITY = "operator"
+
     def __init__(
         self,
         url: str,
@@ -135,6 +173,7 @@ class RedisLimitSource:
         self.heartbeat = float(heartbeat)
         self.index_key = f"{prefix}:budgetlimit:index"
         self.rev_key = f"{prefix}:rev"
+        self.synced_key = f"{prefix}:synced"
         self.channel = f"{prefix}:events"
         self._socket_timeout = socket_timeout
         self._connect_timeout = connect_timeout
@@ -147,6 +186,10 @@ class RedisLimitSource:
         self._rev: Any = None
         self.reloads = 0
         self.last_error: str | None = None
+        #: Writer fields of the synced marker seen by this process (never shrinks).
+        self.writers_seen: frozenset[str] = frozenset()
+        #: Why the last known definitions are kept, while the plane has lost its data.
+        self.data_lost: str | None = None
 
     def describe(self) -> str:
         from ..wal.urls import redact
@@ -155,6 +198,24 @@ class RedisLimitSource:
 
     def __repr__(self) -> str:
         return self.describe()
+
+    def status(self) -> dict[str, Any]:
+        """The source's state for ``PreFlightGate.status()`` (JSON). ``data_lost``: the
+        policy plane lost its data and the last known definitions are kept."""
+        snap = self._snapshot
+        return {
+            "source": self.describe(),
+            "usable": snap.usable,
+            "problem": snap.problem,
+            "version": snap.version,
+            "limits": [lim.name for lim in snap.limits],
+            "problems": list(snap.problems),
+            "reloads": self.reloads,
+            "last_error": self.last_error,
+            "writers_seen": sorted(self.writers_seen),
+            "data_lost": self.data_lost is not None,
+            "data_lost_reason": self.data_lost,
+        }
 
     # ------------------------------------------------------------------ hot path
     def snapshot(self) -> LimitSnapshot:
@@ -212,29 +273,42 @@ class RedisLimitSource:
         return redis.Redis.from_url(self.url, socket_timeout=self._socket_timeout,
                                     socket_connect_timeout=self._connect_timeout, retry=Retry(NoBackoff(), 0))
 
+    def _read(self, client: Any) -> tuple[Any, frozenset[str], list[tuple[str, Any]]]:
+        """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip."""
+        args = [f"{self.prefix}:budgetlimit:", "0" if self.namespaces is None else "1",
+                *sorted(self.namespaces or ())]
+        rev, fields, ids, raws = client.register_script(self.LUA_READ)(
+            keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client)
+        writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields or ())
+        docs = sorted(zip((i.decode() if isinstance(i, bytes) else str(i) for i in ids or ()), raws or (),
+                          strict=True))
+        return rev, writers, docs
+
     def _load(self, client: Any) -> None:
         try:
-            rev = client.get(self.rev_key)
-            ids = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in client.smembers(self.index_key))
-            if self.namespaces is not None:
-                ids = [i for i in ids if i.partition("/")[0] in self.namespaces]
-            raws = client.mget([f"{self.prefix}:budgetlimit:{i}" for i in ids]) if ids else []
+            rev, writers, docs = self._read(client)
         except Exception as exc:
             self.last_error = self._scrub(f"{type(exc).__name__}: {exc}")
             raise ConnectionError(f"{self.describe()} could not be read ({self.last_error})") from exc
+        self._adopt(rev, writers, docs)
+
+    def _adopt(self, rev: Any, writers: frozenset[str], docs: Sequence[tuple[str, Any]]) -> None:
+        """Take what was read, unless the marker says the server lost its data."""
+        missing = self.writers_seen - writers
+        if missing and self.AUTHORITY not in writers:
+            self._marker_lost(missing)
+            return
         limits: list[BudgetLimit | RateLimit] = []
         problems: list[str] = []
         seen: set[str] = set()
-        for id_, raw in zip(ids, raws, strict=True):
-            if raw is None:
-                continue  # deleted between SMEMBERS and MGET
+        for id_, raw in docs:
             try:
                 doc = json.loads(raw)
                 if doc.get("v") != 1:
                     problems.append(f"{id_}: document v={doc.get('v')!r} is not supported (skipped)")
                     continue
                 (lim,) = limits_from_documents([doc])
-            except (ValueError, KeyError, TypeError, ConfigurationError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError, ConfigurationError) as exc:
                 problems.append(f"{id_}: unreadable limit ({exc}) (skipped)")
                 continue
             if lim.name in seen:
@@ -244,14 +318,43 @@ class RedisLimitSource:
             limits.append(lim)
         specs = tuple(lim.spec() for lim in limits)
         with self._lock:
+            restored, self.data_lost = self.data_lost, None
+            self.writers_seen |= writers
             self._rev = rev
             self.last_error = None
             self.reloads += 1
             cur = self._snapshot
-            if not cur.usable or cur.specs != specs or cur.problems != tuple(problems):
+            changed = not cur.usable or cur.specs != specs or cur.problems != tuple(problems)
+            if changed:
                 self._snapshot = LimitSnapshot(cur.version + 1, tuple(limits), specs, True, None, tuple(problems))
-                for p in problems:
-                    log.warning("%s: %s", self.describe(), p)
+        if changed:
+            for p in problems:
+                log.warning("%s: %s", self.describe(), p)
+        if restored is not None:
+            log.warning("%s: the policy plane's synced marker is back (%s): the limit definitions in Redis "
+                        "are authoritative again (%d limit(s) in force)", self.describe(),
+                        ", ".join(sorted(writers)), len(limits))
+
+    def _marker_lost(self, missing: frozenset[str]) -> None:
+        """The server answers but a synced-marker field this process saw is gone: it lost
+        its data. Keep the last known definitions (never the empty or partial state)."""
+        with self._lock:
+            first = self.data_lost is None
+            self._rev = _NEVER  # re-read on every heartbeat until the marker is back
+            self.last_error = None
+            self.reloads += 1
+            if first:
+                self.data_lost = (f"{self.describe()} lost its data: the policy plane's synced marker "
+                                  f"({self.synced_key}, writer {', '.join(sorted(missing))}) is gone "
+                                  f"(FLUSHALL, or a restart without persistence); the last known limit "
+                                  f"definitions stay in force until the plane is re-projected")
+            n = len(self._snapshot.limits)
+        if first:
+            log.warning("%s: the policy plane lost its data (synced marker %s gone, writer %s); an empty or "
+                        "partial index is not read as 'no limits': the last %d known limit definition(s) stay "
+                        "in force until the operator re-projects them and sets its synced marker again. Spend "
+                        "windows kept in a Redis without persistence restarted empty.",
+                        self.describe(), self.synced_key, ", ".join(sorted(missing)), n)
 
     def _watch(self) -> None:
         while not self._stop.is_set():
@@ -274,7 +377,7 @@ class RedisLimitSource:
                     if msg is not None and msg.get("type") == "message" and _about_limits(msg.get("data")):
                         self._load(client)
                     if time.monotonic() >= next_check:
-                        if client.get(self.rev_key) != self._rev:
+                        if self._rev is _NEVER or client.get(self.rev_key) != self._rev:
                             self._load(client)
                         next_check = time.monotonic() + self.heartbeat
             except Exception as exc:  # noqa: BLE001 - any failure: keep the last definitions, reconnect
@@ -288,11 +391,16 @@ class RedisLimitSource:
             self._stop.wait(min(self.heartbeat, 0.5))
 
 
+#: A ``rev`` no server holds: while the plane has lost its data, every heartbeat re-reads.
+_NEVER: Any = object()
+
+
 def _about_limits(data: Any) -> bool:
-    """Does a change notification concern limits? (Unreadable ones are assumed to.)"""
+    """Does a change notification concern limits (or the synced marker)? (Unreadable
+    ones are assumed to.)"""
     try:
         doc = json.loads(data)
         kind = doc.get("kind") if isinstance(doc, dict) else None
     except (ValueError, TypeError):
         return True
-    return not isinstance(kind, str) or kind.lower() == "budgetlimit"
+    return not isinstance(kind, str) or kind.replace("-", "").replace("_", "").lower() in ("budgetlimit", "policyplane")
