@@ -41,11 +41,18 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 from ..chain import SALT_BYTES, seal
-from ..errors import ConfigurationError, WALBackpressure, WALClosed, WALError, WALStalled
+from ..errors import (
+    ConfigurationError,
+    WALBackpressure,
+    WALClosed,
+    WALCorrupt,
+    WALError,
+    WALStalled,
+)
 from ..records import Record
 from .base import Backpressure, BaseWAL, FaultHook, WALStats
 from .compaction import CompactionAborted, CompactionReport, CompactionRequest
@@ -507,6 +514,47 @@ class BatchingWAL(BaseWAL):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
+
+
+class SharedLogReads:
+    """Reads of a log many writers share (RedisWAL, PostgresWAL): every writer's records in
+    ``gseq`` order, or one writer's chain, fetched a page at a time off the event loop.
+
+    Needs ``self._log`` with ``pages_since(gseq, page_size)`` (an iterator of pages) and
+    ``chain(writer, page_size)`` (``(location, record-or-WALCorrupt)`` pairs), and
+    ``self.writer``.
+    """
+
+    _log: Any
+    writer: str
+
+    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every writer's records in ``gseq`` order (see ``read_since``)."""
+        async for rec in self.read_since(0, page_size=page_size):
+            yield rec
+
+    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every writer's records with ``gseq > seq``, merged in ``gseq`` order, fetched
+        ``page_size`` at a time off the event loop. ``seq`` is a cursor: pass the ``gseq``
+        of the last record read (``BaseWAL.cursor``) to resume."""
+        pages = self._log.pages_since(seq, page_size)
+        while True:
+            page = await asyncio.to_thread(next, pages, None)
+            if page is None:
+                return
+            for rec in page:
+                yield rec
+
+    async def read_chain(self, writer: str | None = None, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """One writer's chain (default: this one) in ``seq`` order; raises ``WALCorrupt``."""
+        items = self._log.chain(writer or self.writer, page_size)
+        while True:
+            pair = await asyncio.to_thread(next, items, None)
+            if pair is None:
+                return
+            if isinstance(pair[1], WALCorrupt):
+                raise pair[1]
+            yield pair[1]
 
 
 def _resolve(futs: list[asyncio.Future[None]]) -> None:

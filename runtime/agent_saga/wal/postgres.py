@@ -32,11 +32,10 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -44,7 +43,7 @@ from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import GENESIS, SCHEMA_VERSION, TERMINAL_SAGA_TYPES, Record, validate_id
 from .base import Backpressure, FaultHook
-from .batching import BatchingWAL, Sealed, default_writer_id
+from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
 from .compaction import CompactionAborted, CompactionPlan, CompactionReport, CompactionRequest
 from .urls import Scrubber, redact, secrets_in
 
@@ -257,7 +256,7 @@ CREATE SEQUENCE IF NOT EXISTS {m};
         return {r[0] for r in conn.execute(self.q_resolved, (sorted(TERMINAL_SAGA_TYPES),)).fetchall()}
 
 
-class PostgresWAL(BatchingWAL):
+class PostgresWAL(SharedLogReads, BatchingWAL):
     """A hash-chained log in one PostgreSQL table; ``barrier`` means the batch committed.
 
     Args:
@@ -503,31 +502,3 @@ FROM l, h WHERE h.head = %(expect)s
                 except Exception:  # noqa: BLE001 - closing a broken connection
                     pass
 
-    # ------------------------------------------------------------------ reading
-
-    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """Every writer's records in ``gseq`` order (see ``read_since``)."""
-        async for rec in self.read_since(0, page_size=page_size):
-            yield rec
-
-    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """Every writer's records with ``gseq > seq`` in ``gseq`` order, ``page_size`` rows
-        per query, off the event loop. ``seq`` is a cursor (``BaseWAL.cursor``)."""
-        pages = self._log.pages_since(seq, page_size)
-        while True:
-            page = await asyncio.to_thread(next, pages, None)
-            if page is None:
-                return
-            for rec in page:
-                yield rec
-
-    async def read_chain(self, writer: str | None = None, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """One writer's chain (default: this one) in ``seq`` order; raises ``WALCorrupt``."""
-        items = self._log.chain(writer or self.writer, page_size)
-        while True:
-            pair = await asyncio.to_thread(next, items, None)
-            if pair is None:
-                return
-            if isinstance(pair[1], WALCorrupt):
-                raise pair[1]
-            yield pair[1]

@@ -37,18 +37,17 @@ docs/wal-backends.md before putting money through it.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import GENESIS, Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
-from .batching import BatchingWAL, Sealed, default_writer_id
+from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
 from .compaction import (
     CompactionAborted,
     CompactionPlan,
@@ -194,7 +193,7 @@ class RedisLog:
             yield out
 
 
-class RedisWAL(BatchingWAL):
+class RedisWAL(SharedLogReads, BatchingWAL):
     """A hash-chained log in a Redis Stream per writer; ``barrier`` means Redis acknowledged.
 
     Args:
@@ -472,35 +471,6 @@ return g
     def _release(self) -> None:
         self._close_client()
 
-    # ------------------------------------------------------------------ reading
-
-    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """Every writer's records in ``gseq`` order (see ``read_since``)."""
-        async for rec in self.read_since(0, page_size=page_size):
-            yield rec
-
-    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """Every writer's records with ``gseq > seq``, merged in ``gseq`` order, fetched
-        ``page_size`` at a time off the event loop. ``seq`` is a cursor: pass the ``gseq``
-        of the last record read (``BaseWAL.cursor``) to resume."""
-        pages = self._log.pages_since(seq, page_size)
-        while True:
-            page = await asyncio.to_thread(next, pages, None)
-            if page is None:
-                return
-            for rec in page:
-                yield rec
-
-    async def read_chain(self, writer: str | None = None, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """One writer's chain (default: this one) in ``seq`` order; raises ``WALCorrupt``."""
-        items = self._log.chain(writer or self.writer, page_size)
-        while True:
-            pair = await asyncio.to_thread(next, items, None)
-            if pair is None:
-                return
-            if isinstance(pair[1], WALCorrupt):
-                raise pair[1]
-            yield pair[1]
 
 
 def _records(items: Iterator[tuple[str, Record | WALCorrupt]]) -> Iterator[Record]:
