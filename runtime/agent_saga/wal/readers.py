@@ -96,7 +96,36 @@ class FileLogReader:
         pass
 
 
-class RedisLogReader:
+class _SharedLogReader:
+    """What the Redis and PostgreSQL readers share: one chain per writer, records merged in
+    ``gseq`` order (or only ``writer``'s), no torn tails (a server write is whole)."""
+
+    _log: Any
+    _writer: str | None
+    _writers: list[str]
+
+    def chains(self) -> list[str]:
+        return list(self._writers)
+
+    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        items: Iterator[tuple[str, Record | WALCorrupt]] = self._log.chain(name)
+        return items
+
+    def records(self) -> Iterator[Record]:
+        if self._writer:
+            for _loc, item in self._log.chain(self._writer):
+                if isinstance(item, WALCorrupt):
+                    raise item
+                yield item
+            return
+        for page in self._log.pages_since(0):
+            yield from page
+
+    def torn_tail_bytes(self) -> int:
+        return 0
+
+
+class RedisLogReader(_SharedLogReader):
     """Every writer's stream under ``key`` (or only ``writer``'s)."""
 
     def __init__(self, url: str) -> None:
@@ -129,31 +158,12 @@ class RedisLogReader:
                 f"no WAL under key {key!r} at {where} (no writer has written); check ?key="
             )
 
-    def chains(self) -> list[str]:
-        return list(self._writers)
-
-    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
-        return self._log.chain(name)
-
-    def records(self) -> Iterator[Record]:
-        if self._writer:
-            for _loc, item in self._log.chain(self._writer):
-                if isinstance(item, WALCorrupt):
-                    raise item
-                yield item
-            return
-        for page in self._log.pages_since(0):
-            yield from page
-
-    def torn_tail_bytes(self) -> int:
-        return 0
-
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.close()
 
 
-class PostgresLogReader:
+class PostgresLogReader(_SharedLogReader):
     """Every writer's rows in ``table`` (or only ``writer``'s)."""
 
     def __init__(self, url: str) -> None:
@@ -181,25 +191,6 @@ class PostgresLogReader:
                 f"table {table!r} at {where} holds no records"
                 + (f" of writer {self._writer!r}" if self._writer else "")
             )
-
-    def chains(self) -> list[str]:
-        return list(self._writers)
-
-    def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
-        return self._log.chain(name)
-
-    def records(self) -> Iterator[Record]:
-        if self._writer:
-            for _loc, item in self._log.chain(self._writer):
-                if isinstance(item, WALCorrupt):
-                    raise item
-                yield item
-            return
-        for page in self._log.pages_since(0):
-            yield from page
-
-    def torn_tail_bytes(self) -> int:
-        return 0
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
