@@ -24,16 +24,15 @@ import argparse
 import asyncio
 import json
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
+import _common  # bench/_common.py (benchmarks run as scripts from bench/)
 from agent_saga.controls import KillSwitch, Lever, RedisSwitchStore  # noqa: E402
 from agent_saga.gates import StepRequest  # noqa: E402
 from agent_saga.semantics import ActionSemantics  # noqa: E402
@@ -67,35 +66,11 @@ asyncio.run(main())
 BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100)
 
 
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))]
+pct = _common.pct
 
 
 def start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not on PATH: apt-get install redis-server, or pass --redis-url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="bench-killswitch-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as c:
-                c.sendall(b"PING\r\n")
-                if c.recv(16).startswith(b"+PONG"):
-                    return f"redis://127.0.0.1:{port}/0", proc, workdir
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
+    return _common.start_redis("bench-killswitch-redis-")
 
 
 async def bench_hot_path(url: str, n: int) -> list[dict[str, Any]]:

@@ -20,10 +20,8 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -31,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
+import _common  # bench/_common.py (benchmarks run as scripts from bench/)
 from agent_saga.controls import (  # noqa: E402
     BudgetLimit,
     InProcessLimitStore,
@@ -56,9 +55,7 @@ REQUEST = StepRequest("bench", "bench/0", "stripe.charge", ActionSemantics.COMPE
 CHARGES = [lim.charge(REQUEST) for lim in LIMITS]
 
 
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(q * len(s)))]
+pct = _common.pct
 
 
 def summary(name: str, ns: list[float]) -> dict[str, Any]:
@@ -68,29 +65,7 @@ def summary(name: str, ns: list[float]) -> dict[str, Any]:
 
 
 def start_redis() -> tuple[str, subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server is not on PATH: apt-get install redis-server, or pass --redis-url")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="bench-limits-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", workdir, "--daemonize", "no", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as c:
-                c.sendall(b"PING\r\n")
-                if c.recv(16).startswith(b"+PONG"):
-                    return f"redis://127.0.0.1:{port}/0", proc, workdir
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("redis-server did not start")
+    return _common.start_redis("bench-limits-redis-")
 
 
 async def timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
