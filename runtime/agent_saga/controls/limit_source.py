@@ -49,6 +49,7 @@ from ..errors import ConfigurationError
 from .limits import BudgetLimit, RateLimit
 from .scopes import Scope, by_arg, by_tool, combine, global_scope
 from .stores.base import LimitSpec
+from .subscriptions import confirmed_subscription
 
 __all__ = ["LimitSnapshot", "LimitSource", "RedisLimitSource", "limits_from_documents", "scope_from_name"]
 
@@ -358,36 +359,24 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
 
     def _watch(self) -> None:
         while not self._stop.is_set():
-            client = pubsub = None
             try:
-                client = self._new_client()
-                pubsub = client.pubsub()
-                pubsub.subscribe(self.channel)
-                deadline = time.monotonic() + max(self._socket_timeout, 1.0)
-                while not self._stop.is_set():  # subscribed before reading: no change is missed
-                    msg = pubsub.get_message(timeout=0.1)
-                    if msg is not None and msg.get("type") == "subscribe":
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("no SUBSCRIBE confirmation")
-                self._load(client)
-                next_check = time.monotonic() + self.heartbeat
-                while not self._stop.is_set():
-                    msg = pubsub.get_message(timeout=max(0.0, min(0.5, next_check - time.monotonic())))
-                    if msg is not None and msg.get("type") == "message" and _about_limits(msg.get("data")):
-                        self._load(client)
-                    if time.monotonic() >= next_check:
-                        if self._rev is _NEVER or client.get(self.rev_key) != self._rev:
+                # subscribed (and confirmed) before reading: no change is missed
+                with confirmed_subscription(
+                    self._new_client, self.channel, self._stop, max(self._socket_timeout, 1.0)
+                ) as (client, pubsub):
+                    self._load(client)
+                    next_check = time.monotonic() + self.heartbeat
+                    while not self._stop.is_set():
+                        msg = pubsub.get_message(timeout=max(0.0, min(0.5, next_check - time.monotonic())))
+                        if msg is not None and msg.get("type") == "message" and _about_limits(msg.get("data")):
                             self._load(client)
-                        next_check = time.monotonic() + self.heartbeat
+                        if time.monotonic() >= next_check:
+                            if self._rev is _NEVER or client.get(self.rev_key) != self._rev:
+                                self._load(client)
+                            next_check = time.monotonic() + self.heartbeat
             except Exception as exc:  # noqa: BLE001 - any failure: keep the last definitions, reconnect
                 if not self._stop.is_set():
                     self.last_error = self._scrub(f"{type(exc).__name__}: {exc}")
-            finally:
-                for closable in (pubsub, client):
-                    if closable is not None:
-                        with contextlib.suppress(Exception):
-                            closable.close()
             self._stop.wait(min(self.heartbeat, 0.5))
 
 

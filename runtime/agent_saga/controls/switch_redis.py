@@ -28,6 +28,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from .clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from .levers import Lever, LeverUnreadable
+from .subscriptions import confirmed_subscription
 from .switch_stores import (
     DEFAULT_PREFIX,
     SwitchStoreUnavailable,
@@ -363,34 +364,22 @@ return cur
     def _watch(self) -> None:
         backoff = min(self.heartbeat, 0.2)
         while not self._stop.is_set():
-            client = pubsub = None
             try:
-                client = self._new_client()
-                pubsub = client.pubsub()
-                pubsub.subscribe(self.channel)
-                deadline = time.monotonic() + max(self._socket_timeout, 1.0)
-                while not self._stop.is_set():  # subscribed before reading: no change is missed
-                    msg = pubsub.get_message(timeout=0.1)
-                    if msg is not None and msg.get("type") == "subscribe":
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError("no SUBSCRIBE confirmation")
-                self._load(client)
-                next_read = time.monotonic() + self.heartbeat
-                while not self._stop.is_set():
-                    msg = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
-                    if (msg is not None and msg.get("type") == "message" and _about_switch(msg.get("data"))) \
-                            or time.monotonic() >= next_read:
-                        self._load(client)
-                        next_read = time.monotonic() + self.heartbeat
+                # subscribed (and confirmed) before reading: no change is missed
+                with confirmed_subscription(
+                    self._new_client, self.channel, self._stop, max(self._socket_timeout, 1.0)
+                ) as (client, pubsub):
+                    self._load(client)
+                    next_read = time.monotonic() + self.heartbeat
+                    while not self._stop.is_set():
+                        msg = pubsub.get_message(timeout=max(0.0, next_read - time.monotonic()))
+                        if (msg is not None and msg.get("type") == "message" and _about_switch(msg.get("data"))) \
+                                or time.monotonic() >= next_read:
+                            self._load(client)
+                            next_read = time.monotonic() + self.heartbeat
             except Exception as exc:  # noqa: BLE001 - any failure is a lost store
                 if not self._stop.is_set():
                     self._lost(exc)
-            finally:
-                for closable in (pubsub, client):
-                    if closable is not None:
-                        with contextlib.suppress(Exception):
-                            closable.close()
             self._stop.wait(backoff)
 
     # ------------------------------------------------------------------ writing / reading

@@ -53,7 +53,7 @@ from ..errors import (
     WALError,
     WALStalled,
 )
-from ..records import Record
+from ..records import GENESIS, Record
 from .base import Backpressure, BaseWAL, FaultHook, WALStats
 from .compaction import CompactionAborted, CompactionReport, CompactionRequest
 from .urls import Scrubber
@@ -138,6 +138,24 @@ class BatchingWAL(BaseWAL):
         )
         self._watchdog.start()
         _open_wals.add(self)
+
+    def _start_from(self, tail: tuple[str, Record | WALCorrupt] | None) -> None:
+        """``_start`` from the writer's last stored record (None: a new chain). A last record
+        that cannot be read releases the connection and refuses the open: appending after
+        an unknown head would hide the damage."""
+        head, last_seq = GENESIS, 0
+        if tail is not None:
+            location, item = tail
+            if isinstance(item, WALCorrupt):
+                self._release()
+                raise WALCorrupt(
+                    f"{location} (the writer's last record) cannot be read: {item.message}. "
+                    f"Run `agent-saga verify` on this log; a writer cannot continue a chain "
+                    f"whose head it cannot read",
+                    location=location,
+                ) from item
+            head, last_seq = item.hash, item.seq
+        self._start(head, last_seq)
 
     # ------------------------------------------------------------------ for subclasses
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError
-from ..records import GENESIS, SCHEMA_VERSION, TERMINAL_SAGA_TYPES, Record, validate_id
+from ..records import SCHEMA_VERSION, TERMINAL_SAGA_TYPES, Record, validate_id
 from .base import Backpressure, FaultHook
 from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
 from .compaction import CompactionAborted, CompactionPlan, CompactionReport, CompactionRequest
@@ -345,19 +345,7 @@ class PostgresWAL(SharedLogReads, BatchingWAL):
             raise WALError(
                 f"cannot open PostgresWAL: {where} failed: {scrub(f'{type(exc).__name__}: {exc}')}"
             ) from exc
-        head, last_seq = GENESIS, 0
-        if tail is not None:
-            location, item = tail
-            if isinstance(item, WALCorrupt):
-                self._release()
-                raise WALCorrupt(
-                    f"{location} (the writer's last record) cannot be read: {item.message}. Run "
-                    f"`agent-saga verify` on this log; a writer cannot continue a chain whose "
-                    f"head it cannot read",
-                    location=location,
-                ) from item
-            head, last_seq = item.hash, item.seq
-        self._start(head, last_seq)
+        self._start_from(tail)
 
     # ------------------------------------------------------------------ I/O
 

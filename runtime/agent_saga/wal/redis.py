@@ -45,7 +45,7 @@ from typing import Any
 
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
-from ..records import GENESIS, Record, decode_line, encode_line, validate_id
+from ..records import Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
 from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
 from .compaction import (
@@ -325,20 +325,8 @@ return g
             raise WALError(
                 f"cannot open RedisWAL: Redis at {where} failed: {scrub(f'{type(exc).__name__}: {exc}')}"
             ) from exc
-        head, last_seq = GENESIS, 0
-        if tail is not None:
-            location, item = tail
-            if isinstance(item, WALCorrupt):
-                self._close_client()
-                raise WALCorrupt(
-                    f"{location} (the writer's last record) cannot be read: {item.message}. "
-                    f"Run `agent-saga verify` on this log; a writer cannot continue a chain "
-                    f"whose head it cannot read",
-                    location=location,
-                ) from item
-            head, last_seq = item.hash, item.seq
         self._last_id = last_id
-        self._start(head, last_seq)
+        self._start_from(tail)
 
     # ------------------------------------------------------------------ I/O
 
