@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -93,6 +94,15 @@ def install_crds(
                 return False
 
         poll(served, timeout=timeout, what=f"{m.info.plural}.{GROUP} served")
+
+    # kopf finds its resources through API discovery, once at start: an operator started
+    # while discovery still lags behind an updated CRD never watches that kind.
+    def discovered() -> bool:
+        raw = kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}").stdout
+        listed = {r.get("name") for r in json.loads(raw).get("resources", [])}
+        return all(m.info.plural in listed for m in KINDS)
+
+    poll(discovered, timeout=timeout, what=f"{GROUP}/{VERSION} in API discovery")
 
 
 def _die_with_parent() -> None:
