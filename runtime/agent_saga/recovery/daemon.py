@@ -45,16 +45,17 @@ from ..audit.encryption import PayloadEncryptor
 from ..errors import ConfigurationError, WALError
 from ..executor import get_tool_executor
 from ..faults import fault_point
+from ..idempotency import COMPENSATION_SCOPE, idempotency_key
 from ..records import Record
 from ..wal.base import BaseWAL
 from ..wal.compaction import CompactionReport
 from .claims import Claim, ClaimLock, FileClaimLock
-from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted
+from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted, location_error
 from .ledger import Escalation, FileLedger, RecoveryLedger, escalation_id
-from .plan import plan_saga
+from .plan import plan_saga, step_compensations
 from .quarantine import QuarantineSource, ask_quarantine
 from .recordtypes import EscalationKind
-from .resolver import Resolution, SagaResult
+from .resolver import Resolution, SagaResult, escalated_compensation
 from .scan import LogScan, SagaView
 from .sources import LogSource, PathSource, WALSource, WriterBusy, keep_set
 from .targets import default_file_paths
@@ -338,10 +339,13 @@ class RecoveryDaemon:
             )
 
     async def _refresh(self) -> None:
+        """Read what is new (verified: see ``recovery.verified``) into the scan. Raises
+        ``RecoveryHalted`` for anything not verified or not readable as a record,
+        ``LocationUnavailable`` if the log cannot be opened now."""
         async with self._read_lock:
             try:
-                records = await self.source.read_new()
-            except RecoveryHalted:
+                read = await self.source.read_new()
+            except RecoveryError:
                 raise
             except WALError as exc:
                 # Unparseable, undecryptable or unreadable: never skipped.
@@ -351,7 +355,14 @@ class RecoveryDaemon:
                     f"stopped before acting on any saga",
                     location=where,
                 ) from exc
-            self.scan.feed_all(records)
+            if read.from_start and self.scan.records_read:
+                # Records left the log since the last read (a compaction): start over from
+                # the whole log, so no saga is judged on half of its records.
+                log.info("%s: records left the log since the last read; re-read it whole", self.source.description)
+                fresh = LogScan()
+                fresh.records_read = self.scan.records_read
+                self.scan = fresh
+            self.scan.feed_all(read.records)
 
     # ------------------------------------------------------------------ sweeping
 
@@ -385,6 +396,10 @@ class RecoveryDaemon:
         except RecoveryHalted as exc:
             self._halt(exc)
             return report()
+        except RecoveryError as exc:
+            state.stop = exc.message  # the log cannot be opened now: the next sweep tries again
+            log.error("%s", exc.message)
+            return report()
         now = self._clock()
         in_flight = len(self.scan.in_flight)
         for view in list(self.scan.in_flight.values()):
@@ -401,7 +416,10 @@ class RecoveryDaemon:
                 try:
                     state.results.append(SagaResult(view.saga_id, "PLANNED", plan=plan_saga(view)))
                 except RecoveryHalted as exc:
+                    # What a real sweep would do: halt, having acted on nothing.
+                    self._halt(exc)
                     state.results.append(SagaResult(view.saga_id, "FAILED", error=exc.message))
+                    break
             return report()
         self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
         queue = [v.saga_id for v in orphans]
@@ -422,6 +440,8 @@ class RecoveryDaemon:
                 await self._refresh()
             except RecoveryHalted as exc:
                 self._halt(exc)
+            except RecoveryError as exc:
+                state.stop = state.stop or exc.message
         rep = report()
         if rep.recovered or rep.halted or rep.error:
             log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
@@ -432,8 +452,8 @@ class RecoveryDaemon:
         caller got ``RollbackIncomplete``, but the human queue must be complete."""
         pending, self.scan.owner_partials = self.scan.owner_partials, []
         try:
-            for rec in pending:
-                for esc in owner_escalations(rec, self.source.description, self.daemon_id):
+            for rec, earlier in pending:
+                for esc in owner_escalations(rec, self.source.description, self.daemon_id, earlier):
                     await self.ledger.escalate(esc)
         except RecoveryHalted as exc:
             self._halt(exc)
@@ -469,8 +489,9 @@ class RecoveryDaemon:
             return SagaResult(saga_id, "QUARANTINED")
         try:
             claim = await self.lock.acquire(saga_id, self.claim_ttl)
-        except ClaimStoreUnavailable as exc:
+        except RecoveryError as exc:  # the claim store is unreachable or unwritable
             state.stop = exc.message
+            log.error("%s", exc.message)
             return None
         if claim is None:
             return SagaResult(saga_id, "CLAIMED")
@@ -505,12 +526,20 @@ class RecoveryDaemon:
             state.stop = f"saga {saga_id}: {exc.message}"
             log.error("recovery of saga %s stopped, the next sweep resumes it: %s", saga_id, exc.message)
             return SagaResult(saga_id, "FAILED", error=exc.message)
+        except OSError as exc:
+            # A file this sweep needed (journal, claims, log) failed under it: that saga
+            # stops where it is; the sweep reports it instead of raising.
+            err = location_error(exc, exc.filename or self.source.description, "a file it needs",
+                                 "Check the storage it lives on; the next sweep resumes the saga")
+            state.stop = f"saga {saga_id}: {err.message}"
+            log.error("recovery of saga %s stopped: %s", saga_id, err.message)
+            return SagaResult(saga_id, "FAILED", error=err.message)
         finally:
             await guard.stop()
             try:
                 await self.lock.release(claim)
-            except RecoveryError as exc:
-                log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc.message)
+            except (RecoveryError, OSError) as exc:
+                log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc)
 
     # ------------------------------------------------------------------ loop
 
@@ -574,10 +603,14 @@ _OUTCOME_KIND = {
 }
 
 
-def owner_escalations(rec: Record, source: str, daemon_id: str) -> list[Escalation]:
+def owner_escalations(
+    rec: Record, source: str, daemon_id: str, earlier: Sequence[Record] = ()
+) -> list[Escalation]:
     """The escalations a SAGA_ROLLBACK_PARTIAL written by the saga's owner implies: one
-    per step its report lists as not restored (deterministic ids: queueing twice is a no-op)."""
+    per step its report lists as not restored (deterministic ids: queueing twice is a
+    no-op), each with the compensation the saga's ``earlier`` records hold for the step."""
     out: list[Escalation] = []
+    facts = step_compensations(earlier)
     steps = (rec.payload or {}).get("steps")
     for s in steps if isinstance(steps, list) else []:
         if not isinstance(s, dict):
@@ -586,11 +619,15 @@ def owner_escalations(rec: Record, source: str, daemon_id: str) -> list[Escalati
         if kind is None:
             continue
         step = s.get("step") if isinstance(s.get("step"), str) else None
+        semantics, desc = facts.get(step or "", ("?", None))
         out.append(Escalation(
             id=escalation_id(rec.saga, step), saga_id=rec.saga, step_id=step,
-            tool=str(s.get("tool", "?")), semantics="?", kind=kind.value,
+            tool=str(s.get("tool", "?")), semantics=str(s.get("semantics") or semantics), kind=kind.value,
             reason=f"the saga's own rollback left it {s.get('outcome')}: {s.get('error')}",
             outcome_unknown=False, source=source, daemon=daemon_id, ts=rec.ts / 1e6,
+            compensation=escalated_compensation(
+                desc, idempotency_key(rec.saga, step, COMPENSATION_SCOPE)
+            ) if step else None,
         ))
     return out
 

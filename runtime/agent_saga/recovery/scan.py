@@ -72,8 +72,9 @@ class LogScan:
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
-        #: yet queued for a human: the daemon drains this list into the escalation queue.
-        self.owner_partials: list[Record] = []
+        #: yet queued for a human, each with the saga's earlier records (whose compensation
+        #: descriptors the escalations carry): the daemon drains this list into the queue.
+        self.owner_partials: list[tuple[Record, list[Record]]] = []
         self.records_read = 0
 
     def feed_all(self, records: Iterable[Record]) -> None:
@@ -87,10 +88,10 @@ class LogScan:
         if saga_id == RESERVED_SAGA or saga_id in self.resolved:
             return
         if rec.type in TERMINAL_SAGA_TYPES:
-            self.in_flight.pop(saga_id, None)
+            done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
             if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
-                self.owner_partials.append(rec)
+                self.owner_partials.append((rec, done.records if done is not None else []))
             return
         view = self.in_flight.get(saga_id)
         if view is None:
