@@ -21,9 +21,14 @@ Guarantees:
   absorbs the window a claim cannot close (a daemon paused past its claim's TTL).
 - Never a guess: what cannot be resolved automatically is escalated to the human queue
   in the ledger (``agent-saga recover --escalations``) and the saga is closed PARTIAL.
-- Fails closed: an unparseable record, a record the reader cannot decrypt, or an
-  unreadable journal halts the daemon (``halted``, ``RecoveryHalted``) before it acts;
-  it stays halted until rebuilt.
+- Acts only on verified records: each record read is checked against its digest and its
+  chain first (``recovery.verified``); a record that fails, an unexplained gap, a repeated
+  or backward sequence, a truncated or replaced log, and a record of an unknown type in a
+  saga it would act on halt it.
+- Fails closed: those, a record the reader cannot decrypt, or an unreadable journal halt
+  the daemon (``halted``, ``RecoveryHalted``) before it acts; it stays halted until rebuilt.
+- ``sweep()`` never raises for one saga's failure or a place it cannot write (claims,
+  journal, log: ``LocationUnavailable``): the report's ``error`` says what stopped it.
 - ``drain()``: the claim in hand is finished, no new one is taken.
 """
 
@@ -45,17 +50,16 @@ from ..audit.encryption import PayloadEncryptor
 from ..errors import ConfigurationError, WALError
 from ..executor import get_tool_executor
 from ..faults import fault_point
-from ..idempotency import COMPENSATION_SCOPE, idempotency_key
-from ..records import Record
 from ..wal.base import BaseWAL
 from ..wal.compaction import CompactionReport
 from .claims import Claim, ClaimLock, FileClaimLock
 from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted, location_error
-from .ledger import Escalation, FileLedger, RecoveryLedger, escalation_id
-from .plan import plan_saga, step_compensations
+from .ledger import FileLedger, RecoveryLedger
+from .partials import owner_escalations
+from .plan import plan_saga
 from .quarantine import QuarantineSource, ask_quarantine
-from .recordtypes import EscalationKind
-from .resolver import Resolution, SagaResult, escalated_compensation
+from .report import SweepReport
+from .resolver import Resolution, SagaResult
 from .scan import LogScan, SagaView
 from .sources import LogSource, PathSource, WALSource, WriterBusy, keep_set
 from .targets import default_file_paths
@@ -63,93 +67,6 @@ from .targets import default_file_paths
 __all__ = ["RecoveryDaemon", "SweepReport"]
 
 log = logging.getLogger("agent_saga.recovery")
-
-RESOLVED_STATUSES = frozenset({"ROLLED_BACK", "ROLLBACK_PARTIAL"})
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """What one sweep saw and did.
-
-    ``in_flight``: sagas with no terminal record; ``live``: of those, leases still running;
-    ``orphans``: leases expired (``quarantined`` ones excluded); ``results``: one per
-    orphan the sweep looked at; ``oldest_orphan_age``: seconds since the lease expired of
-    the oldest orphan still unresolved after the sweep (0 if none). ``halted`` says why the
-    daemon stopped (fail-closed); ``error`` why this sweep stopped early (transient).
-    """
-
-    source: str
-    started: float
-    duration: float
-    records_read: int
-    in_flight: int
-    live: int
-    quarantined: int
-    orphans: int
-    oldest_orphan_age: float
-    results: tuple[SagaResult, ...] = ()
-    halted: str | None = None
-    error: str | None = None
-    drained: bool = False
-    dry_run: bool = False
-
-    def count(self, *statuses: str) -> int:
-        return sum(1 for r in self.results if r.status in statuses)
-
-    @property
-    def recovered(self) -> int:
-        """Sagas this sweep closed (clean or partial)."""
-        return self.count(*RESOLVED_STATUSES)
-
-    @property
-    def escalated_sagas(self) -> int:
-        """Sagas this sweep closed with at least one escalation."""
-        return sum(1 for r in self.results if r.status in RESOLVED_STATUSES and r.escalations)
-
-    @property
-    def escalations(self) -> int:
-        return sum(len(r.escalations) for r in self.results)
-
-    @property
-    def claim_conflicts(self) -> int:
-        return self.count("CLAIMED")
-
-    @property
-    def compensations_run(self) -> int:
-        return sum(r.compensations_run for r in self.results)
-
-    @property
-    def ok(self) -> bool:
-        return self.halted is None and self.error is None
-
-    def summary(self) -> str:
-        if self.halted:
-            return f"{self.source}: HALTED: {self.halted}"
-        head = "planned" if self.dry_run else "recovered"
-        n = self.count("PLANNED") if self.dry_run else self.recovered
-        text = (
-            f"{self.source}: {self.in_flight} in flight, {self.live} live, {self.quarantined} "
-            f"quarantined, {self.orphans} orphaned; {head} {n}"
-        )
-        if not self.dry_run:
-            text += f" ({self.count('ROLLBACK_PARTIAL')} partial, {self.escalations} escalation(s))"
-        if self.claim_conflicts:
-            text += f", {self.claim_conflicts} claimed by another daemon"
-        if self.error:
-            text += f"; stopped early: {self.error}"
-        return text + f" in {self.duration:.3f}s"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source, "started": self.started, "duration": self.duration,
-            "records_read": self.records_read, "in_flight": self.in_flight, "live": self.live,
-            "quarantined": self.quarantined, "orphans": self.orphans,
-            "oldest_orphan_age": self.oldest_orphan_age, "recovered": self.recovered,
-            "escalations": self.escalations, "claim_conflicts": self.claim_conflicts,
-            "halted": self.halted, "error": self.error, "drained": self.drained,
-            "dry_run": self.dry_run, "results": [r.to_dict() for r in self.results],
-        }
-
 
 def default_daemon_id() -> str:
     host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:60] or "host"
@@ -594,42 +511,6 @@ class RecoveryDaemon:
     def __repr__(self) -> str:
         state = "halted" if self.halted else "draining" if self._draining else "ready"
         return f"<RecoveryDaemon {self.daemon_id} {self.source.description} {state}>"
-
-
-_OUTCOME_KIND = {
-    "NOT_UNDOABLE": EscalationKind.IRREVERSIBLE,
-    "FAILED": EscalationKind.COMPENSATION_FAILED,
-    "ESCALATED": EscalationKind.ESCALATED_BEFORE,
-}
-
-
-def owner_escalations(
-    rec: Record, source: str, daemon_id: str, earlier: Sequence[Record] = ()
-) -> list[Escalation]:
-    """The escalations a SAGA_ROLLBACK_PARTIAL written by the saga's owner implies: one
-    per step its report lists as not restored (deterministic ids: queueing twice is a
-    no-op), each with the compensation the saga's ``earlier`` records hold for the step."""
-    out: list[Escalation] = []
-    facts = step_compensations(earlier)
-    steps = (rec.payload or {}).get("steps")
-    for s in steps if isinstance(steps, list) else []:
-        if not isinstance(s, dict):
-            continue
-        kind = _OUTCOME_KIND.get(str(s.get("outcome")))
-        if kind is None:
-            continue
-        step = s.get("step") if isinstance(s.get("step"), str) else None
-        semantics, desc = facts.get(step or "", ("?", None))
-        out.append(Escalation(
-            id=escalation_id(rec.saga, step), saga_id=rec.saga, step_id=step,
-            tool=str(s.get("tool", "?")), semantics=str(s.get("semantics") or semantics), kind=kind.value,
-            reason=f"the saga's own rollback left it {s.get('outcome')}: {s.get('error')}",
-            outcome_unknown=False, source=source, daemon=daemon_id, ts=rec.ts / 1e6,
-            compensation=escalated_compensation(
-                desc, idempotency_key(rec.saga, step, COMPENSATION_SCOPE)
-            ) if step else None,
-        ))
-    return out
 
 
 def import_modules(names: Iterable[str]) -> Sequence[str]:
