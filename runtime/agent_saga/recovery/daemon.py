@@ -82,19 +82,27 @@ class _Sweep:
 
 class _ClaimGuard:
     """Renews a claim in the background; ``check()`` raises ``ClaimLost`` once it is not
-    certainly ours (renewal refused, or not confirmed within 90% of its ttl)."""
+    certainly ours (renewal refused, or not confirmed within 90% of its ttl).
+
+    ``stop()`` does not rely on cancellation alone: a client may absorb a cancellation
+    that lands mid-call (redis-py's asyncio client does) and return normally, and a
+    renewal loop that missed its one cancel would run, and hold the sweep, forever.
+    """
 
     def __init__(self, lock: ClaimLock, claim: Claim) -> None:
         self.lock = lock
         self.claim = claim
         self.confirmed = time.monotonic()
         self.lost: str | None = None
+        self._stopping = False
         self._task = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
         period = max(self.claim.ttl / 3.0, 0.01)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(period)
+            if self._stopping:
+                return
             try:
                 if await self.lock.renew(self.claim):
                     self.confirmed = time.monotonic()
@@ -115,6 +123,7 @@ class _ClaimGuard:
             )
 
     async def stop(self) -> None:
+        self._stopping = True
         self._task.cancel()
         try:
             await self._task
