@@ -201,6 +201,9 @@ def test_an_unknown_record_type_in_a_finished_saga_does_not_stop_recovery_of_oth
     r = env.recover("--wal-path", str(wal_path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert [c["charge_id"] for c in env.calls()] == ["ch_1"]
+    # Not ignored in silence: the report and the log say the log holds a type it cannot read.
+    assert "records of types this version does not know (STEP_TELEPORTED)" in r.stdout
+    assert "STEP_TELEPORTED, which this version of agent-saga does not know" in r.stderr
 
 
 def test_verify_inspect_and_certify_report_unknown_record_types(env: Env) -> None:

@@ -224,6 +224,7 @@ class RecoveryDaemon:
         self.scan = LogScan()
         self.halted: RecoveryHalted | None = None
         self.warnings: list[str] = []
+        self._unknown_seen: set[str] = set()
         self._draining = False
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
@@ -288,7 +289,15 @@ class RecoveryDaemon:
                 fresh = LogScan()
                 fresh.records_read = self.scan.records_read
                 self.scan = fresh
+            known = set(self.scan.unknown_types)
             self.scan.feed_all(read.records)
+            for t in self.scan.unknown_types.keys() - known - self._unknown_seen:
+                self._unknown_seen.add(t)
+                log.warning(
+                    "%s holds records of type %s, which this version of agent-saga does not know; "
+                    "recovery will not act on a saga holding one (upgrade agent-saga): first at %s",
+                    self.source.description, t, self.scan.unknown_types[t][1],
+                )
 
     # ------------------------------------------------------------------ sweeping
 
@@ -312,7 +321,7 @@ class RecoveryDaemon:
                 live=live, quarantined=quarantined, orphans=len(orphans),
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
                 halted=None if self.halted is None else self.halted.message, error=state.stop,
-                drained=state.drained, dry_run=dry_run,
+                drained=state.drained, dry_run=dry_run, unknown_types=tuple(sorted(self.scan.unknown_types)),
             )
 
         if self.halted is not None:

@@ -38,6 +38,9 @@ class SweepReport:
     error: str | None = None
     drained: bool = False
     dry_run: bool = False
+    #: record types this version does not know, seen in the log (in sagas recovery did
+    #: not have to act on; in one it would act on, recovery halts)
+    unknown_types: tuple[str, ...] = ()
 
     def count(self, *statuses: str) -> int:
         return sum(1 for r in self.results if r.status in statuses)
@@ -81,6 +84,11 @@ class SweepReport:
             text += f" ({self.count('ROLLBACK_PARTIAL')} partial, {self.escalations} escalation(s))"
         if self.claim_conflicts:
             text += f", {self.claim_conflicts} claimed by another daemon"
+        if self.unknown_types:
+            text += (
+                f"; the log holds records of types this version does not know "
+                f"({', '.join(self.unknown_types)}): upgrade agent-saga"
+            )
         if self.error:
             text += f"; stopped early: {self.error}"
         return text + f" in {self.duration:.3f}s"
@@ -93,5 +101,6 @@ class SweepReport:
             "oldest_orphan_age": self.oldest_orphan_age, "recovered": self.recovered,
             "escalations": self.escalations, "claim_conflicts": self.claim_conflicts,
             "halted": self.halted, "error": self.error, "drained": self.drained,
-            "dry_run": self.dry_run, "results": [r.to_dict() for r in self.results],
+            "dry_run": self.dry_run, "unknown_types": list(self.unknown_types),
+            "results": [r.to_dict() for r in self.results],
         }

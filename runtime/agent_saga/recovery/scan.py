@@ -12,6 +12,8 @@ Invariants:
   last declared. Records a daemon wrote (payload ``recovered_by``) are not signs of life.
 - A lease record that cannot be read halts (``RecoveryHalted``): it is the one fact that
   says whether a live process would be touched.
+- Records of a type this version does not know are counted (``unknown_types``), never
+  dropped: the plan refuses a saga holding one, the report names them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..chain import RESERVED_SAGA
 from ..leases import DEFAULT_LEASE_SECONDS
-from ..records import TERMINAL_SAGA_TYPES, Record, RecordType
+from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
@@ -76,6 +78,8 @@ class LogScan:
         #: descriptors the escalations carry): the daemon drains this list into the queue.
         self.owner_partials: list[tuple[Record, list[Record]]] = []
         self.records_read = 0
+        #: record types this version does not know: type -> (count, where the first is)
+        self.unknown_types: dict[str, tuple[int, str]] = {}
 
     def feed_all(self, records: Iterable[Record]) -> None:
         for rec in records:
@@ -84,6 +88,9 @@ class LogScan:
     def feed(self, rec: Record) -> None:
         """Take one record, in log order."""
         self.records_read += 1
+        if rec.type not in KNOWN_TYPES:
+            n, first = self.unknown_types.get(rec.type, (0, where(rec)))
+            self.unknown_types[rec.type] = (n + 1, first)
         saga_id = rec.saga
         if saga_id == RESERVED_SAGA or saga_id in self.resolved:
             return
