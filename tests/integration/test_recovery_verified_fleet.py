@@ -157,3 +157,26 @@ def test_recoveryd_on_a_read_only_log_stays_up_unready_then_recovers_once_writab
             d.stop()
         assert d.proc.returncode == 0, d.output()
     assert [c["charge_id"] for c in env.calls()] == ["ch_1"]
+
+
+def test_recover_reads_the_key_of_an_encrypted_fleet_log(env: Env, fresh_redis: Any) -> None:
+    from agent_saga.audit import EncryptedWAL, new_wal_key
+    from agent_saga.audit.encryption import AESGCMEncryptor, Keyring
+    from agent_saga.wal.redis import RedisWAL
+
+    key = new_wal_key("fleet-1")
+    wal = EncryptedWAL(RedisWAL(fresh_redis.url, key="enc:wal", writer="agent-1"), AESGCMEncryptor(Keyring.parse(key)))
+    write_orphan(wal, "s1", "ch_sealed")
+    wal.close()
+    args = ["--wal-url", f"{fresh_redis.url}?key=enc:wal", "--redis-url", fresh_redis.url]
+    r = env.recover(*args)
+    assert r.returncode == 2 and "no key was given" in r.stdout, r.stdout + r.stderr
+    assert env.calls() == []
+    r = env.recover(*args, extra_env={"AGENT_SAGA_WAL_KEY": key})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [c["charge_id"] for c in env.calls()] == ["ch_sealed"]
+    # The daemon's own records went into the shared log encrypted, and verify without a key.
+    r = env.cli("verify", "--wal-url", f"{fresh_redis.url}?key=enc:wal")
+    assert r.returncode == 0, r.stdout
+    r = env.cli("certify", "--wal-url", f"{fresh_redis.url}?key=enc:wal", extra_env={"AGENT_SAGA_WAL_KEY": key})
+    assert r.returncode == 0 and "CERTIFIED" in r.stdout, r.stdout + r.stderr

@@ -110,3 +110,18 @@ def test_recoveryd_stays_up_unready_on_unwritable_claims_then_uses_the_claims_it
         d.stop()
     assert [c["charge_id"] for c in env.calls()] == ["ch_1"]
     assert claims.is_dir() and not (env.dir / "logs" / "a.wal.recovery-claims").exists()
+
+
+def test_recoveryd_takes_its_claims_and_journal_location_by_flag_or_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agent_saga_recoveryd.config import parse_args
+
+    c = parse_args(["--wal-path", "/data/a.wal", "--claims", "/var/claims", "--ledger", "/var/j.jsonl"])
+    assert (c.claims, c.ledger) == ("/var/claims", "/var/j.jsonl")
+    monkeypatch.setenv("AGENT_SAGA_RECOVERYD_CLAIMS", "/env/claims")
+    monkeypatch.setenv("AGENT_SAGA_RECOVERYD_LEDGER", "/env/j.jsonl")
+    c = parse_args(["--wal-path", "/data/a.wal"])
+    assert (c.claims, c.ledger) == ("/env/claims", "/env/j.jsonl")
+    with pytest.raises(SystemExit):  # claims in Redis and in a directory at once: refused
+        parse_args(["--wal-path", "/data/a.wal", "--redis-url", "redis://r:6379/0"])
