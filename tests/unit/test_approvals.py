@@ -148,10 +148,12 @@ PENDING = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule
 
 
 async def _crash_while_waiting(gw: ApprovalGateway, request: StepRequest) -> str:
-    """Start a request and kill the waiter once it is in the store (as a crash would)."""
+    """Start a request and kill the waiter once it is waiting for the human: in the store
+    and, with a notifier, once the human was told (as a crash would)."""
     task = asyncio.create_task(gw.request_approval(request, PENDING))
-    for _ in range(500):
-        if gw.store.list():
+    notices = getattr(gw.notifier, "notices", None)
+    for _ in range(2000):
+        if gw.store.list() and (notices is None or notices):
             break
         await asyncio.sleep(0.01)
     task.cancel()
