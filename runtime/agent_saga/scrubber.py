@@ -221,53 +221,63 @@ def redact_text(text: str) -> str:
 
 
 def _scrub_str(key: object, value: str, free: bool, shapes: bool) -> str:
-    if isinstance(key, str):
-        cls = _key_class(key)
-        if cls == 2 or (cls == 1 and looks_random(value)):
-            return REDACTED
+    cls = _key_class(key) if isinstance(key, str) else 0
+    if cls == 2 or (cls == 1 and looks_random(value)):
+        return REDACTED
     if free:
         return redact_text(value) if shapes or ":" in value or "=" in value else value
     return _redact_shapes(value) if shapes and secret_kind(value) else value
 
 
-def _walk(obj: Any, key: object, free: bool, shapes: bool, trail: list[object], found: list[str]) -> Any:
-    # ``trail`` is the key path so far; it is rendered only for what is found. ``shapes``
-    # is False when the whole payload's text holds no hint of a credential format.
-    if type(obj) is str:
-        if not obj:
-            return obj
-        out = _scrub_str(key, obj, free, shapes)
-        if out != obj:
-            found.append("payload" + "".join(f"[{k!r}]" for k in trail))
-        return out
-    if isinstance(obj, dict):
+def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
+    """``obj`` with its secrets replaced: the same object where nothing changed (the hot
+    path allocates nothing). ``shapes`` is False when the whole payload's text holds no
+    hint of a credential format, so strings are then checked by key name only."""
+    t = obj.__class__
+    if t is str:
+        return _scrub_str(key, obj, free, shapes) if obj else obj
+    if t is dict:
         new: dict[str, Any] | None = None
         for k, v in obj.items():
-            if v is None or v.__class__ in _SCALARS:
+            tv = v.__class__
+            if tv is str:
+                if not v:
+                    continue
+                sub = _scrub_str(k, v, free or k in FREE_TEXT_KEYS, shapes)
+            elif tv is dict or tv is list or tv is tuple:
+                sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
+            else:
                 continue
-            trail.append(k)
-            sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes, trail, found)
-            trail.pop()
             if sub is not v:
                 if new is None:
                     new = dict(obj)
                 new[k] = sub
         return obj if new is None else new
-    if isinstance(obj, list | tuple):
-        items = list(obj)
-        changed = False
-        for i, v in enumerate(items):
+    if t is list or t is tuple:
+        items: list[Any] | None = None
+        for i, v in enumerate(obj):
             # A list inherits its key: {"tokens": ["..."]} is still a list of tokens.
-            trail.append(i)
-            sub = _walk(v, key, free, shapes, trail, found)
-            trail.pop()
+            sub = _walk(v, key, free, shapes)
             if sub is not v:
-                items[i], changed = sub, True
-        return items if changed else obj
+                if items is None:
+                    items = list(obj)
+                items[i] = sub
+        return obj if items is None else items
     return obj
 
 
-_SCALARS = frozenset({int, float, bool})
+def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
+    """Where ``_walk`` replaced something (for the warning; only run when it did)."""
+    if old is new:
+        return
+    if isinstance(old, dict) and isinstance(new, dict):
+        for k in old:
+            _changed_paths(old[k], new[k], f"{path}[{k!r}]", out)
+    elif isinstance(old, list | tuple) and isinstance(new, list | tuple):
+        for i, (a, b) in enumerate(zip(old, new, strict=False)):
+            _changed_paths(a, b, f"{path}[{i}]", out)
+    else:
+        out.append(path)
 
 
 def _is_envelope(payload: dict[str, Any]) -> bool:
@@ -285,10 +295,10 @@ def scrub_payload(
     """
     if payload is None or _is_envelope(payload):
         return payload
-    found: list[str] = []
-    shapes = True if text is None else _hinted(text)
-    out = _walk(payload, None, False, shapes, [], found)
-    if found:
+    out = _walk(payload, None, False, True if text is None else _hinted(text))
+    if out is not payload:
+        found: list[str] = []
+        _changed_paths(payload, out, "payload", found)
         log.warning(
             "a secret was redacted from a %s record of saga %s before it reached the WAL, at %s: "
             "pass a credential reference (credential_ref='...') instead of the secret",
@@ -297,6 +307,7 @@ def scrub_payload(
     return out  # type: ignore[no-any-return]
 
 
+@functools.lru_cache(maxsize=4096)
 def scrub_id(value: str) -> str:
     """A header id (saga, step) with a secret shape becomes ``redacted-<24 hex>``: the
     same for the same id, so a saga's records still group, and valid as an id."""
