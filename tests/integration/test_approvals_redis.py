@@ -22,8 +22,8 @@ from agent_saga.controls import (
     EscalationLevel,
     RedisApprovalStore,
 )
-from agent_saga.controls.approval_stores import Decision, decide_request
-from agent_saga.controls.verdicts import PreFlightDecision
+from agent_saga.controls.approvals import Decision, decide_request
+from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records

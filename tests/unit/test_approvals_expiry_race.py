@@ -12,8 +12,8 @@ import asyncio
 from pathlib import Path
 
 from agent_saga.controls import ApprovalGateway, ApprovalPolicy, FileApprovalStore
-from agent_saga.controls.approval_docs import Decision
-from agent_saga.controls.verdicts import PreFlightDecision
+from agent_saga.controls.approvals import Decision
+from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
