@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from .errors import WALCorrupt
 from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
+from .scrubber import scrub_id, scrub_payload
 
 SALT_BYTES = 16
 _SALT_HEX = re.compile(f"[0-9a-f]{{{SALT_BYTES * 2}}}")
@@ -55,10 +56,21 @@ def header_hash(rec: Record) -> str:
 def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
     """Fill salt, digest, prev and hash of ``rec``; return its canonical payload text.
 
-    ``salt`` (``SALT_BYTES`` random bytes) may be passed in so a writer can draw the salts
-    of a whole batch with one ``os.urandom`` call.
+    This is the record codec boundary every writer goes through, so it is where the secret
+    scrubber runs (``agent_saga.scrubber``): a secret in the payload or the header ids is
+    redacted before anything is hashed or written. ``salt`` (``SALT_BYTES`` random bytes)
+    may be passed in so a writer can draw the salts of a whole batch with one
+    ``os.urandom`` call.
     """
+    rec.saga = scrub_id(rec.saga)
+    if rec.step is not None:
+        rec.step = scrub_id(rec.step)
     canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+    if rec.payload is not None:
+        scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical)
+        if scrubbed is not rec.payload:
+            rec.payload = scrubbed
+            canonical = canonical_json(scrubbed)
     rec.salt = (os.urandom(SALT_BYTES) if salt is None else salt).hex()
     rec.digest = content_digest(rec.salt, canonical)
     rec.prev = prev

@@ -12,7 +12,9 @@ Invariants:
   snake-case extension name (``KNOWN_TYPES`` lists those this version writes; a newer
   writer may add others, see ``is_known_type``). None of them can contain a newline,
   which the chain relies on.
-- ``payload`` is a JSON object; credentials never appear in it (references only).
+- ``payload`` is a JSON object; credentials never appear in it (references only; the
+  scrubber run by ``chain.seal`` redacts any that slip in). Ids with a credential format
+  are refused by ``validate_id``.
 - ``salt``/``digest``/``prev``/``hash`` are the hash chain (see ``agent_saga.chain``).
 - A redacted record has ``payload`` and ``salt`` null and ``"redacted": true``.
 - Fields stamped after the fact by a backend (for example ``gseq``) are not hashed.
@@ -26,7 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigurationError, WALCorrupt
+from .errors import ConfigurationError, SecretDetected, WALCorrupt
+from .scrubber import secret_kind
 
 SCHEMA_VERSION = 1
 
@@ -142,11 +145,22 @@ class Record:
 
 
 def validate_id(value: str, what: str) -> str:
-    """Return ``value`` if it is a valid saga/step id, else raise naming the field and fix."""
+    """Return ``value`` if it is a valid saga/step id, else raise naming the field and fix.
+
+    An id is a record header, hashed and never redactable, so one that contains a
+    credential format raises ``SecretDetected`` (the message does not repeat it).
+    """
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise ConfigurationError(
             f"{what} {value!r} is not a valid id: use 1-200 characters from "
             f"[A-Za-z0-9._:@/+=-], starting with a letter or digit"
+        )
+    kind = secret_kind(value)
+    if kind is not None:
+        raise SecretDetected(
+            f"{what} looks like a secret (it contains {kind}); ids are written in every "
+            f"record header of the WAL: choose a name that holds no credential",
+            key=what,
         )
     return value
 

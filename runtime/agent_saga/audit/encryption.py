@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigurationError, NotSerializable, WALDecryptFailed, WALKeyMissing
 from ..records import Record, canonical_json
+from ..scrubber import scrub_id, scrub_payload
 from ..wal.base import BaseWAL, WALStats
 
 if TYPE_CHECKING:
@@ -320,8 +321,12 @@ class EncryptedWAL(BaseWAL):
         step: str | None = None,
         payload: dict[str, Any] | None = None,
     ) -> int:
-        """Encrypt ``payload`` (None stays None) and queue it on the inner WAL."""
+        """Scrub ``payload`` of secrets (the codec boundary's scrubber: the inner WAL only
+        sees ciphertext), encrypt it (None stays None) and queue it on the inner WAL."""
         if payload is not None:
+            saga, step = scrub_id(saga), None if step is None else scrub_id(step)
+            payload = scrub_payload(payload, type, saga)
+            assert payload is not None
             payload = self.encryptor.encrypt(payload, associated_data(type, saga, step))
         return self.inner.append(type, saga, step, payload)
 

@@ -236,8 +236,11 @@ class ApprovalGateway:
                 return self._record(request, current, False, current.approver or SYSTEM_APPROVER,
                                     current.note or "denied")
             if current.state == "Expired":
+                # Another process (the operator's expiry, a peer agent) saw the deadline
+                # first: the same answer and record as when this process expires it.
                 return self._record(request, current, False, SYSTEM_APPROVER,
-                                    f"the request expired at {format_instant(current.deadline)} unanswered")
+                                    f"the request expired at {format_instant(current.deadline)} unanswered: "
+                                    f"expiry denies", decision="Expired")
             now = self._clock.time()
             if now >= current.deadline:
                 return await self._expire(request, current, now)

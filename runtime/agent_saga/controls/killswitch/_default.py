@@ -60,7 +60,8 @@ def get_kill_switch() -> KillSwitch | None:
 def open_switch_store(target: str, *, grace: float | None = None, warn: bool = True) -> SwitchStore:
     """A store from a URL or a path: ``redis://host:6379/0?grace=30`` (grace from the
     query, the ``grace`` argument or ``$AGENT_SAGA_SWITCH_GRACE``: one is required) or a
-    file path (``FileSwitchStore``)."""
+    file path (``FileSwitchStore``; its grace for a lost file from the argument or the
+    variable, else 30 s)."""
     if target.startswith(("redis://", "rediss://", "unix://")):
         import urllib.parse
 
@@ -86,4 +87,10 @@ def open_switch_store(target: str, *, grace: float | None = None, warn: bool = T
         return RedisSwitchStore(url, grace=grace)
     if target.startswith("file://"):
         target = target[len("file://"):]
-    return FileSwitchStore(target, warn=warn)
+    if grace is None and os.environ.get(ENV_SWITCH_GRACE, "").strip():
+        text = os.environ[ENV_SWITCH_GRACE].strip()
+        try:
+            grace = float(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"{ENV_SWITCH_GRACE} must be a number of seconds, got {text!r}") from exc
+    return FileSwitchStore(target, warn=warn) if grace is None else FileSwitchStore(target, warn=warn, grace=grace)

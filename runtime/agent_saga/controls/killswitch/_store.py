@@ -18,7 +18,9 @@ Failure modes, deliberately different from every other control (see docs/killswi
   at all (Redis down at start-up) everything is refused.
 - ``FileSwitchStore`` keeps levers in memory, or in a JSON file that other processes on
   the same host (the CLI) may write; it logs a WARNING when created, because a kill
-  switch that stops one process is not a kill switch for a fleet.
+  switch that stops one process is not a kill switch for a fleet. A file that is deleted
+  or cannot be read is an outage too: its last known levers are honoured for ``grace``
+  seconds, then everything is refused (see ``_local``).
 
 Invariants:
 - ``view()`` never blocks and never raises; a view is immutable and swapped atomically.
