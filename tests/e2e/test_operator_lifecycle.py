@@ -242,8 +242,8 @@ def test_examples_apply_cleanly_and_become_ready(crds: KubeCluster, ns: str, ope
     policy = json.loads(r.get(f"agentsaga:v1:sagapolicy:{ns}/payments-agent"))  # type: ignore[arg-type]
     assert policy["policy"]["tools"]["stripe__create_charge"] == {
         "semantics": "COMPENSABLE", "compensate": {"tool": "stripe__create_refund", "args": {"charge": "$.id"}},
-        "policy_args": {"amount": "$.amount", "customer_id": "$.customer"}}
-    assert policy["policy"]["undeclared_tools"] == "refuse"
+        "policyArgs": {"amount": "$.amount", "customer_id": "$.customer"}}
+    assert policy["policy"]["undeclaredTools"] == "Refuse"
     listing = crds.kubectl("get", "agentsaga", "-n", ns).stdout
     for name in ("halt-wire-send", "daily-spend", "payments-agent", "default"):
         assert name in listing
