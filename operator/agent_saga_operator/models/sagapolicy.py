@@ -28,6 +28,7 @@ from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 from ._base import (
     TOOL_NAME_PATTERN,
     AgentGlob,
+    AgentsStatus,
     ArgName,
     BaseStatus,
     CRDModel,
@@ -202,6 +203,9 @@ class SagaPolicyStatus(BaseStatus):
 
     tools: int | None = Field(default=None, ge=0, description="Declared tools.")
     rules: int | None = Field(default=None, ge=0, description="Gate rules.")
+    agents: AgentsStatus | None = Field(default=None, description="Which agents enforce it (their heartbeats).")
+    acked: str | None = Field(default=None, max_length=32, description="enforcing/matched, e.g. 3/3.")
+    enforced_by: list[str] | None = Field(default=None, max_length=20, description="The agents enforcing it (agent@pod).")
 
 
 class SagaPolicy(Resource):
@@ -217,6 +221,7 @@ class SagaPolicy(Resource):
             PrinterColumn("Undeclared", "string", ".spec.undeclaredTools"),
             PrinterColumn("Tools", "integer", ".status.tools"),
             PrinterColumn("Rules", "integer", ".status.rules"),
+            PrinterColumn("Acked", "string", ".status.acked", "Agents enforcing it / agents it governs"),
             *ready_columns(),
         ),
     )
