@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from agent_saga.controls import BudgetLimit, RateLimit, by_arg, by_tool, combine, global_scope
-from agent_saga.controls.policy import parse_policy
+from agent_saga.controls.policy import parse_policy, policies_from_documents
 from agent_saga_operator.documents import (
     Identity,
     InvalidSpec,
@@ -124,6 +124,19 @@ def test_saga_policy_document_is_the_runtimes_canonical_policy() -> None:
     }
     assert doc["appliesTo"] is None
     assert parse_policy(doc["policy"]) == parse_policy(spec.to_json_doc())
+
+
+def test_the_runtime_reads_the_operators_saga_policy_documents_and_skips_what_it_cannot() -> None:
+    spec = SagaPolicySpec.model_validate({"tools": {"search_docs": {"semantics": "REVERSIBLE"}}})
+    good = {"rev": 4, **saga_policy_doc(spec, WHO)}
+    newer = {**good, "id": "payments/newer", "v": 2}
+    broken = {**good, "id": "payments/broken", "policy": {"mode": "Audit"}}
+    policies, problems = policies_from_documents([good, newer, broken])
+    assert [(p.id, p.uid, p.generation) for p in policies] == [(WHO.id, WHO.uid, WHO.generation)]
+    assert policies[0].policy == parse_policy(spec.to_json_doc())
+    assert problems == ["payments/newer: document v=2 is not supported (skipped)",
+                        "payments/broken: unreadable SagaPolicy (policy.mode: 'Audit' is not one of Enforce, "
+                        "Observe) (skipped)"]
 
 
 def test_model_route_preference_defaults_to_host_order() -> None:

@@ -9,7 +9,7 @@ See docs/policy.md.
 """
 
 from ._evaluation import Admission, PolicyInForce, PolicySet
-from ._files import load_policy_file, load_policy_text
+from ._files import load_policy_file, load_policy_text, policies_from_documents
 from ._jsonpath import JSON_PATH_PATTERN, JsonPath, JsonPathError, JsonPathMissing, compile_path
 from ._model import (
     AppliesTo,
@@ -42,6 +42,7 @@ __all__ = [
     "load_policy_text",
     "merge_surface",
     "parse_policy",
+    "policies_from_documents",
     "skeleton_yaml",
     "surface_entry_doc",
 ]

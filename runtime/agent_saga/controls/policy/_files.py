@@ -1,4 +1,5 @@
-"""Reading a policy from a file: the MCP proxy's JSON, or a SagaPolicy manifest.
+"""Reading policies: from a file (the MCP proxy's JSON, or a SagaPolicy manifest), or
+from the operator's policy-plane documents (``policies_from_documents``).
 
     load_policy_file("saga-policy.json")     # {"mode": "enforce", "tools": {...}}
     load_policy_file("policy.yaml")          # apiVersion: agentsaga.dev/v1alpha1, kind: SagaPolicy
@@ -13,12 +14,14 @@ Invariant: every failure is a ``PolicyError`` naming the file and the field.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ._evaluation import PolicyInForce
 from ._model import PolicyError, SagaPolicy, parse_policy
 
-__all__ = ["load_policy_file", "load_policy_text"]
+__all__ = ["load_policy_file", "load_policy_text", "policies_from_documents"]
 
 
 def load_policy_text(text: str, *, source: str = "<policy>") -> SagaPolicy:
@@ -55,3 +58,23 @@ def load_policy_file(path: str | Path) -> SagaPolicy:
     except OSError as exc:
         raise PolicyError("", f"cannot read policy file {p}: {exc.strerror or exc}") from None
     return load_policy_text(text, source=str(p))
+
+
+def policies_from_documents(docs: Iterable[Mapping[str, Any]]) -> tuple[list[PolicyInForce], list[str]]:
+    """The policies in the operator's SagaPolicy documents (docs/policy-plane.md), and the
+    problems met: a document of an unknown ``v``, or one this parser refuses, is skipped
+    and reported, never guessed at."""
+    out: list[PolicyInForce] = []
+    problems: list[str] = []
+    for doc in docs:
+        id_ = str(doc.get("id", "?"))
+        if doc.get("v") != 1:
+            problems.append(f"{id_}: document v={doc.get('v')!r} is not supported (skipped)")
+            continue
+        try:
+            policy = parse_policy(doc.get("policy"), where="policy")
+        except PolicyError as exc:
+            problems.append(f"{id_}: unreadable SagaPolicy ({exc}) (skipped)")
+            continue
+        out.append(PolicyInForce(id_, policy, str(doc.get("uid") or ""), int(doc.get("generation") or 0)))
+    return out, problems
