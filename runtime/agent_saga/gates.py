@@ -28,7 +28,7 @@ from .payloads import error_text, snapshot_mapping
 from .records import RecordType
 from .semantics import ActionSemantics
 
-__all__ = ["Gate", "GateDecision", "StepRequest", "Verdict", "consult"]
+__all__ = ["Declaration", "Gate", "GateDecision", "StepRequest", "Verdict", "consult"]
 
 Append = Callable[[str, str, "str | None", "dict[str, Any] | None"], int]
 
@@ -104,6 +104,18 @@ class GateDecision:
         return cls("BLOCK", reason, decided_by, False)
 
 
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What a gate made of a step's declaration: a reviewed policy can make it stricter,
+    never looser. ``semantics`` is the class the step is gated as; ``compensate`` is the
+    inverse the policy names (a factory over the forward result), used only when the code
+    gave none. A decision carries it as ``decision.declaration``; the engine applies it
+    (``Saga.execute``) and ignores anything that would loosen the code's declaration."""
+
+    semantics: ActionSemantics
+    compensate: Callable[[Any], Any] | None = None
+
+
 @runtime_checkable
 class Gate(Protocol):
     """A pre-flight control consulted before every step of a saga that has one.
@@ -118,12 +130,12 @@ class Gate(Protocol):
         ...
 
 
-async def consult(gate: Gate | None, request: StepRequest, append: Append) -> None:
+async def consult(gate: Gate | None, request: StepRequest, append: Append) -> GateDecision:
     """Ask ``gate`` about ``request``, record the verdict, raise ``GateBlocked`` if refused.
 
     With ``gate`` None only an IRREVERSIBLE step is asked about, and it is refused.
     A gate that raises or returns something other than a ``GateDecision`` refuses the
-    step (the gate's error is chained). Returns only if the step may run.
+    step (the gate's error is chained). Returns the decision only if the step may run.
     """
     saga_id, step_id, tool = request.saga_id, request.step_id, request.tool
     base: dict[str, Any] = {"tool": tool, "semantics": request.semantics.value}
@@ -164,7 +176,7 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> No
         verdict.update({k: v for k, v in detail.items() if k not in verdict})
     append(RecordType.GATE_VERDICT.value, saga_id, step_id, verdict)
     if decision.allowed:
-        return
+        return decision
     append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
     by = f", decided by {decision.decided_by}" if decision.decided_by else ""
     if getattr(decision, "quarantined", False) is True:
