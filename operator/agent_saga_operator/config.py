@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
-from agent_saga.controls.stores.base import LimitSpec
+from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 

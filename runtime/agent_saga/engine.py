@@ -249,7 +249,7 @@ class Saga:
         step_id = f"{self.saga_id}/{index}"
         request: StepRequest | None = None
         if self.gate is not None or sem is _IRR:
-            request, declared = await self._check_gate(step_id, tool, sem, policy_args)
+            request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)
             if declared is not None:
                 sem, compensate = _tightened(sem, compensate, declared)
 
@@ -495,11 +495,12 @@ class Saga:
             )
 
     async def _check_gate(
-        self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None
+        self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None,
+        has_inverse: bool = False,
     ) -> tuple[StepRequest, Declaration | None]:
         # Read-only view: the same dict is in the intent record the flusher thread encodes.
         args = MappingProxyType(policy_args if policy_args is not None else {})
-        request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags)
+        request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags, has_inverse)
         decision = await consult(self.gate, request, self._append)
         declared = getattr(decision, "declaration", None)
         return request, declared if isinstance(declared, Declaration) else None

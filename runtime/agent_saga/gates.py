@@ -49,6 +49,8 @@ class StepRequest:
     ``policy_args`` is a read-only, JSON-safe snapshot of the arguments the caller chose
     to expose to policy (amounts, recipients); it is also what the intent record holds, so
     a gate must not mutate anything inside it. ``tags`` are the saga's tags.
+    ``has_inverse``: the code gave the step a compensation (a reviewed policy's inverse
+    is used only when it did not).
     """
 
     saga_id: str
@@ -57,6 +59,7 @@ class StepRequest:
     semantics: ActionSemantics
     policy_args: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    has_inverse: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga.controls import RedisApprovalStore
-from agent_saga.controls.approval_docs import ApprovalRequest
+from agent_saga.controls.approvals import ApprovalRequest
 from fixtures.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from types import MappingProxyType
 import pytest
 from agent_saga.compensation import compensator, unregister_compensator
 from agent_saga.controls import ApprovalOutcome, PreFlightGate
-from agent_saga.controls.policy import PolicyInForce, PolicySet, parse_policy
+from agent_saga.controls.policy import PolicyInForce, PolicySet, StaticPolicySource, parse_policy
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 
@@ -94,10 +94,15 @@ def test_a_block_beats_an_allow() -> None:
     assert a.verdict == "BLOCK" and a.decided_by == "policy:payments/p1"
 
 
+def source(*docs: dict, agent: str = "payments-1") -> StaticPolicySource:
+    return StaticPolicySource([PolicyInForce(f"payments/p{i}", parse_policy(d), uid=f"u{i}", generation=1)
+                               for i, d in enumerate(docs)], agent=agent)
+
+
 async def test_a_policy_rule_blocks_even_when_code_rules_allow() -> None:
-    ps = pset({"undeclaredTools": "Allow",
-               "rules": [{"name": "no-eu", "tagged": "eu", "verdict": "Block", "reason": "EU paused"}]})
-    gate = PreFlightGate(rules=ps.rules, default_rules=())
+    gate = PreFlightGate(default_rules=(), policy=source(
+        {"undeclaredTools": "Allow", "rules": [{"name": "no-eu", "tagged": "eu", "verdict": "Block",
+                                                "reason": "EU paused"}]}))
     d = await gate.decide(req(sem=R, tags=("eu",)))
     assert d.verdict == "BLOCK" and d.decided_by == "rule:payments/p0:no-eu"
     assert d.reason == "EU paused"
@@ -105,11 +110,11 @@ async def test_a_policy_rule_blocks_even_when_code_rules_allow() -> None:
 
 # ---------------------------------------------------------------- rules ask a human
 async def test_a_rule_asks_a_human_with_its_reason() -> None:
-    ps = pset({"undeclaredTools": "Allow",
-               "rules": [{"name": "large-charges", "argExceeds": {"arg": "amount", "threshold": 10000},
-                          "reason": "large charges need a second pair of eyes"}]})
     approver = Approver()
-    gate = PreFlightGate(rules=ps.rules, default_rules=(), approval_provider=approver)
+    gate = PreFlightGate(default_rules=(), approval_provider=approver, policy=source(
+        {"undeclaredTools": "Allow",
+         "rules": [{"name": "large-charges", "argExceeds": {"arg": "amount", "threshold": 10000},
+                    "reason": "large charges need a second pair of eyes"}]}))
     small = await gate.decide(req(amount=500))
     assert small.verdict == "ALLOW"
     big = await gate.decide(req(amount=12000))
@@ -180,9 +185,9 @@ def test_observe_mode_refuses_nothing_and_says_what_it_would_have_done() -> None
                "rules": [{"name": "big", "argExceeds": {"arg": "amount", "threshold": 10}}]})
     r = req("t", sem=R, amount=50)
     a = ps.admit(r, has_compensation=False)
-    assert a.verdict == "ALLOW" and a.request is r and ps.rules == ()
-    assert a.observed == ("would gate t as IRREVERSIBLE",
-                          "rule payments/p0:big would ask a human: amount 50 exceeds 10")
+    assert a.verdict == "ALLOW" and a.request is r and ps.rule_specs == ()
+    assert a.observed == ("would gate t as IRREVERSIBLE",)
+    assert [n for n, _ in ps.observed_rule_specs] == ["payments/p0:big"]
     assert ps.admit(req("other", sem=R), has_compensation=False).observed[0].startswith("would refuse: other")
 
 

@@ -4,7 +4,8 @@
     └── RecoveryError              recovery could not do what it was asked
         ├── RecoveryHalted         fail-closed: unreadable log or journal; a human must look
         │   └── LedgerCorrupt      the recovery journal itself cannot be read
-        ├── ClaimStoreUnavailable  the claim/ledger server cannot be reached (transient)
+        ├── ClaimStoreUnavailable  the claim/ledger server cannot be reached (transient);
+        │                          also a ``StoreUnavailable`` (agent_saga.errors)
         └── ClaimLost              a claim expired or was taken while a saga was in hand
 
 ``RecoveryHalted`` is sticky: a daemon that raised it sweeps no more until it is rebuilt,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SagaError
+from ..errors import SagaError, StoreUnavailable
 
 __all__ = ["ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "RecoveryError", "RecoveryHalted"]
 
@@ -41,7 +42,7 @@ class LedgerCorrupt(RecoveryHalted):
     """A complete line of the recovery journal cannot be read."""
 
 
-class ClaimStoreUnavailable(RecoveryError):
+class ClaimStoreUnavailable(RecoveryError, StoreUnavailable):
     """The store behind claims or the ledger cannot be reached; nothing was claimed or acted on."""
 
 

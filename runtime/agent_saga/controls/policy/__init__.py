@@ -4,7 +4,9 @@ One schema for the ``SagaPolicy`` custom resource's spec and the MCP proxy's pol
 (``_model``); a small JSONPath subset for taking values from a call or a forward result
 (``_jsonpath``); how the policies in force change a step (``_evaluation``: a reviewed
 policy only ever tightens what code declares); reading a policy from a file
-(``_files``); and the skeleton written from a recorded tool surface (``_skeleton``).
+(``_files``); where the gate gets them (``_source``: a fixed set, or ``_redis``: the
+policy plane, watched, with a grace window); and the skeleton written from a recorded
+tool surface (``_skeleton``, ``_surface``).
 See docs/policy.md.
 """
 
@@ -20,7 +22,16 @@ from ._model import (
     ToolDeclaration,
     parse_policy,
 )
+from ._redis import PolicySourceUnavailable, RedisPolicySource
 from ._skeleton import SurfaceEntry, merge_surface, skeleton_yaml, surface_entry_doc
+from ._source import (
+    PolicySource,
+    PolicyView,
+    StaticPolicySource,
+    SurfaceLog,
+    get_policy_source,
+    set_policy_source,
+)
 
 __all__ = [
     "JSON_PATH_PATTERN",
@@ -34,15 +45,23 @@ __all__ = [
     "PolicyInForce",
     "PolicyRule",
     "PolicySet",
+    "PolicySource",
+    "PolicySourceUnavailable",
+    "PolicyView",
+    "RedisPolicySource",
     "SagaPolicy",
+    "StaticPolicySource",
     "SurfaceEntry",
+    "SurfaceLog",
     "ToolDeclaration",
     "compile_path",
+    "get_policy_source",
     "load_policy_file",
     "load_policy_text",
     "merge_surface",
     "parse_policy",
     "policies_from_documents",
+    "set_policy_source",
     "skeleton_yaml",
     "surface_entry_doc",
 ]

@@ -10,8 +10,10 @@ gate asks it twice about every step:
    carries the request the rest of the gate sees (tightened semantics, merged policy
    arguments), the inverse the policy names when the code has none, and the refusal or
    the questions for a human.
-2. ``rules`` — the policies' gate rules, evaluated with the gate's own rules, after the
-   limits (an over-budget call never costs a human's attention).
+2. ``rule_specs`` — the policies' gate rules (named ``<policy id>:<rule>``), which the
+   gate evaluates with its own rules, after the limits (an over-budget call never costs
+   a human's attention); ``observed_rule_specs`` are the Observe-mode policies' rules,
+   evaluated for the record only.
 
 Precedence, decided once: **a reviewed policy can only tighten what code declares, never
 loosen it.**
@@ -50,9 +52,8 @@ from typing import Any, Literal
 from ...compensation import registered_compensators
 from ...gates import StepRequest
 from ...semantics import ActionSemantics
-from ..rules import Rule, RuleHit, arg_exceeds, tagged, tool_matches
 from ._jsonpath import JsonPathMissing
-from ._model import Compensate, SagaPolicy, ToolDeclaration
+from ._model import Compensate, PolicyRule, SagaPolicy, ToolDeclaration
 
 __all__ = ["Admission", "PolicyInForce", "PolicySet"]
 
@@ -120,8 +121,10 @@ class PolicySet:
         self.policies: tuple[PolicyInForce, ...] = tuple(chosen)
         self.enforced = tuple(p for p in chosen if p.policy.mode == "Enforce")
         self.observing = tuple(p for p in chosen if p.policy.mode == "Observe")
-        self.rules: tuple[Rule, ...] = tuple(_rule(p.id, r) for p in self.enforced for r in p.policy.rules)
-        self._observe_rules: tuple[Rule, ...] = tuple(_rule(p.id, r) for p in self.observing for r in p.policy.rules)
+        self.rule_specs: tuple[tuple[str, PolicyRule], ...] = tuple(
+            (f"{p.id}:{r.name}", r) for p in self.enforced for r in p.policy.rules)
+        self.observed_rule_specs: tuple[tuple[str, PolicyRule], ...] = tuple(
+            (f"{p.id}:{r.name}", r) for p in self.observing for r in p.policy.rules)
         self._plans: dict[str, _ToolPlan] = {}
         self._observed_plans: dict[str, _ToolPlan] = {}
 
@@ -187,47 +190,7 @@ class PolicySet:
         if plan.semantics is not None and _RANK[plan.semantics] > _RANK[request.semantics]:
             out.append(f"would gate {request.tool} as {plan.semantics.value}")
         out.extend(f"would ask a human: {reason}" for _, reason in plan.asks)
-        for r in self._observe_rules:
-            try:
-                hit = r.evaluate(request)
-            except Exception as exc:  # noqa: BLE001 - an observation never refuses
-                out.append(f"rule {r.name} could not read the call ({exc})")
-                continue
-            if hit is not None:
-                out.append(f"rule {r.name} would {'refuse' if hit.verdict == 'BLOCK' else 'ask a human'}: "
-                           f"{hit.reason}")
         return tuple(out)
-
-
-def _rule(policy_id: str, r: Any) -> Rule:
-    """A policy's rule as a gate rule, named ``<policy id>:<rule name>``."""
-    name = f"{policy_id}:{r.name}"
-    verdict = "BLOCK" if r.verdict == "Block" else "REQUIRE_APPROVAL"
-    kind, value = r.condition
-    if kind == "toolMatches":
-        return tool_matches(*value, verdict=verdict, reason=r.reason or "", name=name)
-    if kind == "tagged":
-        return tagged(value, verdict, r.reason or "", name=name)
-    base = arg_exceeds(value[0], value[1], verdict, name=name)
-    return base if r.reason is None else _Reasoned(base, r.reason)
-
-
-@dataclass(frozen=True, slots=True)
-class _Reasoned:
-    """A rule whose hits carry the policy's sentence (and, after it, the measured fact)."""
-
-    inner: Rule
-    reason: str
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    def evaluate(self, request: StepRequest) -> RuleHit | None:
-        hit = self.inner.evaluate(request)
-        if hit is None:
-            return None
-        return RuleHit(hit.verdict, f"{self.reason} ({hit.reason})")
 
 
 def _plan(policies: Sequence[PolicyInForce], tool: str) -> _ToolPlan:
