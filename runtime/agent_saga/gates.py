@@ -28,7 +28,8 @@ from .payloads import error_text, snapshot_mapping
 from .records import RecordType
 from .semantics import ActionSemantics
 
-__all__ = ["Declaration", "Gate", "GateDecision", "StepRequest", "Verdict", "consult"]
+__all__ = ["Declaration", "Gate", "GateDecision", "StepRequest", "Verdict", "consult", "no_gate_fallback",
+           "set_no_gate_fallback"]
 
 Append = Callable[[str, str, "str | None", "dict[str, Any] | None"], int]
 
@@ -131,6 +132,23 @@ class Gate(Protocol):
     async def decide(self, request: StepRequest) -> GateDecision:
         """Decide whether the step described by ``request`` may run."""
         ...
+
+
+_fallback: Callable[[], Gate | None] | None = None
+
+
+def set_no_gate_fallback(factory: Callable[[], Gate | None] | None) -> None:
+    """Register what a saga opened without a gate is gated by (the controls register the
+    process-wide kill switch here: a fleet-wide halt stops a saga that has no gate)."""
+    global _fallback
+    _fallback = factory
+
+
+def no_gate_fallback() -> Gate | None:
+    """The gate of a saga opened without one: ``None`` unless a kill switch is configured
+    for this process (then a gate that consults it, and refuses IRREVERSIBLE as no gate
+    would)."""
+    return _fallback() if _fallback is not None else None
 
 
 async def consult(gate: Gate | None, request: StepRequest, append: Append) -> GateDecision:

@@ -85,20 +85,15 @@ def cmd_skeleton(args: argparse.Namespace) -> int:
         print(f"agent-saga policy skeleton: {out} exists and is never overwritten (a reviewed policy is never "
               f"replaced by a skeleton): write to a new file and diff", file=sys.stderr)
         return 2
+    from .._redis import Target, connect
     from ..wal.urls import redact
 
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - depends on the install
-        print("agent-saga policy skeleton: reading the policy plane needs redis: pip install agent-saga[redis]",
-              file=sys.stderr)
-        return 2
-    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    client = connect(url, feature="agent-saga policy skeleton", socket_timeout=5.0)
     try:
         entries, problems = read_surface(client, f"{args.key_prefix}:v1", namespace, args.agent)
-    except redis.RedisError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure to read is reported with the store
         print(f"agent-saga policy skeleton: the policy plane {redact(url)} could not be read "
-              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+              f"({Target.of(url).error_text(exc)})", file=sys.stderr)
         return 2
     finally:
         client.close()

@@ -160,7 +160,8 @@ return 1
         thread.start()
 
     def poke(self) -> None:
-        """Something this process applied changed: beat now (from the writer's thread)."""
+        """Something this process applied may have changed: beat now if it did (from the
+        writer's thread; a poke that changes nothing writes nothing)."""
         self._wake.set()
 
     def close(self) -> None:
@@ -214,13 +215,17 @@ return 1
         return changed
 
     def _run(self) -> None:
+        due = time.monotonic() + self.interval
         while not self._stop.is_set():
-            self._wake.wait(self.interval)
+            self._wake.wait(max(0.0, due - time.monotonic()))
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
+                if time.monotonic() < due and self.heartbeat().applied() == self._last_applied:
+                    continue  # poked, but nothing this process applied changed: no write
                 self.beat()
+                due = time.monotonic() + self.interval
                 if self._failing:
                     log.warning("%s: heartbeats are written again", self.describe())
                 self._failing = False
@@ -228,20 +233,17 @@ return 1
                 if not self._failing:
                     log.warning("%s; the operator will count this process as gone after %gs", exc, self.ttl)
                 self._failing = True
+                due = time.monotonic() + self.interval
             except Exception as exc:  # noqa: BLE001 - a broken state reader must not kill the thread
                 log.exception("%s: the applied state could not be read (%s)", self.describe(), exc)
+                due = time.monotonic() + self.interval
 
     def _connect(self) -> Any:
         if self._client is None:
-            try:
-                import redis
-                from redis.backoff import NoBackoff
-                from redis.retry import Retry
-            except ImportError as exc:  # pragma: no cover - depends on the install
-                raise ConfigurationError("heartbeats need the redis package: pip install agent-saga[redis]") from exc
-            self._client = redis.Redis.from_url(self.url, socket_timeout=self._socket_timeout,
-                                                socket_connect_timeout=self._socket_timeout,
-                                                retry=Retry(NoBackoff(), 0))
+            from .._redis import connect
+
+            self._client = connect(self.url, feature="the agent heartbeat", socket_timeout=self._socket_timeout,
+                                   connect_timeout=self._socket_timeout)
         return self._client
 
     def _disconnect(self) -> None:

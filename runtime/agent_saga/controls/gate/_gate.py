@@ -58,7 +58,8 @@ from ...errors import ConfigurationError, GateBlocked
 from ...gates import Declaration, StepRequest
 from ...wal.base import BaseWAL
 from .._checks import PRECHECK_ORDER, CheckRefusal, PreCheck, as_precheck
-from ..approvals import ApprovalOutcome, ApprovalProvider
+from .._wiring import from_environment
+from ..approvals import ApprovalOutcome, ApprovalProvider, get_approval_provider
 from ..breaker import get_breaker
 from ..killswitch import get_kill_switch
 from ..limits import (
@@ -73,6 +74,7 @@ from ..limits import (
     LimitUsage,
     RateLimit,
     ScopeUnreadable,
+    get_limit_source,
     get_limit_store,
     peek_limit_store,
     warn_if_fleet,
@@ -91,7 +93,9 @@ _STORE = "limit-store"
 _SOURCE = "limit-source"
 _POLICY_SOURCE = "policy-source"
 
-#: ``policy=`` not given: the process-wide SagaPolicy source (``set_policy_source``).
+#: ``policy=`` / ``limits=`` / ``approval_provider=`` not given: the process-wide one
+#: (``set_policy_source``, ``set_limit_source``, ``set_approval_provider``; the
+#: policy-plane wiring sets all three).
 PROCESS_POLICY: Final[Any] = object()
 
 
@@ -100,9 +104,13 @@ class PreFlightGate:
 
     ``rules`` are evaluated after ``default_rules`` (by default ``irreversible``: an
     IRREVERSIBLE step requires a human); pass ``default_rules=()`` to drop it.
-    ``limits`` are ``BudgetLimit`` / ``RateLimit``; they live in ``store`` (default: the
-    process-wide store, see ``set_limit_store``). ``approval_provider`` is asked when a
-    rule or an escalating limit requires a human; without one, such calls are refused.
+    ``limits`` are ``BudgetLimit`` / ``RateLimit`` or a ``LimitSource`` (default: the
+    process-wide source, ``set_limit_source``, else none); they live in ``store``
+    (default: the process-wide store, see ``set_limit_store``). ``approval_provider`` is
+    asked when a rule or an escalating limit requires a human (default: the process-wide
+    one, ``set_approval_provider``); without one, such calls are refused. With
+    ``AGENT_SAGA_REDIS_URL`` set, the first gate built wires the process to the policy
+    plane (``agent_saga.plane``) and these defaults are its controls.
     ``checks`` are the kill switch and breaker (``PreCheck``). ``policy`` is where the
     SagaPolicies come from (``RedisPolicySource``, ``StaticPolicySource``; default: the
     process-wide source, ``set_policy_source``; ``None``: no policy). ``wal``: write each
@@ -112,8 +120,8 @@ class PreFlightGate:
     def __init__(
         self,
         rules: Sequence[Rule] = (),
-        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = (),
-        approval_provider: ApprovalProvider | None = None,
+        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = PROCESS_POLICY,
+        approval_provider: ApprovalProvider | None = PROCESS_POLICY,
         *,
         default_rules: Sequence[Rule] = DEFAULT_RULES,
         store: LimitStore | None = None,
@@ -124,6 +132,11 @@ class PreFlightGate:
         if policy is not PROCESS_POLICY and policy is not None and not isinstance(policy, PolicySource):
             raise ConfigurationError(f"policy must be a SagaPolicy source (RedisPolicySource(url, ...), "
                                      f"StaticPolicySource.from_file(path)), got {policy!r}")
+        from_environment()  # AGENT_SAGA_REDIS_URL: the process-wide controls below exist now
+        if limits is PROCESS_POLICY:
+            limits = get_limit_source() or ()
+        if approval_provider is PROCESS_POLICY:
+            approval_provider = get_approval_provider()
         self._policy: PolicySource | None = policy
         self._rules: tuple[Rule, ...] = tuple(default_rules) + tuple(rules)
         for r in self._rules:
