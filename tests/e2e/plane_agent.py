@@ -19,11 +19,11 @@ A failure to start (a half-configured agent) exits 3 with the message on stderr.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from typing import Any
 
+from agent_process import Answer, serve  # tests/e2e (this script's directory)
 from agent_saga import AgentKit, compensator
 from agent_saga.errors import ConfigurationError
 
@@ -60,14 +60,8 @@ async def main() -> None:
     except ConfigurationError as e:
         print(f"agent refused to start: {e}", file=sys.stderr, flush=True)
         sys.exit(3)
-    lock = asyncio.Lock()
 
-    async def answer(cid: Any, ok: bool, error: str = "", kind: str = "", **extra: Any) -> None:
-        async with lock:
-            sys.stdout.write(json.dumps({"id": cid, "ok": ok, "error": error, "kind": kind, **extra}) + "\n")
-            sys.stdout.flush()
-
-    async def handle(cmd: dict[str, Any]) -> None:
+    async def handle(cmd: dict[str, Any], answer: Answer) -> None:
         cid = cmd.get("id")
         try:
             if cmd["op"] == "call":
@@ -81,18 +75,7 @@ async def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported to the test
             await answer(cid, False, str(e), type(e).__name__, decided_by=getattr(e, "decided_by", ""))
 
-    await answer(0, True, kind="ready")
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    tasks: set[asyncio.Task[None]] = set()
-    while line := await reader.readline():
-        if line.strip():
-            t = asyncio.create_task(handle(json.loads(line)))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await serve(handle)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,11 @@ def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_re
         assert (hb.agent, hb.pod, hb.namespace, hb.posture) == ("payments-agent", "pod-7", "payments", "ok")
         assert [k.id.split("/")[0] for k in hb.killswitches or ()] == ["cli"]
         assert hb.policies == () and hb.limits == ()
+        # agent-saga status on the same setting shows the same agent and what it applied.
+        status = cli(fresh_redis.url, tmp_path, "status")
+        assert "1 live agent process(es)" in status.stdout, status.stdout + status.stderr
+        assert "payments/payments-agent@pod-7" in status.stdout and "kill switches 1" in status.stdout
+        assert "tool:wire.send" in status.stdout  # the kill switch section: the same lever
     finally:
         _, err = proc.communicate("\n", timeout=30)
     assert proc.returncode == 0, err

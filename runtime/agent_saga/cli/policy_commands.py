@@ -27,6 +27,7 @@ from typing import Any
 
 from ..controls.policy import PolicyError, load_policy_file, skeleton_yaml
 from ..controls.policy._surface import read_surface
+from .status_commands import StatusSection, register_section
 
 __all__ = ["register"]
 
@@ -118,3 +119,45 @@ def cmd_skeleton(args: argparse.Namespace) -> int:
         return 2
     print(f"wrote {out}: {len({e.tool for e in entries})} tool(s), every one IRREVERSIBLE with a TODO, from {where}")
     return 0
+
+
+# --------------------------------------------------------------------------- status
+def _plane_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plane", default=None, help=f"the policy plane whose agents to show (default: ${ENV_REDIS_URL})")
+
+
+def _collect_plane(args: argparse.Namespace) -> StatusSection:
+    """The agents keeping a heartbeat in the policy plane, and what each applied."""
+    from .._redis import Target, connect
+    from ..heartbeat import read_heartbeats
+    from ..plane import choose_store
+
+    choice = choose_store(getattr(args, "plane", None), ENV_REDIS_URL)
+    if choice.target is None:
+        return StatusSection("agents", [f"policy plane: none configured (set {ENV_REDIS_URL} or pass --plane)"],
+                             {"plane": None, "agents": []})
+    prefix = f"{(os.environ.get('AGENT_SAGA_KEY_PREFIX') or 'agentsaga').strip()}:v1"
+    client = connect(choice.target, feature="agent-saga status", socket_timeout=5.0)
+    now = time.time()
+    try:
+        beats, problems = read_heartbeats(client, prefix, now=now)
+    except Exception as exc:  # noqa: BLE001 - reported with the store, exit 1
+        why = Target.of(choice.target).error_text(exc)
+        return StatusSection("agents", [f"policy plane: {choice.describe()}", f"UNREADABLE: {why}"],
+                             {"plane": choice.describe(), "error": why, "agents": []}, ok=False)
+    finally:
+        client.close()
+    lines = [f"policy plane: {choice.describe()}", f"{len(beats)} live agent process(es)"]
+
+    def count(refs: object) -> str:
+        return "not wired" if refs is None else str(len(refs))  # type: ignore[arg-type]
+
+    for b in beats:
+        lines.append(f"  {b.namespace}/{b.label} pid {b.pid}: {b.posture}; kill switches {count(b.killswitches)}, "
+                     f"SagaPolicies {count(b.policies)}, limits {count(b.limits)}; beat {max(0.0, now - b.ts):.1f}s ago")
+    lines += [f"  (skipped: {p})" for p in problems]
+    return StatusSection("agents", lines, {"plane": choice.describe(), "source": choice.source,
+                                           "agents": [b.to_doc() for b in beats]})
+
+
+register_section("agents", _collect_plane, order=5, add_arguments=_plane_arguments)

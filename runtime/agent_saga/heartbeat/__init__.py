@@ -12,6 +12,7 @@ from ._model import (
     Heartbeat,
     heartbeat_index_key,
     heartbeat_key,
+    read_heartbeats,
     served_namespaces_key,
 )
 from ._writer import AppliedState, HeartbeatWriter
@@ -25,5 +26,6 @@ __all__ = [
     "HeartbeatWriter",
     "heartbeat_index_key",
     "heartbeat_key",
+    "read_heartbeats",
     "served_namespaces_key",
 ]

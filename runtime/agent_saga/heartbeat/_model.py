@@ -33,6 +33,7 @@ __all__ = [
     "Heartbeat",
     "heartbeat_index_key",
     "heartbeat_key",
+    "read_heartbeats",
     "served_namespaces_key",
 ]
 
@@ -169,3 +170,26 @@ class Heartbeat:
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"heartbeat {doc.get('id')!r} is missing or mistypes {exc}") from None
+
+
+def read_heartbeats(client: Any, prefix: str, *, now: float | None = None) -> tuple[list[Heartbeat], list[str]]:
+    """The live heartbeats (a synchronous ``redis`` client; ``prefix`` is ``P:v1``) and
+    the problems met (unreadable documents, skipped). Does not write."""
+    import time
+
+    now = time.time() if now is None else now
+    ids = [m.decode() if isinstance(m, bytes) else str(m)
+           for m in client.zrangebyscore(heartbeat_index_key(prefix), int(now * 1000), "+inf")]
+    raws = client.mget([heartbeat_key(prefix, i) for i in ids]) if ids else []
+    beats, problems = [], []
+    for id_, raw in zip(ids, raws, strict=True):
+        if raw is None:
+            continue
+        try:
+            hb = Heartbeat.from_doc(json.loads(raw))
+        except ValueError as exc:
+            problems.append(f"{id_}: {exc}")
+            continue
+        if hb.alive(now):
+            beats.append(hb)
+    return sorted(beats, key=lambda b: b.id), problems

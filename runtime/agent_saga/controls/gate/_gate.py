@@ -368,29 +368,35 @@ class PreFlightGate:
         if pset.observing:
             source.record(request)
         enforced, observed = compile_rules(pset)
-        detail: dict[str, Any] = dict(adm.detail)
-        seen = [*adm.observed, *observe(observed, adm.request)]
-        if seen:
-            detail["observed"] = seen
-        if view.degraded:
-            detail["degraded"] = view.degraded
+        detail: Mapping[str, Any] = adm.detail  # shared per tool: never mutated
+        if adm.observed or observed or view.degraded:
+            extra = dict(adm.detail)
+            seen = [*adm.observed, *observe(observed, adm.request)]
+            if seen:
+                extra["observed"] = seen
+            if view.degraded:
+                extra["degraded"] = view.degraded
+            detail = extra
         if adm.verdict == "BLOCK":
             return _block("policy", adm.decided_by, adm.reason, {"policy": detail})
-        asks = [(name, RuleHit("REQUIRE_APPROVAL", why)) for name, why in adm.asks]
-        decision = await self._after_prechecks(adm.request, checks, enforced, asks)
-        declared = None
-        if adm.request.semantics is not request.semantics or adm.compensate is not None:
+        asks = [(name, RuleHit("REQUIRE_APPROVAL", why)) for name, why in adm.asks] if adm.asks else ()
+        decision = await self._after_prechecks(adm.request, checks, enforced, asks, detail)
+        if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
             declared = Declaration(adm.request.semantics, None if adm.compensate is None
                                    else inverse_factory(request.tool, adm.compensate))
-        return replace(decision, detail={**decision.detail, "policy": detail},
-                       declaration=declared if decision.allowed else None)
+            return replace(decision, declaration=declared)
+        return decision
 
     async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck],
-                               more_rules: Sequence[Rule] = (),
-                               asks: Sequence[tuple[str, RuleHit]] = ()) -> PreFlightDecision:
+                               more_rules: Sequence[Rule] = (), asks: Sequence[tuple[str, RuleHit]] = (),
+                               policy: Mapping[str, Any] | None = None) -> PreFlightDecision:
         reserved = await self._reserve(request)
         if isinstance(reserved, PreFlightDecision):
+            if policy is not None:
+                return replace(reserved, detail={**reserved.detail, "policy": policy})
             return reserved
+        if policy is not None:
+            reserved.detail["policy"] = policy
         try:
             return await self._judge(request, reserved, checks, more_rules, asks)
         except BaseException:

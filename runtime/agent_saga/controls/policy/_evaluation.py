@@ -45,7 +45,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -57,6 +57,7 @@ from ._model import Compensate, PolicyRule, SagaPolicy, ToolDeclaration
 
 __all__ = ["Admission", "PolicyInForce", "PolicySet"]
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 _RANK = {ActionSemantics.REVERSIBLE: 0, ActionSemantics.COMPENSABLE: 1, ActionSemantics.IRREVERSIBLE: 2}
 Verdict = Literal["ALLOW", "REQUIRE_APPROVAL", "BLOCK"]
 
@@ -77,7 +78,6 @@ class PolicyInForce:
         return {"id": self.id, "uid": self.uid, "generation": self.generation, "mode": self.policy.mode}
 
 
-@dataclass(frozen=True, slots=True)
 class Admission:
     """The policies' answer before the limits.
 
@@ -88,14 +88,23 @@ class Admission:
     done, and ``detail`` the JSON the verdict records.
     """
 
-    verdict: Verdict
-    request: StepRequest
-    reason: str = ""
-    decided_by: str = ""
-    asks: tuple[tuple[str, str], ...] = ()
-    compensate: Compensate | None = None
-    observed: tuple[str, ...] = ()
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("asks", "compensate", "decided_by", "detail", "observed", "reason", "request", "verdict")
+
+    def __init__(self, verdict: Verdict, request: StepRequest, reason: str = "", decided_by: str = "",
+                 asks: tuple[tuple[str, str], ...] = (), compensate: Compensate | None = None,
+                 observed: tuple[str, ...] = (), detail: Mapping[str, Any] = _EMPTY) -> None:
+        # A plain slotted class, not a frozen dataclass: it is built on every gated call.
+        self.verdict = verdict
+        self.request = request
+        self.reason = reason
+        self.decided_by = decided_by
+        self.asks = asks
+        self.compensate = compensate
+        self.observed = observed
+        self.detail = detail
+
+    def __repr__(self) -> str:
+        return f"Admission({self.verdict}, {self.request.tool}, {self.reason or self.decided_by!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,8 @@ class _ToolPlan:
     refuse: tuple[str, str] | None             # (policy id, reason): undeclared and refused
     asks: tuple[tuple[str, str], ...]          # (name, reason)
     policies: tuple[str, ...]                  # ids of the policies that declare the tool
+    detail: Mapping[str, Any] = field(default_factory=dict)         # {"policies": [...]}, shared
+    refused: Mapping[str, Any] = field(default_factory=dict)        # the same, undeclared
 
 
 class PolicySet:
@@ -146,16 +157,15 @@ class PolicySet:
             plan = self._plans[request.tool] = _plan(self.enforced, request.tool)
         if plan.refuse is not None:
             pid, reason = plan.refuse
-            return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed,
-                             detail={"policies": list(plan.policies), "undeclared": True})
+            return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed, detail=plan.refused)
         args: Mapping[str, Any] = request.policy_args
         if plan.derive:
             merged, problem = _derive(plan.derive, request)
             if problem is not None:
                 pid, reason = problem
-                return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed,
-                                 detail={"policies": list(plan.policies)})
-            args = MappingProxyType(merged)
+                return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed, detail=plan.detail)
+            if merged is not None:
+                args = merged
         sem = request.semantics
         if plan.semantics is not None and _RANK[plan.semantics] > _RANK[sem]:
             sem = plan.semantics
@@ -167,17 +177,16 @@ class PolicySet:
                 return Admission("BLOCK", request, (
                     f"SagaPolicy {pid} declares {request.tool} COMPENSABLE with {what}, which this process cannot "
                     f"run (no @compensator({compensate.target!r}) registered): the call is refused because it "
-                    f"could not be undone"), "policy:" + pid, observed=observed,
-                    detail={"policies": list(plan.policies)})
+                    "could not be undone"), "policy:" + pid, observed=observed, detail=plan.detail)
         effective = request
+        detail = plan.detail
         if sem is not request.semantics or args is not request.policy_args:
-            effective = replace(request, semantics=sem, policy_args=args)
-        detail: dict[str, Any] = {"policies": list(plan.policies)}
-        if sem is not request.semantics:
-            detail["semantics"] = {"code": request.semantics.value, "enforced": sem.value}
+            effective = StepRequest(request.saga_id, request.step_id, request.tool, sem, args, request.tags,
+                                    request.has_inverse)
+            if sem is not request.semantics:
+                detail = {**detail, "semantics": {"code": request.semantics.value, "enforced": sem.value}}
         verdict: Verdict = "REQUIRE_APPROVAL" if plan.asks else "ALLOW"
-        return Admission(verdict, effective, asks=plan.asks, compensate=compensate, observed=observed,
-                         detail=detail)
+        return Admission(verdict, effective, "", "", plan.asks, compensate, observed, detail)
 
     def _observe(self, request: StepRequest) -> tuple[str, ...]:
         """What the Observe-mode policies would have done (nothing is enforced)."""
@@ -217,26 +226,33 @@ def _plan(policies: Sequence[PolicyInForce], tool: str) -> _ToolPlan:
         derive.extend((p.id, name, path) for name, path in sorted(decl.policy_args.items()))
         if decl.require_approval:
             asks.append((f"{p.id}:{tool}", f"SagaPolicy {p.id} requires a human for every call of {tool}"))
-    return _ToolPlan(strictest, tuple(derive), compensate, refuse, tuple(asks), tuple(declaring))
+    detail = {"policies": list(declaring)}
+    return _ToolPlan(strictest, tuple(derive), compensate, refuse, tuple(asks), tuple(declaring), detail,
+                     {**detail, "undeclared": True})
 
 
 def _derive(derive: Sequence[tuple[str, str, Any]], request: StepRequest
-            ) -> tuple[dict[str, Any], tuple[str, str] | None]:
-    """The call's policy arguments with the policies' derived values; or the refusal."""
-    merged = dict(request.policy_args)
-    by: dict[str, str] = {}
+            ) -> tuple[Mapping[str, Any] | None, tuple[str, str] | None]:
+    """The call's policy arguments with the policies' derived values (``None``: the same
+    as the call's, nothing to rebuild), or the refusal."""
+    args = request.policy_args
+    found: dict[str, tuple[Any, str]] = {}
+    changed = False
     for pid, name, path in derive:
         try:
-            value = path.read(request.policy_args)
+            value = path.read(args)
         except JsonPathMissing as exc:
-            return merged, (pid, (
+            return None, (pid, (
                 f"SagaPolicy {pid} takes policy argument {name!r} of {request.tool} from {path.text}, and the call "
                 f"does not have it ({exc.why}); policy arguments fail closed: the call is refused"))
-        if name in by and merged[name] != value:
-            return merged, (pid, (
-                f"SagaPolicies {by[name]} and {pid} derive different values for policy argument {name!r} of "
+        earlier = found.get(name)
+        if earlier is not None and earlier[0] != value:
+            return None, (pid, (
+                f"SagaPolicies {earlier[1]} and {pid} derive different values for policy argument {name!r} of "
                 f"{request.tool}; the call is refused until they agree"))
-        merged[name] = value
-        by[name] = pid
-    return merged, None
-
+        found[name] = (value, pid)
+        if not changed and (name not in args or args[name] != value):
+            changed = True
+    if not changed:
+        return None, None
+    return MappingProxyType({**args, **{k: v for k, (v, _) in found.items()}}), None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ...errors import ConfigurationError
@@ -35,6 +36,10 @@ JSON_PATH_PATTERN = r"^\$(\.[A-Za-z_][A-Za-z0-9_-]*|\[[0-9]+\])*$"
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _INDEX = re.compile(r"\[([0-9]+)\]")
 MAX_LENGTH = 256
+# The types a call's arguments and a result arrive as (an exact type test is far cheaper
+# than an ABC isinstance on the hot path; other Mappings and Sequences still work).
+_MAPS = (dict, MappingProxyType)
+_LISTS = (list, tuple)
 _EXAMPLE = "'$.id', '$.charge.id' or '$.items[0].id'"
 
 
@@ -61,6 +66,23 @@ class JsonPath:
     def read(self, doc: Any) -> Any:
         """The value at this path in ``doc``. Raises ``JsonPathMissing``."""
         cur = doc
+        for step in self.steps:  # the hot path: plain dicts and lists, no message built
+            if isinstance(step, str):
+                if type(cur) in _MAPS or isinstance(cur, Mapping):
+                    if step in cur:
+                        cur = cur[step]
+                        continue
+                return self._missing(doc)
+            if type(cur) in _LISTS or (isinstance(cur, Sequence) and not isinstance(cur, str | bytes)):
+                if step < len(cur):
+                    cur = cur[step]
+                    continue
+            return self._missing(doc)
+        return cur
+
+    def _missing(self, doc: Any) -> Any:
+        """Walk again, saying where and why the path stops (raises ``JsonPathMissing``)."""
+        cur = doc
         where = "$"
         for step in self.steps:
             if isinstance(step, str):
@@ -78,7 +100,7 @@ class JsonPath:
                     raise JsonPathMissing(self.text, f"{where} has {len(cur)} element(s); [{step}] is past the end")
                 cur = cur[step]
                 where = f"{where}[{step}]"
-        return cur
+        raise AssertionError(f"{self.text}: the path reads {cur!r}")  # pragma: no cover - read() said missing
 
     def __str__(self) -> str:
         return self.text
