@@ -70,6 +70,8 @@ def _exports(state: dict[str, Any]) -> str:
         f"Redis at {state['redis_url']}",
         f"export KUBECONFIG={state['kubeconfig']}",
         f"export AGENT_SAGA_REDIS_URL={state['redis_url']}",
+        "# an agent also needs its namespace and name (AgentKit() then wires every control):",
+        "export AGENT_SAGA_NAMESPACE=default AGENT_SAGA_AGENT=my-agent",
     ]
     if kubectl is not None:
         lines.append(f"export PATH={kubectl.parent}:$PATH")

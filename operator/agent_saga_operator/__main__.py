@@ -61,12 +61,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--approval-poll-interval", type=float,
                    default=float(_env("AGENT_SAGA_APPROVAL_POLL_INTERVAL", "2") or 2),
                    help="seconds between reads of pending approval requests (notifications act at once)")
+    p.add_argument("--ack-interval", type=float, default=float(_env("AGENT_SAGA_ACK_INTERVAL", "1") or 1),
+                   help="seconds between reads of agent heartbeats into status (notifications act at once)")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
     args = p.parse_args(argv)
     if not args.redis_url:
         p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
-    if args.resync_interval <= 0 or args.usage_interval <= 0 or args.approval_poll_interval <= 0:
-        p.error("--resync-interval, --usage-interval and --approval-poll-interval must be positive")
+    if min(args.resync_interval, args.usage_interval, args.approval_poll_interval, args.ack_interval) <= 0:
+        p.error("--resync-interval, --usage-interval, --approval-poll-interval and --ack-interval must be positive")
     return args
 
 
@@ -98,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_server_timeout=args.watch_timeout,
         watch_client_timeout=args.watch_timeout + 30,
         approval_poll_interval=args.approval_poll_interval,
+        ack_interval=args.ack_interval,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

@@ -50,6 +50,13 @@ class Reason:
     APPROVED = "Approved"
     DENIED = "Denied"
     CONFLICT = "Conflict"                 # the policy plane holds a different decision
+    ACKNOWLEDGED = "Acknowledged"         # every agent it governs applies it
+    LAGGING = "Lagging"                   # some agents it governs do not apply it (yet)
+    NO_AGENTS = "NoAgents"                # no live agent reads its namespace
+    NO_CONSUMER = "NoConsumer"            # SagaPolicy / ModelRoute: nothing applies it
+    NOT_APPLIED = "NotApplied"            # SagaPolicy: agents match, none applied it yet
+    NOT_ENGAGED = "NotEngaged"            # KillSwitch expired: nothing to acknowledge
+    AGENTS_UNKNOWN = "AgentsUnknown"      # agent heartbeats not read yet
 
 
 @dataclass(frozen=True, slots=True)

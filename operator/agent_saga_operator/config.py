@@ -6,6 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
 from agent_saga.controls.limits import LimitSpec
@@ -39,6 +40,7 @@ class OperatorConfig:
     request_timeout: float = 30.0
     approval_poll_interval: float = 2.0
     marker_interval: float = 2.0
+    ack_interval: float = 1.0
 
     @property
     def clusterwide(self) -> bool:
@@ -94,6 +96,12 @@ class Context:
     #: (kind, "<ns>/<name>") -> monotonic instant the last completed reconciliation began
     #: (``marker.SyncMarker`` waits for every resource to have one after a data loss).
     projected: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: The agent heartbeats last read (``acks.Fleet``; None until the first read).
+    fleet: Any = None
+    #: (kind, "<ns>/<name>") -> ``acks.Tracked``: the resources whose status follows the
+    #: heartbeats (KillSwitch, SagaPolicy, ModelRoute), and the status last written for each.
+    tracked: dict[tuple[str, str], Any] = field(default_factory=dict)
+    acks_written: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:

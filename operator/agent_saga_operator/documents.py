@@ -23,6 +23,7 @@ from typing import Any
 from agent_saga.controls import BudgetLimit as RuntimeBudgetLimit
 from agent_saga.controls import RateLimit as RuntimeRateLimit
 from agent_saga.controls import Scope, by_arg, by_tool, combine, global_scope
+from agent_saga.controls.policy import PolicyError, parse_policy
 from agent_saga.errors import ConfigurationError
 
 from .conditions import rfc3339
@@ -198,44 +199,17 @@ def budget_limit_doc(spec: BudgetLimitSpec, who: Identity) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ SagaPolicy
 def saga_policy_doc(spec: SagaPolicySpec, who: Identity) -> dict[str, Any]:
-    """``{..., appliesTo, policy}``: ``policy`` is the MCP proxy's policy file format.
-
-    ``agent-saga mcp --policy`` reads ``policy`` as it reads ``saga-policy.json``
-    (``mode``, ``tools`` with ``semantics``, ``compensate: {tool, args}``,
-    ``policy_args``), extended with ``undeclared_tools`` and gate ``rules``.
-    """
-    tools: dict[str, Any] = {}
-    for name in sorted(spec.tools):
-        t = spec.tools[name]
-        entry: dict[str, Any] = {"semantics": t.semantics}
-        if t.compensate is not None:
-            entry["compensate"] = {"tool": t.compensate.tool, "args": dict(sorted(t.compensate.args.items()))}
-        if t.policy_args:
-            entry["policy_args"] = dict(sorted(t.policy_args.items()))
-        if t.require_approval:
-            entry["require_approval"] = True
-        tools[name] = entry
-    rules: list[dict[str, Any]] = []
-    for r in spec.rules or ():
-        rule: dict[str, Any] = {"name": r.name, "verdict": "REQUIRE_APPROVAL" if r.verdict == "RequireApproval" else "BLOCK"}
-        if r.reason is not None:
-            rule["reason"] = r.reason
-        if r.tool_matches is not None:
-            rule["tool_matches"] = list(r.tool_matches)
-        if r.tagged is not None:
-            rule["tagged"] = r.tagged
-        if r.arg_exceeds is not None:
-            rule["arg_exceeds"] = {"arg": r.arg_exceeds.arg, "threshold": r.arg_exceeds.threshold}
-        rules.append(rule)
+    """``{..., appliesTo, policy}``: ``policy`` is the runtime's canonical form of the spec
+    (``agent_saga.controls.policy.parse_policy(...).to_doc()``), which the runtime's gate
+    and the MCP proxy read with the same parser."""
+    try:
+        policy = parse_policy(spec.to_json_doc()).to_doc()
+    except PolicyError as e:  # the model already ran the parser: only a changed runtime gets here
+        raise InvalidSpec(str(e)) from e
     return {
         **_envelope("SagaPolicy", who),
-        "appliesTo": {"agents": list(spec.applies_to.agents)} if spec.applies_to else None,
-        "policy": {
-            "mode": spec.mode.lower(),
-            "undeclared_tools": "refuse" if spec.undeclared_tools == "Refuse" else "require_approval",
-            "tools": tools,
-            "rules": rules,
-        },
+        "appliesTo": policy.get("appliesTo"),
+        "policy": policy,
     }
 
 

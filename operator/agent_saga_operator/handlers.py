@@ -14,7 +14,9 @@ For each kind (``build_registry``):
                                      Approval bridge (``bridge.ApprovalBridge``): pending
                                      requests become Approvals, decisions made elsewhere
                                      are reflected through ``reflect_approval``;
-                                     starts the synced marker (``marker.SyncMarker``)
+                                     starts the synced marker (``marker.SyncMarker``) and
+                                     the acknowledgement tally (``acks.AckAggregator``):
+                                     agent heartbeats become Acknowledged / Ready
     probe                            /healthz reports Redis reachability (never fails on it)
 
 Invariants:
@@ -41,6 +43,7 @@ import kopf
 from pydantic import ValidationError
 
 from . import metrics
+from .acks import AckAggregator
 from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
 from .config import Context, OperatorConfig
@@ -69,6 +72,8 @@ def _status_patch(
     """The status fields that change, plus the old and new Ready conditions."""
     conds = set_condition(status.get("conditions"), outcome.synced, generation=generation, now=now)
     conds = set_condition(conds, outcome.ready, generation=generation, now=now)
+    for extra in outcome.extra:
+        conds = set_condition(conds, extra, generation=generation, now=now)
     new: dict[str, Any] = {**outcome.fields, "observedGeneration": generation, "conditions": conds}
     if outcome.rev:
         new["revision"] = outcome.rev
@@ -168,6 +173,8 @@ async def remove(kind: str, *, body: kopf.Body, meta: Mapping[str, Any], spec: M
             metrics.PROJECTIONS.labels(kind, "delete").inc()
         kopf.event(body, type="Normal", reason="Removed", message=f"removed from the policy plane ({kind} {id_})")
         ctx.managed.get(kind, set()).discard(id_)
+        ctx.tracked.pop((kind, id_), None)
+        ctx.acks_written.pop((kind, id_), None)
         if kind == "KillSwitch":
             ctx.engaged.discard(id_)
         metrics.OBJECTS.labels(kind).set(len(ctx.managed.get(kind, ())))
@@ -294,6 +301,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo["bridge"] = (bridge, stop, asyncio.create_task(bridge.run(stop), name="approval-bridge"), api_client)
         marker = SyncMarker(ctx, api_client, interval=config.marker_interval)
         memo["marker"] = asyncio.create_task(marker.run(stop), name="synced-marker")
+        acks = AckAggregator(ctx, api_client, interval=config.ack_interval)
+        memo["acks"] = asyncio.create_task(acks.run(stop), name="acknowledgements")
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -301,7 +310,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if running is not None:
             _, stop, task, api_client = running
             stop.set()
-            for t in (task, memo.get("marker")):
+            for t in (task, memo.get("marker"), memo.get("acks")):
                 if t is None:
                     continue
                 try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .acks import Tracked, desired_status
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
 from .documents import (
@@ -46,6 +47,8 @@ class Outcome:
     fields: dict[str, Any] = field(default_factory=dict)
     rev: int = 0
     engaged: bool | None = None  # KillSwitch only: in force now
+    #: More conditions (Acknowledged), set after Synced and Ready.
+    extra: tuple[Cond, ...] = ()
 
 
 def _synced(rev: int, what: str) -> Cond:
@@ -54,6 +57,22 @@ def _synced(rev: int, what: str) -> Cond:
 
 def _fmt(x: float) -> str:
     return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+
+
+def _follow(ctx: Context, t: Tracked) -> tuple[dict[str, Any], tuple[Cond, ...]]:
+    """Track ``t`` (its status follows the agents' heartbeats from now on) and return the
+    status the heartbeats read so far justify (``acks.desired_status``)."""
+    key = (t.kind, t.id)
+    ctx.tracked[key] = t
+    desired = desired_status(t, ctx.fleet)
+    ctx.acks_written[key] = desired
+    return desired
+
+
+def _split(conds: tuple[Cond, ...]) -> tuple[Cond | None, tuple[Cond, ...]]:
+    """(the Ready condition if the heartbeats decide it, the other conditions)."""
+    ready = next((c for c in conds if c.type == READY), None)
+    return ready, tuple(c for c in conds if c.type != READY)
 
 
 # ------------------------------------------------------------------ KillSwitch
@@ -76,20 +95,24 @@ async def reconcile_killswitch(ctx: Context, spec: KillSwitchSpec, who: Identity
     if expires is not None and now >= expires:
         rev = await ctx.projector.delete("KillSwitch", who.id)
         fields["engaged"] = False
+        acks, conds = _follow(ctx, Tracked("KillSwitch", who.namespace, who.name, who.uid, who.generation,
+                                           engaged=False))
         return Outcome(
             Cond(READY, "False", Reason.EXPIRED,
                  f"TTL of {spec.ttl_seconds}s ran out at {rfc3339(expires)}: agents no longer refuse {scope}; "
                  f"delete it, or create a new KillSwitch to engage again"),
             Cond(SYNCED, "True", Reason.REMOVED, "expired: removed from the policy plane"),
-            fields, rev, engaged=False,
+            {**fields, **acks}, rev, engaged=False, extra=conds,
         )
     rev = await ctx.projector.put("KillSwitch", who.id, killswitch_doc(spec, who))
     fields["engaged"] = True
     text = _ACTION_TEXT[spec.action].format(scope=scope, saga=scope.removeprefix("saga:"))
     until = f" until {rfc3339(expires)}" if expires is not None else ""
+    acks, conds = _follow(ctx, Tracked("KillSwitch", who.namespace, who.name, who.uid, who.generation))
     return Outcome(
-        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {spec.reason})"),
-        _synced(rev, "the switch"), fields, rev, engaged=True,
+        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {spec.reason}); "
+             f"which agents obey it: the Acknowledged condition"),
+        _synced(rev, "the switch"), {**fields, **acks}, rev, engaged=True, extra=conds,
     )
 
 
@@ -127,29 +150,26 @@ async def reconcile_budget_limit(ctx: Context, spec: BudgetLimitSpec, who: Ident
 # ------------------------------------------------------------------ SagaPolicy
 async def reconcile_saga_policy(ctx: Context, spec: SagaPolicySpec, who: Identity,
                                 status: Mapping[str, Any], now: datetime) -> Outcome:
+    """Project the policy; Ready says whether an agent enforces it (its heartbeats)."""
     rev = await ctx.projector.put("SagaPolicy", who.id, saga_policy_doc(spec, who))
     n_tools, n_rules = len(spec.tools), len(spec.rules or ())
-    agents = ", ".join(spec.applies_to.agents) if spec.applies_to else "every agent in the namespace"
-    if spec.mode == "Observe":
-        ready = Cond(READY, "True", Reason.OBSERVING,
-                     f"observing {agents}: everything is forwarded and recorded, nothing is refused")
-    else:
-        undeclared = "refused" if spec.undeclared_tools == "Refuse" else "sent to a human"
-        ready = Cond(READY, "True", Reason.ENFORCED,
-                     f"{n_tools} tools declared, {n_rules} gate rules, undeclared tools {undeclared} ({agents})")
-    return Outcome(ready, _synced(rev, "the policy"), {"tools": n_tools, "rules": n_rules}, rev)
+    acks, conds = _follow(ctx, Tracked("SagaPolicy", who.namespace, who.name, who.uid, who.generation,
+                                       applies_to=tuple(spec.applies_to.agents) if spec.applies_to else None,
+                                       mode=spec.mode))
+    ready, extra = _split(conds)
+    assert ready is not None
+    return Outcome(ready, _synced(rev, "the policy"), {"tools": n_tools, "rules": n_rules, **acks}, rev, extra=extra)
 
 
 # ------------------------------------------------------------------ ModelRoute
 async def reconcile_model_route(ctx: Context, spec: ModelRouteSpec, who: Identity,
                                 status: Mapping[str, Any], now: datetime) -> Outcome:
+    """Project the route. Ready stays False (NoConsumer) while nothing routes by it."""
     doc = model_route_doc(spec, who)
     rev = await ctx.projector.put("ModelRoute", who.id, doc)
     preferred = doc["preference"][0]
-    return Outcome(
-        Cond(READY, "True", Reason.ROUTED, f"{len(spec.hosts)} hosts; preferred {preferred}"),
-        _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred}, rev,
-    )
+    _, conds = desired_status(Tracked("ModelRoute", who.namespace, who.name, who.uid, who.generation), ctx.fleet)
+    return Outcome(conds[0], _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred}, rev)
 
 
 # ------------------------------------------------------------------ Approval

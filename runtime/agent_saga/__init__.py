@@ -110,6 +110,7 @@ from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_s
 from .gates import Gate, GateDecision, StepRequest
 from .idempotency import idempotency_key
 from .kit import AgentKit
+from .plane import connect_policy_plane
 from .records import Record, RecordType
 from .recovery import RecoveryDaemon, RecoveryHalted, reconciler
 from .retry import Clock, RetryPolicy
@@ -233,6 +234,7 @@ __all__ = [
     "combine",
     "compensator",
     "configure_logging",
+    "connect_policy_plane",
     "current_saga_id",
     "current_step_id",
     "decrypting",

@@ -50,7 +50,7 @@ from .compensation import Compensation
 from .context import step_id_var
 from .errors import ConfigurationError, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
-from .gates import Gate, StepRequest, consult
+from .gates import Declaration, Gate, StepRequest, consult
 from .idempotency import FORWARD_SCOPE, callable_info, idempotency_key
 from .invoke import Expired, call, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
@@ -85,6 +85,26 @@ _RUNNING, _CLOSING, _COMPLETED, _ROLLED_BACK, _PARTIAL, _QUARANTINED = (
 SAGA_QUARANTINED: Final = "SAGA_QUARANTINED"
 
 CompensationFactory = Callable[[Any], "Compensation | Mapping[str, Any] | None"]
+
+
+_RANK: Final = {_REV: 0, _COMP: 1, _IRR: 2}
+
+
+def _tightened(
+    sem: ActionSemantics, compensate: CompensationFactory | None, declared: Declaration
+) -> tuple[ActionSemantics, CompensationFactory | None]:
+    """How a step runs once a reviewed policy tightened its declaration (never looser).
+
+    Stricter semantics win; the code's inverse, when it has one, is the one that runs (a
+    step gated as IRREVERSIBLE but undoable by the code's compensation keeps that undo,
+    and runs with COMPENSABLE durability); otherwise the policy's inverse is used."""
+    if _RANK[declared.semantics] <= _RANK[sem]:
+        return sem, compensate
+    if compensate is not None:
+        return _COMP, compensate
+    if declared.semantics is _COMP and declared.compensate is not None:
+        return _COMP, declared.compensate
+    return _IRR, None
 
 
 class Saga:
@@ -229,7 +249,9 @@ class Saga:
         step_id = f"{self.saga_id}/{index}"
         request: StepRequest | None = None
         if self.gate is not None or sem is _IRR:
-            request = await self._check_gate(step_id, tool, sem, policy_args)
+            request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)
+            if declared is not None:
+                sem, compensate = _tightened(sem, compensate, declared)
 
         token = step_id_var.set(step_id)
         self._inflight += 1
@@ -473,13 +495,15 @@ class Saga:
             )
 
     async def _check_gate(
-        self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None
-    ) -> StepRequest:
+        self, step_id: str, tool: str, sem: ActionSemantics, policy_args: dict[str, Any] | None,
+        has_inverse: bool = False,
+    ) -> tuple[StepRequest, Declaration | None]:
         # Read-only view: the same dict is in the intent record the flusher thread encodes.
         args = MappingProxyType(policy_args if policy_args is not None else {})
-        request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags)
-        await consult(self.gate, request, self._append)
-        return request
+        request = StepRequest(self.saga_id, step_id, tool, sem, args, self.tags, has_inverse)
+        decision = await consult(self.gate, request, self._append)
+        declared = getattr(decision, "declaration", None)
+        return request, declared if isinstance(declared, Declaration) else None
 
     def _report(self, request: StepRequest, error: Exception | None) -> None:
         """Tell the gate how a step it allowed ended; a failing hook never breaks the step."""

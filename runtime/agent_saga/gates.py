@@ -28,7 +28,8 @@ from .payloads import error_text, snapshot_mapping
 from .records import RecordType
 from .semantics import ActionSemantics
 
-__all__ = ["Gate", "GateDecision", "StepRequest", "Verdict", "consult"]
+__all__ = ["Declaration", "Gate", "GateDecision", "StepRequest", "Verdict", "consult", "no_gate_fallback",
+           "set_no_gate_fallback"]
 
 Append = Callable[[str, str, "str | None", "dict[str, Any] | None"], int]
 
@@ -49,6 +50,8 @@ class StepRequest:
     ``policy_args`` is a read-only, JSON-safe snapshot of the arguments the caller chose
     to expose to policy (amounts, recipients); it is also what the intent record holds, so
     a gate must not mutate anything inside it. ``tags`` are the saga's tags.
+    ``has_inverse``: the code gave the step a compensation (a reviewed policy's inverse
+    is used only when it did not).
     """
 
     saga_id: str
@@ -57,6 +60,7 @@ class StepRequest:
     semantics: ActionSemantics
     policy_args: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
+    has_inverse: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +108,18 @@ class GateDecision:
         return cls("BLOCK", reason, decided_by, False)
 
 
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What a gate made of a step's declaration: a reviewed policy can make it stricter,
+    never looser. ``semantics`` is the class the step is gated as; ``compensate`` is the
+    inverse the policy names (a factory over the forward result), used only when the code
+    gave none. A decision carries it as ``decision.declaration``; the engine applies it
+    (``Saga.execute``) and ignores anything that would loosen the code's declaration."""
+
+    semantics: ActionSemantics
+    compensate: Callable[[Any], Any] | None = None
+
+
 @runtime_checkable
 class Gate(Protocol):
     """A pre-flight control consulted before every step of a saga that has one.
@@ -118,12 +134,29 @@ class Gate(Protocol):
         ...
 
 
-async def consult(gate: Gate | None, request: StepRequest, append: Append) -> None:
+_fallback: Callable[[], Gate | None] | None = None
+
+
+def set_no_gate_fallback(factory: Callable[[], Gate | None] | None) -> None:
+    """Register what a saga opened without a gate is gated by (the controls register the
+    process-wide kill switch here: a fleet-wide halt stops a saga that has no gate)."""
+    global _fallback
+    _fallback = factory
+
+
+def no_gate_fallback() -> Gate | None:
+    """The gate of a saga opened without one: ``None`` unless a kill switch is configured
+    for this process (then a gate that consults it, and refuses IRREVERSIBLE as no gate
+    would)."""
+    return _fallback() if _fallback is not None else None
+
+
+async def consult(gate: Gate | None, request: StepRequest, append: Append) -> GateDecision:
     """Ask ``gate`` about ``request``, record the verdict, raise ``GateBlocked`` if refused.
 
     With ``gate`` None only an IRREVERSIBLE step is asked about, and it is refused.
     A gate that raises or returns something other than a ``GateDecision`` refuses the
-    step (the gate's error is chained). Returns only if the step may run.
+    step (the gate's error is chained). Returns the decision only if the step may run.
     """
     saga_id, step_id, tool = request.saga_id, request.step_id, request.tool
     base: dict[str, Any] = {"tool": tool, "semantics": request.semantics.value}
@@ -164,7 +197,7 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> No
         verdict.update({k: v for k, v in detail.items() if k not in verdict})
     append(RecordType.GATE_VERDICT.value, saga_id, step_id, verdict)
     if decision.allowed:
-        return
+        return decision
     append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
     by = f", decided by {decision.decided_by}" if decision.decided_by else ""
     if getattr(decision, "quarantined", False) is True:

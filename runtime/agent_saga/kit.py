@@ -41,6 +41,9 @@ GUARANTEES_VERSION = "agent-saga.guarantees/v1"
 
 _current: ContextVar[Saga | None] = ContextVar("agent_saga_kit_saga", default=None)
 
+#: ``gate=`` not given: a PreFlightGate over the policy plane when the process is wired to one.
+_FROM_ENVIRONMENT: Any = object()
+
 
 class AgentKit:
     """Wrap tools once, run work in transactions, and read back what is guaranteed.
@@ -48,8 +51,15 @@ class AgentKit:
     Args:
         name: the agent's name; prefixes saga ids (``"{name}-{12 hex}"``).
         wal: the write-ahead log (default: the process-wide WAL, see ``get_default_wal``).
-        gate: the pre-flight gate for every step (without one, IRREVERSIBLE is refused).
+        gate: the pre-flight gate for every step. Default: with ``AGENT_SAGA_REDIS_URL``
+            set (or after ``connect_policy_plane``), a ``PreFlightGate()`` over the policy
+            plane's kill switch, limits, approvals and SagaPolicies; otherwise none
+            (IRREVERSIBLE is refused, and a configured kill switch still applies).
+            ``gate=None``: no gate.
         tags: strings shown to the gate for every transaction (e.g. ``("eu",)``).
+
+    Raises ``ConfigurationError`` at construction for a half-configured policy plane
+    (the URL set but Redis not answering, a namespace no operator serves).
     """
 
     def __init__(
@@ -57,13 +67,21 @@ class AgentKit:
         name: str = "agent",
         *,
         wal: BaseWAL | None = None,
-        gate: Gate | None = None,
+        gate: Gate | None = _FROM_ENVIRONMENT,
         tags: tuple[str, ...] = (),
     ) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"AgentKit name must be a non-empty string, got {name!r}")
         self.name = name
         self._wal = wal
+        if gate is _FROM_ENVIRONMENT:
+            from .plane import plane_from_env
+
+            gate = None
+            if plane_from_env() is not None:
+                from .controls import PreFlightGate
+
+                gate = PreFlightGate()
         self.gate = gate
         self.tags = tuple(tags)
         self._tools: dict[str, ActionSemantics] = {}

@@ -15,6 +15,10 @@ Invariants:
   rollback is honoured once the rollback has finished.
 - A gate with ``admit_saga`` is asked before anything is written; it may refuse the
   saga (a kill-switch DRAIN): ``GateBlocked``, nothing recorded, the body never runs.
+- A saga opened without a gate still obeys the process's kill switch when one is
+  configured (``AGENT_SAGA_REDIS_URL``, ``AGENT_SAGA_SWITCH_STORE``, ``set_kill_switch``):
+  it gets a gate that consults the kill switch and the breaker, and refuses IRREVERSIBLE
+  steps as no gate would (``agent_saga.gates.no_gate_fallback``).
 - A QUARANTINED saga is never rolled back automatically: leaving with its own
   ``SagaQuarantined``, or with any exception while the gate's ``quarantine_of`` names a
   quarantine on it, writes a durable SAGA_QUARANTINED (the steps left standing) instead
@@ -39,7 +43,7 @@ from .context import saga_id_var
 from .engine import Saga
 from .errors import ConfigurationError, RollbackIncomplete, SagaQuarantined
 from .executor import get_tool_executor
-from .gates import Gate
+from .gates import Gate, no_gate_fallback
 from .leases import DEFAULT_LEASE_SECONDS, LeaseHandle, check_lease_seconds
 from .leases import register as register_lease
 from .leases import unregister as unregister_lease
@@ -74,6 +78,8 @@ class SagaScope:
             DEFAULT_LEASE_SECONDS if lease_seconds is None else check_lease_seconds(lease_seconds)
         )
         self._lease: LeaseHandle | None = None
+        if gate is None:
+            gate = no_gate_fallback()  # a configured kill switch still stops a saga without a gate
         if gate is not None and not callable(getattr(gate, "decide", None)):
             raise ConfigurationError(
                 f"gate must implement the Gate protocol (async def decide(request) -> "

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from agent_process import Answer, serve  # tests/e2e (this script's directory)
 from agent_saga import Compensation, FileWAL, saga_scope
 from agent_saga.controls import (
     ApprovalGateway,
@@ -55,12 +55,6 @@ async def main() -> None:
                                           poll=0.1, namespace=namespace, agent=f"agent-{wal_dir.name}"),
     )
     open_sagas: dict[str, tuple[Any, Any, asyncio.Event, asyncio.Task[None]]] = {}
-    out_lock = asyncio.Lock()
-
-    async def answer(cmd_id: Any, ok: bool, error: str = "", kind: str = "", **extra: Any) -> None:
-        async with out_lock:
-            sys.stdout.write(json.dumps({"id": cmd_id, "ok": ok, "error": error, "kind": kind, **extra}) + "\n")
-            sys.stdout.flush()
 
     async def step(saga: Any, cmd: dict[str, Any]) -> Any:
         semantics = cmd.get("semantics", "COMPENSABLE")
@@ -89,7 +83,7 @@ async def main() -> None:
             else:
                 open_sagas.pop(name, None)
 
-    async def handle(cmd: dict[str, Any]) -> None:
+    async def handle(cmd: dict[str, Any], answer: Answer) -> None:
         cid, op = cmd.get("id"), cmd.get("op")
         try:
             if op == "call":
@@ -117,18 +111,7 @@ async def main() -> None:
         except Exception as e:  # noqa: BLE001 - reported to the test
             await answer(cid, False, str(e), type(e).__name__)
 
-    await answer(0, True, kind="ready")
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    tasks = set()
-    while line := await reader.readline():
-        if line.strip():
-            t = asyncio.create_task(handle(json.loads(line)))
-            tasks.add(t)
-            t.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await serve(handle)
 
 
 if __name__ == "__main__":

@@ -8,20 +8,18 @@ deadline, for the agents' next calls to change.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 import redis
+from agent_process import AgentProcess
 from agent_saga_operator.models import GROUP, VERSION
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
 from fixtures.controlplane import KubeCluster
@@ -70,63 +68,17 @@ def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Pat
         op.stop()
 
 
-class Agent:
-    """One agent process; ``send`` a command and wait for its answer."""
+class Agent(AgentProcess):
+    """One ``operator_agent.py`` process; ``send`` a command and wait for its answer."""
 
     def __init__(self, url: str, ns: str, wal_dir: Path, approval_timeout: float = 30.0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime"), env.get("PYTHONPATH", "")])
-        self.stderr = wal_dir.with_suffix(".stderr")
-        wal_dir.parent.mkdir(parents=True, exist_ok=True)
-        self._err = open(self.stderr, "wb")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen([sys.executable, str(AGENT), url, ns, str(wal_dir), str(approval_timeout)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-                                     text=True, bufsize=1, env=env)
-        self.answers: dict[int, dict[str, Any]] = {}
-        self.cond = threading.Condition()
-        self.ids = iter(range(1, 1 << 30))
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.wait(0, timeout=DEADLINE)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            doc = json.loads(line)
-            with self.cond:
-                self.answers[int(doc["id"])] = doc
-                self.cond.notify_all()
-
-    def submit(self, op: str, **kw: Any) -> int:
-        cid = next(self.ids)
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"id": cid, "op": op, **kw}) + "\n")
-        self.proc.stdin.flush()
-        return cid
-
-    def wait(self, cid: int, timeout: float = DEADLINE) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while cid not in self.answers:
-                left = deadline - time.monotonic()
-                if left <= 0 or self.proc.poll() is not None:
-                    raise AssertionError(f"agent gave no answer to {cid} within {timeout}s:\n"
-                                         f"{self.stderr.read_text(errors='replace')[-3000:]}")
-                self.cond.wait(min(left, 0.2))
-            return self.answers.pop(cid)
+        super().__init__([sys.executable, str(AGENT), url, ns, str(wal_dir), str(approval_timeout)], env,
+                         wal_dir.with_suffix(".stderr"), ready_timeout=DEADLINE)
 
     def send(self, op: str, timeout: float = DEADLINE, **kw: Any) -> dict[str, Any]:
-        return self.wait(self.submit(op, **kw), timeout)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self.reader.join(5)
-        for f in (self.proc.stdin, self.proc.stdout, self._err):
-            if f is not None:
-                with contextlib.suppress(OSError):
-                    f.close()
+        return super().send(op, timeout, **kw)
 
 
 @pytest.fixture

@@ -121,7 +121,10 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
      ("spec.tools.c.compensate.args.charge", "should match")),
     ("rule-two-conditions", "SagaPolicy",
      {"rules": [{"name": "r", "tagged": "eu", "toolMatches": ["wire.*"]}]}, ("spec.rules[0]", "exactly one condition")),
-    ("undeclared-allow", "SagaPolicy", {"undeclaredTools": "Allow"}, ("spec.undeclaredTools", "Unsupported value")),
+    ("undeclared-forward", "SagaPolicy", {"undeclaredTools": "Forward"}, ("spec.undeclaredTools", "Unsupported value")),
+    ("inverse-tool-and-handler", "SagaPolicy",
+     {"tools": {"c": {"semantics": "COMPENSABLE", "compensate": {"tool": "r", "handler": "stripe.refund"}}}},
+     ("spec.tools[c].compensate", "exactly one inverse")),
     ("decision-without-approver", "Approval", approval_spec(decision="Approved"),
      ("spec.approver", "needs an approver")),
     ("bad-digest", "Approval", approval_spec(argumentsDigest="md5:00"), ("spec.argumentsDigest",)),
@@ -201,15 +204,16 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
     api = client.CustomObjectsApi(crds.api_client())
     apply(crds, ns, obj("KillSwitch", "cols", GOOD_KS))
     api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "killswitches", "cols", {"status": {
-        "engaged": True, "scope": "tool:wire.send", "observedGeneration": 1,
+        "engaged": True, "scope": "tool:wire.send", "observedGeneration": 1, "acked": "2/3",
+        "agents": {"matched": 3, "acknowledged": 2, "lagging": ["payments-agent@p-2"]},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Engaged",
                         "message": "agents refuse tool:wire.send", "lastTransitionTime": "2026-07-01T12:00:00Z"}],
     }})
     out = crds.kubectl("get", "killswitches", "-n", ns, "cols").stdout
     header, row = out.splitlines()[:2]
-    assert header.split() == ["NAME", "ACTION", "SCOPE", "ENGAGED", "EXPIRES", "READY", "AGE"]
+    assert header.split() == ["NAME", "ACTION", "SCOPE", "ENGAGED", "ACKED", "EXPIRES", "READY", "AGE"]
     # EXPIRES is blank without a TTL.
-    assert row.split()[:5] == ["cols", "Halt", "tool:wire.send", "true", "True"]
+    assert row.split()[:6] == ["cols", "Halt", "tool:wire.send", "true", "2/3", "True"]
     wide = crds.kubectl("get", "ks", "-n", ns, "cols", "-o", "wide").stdout
     assert "REASON" in wide and "fraud pattern" in wide and "agents refuse tool:wire.send" in wide
 
@@ -220,8 +224,8 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
         "name": "local-7b", "endpoint": "http://127.0.0.1:8080/v1", "model": "m",
         "capabilities": {"contextTokens": 2048}}]}))
     for plural, cols in (
-        ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "WINDOW", "READY", "AGE"]),
-        ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "READY", "AGE"]),
+        ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "REMAINING", "WINDOW", "READY", "AGE"]),
+        ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "ACKED", "READY", "AGE"]),
         ("approvals", ["NAME", "TOOL", "SAGA", "PHASE", "APPROVER", "DEADLINE", "READY", "AGE"]),
         ("modelroutes", ["NAME", "HOSTS", "PREFERRED", "READY", "AGE"]),
     ):

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 from agent_saga.controls import BudgetLimit, RateLimit, by_arg, by_tool, combine, global_scope
+from agent_saga.controls.policy import parse_policy, policies_from_documents
 from agent_saga_operator.documents import (
     Identity,
     InvalidSpec,
@@ -99,7 +100,7 @@ def test_unknown_scope_name_is_refused() -> None:
         scope_from_name("tenant")
 
 
-def test_saga_policy_document_is_the_mcp_policy_file_shape() -> None:
+def test_saga_policy_document_is_the_runtimes_canonical_policy() -> None:
     spec = SagaPolicySpec.model_validate({
         "tools": {
             "stripe__create_charge": {"semantics": "COMPENSABLE",
@@ -111,17 +112,31 @@ def test_saga_policy_document_is_the_mcp_policy_file_shape() -> None:
     })
     doc = saga_policy_doc(spec, WHO)
     assert doc["policy"] == {
-        "mode": "enforce",
-        "undeclared_tools": "refuse",
+        "mode": "Enforce",
+        "undeclaredTools": "Refuse",
         "tools": {
             "search_docs": {"semantics": "REVERSIBLE"},
             "stripe__create_charge": {"semantics": "COMPENSABLE",
                                       "compensate": {"tool": "stripe__create_refund", "args": {"charge": "$.id"}},
-                                      "policy_args": {"amount": "$.amount"}},
+                                      "policyArgs": {"amount": "$.amount"}},
         },
-        "rules": [{"name": "big", "verdict": "REQUIRE_APPROVAL", "arg_exceeds": {"arg": "amount", "threshold": 10000.0}}],
+        "rules": [{"name": "big", "verdict": "RequireApproval", "argExceeds": {"arg": "amount", "threshold": 10000.0}}],
     }
     assert doc["appliesTo"] is None
+    assert parse_policy(doc["policy"]) == parse_policy(spec.to_json_doc())
+
+
+def test_the_runtime_reads_the_operators_saga_policy_documents_and_skips_what_it_cannot() -> None:
+    spec = SagaPolicySpec.model_validate({"tools": {"search_docs": {"semantics": "REVERSIBLE"}}})
+    good = {"rev": 4, **saga_policy_doc(spec, WHO)}
+    newer = {**good, "id": "payments/newer", "v": 2}
+    broken = {**good, "id": "payments/broken", "policy": {"mode": "Audit"}}
+    policies, problems = policies_from_documents([good, newer, broken])
+    assert [(p.id, p.uid, p.generation) for p in policies] == [(WHO.id, WHO.uid, WHO.generation)]
+    assert policies[0].policy == parse_policy(spec.to_json_doc())
+    assert problems == ["payments/newer: document v=2 is not supported (skipped)",
+                        "payments/broken: unreadable SagaPolicy (policy.mode: 'Audit' is not one of Enforce, "
+                        "Observe) (skipped)"]
 
 
 def test_model_route_preference_defaults_to_host_order() -> None:

@@ -149,6 +149,17 @@ class BaseStatus(CRDModel):
     )
 
 
+class AgentsStatus(CRDModel):
+    """Which live agents a resource governs and which apply it (from their heartbeats)."""
+
+    matched: int = Field(ge=0, description="Live agents it governs (they read its namespace).")
+    acknowledged: int = Field(ge=0, description="Of those, the agents that apply this generation.")
+    lagging: list[str] = Field(
+        default_factory=list, max_length=21,
+        description="The others (agent@pod), at most 20 named; '(no kill switch)' when it does not read that control.",
+    )
+
+
 # ---------------------------------------------------------------- CRD metadata
 @dataclass(frozen=True, slots=True)
 class PrinterColumn:

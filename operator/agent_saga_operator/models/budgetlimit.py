@@ -121,6 +121,7 @@ class BudgetLimit(Resource):
             PrinterColumn("Kind", "string", ".spec.kind"),
             PrinterColumn("Max", "number", ".status.max"),
             PrinterColumn("Used", "number", ".status.used"),
+            PrinterColumn("Remaining", "number", ".status.remaining", "What the fullest window still admits"),
             PrinterColumn("Window", "string", ".spec.window"),
             PrinterColumn("Arg", "string", ".spec.arg", priority=1),
             PrinterColumn("Escalate", "boolean", ".spec.escalateToHuman", priority=1),

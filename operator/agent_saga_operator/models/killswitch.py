@@ -20,6 +20,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from ._base import (
+    AgentsStatus,
     BaseStatus,
     CRDModel,
     KindInfo,
@@ -106,6 +107,8 @@ class KillSwitchStatus(BaseStatus):
     )
     engaged_at: datetime | None = Field(default=None, description="When it took effect.")
     expires_at: datetime | None = Field(default=None, description="When its TTL lifts it.")
+    agents: AgentsStatus | None = Field(default=None, description="Which agents apply it (their heartbeats).")
+    acked: str | None = Field(default=None, max_length=32, description="acknowledged/matched, e.g. 3/3.")
 
 
 class KillSwitch(Resource):
@@ -120,6 +123,7 @@ class KillSwitch(Resource):
             PrinterColumn("Action", "string", ".spec.action"),
             PrinterColumn("Scope", "string", ".status.scope"),
             PrinterColumn("Engaged", "boolean", ".status.engaged"),
+            PrinterColumn("Acked", "string", ".status.acked", "Agents applying it / agents it governs"),
             PrinterColumn("Expires", "date", ".status.expiresAt"),
             PrinterColumn("By", "string", ".spec.requestedBy", priority=1),
             PrinterColumn("Reason", "string", ".spec.reason", priority=1),

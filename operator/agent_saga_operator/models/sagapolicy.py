@@ -1,25 +1,34 @@
 """SagaPolicy: which tools exist, what undoing each one means, and the gate's rules.
 
-The CRD form of the MCP proxy's policy file (``agent-saga mcp --policy``): per tool its
-semantics, for a COMPENSABLE tool the inverse tool and how its arguments are taken from
-the forward result (``{"charge": "$.id"}``), and the policy arguments the gate and the
-limits read (``{"amount": "$.amount"}``); plus gate rules and which agents it governs.
-A file a security team can review, diff and sign off, now with ``kubectl diff``.
+The CRD form of the policy schema the runtime defines (``agent_saga.controls.policy``,
+also the MCP proxy's policy file): per tool its semantics, for a COMPENSABLE tool the
+inverse (another tool, or a named handler) and how its arguments are taken from the
+forward result (``{"charge": "$.id"}``), and the policy arguments the gate and the limits
+read (``{"amount": "$.amount"}``); plus gate rules and which agents it governs. A file a
+security team can review, diff and sign off, now with ``kubectl diff``.
 
 Rules the API server enforces: a COMPENSABLE tool declares its inverse; an IRREVERSIBLE
-one cannot (no automated undo exists); tool names are exact; each gate rule has exactly
-one condition; ``undeclaredTools`` defaults to Refuse.
+one cannot (no automated undo exists); an inverse is a tool or a handler; tool names are
+exact; each gate rule has exactly one condition; ``undeclaredTools`` defaults to Refuse.
+
+This model and the runtime's parser accept and refuse the same documents
+(tests/unit/test_policy_schema_agreement.py): field constraints are declared here for the
+CRD, and the cross-field rules are the runtime's own (``parse_policy``, run after field
+validation), so the operator never projects a policy the runtime would refuse.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StringConstraints
+from agent_saga.compensation import HANDLER_PATTERN
+from agent_saga.controls.policy import JSON_PATH_PATTERN, PolicyError, parse_policy
+from pydantic import BeforeValidator, Field, StringConstraints, model_validator
 
 from ._base import (
     TOOL_NAME_PATTERN,
     AgentGlob,
+    AgentsStatus,
     ArgName,
     BaseStatus,
     CRDModel,
@@ -35,22 +44,51 @@ from ._base import (
     validations,
 )
 
-Semantics = Literal["REVERSIBLE", "COMPENSABLE", "IRREVERSIBLE"]
-Verdict = Literal["RequireApproval", "Block"]
+
+def _choice(*values: str) -> BeforeValidator:
+    """Match a choice ignoring case and underscores, as the runtime's parser does
+    (``enforce``, ``REQUIRE_APPROVAL``); the API server takes the listed spelling."""
+    by_key = {v.lower(): v for v in values}
+
+    def normalize(value: Any) -> Any:
+        if isinstance(value, str):
+            return by_key.get(value.replace("_", "").replace("-", "").strip().lower(), value)
+        return value
+
+    return BeforeValidator(normalize)
+
+
+Semantics = Annotated[Literal["REVERSIBLE", "COMPENSABLE", "IRREVERSIBLE"],
+                      _choice("REVERSIBLE", "COMPENSABLE", "IRREVERSIBLE")]
+Verdict = Annotated[Literal["RequireApproval", "Block"], _choice("RequireApproval", "Block")]
+Mode = Annotated[Literal["Enforce", "Observe"], _choice("Enforce", "Observe")]
+Undeclared = Annotated[Literal["Refuse", "RequireApproval", "Allow"], _choice("Refuse", "RequireApproval", "Allow")]
 
 #: Where an argument comes from: ``$.id`` (a path into the forward result, for an
-#: inverse) or ``$.amount`` (into the call's arguments, for policy_args).
-JSON_PATH_PATTERN = r"^\$(\.[A-Za-z_][A-Za-z0-9_-]*|\[[0-9]+\])*$"
+#: inverse) or ``$.amount`` (into the call's arguments, for policy_args). The runtime's
+#: JSONPath subset, as one pattern.
 JsonPath = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=JSON_PATH_PATTERN)]
+HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=HANDLER_PATTERN.pattern)]
 
 RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN)]
 
 
 class Inverse(CRDModel):
-    """The compensating tool and its arguments, each a path into the forward result."""
+    """The inverse (a tool, or a named handler) and its arguments, each a path into the
+    forward result."""
 
-    tool: ToolName = Field(description="The inverse tool: stripe__create_refund.")
+    model_config = CRDModel.model_config | {
+        "json_schema_extra": validations(
+            cel("has(self.tool) != has(self.handler)",
+                "name exactly one inverse: tool (another tool of the same server) or handler "
+                "(a function registered with @compensator)"),
+        )
+    }
+
+    tool: ToolName | None = Field(default=None, description="The inverse tool: stripe__create_refund.")
+    handler: HandlerName | None = Field(
+        default=None, description="Or a compensation handler registered with @compensator: stripe.refund.")
     args: dict[str, JsonPath] = Field(
         default_factory=dict,
         max_length=32,
@@ -80,7 +118,7 @@ class ToolPolicy(CRDModel):
         description='Policy argument -> path into the call\'s arguments: {"amount": "$.amount"}.',
     )
     require_approval: bool = Field(
-        default=False, description="Every call needs a named human (IRREVERSIBLE tools always do)."
+        default=False, strict=True, description="Every call needs a named human (IRREVERSIBLE tools always do)."
     )
 
 
@@ -88,7 +126,7 @@ class ArgExceeds(CRDModel):
     """The call's policy argument ``arg`` is above ``threshold``."""
 
     arg: ArgName
-    threshold: float
+    threshold: float = Field(strict=True, allow_inf_nan=False, description="Matches above this value.")
 
 
 class GateRule(CRDModel):
@@ -130,11 +168,14 @@ class SagaPolicySpec(CRDModel):
         )
     }
 
-    mode: Literal["Enforce", "Observe"] = Field(
+    mode: Mode = Field(
         default="Enforce", description="Enforce: gate and refuse. Observe: forward everything, record the surface."
     )
-    undeclared_tools: Literal["Refuse", "RequireApproval"] = Field(
-        default="Refuse", description="What happens to a tool nobody declared. Refuse is the safe default."
+    undeclared_tools: Undeclared = Field(
+        default="Refuse",
+        description="A tool the policy does not declare: Refuse (the safe default), RequireApproval (a human "
+                    "decides), or Allow (the code's own declaration stands; the MCP proxy, which has none, "
+                    "treats it as IRREVERSIBLE).",
     )
     applies_to: AgentSelector | None = Field(default=None, description="Agents governed; absent: all in the namespace.")
     tools: dict[str, ToolPolicy] = Field(
@@ -147,12 +188,24 @@ class SagaPolicySpec(CRDModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
+    @model_validator(mode="after")
+    def _runtime_rules(self) -> SagaPolicySpec:
+        """The runtime's cross-field rules (the CEL rules say the same to the API server)."""
+        try:
+            parse_policy(self.to_json_doc())
+        except PolicyError as e:
+            raise ValueError(str(e)) from None
+        return self
+
 
 class SagaPolicyStatus(BaseStatus):
     """How many tools and rules are in force."""
 
     tools: int | None = Field(default=None, ge=0, description="Declared tools.")
     rules: int | None = Field(default=None, ge=0, description="Gate rules.")
+    agents: AgentsStatus | None = Field(default=None, description="Which agents enforce it (their heartbeats).")
+    acked: str | None = Field(default=None, max_length=32, description="enforcing/matched, e.g. 3/3.")
+    enforced_by: list[str] | None = Field(default=None, max_length=20, description="The agents enforcing it (agent@pod).")
 
 
 class SagaPolicy(Resource):
@@ -168,6 +221,7 @@ class SagaPolicy(Resource):
             PrinterColumn("Undeclared", "string", ".spec.undeclaredTools"),
             PrinterColumn("Tools", "integer", ".status.tools"),
             PrinterColumn("Rules", "integer", ".status.rules"),
+            PrinterColumn("Acked", "string", ".status.acked", "Agents enforcing it / agents it governs"),
             *ready_columns(),
         ),
     )

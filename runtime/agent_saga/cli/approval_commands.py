@@ -6,10 +6,12 @@
             to: acct_9
     agent-saga approvals approve af83c011 --approver risk@corp --note "verified by phone"
 
-The store is ``--store`` or ``$AGENT_SAGA_APPROVAL_STORE``: a ``redis://`` URL (the
-policy plane) or the directory of a ``FileApprovalStore`` (default
-``./agent-saga-approvals``). The decision lands in the store; the waiting agent sees it
-there (no connection into the agent). An ID may be a unique prefix.
+The store is ``--store``, else ``$AGENT_SAGA_APPROVAL_STORE``, else
+``$AGENT_SAGA_REDIS_URL`` (the policy plane, as agents wired by it use), else the
+``FileApprovalStore`` directory ``./agent-saga-approvals`` if it exists; every command
+says which store it read and why, and with none configured it says how to name one
+(never a silent read of an empty local folder). The decision lands in the store; the
+waiting agent sees it there (no connection into the agent). An ID may be a unique prefix.
 
 Refused, with a message saying why: an approval without ``--approver`` (an anonymous
 approval proves nothing), a break-glass approval without ``--note``, a request already
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -34,6 +35,8 @@ from ..controls.approvals import (
     decide_request,
     open_approval_store,
 )
+from ..errors import ConfigurationError
+from ..plane import ENV_REDIS_URL, choose_store
 
 __all__ = ["register"]
 
@@ -41,9 +44,15 @@ ENV_APPROVAL_STORE = "AGENT_SAGA_APPROVAL_STORE"
 DEFAULT_DIR = "agent-saga-approvals"
 
 
-def _store(args: argparse.Namespace) -> ApprovalStore:
-    target = (args.store or os.environ.get(ENV_APPROVAL_STORE, "") or DEFAULT_DIR).strip()
-    return open_approval_store(target)
+def _store(args: argparse.Namespace) -> tuple[ApprovalStore, str]:
+    """The store to read, and the sentence saying which it is and why."""
+    choice = choose_store(args.store, ENV_APPROVAL_STORE, local_default=DEFAULT_DIR)
+    if choice.target is None:
+        raise ConfigurationError(
+            f"no approval store configured: pass --store redis://HOST:PORT/DB, or set {ENV_APPROVAL_STORE} or "
+            f"{ENV_REDIS_URL} (the policy plane your agents use); a directory (FileApprovalStore) works for "
+            f"agents on this host only")
+    return open_approval_store(choice.target), f"store: {choice.describe()}"
 
 
 def _age(seconds: float) -> str:
@@ -76,7 +85,7 @@ def _line(r: ApprovalRequest, now: float) -> list[str]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store, which = _store(args)
     try:
         requests = store.list(pending_only=not args.all)
     finally:
@@ -85,8 +94,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not args.all:
         requests = [r for r in requests if now < r.deadline]
     if args.json:
+        print(which, file=sys.stderr)
         print(json.dumps([r.view_doc() for r in requests], indent=2))
         return 0
+    print(which)
     if not requests:
         print("no approval requests waiting" if not args.all else f"no approval requests in {store.describe()}")
     for r in requests:
@@ -100,12 +111,12 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         print(f"agent-saga approvals {'approve' if approved else 'deny'}: refused: --approver NAME is required "
               f"(an anonymous approval is an audit trail that proves nothing)", file=sys.stderr)
         return 2
-    store = _store(args)
+    store, which = _store(args)
     try:
         r = decide_request(store, args.request_id, approved=approved, approver=args.approver, now=time.time(),
                            note=args.note, break_glass=getattr(args, "break_glass", False))
     except ApprovalRefused as exc:
-        print(f"agent-saga approvals: refused: {exc.message}", file=sys.stderr)
+        print(f"agent-saga approvals: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
     finally:
         store.close()
@@ -132,7 +143,8 @@ def register(sub: Any) -> None:
 
     def common(q: argparse.ArgumentParser) -> None:
         q.add_argument("--store", default=None,
-                       help=f"redis://HOST:PORT/DB or a directory (default: ${ENV_APPROVAL_STORE} or ./{DEFAULT_DIR})")
+                       help=f"redis://HOST:PORT/DB or a directory (default: ${ENV_APPROVAL_STORE}, else "
+                            f"${ENV_REDIS_URL}, else ./{DEFAULT_DIR} if it exists)")
         q.add_argument("--json", action="store_true")
 
     q = asub.add_parser("list", help="requests waiting for a human (--all: every request)")

@@ -6,9 +6,11 @@ as the gate consults them. Each section returns a ``StatusSection``; the command
 if any section could not read its state (a safety signal that cannot be read is not
 reported as fine), else 0.
 
-The limits section reads the fleet-wide store: ``--redis-url`` or
-``$AGENT_SAGA_LIMIT_STORE``. The in-process store lives inside each agent process, so
-there is nothing to read from outside; the section says so.
+The limits section reads the fleet-wide store: ``--redis-url``, else
+``$AGENT_SAGA_LIMIT_STORE``, else ``$AGENT_SAGA_REDIS_URL`` (the policy plane, as agents
+wired by it use); each section says which store it read and why. The in-process store
+lives inside each agent process, so there is nothing to read from outside; the section
+says so.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +80,7 @@ def _limits_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis-url",
         default=None,
-        help=f"the RedisLimitStore to read (default: ${ENV_LIMIT_STORE})",
+        help=f"the RedisLimitStore to read (default: ${ENV_LIMIT_STORE}, else $AGENT_SAGA_REDIS_URL)",
     )
     p.add_argument("--namespace", default="agent-saga", help="the store's namespace (default: agent-saga)")
 
@@ -96,7 +97,10 @@ def _window(seconds: float) -> str:
 
 
 def _collect_limits(args: argparse.Namespace) -> StatusSection:
-    url = getattr(args, "redis_url", None) or os.environ.get(ENV_LIMIT_STORE, "").strip()
+    from ..plane import choose_store
+
+    choice = choose_store(getattr(args, "redis_url", None), ENV_LIMIT_STORE)
+    url = choice.target
     if not url:
         return StatusSection(
             "limits",
@@ -124,12 +128,12 @@ def _collect_limits(args: argparse.Namespace) -> StatusSection:
     except LimitStoreUnavailable as exc:
         return StatusSection(
             "limits",
-            [f"store: {store.describe()}", f"UNREADABLE: {exc.message}",
+            [f"store: {store.describe()} (from {choice.source})", f"UNREADABLE: {exc.message}",
              "limits fail closed: every call a limit applies to is being refused"],
-            {"store": store.describe(), "error": exc.message, "limits": []},
+            {"store": store.describe(), "source": choice.source, "error": exc.message, "limits": []},
             ok=False,
         )
-    lines = [f"store: {store.describe()}"]
+    lines = [f"store: {store.describe()} (from {choice.source})"]
     if not specs:
         lines.append("no limits declared in this namespace yet (a gate declares its limits on first use)")
     docs = []
@@ -152,7 +156,7 @@ def _collect_limits(args: argparse.Namespace) -> StatusSection:
                 f"{u.entries} debit{'s' if u.entries != 1 else ''}{full}"
             )
         docs.append({**spec.to_doc(), "windows": [u.to_doc() for u in rows]})
-    return StatusSection("limits", lines, {"store": store.describe(), "limits": docs})
+    return StatusSection("limits", lines, {"store": store.describe(), "source": choice.source, "limits": docs})
 
 
 register_section("limits", _collect_limits, order=30, add_arguments=_limits_arguments)

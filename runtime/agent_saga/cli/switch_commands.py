@@ -5,9 +5,10 @@
     agent-saga quarantine saga-8f3c --reason "suspected duplicate charges" --by soc@corp
     agent-saga resume --scope tool:wire.send --by soc@corp
 
-The store is ``--store`` or ``$AGENT_SAGA_SWITCH_STORE``: a ``redis://`` URL (the policy
-plane every agent watches) or a file path (a ``FileSwitchStore``: only processes on this
-host reading that file see it). Levers are written exactly as the operator projects
+The store is ``--store``, else ``$AGENT_SAGA_SWITCH_STORE``, else ``$AGENT_SAGA_REDIS_URL``
+(the policy plane agents wired by it watch): a ``redis://`` URL or a file path (a
+``FileSwitchStore``: only processes on this host reading that file see it). Every command
+says which store it used and why. Levers are written exactly as the operator projects
 ``KillSwitch`` resources (docs/killswitch.md), with the id ``cli/<action>-<hash>``.
 
 Who/why/when: every agent watching the store records the change in its own WAL when it
@@ -40,6 +41,7 @@ from ..controls.killswitch import (
     parse_scope,
 )
 from ..errors import ConfigurationError
+from ..plane import ENV_REDIS_URL, choose_store
 from ..wal.base import BaseWAL
 from .status_commands import StatusSection, register_section
 
@@ -66,7 +68,7 @@ def parse_ttl(text: str) -> float:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
-                   help=f"redis://HOST:PORT/DB or a file path (default: ${ENV_SWITCH_STORE})")
+                   help=f"redis://HOST:PORT/DB or a file path (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL})")
 
 
 def _wal_args(p: argparse.ArgumentParser) -> None:
@@ -76,13 +78,14 @@ def _wal_args(p: argparse.ArgumentParser) -> None:
 
 
 def _open_store(args: argparse.Namespace) -> SwitchStore:
-    target = (args.store or os.environ.get(ENV_SWITCH_STORE, "")).strip()
-    if not target:
+    choice = choose_store(args.store, ENV_SWITCH_STORE)
+    if choice.target is None:
         raise ConfigurationError(
             f"no kill switch store: pass --store redis://HOST:PORT/DB (the store your agents watch) or set "
-            f"{ENV_SWITCH_STORE}; a file path works for agents on this host only"
+            f"{ENV_SWITCH_STORE} or {ENV_REDIS_URL}; a file path works for agents on this host only"
         )
-    return open_switch_store(target, grace=0.0, warn=False)
+    args.store_source = choice.source
+    return open_switch_store(choice.target, grace=0.0, warn=False)
 
 
 def _open_wal(args: argparse.Namespace) -> BaseWAL | None:
@@ -141,7 +144,7 @@ def _engage(args: argparse.Namespace, action: LeverAction, scope: str) -> int:
         print(json.dumps({"engaged": lever.describe(), "store": store.describe(), "recorded": recorded}))
         return 0
     print(f"engaged {_describe(lever)}")
-    print(f"  in {store.describe()}")
+    print(f"  in {store.describe()} (from {args.store_source})")
     if recorded:
         print(f"  {recorded}")
     if store.describe().startswith("FileSwitchStore"):
@@ -232,16 +235,17 @@ def register(sub: Any) -> None:
 # --------------------------------------------------------------------------- status
 def _status_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch-store", default=None,
-                   help=f"the kill switch store to read (default: ${ENV_SWITCH_STORE})")
+                   help=f"the kill switch store to read (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL})")
 
 
 def _collect(args: argparse.Namespace) -> StatusSection:
-    target = (getattr(args, "switch_store", None) or os.environ.get(ENV_SWITCH_STORE, "")).strip()
-    if not target:
+    choice = choose_store(getattr(args, "switch_store", None), ENV_SWITCH_STORE)
+    target = choice.target
+    if target is None:
         return StatusSection("kill switch", [
-            f"store: none configured (set {ENV_SWITCH_STORE} or pass --switch-store): agents without a",
-            "KillSwitch cannot be halted from outside. Use RedisSwitchStore for a fleet.",
-        ], {"store": None, "levers": []})
+            f"store: none configured (pass --switch-store, or set {ENV_SWITCH_STORE} or {ENV_REDIS_URL} as",
+            "your agents do): agents without a kill switch store cannot be halted from outside.",
+        ], {"store": None, "source": None, "levers": []})
     try:
         store = open_switch_store(target, grace=0.0, warn=False)
     except ConfigurationError as exc:
@@ -250,19 +254,19 @@ def _collect(args: argparse.Namespace) -> StatusSection:
         levers = store.levers()
     except SwitchStoreUnavailable as exc:
         return StatusSection("kill switch", [
-            f"store: {store.describe()}", f"UNREADABLE: {exc.message}",
+            f"store: {store.describe()} (from {choice.source})", f"UNREADABLE: {exc.message}",
             "agents honour their last known levers for their grace window, then refuse everything",
         ], {"store": store.describe(), "error": exc.message, "levers": []}, ok=False)
     finally:
         store.close()
     now = _now()
     active = [lv for lv in levers if not lv.expired(now)]
-    lines = [f"store: {store.describe()}"]
+    lines = [f"store: {store.describe()} (from {choice.source})"]
     if not active:
         lines.append("no lever engaged: agents run normally")
     for lv in active:
         lines.append(_describe(lv))
-    return StatusSection("kill switch", lines, {"store": store.describe(),
+    return StatusSection("kill switch", lines, {"store": store.describe(), "source": choice.source,
                                                 "levers": [lv.describe() for lv in active]})
 
 

@@ -66,7 +66,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
 from .._redis import Target, confirmed_subscription, connect, script
@@ -183,7 +183,28 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         self.writers_seen: frozenset[str] = frozenset()
         #: Set while the marker is missing after having been seen (data loss).
         self.data_lost: str | None = None
+        self._listeners: list[Callable[[], None]] = []
         self._initial_state()
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` (on the reading thread; it must not block) after every read
+        and every loss: the agent's heartbeat learns at once what this reader applied."""
+        self._listeners.append(listener)
+
+    @property
+    def applied_rev(self) -> str | None:
+        """The ``P:rev`` of the last read adopted (``None``: none yet, or data lost)."""
+        rev = self._rev
+        if rev is _NEVER or rev is None:
+            return None
+        return rev.decode() if isinstance(rev, bytes) else str(rev)
+
+    def _changed(self) -> None:
+        for listener in tuple(self._listeners):
+            try:
+                listener()
+            except Exception:  # noqa: BLE001 - a listener never breaks the reader
+                log.exception("%s: a change listener failed", self.describe())
 
     def key(self, doc_id: str) -> str:
         """The key of the document ``doc_id`` (``<namespace>/<name>``)."""
@@ -287,6 +308,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
             self.reloads += 1
         if restored is not None:
             self._on_restored(writers)
+        self._changed()
 
     def _marker_lost(self, missing: frozenset[str]) -> None:
         with self._lock:
@@ -299,6 +321,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
                                   f"({self.synced_key}, writer {', '.join(sorted(missing))}) is gone "
                                   f"(FLUSHALL, or a restart without persistence){self.DATA_LOST_SUFFIX}")
         self._on_data_lost(missing, first)
+        self._changed()
 
     def _lost(self, exc: BaseException) -> None:
         with self._lock:
@@ -306,6 +329,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
             self.connected = False
             self.last_error = self._target.error_text(exc)
         self._on_lost(self.last_error, first)
+        self._changed()
 
     def _watch(self) -> None:
         backoff = min(self.heartbeat, 0.2)

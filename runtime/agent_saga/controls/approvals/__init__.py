@@ -12,14 +12,15 @@ The layout every control shares (``agent_saga.controls``):
     _store.py      the ApprovalStore protocol, its errors, decide_request
     _local.py      FileApprovalStore: a directory on one machine
     _redis.py      RedisApprovalStore: the policy plane, shared with the CLI and operator
-    _default.py    open_approval_store(url or directory); there is no process default
+    _default.py    open_approval_store(url or directory); the process-wide provider (set by the
+                   policy-plane wiring)
     _gateway.py    ApprovalGateway: ask, escalate, wait, record (an ApprovalProvider)
     _notifiers.py  Notifier, WebhookNotifier: how a human hears about a request
 
 Only this module is public.
 """
 
-from ._default import open_approval_store
+from ._default import get_approval_provider, open_approval_store, set_approval_provider
 from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
 from ._local import FileApprovalStore
 from ._model import (
@@ -61,7 +62,9 @@ __all__ = [
     "WebhookNotifier",
     "action_digest",
     "decide_request",
+    "get_approval_provider",
     "open_approval_store",
     "request_id_for",
     "resolve_id",
+    "set_approval_provider",
 ]

@@ -1,16 +1,44 @@
-"""An approval store from a URL or a directory.
+"""An approval store from a URL or a directory, and the process-wide approval provider.
 
-There is no process-wide approval store: the gate is handed its ``approval_provider``
-(an ``ApprovalGateway`` over a store) explicitly, because who may approve what is a
-decision of the code that builds the gate, never of the environment.
+A gate is normally handed its ``approval_provider`` (an ``ApprovalGateway`` over a store)
+explicitly. The policy-plane wiring (``AGENT_SAGA_REDIS_URL``) sets a process-wide one,
+used by gates built without ``approval_provider=``: it says only *where* requests go
+(the policy plane, where the operator mirrors each as an ``Approval`` resource); *who*
+may approve is still a named human with the right to patch that resource (or the
+Redis credential of ``agent-saga approvals approve``), never the environment.
 """
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
+from ...errors import ConfigurationError
 from ._local import FileApprovalStore
 from ._store import ApprovalStore
 
-__all__ = ["open_approval_store"]
+__all__ = ["get_approval_provider", "open_approval_store", "set_approval_provider"]
+
+_lock = threading.Lock()
+_provider: Any = None
+
+
+def set_approval_provider(provider: Any) -> Any:
+    """Make ``provider`` (an ``ApprovalGateway``) the one every ``PreFlightGate`` built
+    without ``approval_provider=`` asks; return the previous one (``None``: no provider,
+    calls that need a human are refused)."""
+    global _provider
+    if provider is not None and not callable(getattr(provider, "request_approval", None)):
+        raise ConfigurationError(f"set_approval_provider() takes an approval provider (ApprovalGateway), "
+                                 f"got {provider!r}")
+    with _lock:
+        prev, _provider = _provider, provider
+    return prev
+
+
+def get_approval_provider() -> Any:
+    """The process-wide approval provider, or ``None``."""
+    return _provider
 
 
 def open_approval_store(target: str) -> ApprovalStore:

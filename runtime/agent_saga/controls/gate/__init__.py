@@ -3,12 +3,14 @@
     gate = PreFlightGate(rules=[arg_exceeds("amount", 10_000)], limits=[BudgetLimit(...)],
                          approval_provider=ApprovalGateway(...), checks=[kill_switch, breaker])
 
-Order: kill switch -> breaker -> limits -> rules -> approval; the first control that
-refuses ends it (see ``_gate`` for the invariants). The gate composes the other controls
-(``agent_saga.controls.limits``, ``.killswitch``, ``.breaker``, ``.approvals``); none of
-them imports the gate.
+Order: kill switch -> breaker -> SagaPolicy -> limits -> rules -> approval; the first
+control that refuses ends it (see ``_gate`` for the invariants). The gate composes the
+other controls (``agent_saga.controls.limits``, ``.killswitch``, ``.breaker``,
+``.approvals``, ``.policy``); none of them imports the gate.
 
     _gate.py         PreFlightGate: the stages, the engine's hooks, status
+    _policy.py       the SagaPolicy stage: the policies' rules and inverse as the gate's
+    _nogate.py       the gate of a saga opened without one (the process's kill switch)
     _reservation.py  Reservation: the debit made for one call, handed back on a refusal
     _rules.py        per-call rules (arg_exceeds, tool_matches, tagged, rule(...))
     _verdicts.py     PreFlightDecision: the verdict with its audit detail
@@ -20,6 +22,7 @@ Only this module is public.
 
 from .._checks import CheckRefusal, PreCheck
 from ._gate import PreFlightGate
+from ._nogate import kill_switch_gate  # noqa: F401 - registers the no-gate fallback
 from ._rules import (
     DEFAULT_RULES,
     Rule,

@@ -2,11 +2,14 @@
 
 One decision, in this order; the first control that refuses ends it:
 
-    1. kill switch   a halted tool or tag is refused before anything is spent (issue 6)
+    1. kill switch   a halted tool or tag is refused before anything is spent
     2. breaker       a dependency known to be down is refused before spending budget
-    3. limits        every applicable limit is checked and debited in ONE atomic store call
-    4. rules         per-call policy: IRREVERSIBLE requires a human, arg_exceeds, ...
-    5. approval      a named human is asked, only if a limit escalated or a rule asked
+    3. policy        the SagaPolicies in force: an undeclared tool is refused; the call
+                     continues with the semantics and policy arguments they tightened
+    4. limits        every applicable limit is checked and debited in ONE atomic store call
+    5. rules         per-call policy: IRREVERSIBLE requires a human, arg_exceeds, ... and
+                     the SagaPolicies' rules after the gate's own
+    6. approval      a named human is asked, only if a limit escalated or a rule asked
 
 Steps 1-2 are ``PreCheck`` objects passed as ``checks=``, ordered by their ``stage``;
 without ``checks=`` the gate uses the process-wide kill switch and breaker
@@ -48,13 +51,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Final
 
 from ...errors import ConfigurationError, GateBlocked
-from ...gates import StepRequest
+from ...gates import Declaration, StepRequest
 from ...wal.base import BaseWAL
 from .._checks import PRECHECK_ORDER, CheckRefusal, PreCheck, as_precheck
-from ..approvals import ApprovalOutcome, ApprovalProvider
+from .._wiring import from_environment
+from ..approvals import ApprovalOutcome, ApprovalProvider, get_approval_provider
 from ..breaker import get_breaker
 from ..killswitch import get_kill_switch
 from ..limits import (
@@ -69,10 +74,13 @@ from ..limits import (
     LimitUsage,
     RateLimit,
     ScopeUnreadable,
+    get_limit_source,
     get_limit_store,
     peek_limit_store,
     warn_if_fleet,
 )
+from ..policy import PolicySource, get_policy_source
+from ._policy import compile_rules, inverse_factory, observe
 from ._reservation import GATE, Reservation, charges_doc, new_debit_id, over_reason, store_reason
 from ._rules import DEFAULT_RULES, Rule, RuleHit, RuleUnreadable
 from ._verdicts import PreFlightDecision, Stage, write_verdict
@@ -83,6 +91,12 @@ log = logging.getLogger("agent_saga.controls")
 
 _STORE = "limit-store"
 _SOURCE = "limit-source"
+_POLICY_SOURCE = "policy-source"
+
+#: ``policy=`` / ``limits=`` / ``approval_provider=`` not given: the process-wide one
+#: (``set_policy_source``, ``set_limit_source``, ``set_approval_provider``; the
+#: policy-plane wiring sets all three).
+PROCESS_POLICY: Final[Any] = object()
 
 
 class PreFlightGate:
@@ -90,24 +104,40 @@ class PreFlightGate:
 
     ``rules`` are evaluated after ``default_rules`` (by default ``irreversible``: an
     IRREVERSIBLE step requires a human); pass ``default_rules=()`` to drop it.
-    ``limits`` are ``BudgetLimit`` / ``RateLimit``; they live in ``store`` (default: the
-    process-wide store, see ``set_limit_store``). ``approval_provider`` is asked when a
-    rule or an escalating limit requires a human; without one, such calls are refused.
-    ``checks`` are the kill switch and breaker (``PreCheck``). ``wal``: write each
+    ``limits`` are ``BudgetLimit`` / ``RateLimit`` or a ``LimitSource`` (default: the
+    process-wide source, ``set_limit_source``, else none); they live in ``store``
+    (default: the process-wide store, see ``set_limit_store``). ``approval_provider`` is
+    asked when a rule or an escalating limit requires a human (default: the process-wide
+    one, ``set_approval_provider``); without one, such calls are refused. With
+    ``AGENT_SAGA_REDIS_URL`` set, the first gate built wires the process to the policy
+    plane (``agent_saga.plane``) and these defaults are its controls.
+    ``checks`` are the kill switch and breaker (``PreCheck``). ``policy`` is where the
+    SagaPolicies come from (``RedisPolicySource``, ``StaticPolicySource``; default: the
+    process-wide source, ``set_policy_source``; ``None``: no policy). ``wal``: write each
     verdict as GATE_VERDICT (only when not used by ``saga_scope``, which writes it).
     """
 
     def __init__(
         self,
         rules: Sequence[Rule] = (),
-        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = (),
-        approval_provider: ApprovalProvider | None = None,
+        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = PROCESS_POLICY,
+        approval_provider: ApprovalProvider | None = PROCESS_POLICY,
         *,
         default_rules: Sequence[Rule] = DEFAULT_RULES,
         store: LimitStore | None = None,
         checks: Sequence[PreCheck] | None = None,
         wal: BaseWAL | None = None,
+        policy: PolicySource | None = PROCESS_POLICY,
     ) -> None:
+        if policy is not PROCESS_POLICY and policy is not None and not isinstance(policy, PolicySource):
+            raise ConfigurationError(f"policy must be a SagaPolicy source (RedisPolicySource(url, ...), "
+                                     f"StaticPolicySource.from_file(path)), got {policy!r}")
+        from_environment()  # AGENT_SAGA_REDIS_URL: the process-wide controls below exist now
+        if limits is PROCESS_POLICY:
+            limits = get_limit_source() or ()
+        if approval_provider is PROCESS_POLICY:
+            approval_provider = get_approval_provider()
+        self._policy: PolicySource | None = policy
         self._rules: tuple[Rule, ...] = tuple(default_rules) + tuple(rules)
         for r in self._rules:
             if not isinstance(r, Rule):
@@ -199,7 +229,13 @@ class PreFlightGate:
             "store": store.describe() if store is not None else "default (not created yet)",
             "approval_provider": type(self._approval).__name__ if self._approval is not None else None,
             "checks": _names(self),
+            "policy_source": _policy_status(self.policy),
         }
+
+    @property
+    def policy(self) -> PolicySource | None:
+        """The SagaPolicy source consulted now: the one given, else the process-wide one."""
+        return get_policy_source() if self._policy is PROCESS_POLICY else self._policy
 
     @property
     def checks(self) -> tuple[PreCheck, ...]:
@@ -282,7 +318,7 @@ class PreFlightGate:
         refused = await self._run_prechecks(checks, request)  # 1-2. kill switch, breaker
         if refused is not None:
             return refused
-        decision = await self._after_prechecks(request, checks)
+        decision = await self._apply_policy(request, checks)
         if not decision.allowed:
             for check in checks:  # e.g. a breaker's trial call that will not run after all
                 try:
@@ -310,12 +346,59 @@ class PreFlightGate:
             return _block(check.stage, check.name, str(refusal), {})
         return None
 
-    async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck]) -> PreFlightDecision:
+    async def _apply_policy(self, request: StepRequest, checks: Sequence[PreCheck]) -> PreFlightDecision:
+        """3. The SagaPolicies in force: refuse an undeclared tool (nothing spent yet), or go
+        on with the request they tightened, their rules, and their questions for a human."""
+        source = self.policy
+        if source is None:
+            return await self._after_prechecks(request, checks)
+        try:
+            view = source.view()
+        except Exception as exc:  # noqa: BLE001 - a source that breaks refuses
+            return _block("policy", _POLICY_SOURCE, f"SagaPolicy source {source.describe()} failed "
+                          f"({type(exc).__name__}: {exc}); the call is refused", {})
+        if not view.usable:
+            return _block("policy", _POLICY_SOURCE, (
+                f"SagaPolicies from {source.describe()} cannot be used ({view.problem}): the gate fails closed "
+                f"and refuses every call until they can be read"), {"source": source.describe()})
+        pset = view.policies
+        if not pset:
+            return await self._after_prechecks(request, checks)
+        adm = pset.admit(request, has_compensation=request.has_inverse)
+        if pset.observing:
+            source.record(request)
+        enforced, observed = compile_rules(pset)
+        detail: Mapping[str, Any] = adm.detail  # shared per tool: never mutated
+        if adm.observed or observed or view.degraded:
+            extra = dict(adm.detail)
+            seen = [*adm.observed, *observe(observed, adm.request)]
+            if seen:
+                extra["observed"] = seen
+            if view.degraded:
+                extra["degraded"] = view.degraded
+            detail = extra
+        if adm.verdict == "BLOCK":
+            return _block("policy", adm.decided_by, adm.reason, {"policy": detail})
+        asks = [(name, RuleHit("REQUIRE_APPROVAL", why)) for name, why in adm.asks] if adm.asks else ()
+        decision = await self._after_prechecks(adm.request, checks, enforced, asks, detail)
+        if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
+            declared = Declaration(adm.request.semantics, None if adm.compensate is None
+                                   else inverse_factory(request.tool, adm.compensate))
+            return replace(decision, declaration=declared)
+        return decision
+
+    async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck],
+                               more_rules: Sequence[Rule] = (), asks: Sequence[tuple[str, RuleHit]] = (),
+                               policy: Mapping[str, Any] | None = None) -> PreFlightDecision:
         reserved = await self._reserve(request)
         if isinstance(reserved, PreFlightDecision):
+            if policy is not None:
+                return replace(reserved, detail={**reserved.detail, "policy": policy})
             return reserved
+        if policy is not None:
+            reserved.detail["policy"] = policy
         try:
-            return await self._judge(request, reserved, checks)
+            return await self._judge(request, reserved, checks, more_rules, asks)
         except BaseException:
             await reserved.refund()  # a refusal is the one outcome where the effect did not happen
             raise
@@ -373,9 +456,13 @@ class PreFlightGate:
         res.escalated = result.over
         return res
 
-    async def _judge(self, request: StepRequest, res: Reservation, checks: Sequence[PreCheck]) -> PreFlightDecision:
-        """4-5. The rules, then a human if a rule or an escalating limit asks for one."""
-        blocked, asks = self._apply_rules(request)
+    async def _judge(self, request: StepRequest, res: Reservation, checks: Sequence[PreCheck],
+                     more_rules: Sequence[Rule] = (), policy_asks: Sequence[tuple[str, RuleHit]] = ()
+                     ) -> PreFlightDecision:
+        """5-6. The rules (the gate's, then the SagaPolicies'), then a human if a rule, a
+        SagaPolicy or an escalating limit asks for one."""
+        blocked, asks = self._apply_rules(request, more_rules)
+        asks = [*asks, *policy_asks]
         if blocked is not None:
             name, hit = blocked
             res.detail["rules"] = [{"rule": name, "verdict": "BLOCK", "reason": hit.reason}]
@@ -384,11 +471,12 @@ class PreFlightGate:
             return res.allow()
         return await self._ask_human(request, res, asks, checks)
 
-    def _apply_rules(self, request: StepRequest) -> tuple[tuple[str, RuleHit] | None, list[tuple[str, RuleHit]]]:
-        """4. ``(the first rule that blocks, or None; the rules that ask for a human)``.
+    def _apply_rules(self, request: StepRequest, more: Sequence[Rule] = ()
+                     ) -> tuple[tuple[str, RuleHit] | None, list[tuple[str, RuleHit]]]:
+        """5. ``(the first rule that blocks, or None; the rules that ask for a human)``.
         A rule that cannot read the call, or raises, blocks (rules fail closed)."""
         asks: list[tuple[str, RuleHit]] = []
-        for r in self._rules:
+        for r in (*self._rules, *more) if more else self._rules:
             try:
                 hit = r.evaluate(request)
             except RuleUnreadable as exc:
@@ -474,6 +562,22 @@ def _names(gate: PreFlightGate) -> list[str] | str:
 
 def _block(stage: Stage, decided_by: str, reason: str, detail: dict[str, Any]) -> PreFlightDecision:
     return PreFlightDecision("BLOCK", reason, decided_by, False, stage, None, detail)
+
+
+def _policy_status(source: PolicySource | None) -> dict[str, Any] | str | None:
+    """The SagaPolicy source's state for ``status()`` (never raises)."""
+    if source is None:
+        return None
+    try:
+        reader = getattr(source, "status", None)
+        if callable(reader):
+            detail = reader()
+            return dict(detail) if isinstance(detail, dict) else {"value": repr(detail)}
+        v = source.view()
+        return {"source": source.describe(), "usable": v.usable, "problem": v.problem, "degraded": v.degraded,
+                "policies": v.policies.refs}
+    except Exception as exc:  # noqa: BLE001 - status must say what is wrong, not raise
+        return f"unavailable ({type(exc).__name__}: {exc})"
 
 
 def _source_status(source: LimitSource | None) -> dict[str, Any] | None:

@@ -20,17 +20,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ...gates import GateDecision, StepRequest
+from ...gates import Declaration, GateDecision, StepRequest
 from ...records import RecordType
 from ...wal.base import BaseWAL
 from ..approvals import ApprovalOutcome
 
 __all__ = ["PreFlightDecision", "Stage", "write_verdict"]
 
-Stage = Literal["kill_switch", "breaker", "limits", "rules", "approval", "allow"]
+Stage = Literal["kill_switch", "breaker", "policy", "limits", "rules", "approval", "allow"]
 
 #: The order in which the gate consults its controls; the first refusal ends it.
-STAGES: tuple[Stage, ...] = ("kill_switch", "breaker", "limits", "rules", "approval")
+STAGES: tuple[Stage, ...] = ("kill_switch", "breaker", "policy", "limits", "rules", "approval")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,8 @@ class PreFlightDecision(GateDecision):
     stage: Stage = "allow"
     approval: ApprovalOutcome | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
+    #: What a SagaPolicy made of the step's declaration (the engine applies it).
+    declaration: Declaration | None = None
 
     @property
     def quarantined(self) -> bool:

@@ -177,6 +177,10 @@ class Lever:
     engaged_at: float | None = None
     ttl: float | None = None
     expires_at: float | None = None
+    #: The KillSwitch resource's uid and generation (from the operator's document; empty
+    #: for a lever engaged with the CLI): what an agent reports it applied.
+    uid: str = ""
+    generation: int = 0
 
     @classmethod
     def new(
@@ -280,8 +284,10 @@ class Lever:
             raise LeverUnreadable(f"kill switch {lever_id}: engagedAt/expiresAt: {exc}") from exc
         if expires is None and ttl is not None and engaged is not None:
             expires = engaged + float(ttl)
+        uid, generation = doc.get("uid"), doc.get("generation")
         return cls(lever_id, action, format_scope(kind, value), reason, by, engaged,
-                   None if ttl is None else float(ttl), expires)
+                   None if ttl is None else float(ttl), expires, uid if isinstance(uid, str) else "",
+                   generation if isinstance(generation, int) and not isinstance(generation, bool) else 0)
 
 
 def _combo_error(action: LeverAction, kind: str) -> str:

@@ -22,9 +22,11 @@ Only this module is public; the gate (``agent_saga.controls.gate``) uses these n
 
 from ._default import (
     ENV_LIMIT_STORE,
+    get_limit_source,
     get_limit_store,
     open_limit_store,
     peek_limit_store,
+    set_limit_source,
     set_limit_store,
 )
 from ._fleet import fleet_signs, warn_if_fleet
@@ -80,7 +82,9 @@ __all__ = [
     "get_limit_store",
     "global_scope",
     "limits_from_documents",
+    "get_limit_source",
     "open_limit_store",
+    "set_limit_source",
     "peek_limit_store",
     "scope_from_name",
     "set_limit_store",

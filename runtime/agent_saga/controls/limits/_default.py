@@ -2,23 +2,28 @@
 
 Resolution order: the store set with ``set_limit_store``; else a ``RedisLimitStore`` at
 ``$AGENT_SAGA_LIMIT_STORE`` (a ``redis://`` URL); else an ``InProcessLimitStore``.
-It is created on first use, once, under a lock.
+It is created on first use, once, under a lock. ``set_limit_source`` names the limit
+definitions a gate built without ``limits=`` enforces (the policy-plane wiring sets it
+to a ``RedisLimitSource``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from ...errors import ConfigurationError
 from ._store import LimitStore
 
-__all__ = ["ENV_LIMIT_STORE", "get_limit_store", "open_limit_store", "peek_limit_store", "set_limit_store"]
+__all__ = ["ENV_LIMIT_STORE", "get_limit_source", "get_limit_store", "open_limit_store", "peek_limit_store",
+           "set_limit_source", "set_limit_store"]
 
 ENV_LIMIT_STORE = "AGENT_SAGA_LIMIT_STORE"
 
 _lock = threading.Lock()
 _default: LimitStore | None = None
+_source: Any = None
 
 
 def set_limit_store(store: LimitStore | None) -> LimitStore | None:
@@ -63,3 +68,20 @@ def open_limit_store(target: str) -> LimitStore:
     from ._local import InProcessLimitStore
 
     return InProcessLimitStore()
+
+
+def set_limit_source(source: Any) -> Any:
+    """Make ``source`` (a ``LimitSource``: ``RedisLimitSource``) the limit definitions of
+    every ``PreFlightGate`` built without ``limits=``; return the previous one. ``None``:
+    such gates have no limits (the default)."""
+    global _source
+    if source is not None and not callable(getattr(source, "snapshot", None)):
+        raise ConfigurationError(f"set_limit_source() takes a limit source (RedisLimitSource(url)), got {source!r}")
+    with _lock:
+        prev, _source = _source, source
+    return prev
+
+
+def get_limit_source() -> Any:
+    """The process-wide limit source, or ``None``."""
+    return _source

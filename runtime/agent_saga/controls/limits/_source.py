@@ -98,6 +98,8 @@ class LimitSnapshot:
     usable: bool = True
     problem: str | None = None
     problems: tuple[str, ...] = ()
+    #: ``(id, uid, generation)`` of the BudgetLimit document each limit came from.
+    documents: tuple[tuple[str, str, int], ...] = ()
 
 
 @runtime_checkable
@@ -163,6 +165,7 @@ class RedisLimitSource(PolicyPlaneReader):
     def _apply(self, docs: Sequence[tuple[str, Any]]) -> None:
         limits: list[BudgetLimit | RateLimit] = []
         problems: list[str] = []
+        refs: list[tuple[str, str, int]] = []
         seen: set[str] = set()
         for id_, raw in docs:
             try:
@@ -179,13 +182,16 @@ class RedisLimitSource(PolicyPlaneReader):
                 continue
             seen.add(lim.name)
             limits.append(lim)
+            refs.append((id_, str(doc.get("uid") or ""), int(doc.get("generation") or 0)))
         specs = tuple(lim.spec() for lim in limits)
         with self._lock:
             self.last_error = None
             cur = self._snapshot
-            changed = not cur.usable or cur.specs != specs or cur.problems != tuple(problems)
+            changed = (not cur.usable or cur.specs != specs or cur.problems != tuple(problems)
+                       or cur.documents != tuple(refs))
             if changed:
-                self._snapshot = LimitSnapshot(cur.version + 1, tuple(limits), specs, True, None, tuple(problems))
+                self._snapshot = LimitSnapshot(cur.version + 1, tuple(limits), specs, True, None, tuple(problems),
+                                               tuple(refs))
         if changed:
             for p in problems:
                 log.warning("%s: %s", self.describe(), p)

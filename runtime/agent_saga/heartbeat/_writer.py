@@ -1,0 +1,253 @@
+"""``HeartbeatWriter``: one thread per agent process keeping its heartbeat fresh.
+
+    writer = HeartbeatWriter(url, namespace="payments", agent="payments-agent", state=read_state)
+    writer.start()            # a heartbeat now, then every ``interval`` seconds
+    writer.poke()             # something applied changed: write (and notify) now
+    writer.close()            # removes the heartbeat: a clean exit is not a lagging agent
+
+``state()`` returns an ``AppliedState``: what the controls of this process have applied
+(the wiring module builds it from the kill switch, the SagaPolicy reader and the limit
+source). The writer never decides anything: it reports.
+
+Invariants:
+- One Lua script per beat: the document (``PX ttl``), its index entry (score: expiry in
+  epoch ms) and, only when the applied state differs from the last beat's, the
+  notification on ``P:v1:agents:events`` — so the operator hears about an applied change
+  at once and a refresh costs it nothing.
+- ``ttl`` is ``3 × interval`` by default: a process that stops beating (SIGKILL, a hung
+  loop, a lost network) drops out of every status within ``ttl`` seconds.
+- A failed beat is logged once per outage and retried at the next tick; it never raises
+  into the agent (the heartbeat is a report, the controls fail closed on their own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._model import (
+    AGENTS_CHANNEL,
+    AppliedRef,
+    Heartbeat,
+    Posture,
+    heartbeat_index_key,
+    heartbeat_key,
+)
+
+__all__ = ["AppliedState", "HeartbeatWriter"]
+
+log = logging.getLogger("agent_saga.heartbeat")
+
+DEFAULT_INTERVAL = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedState:
+    """What this process enforces now (``None``: that control is not wired)."""
+
+    rev: str | None = None
+    posture: Posture = "unknown"
+    killswitches: tuple[AppliedRef, ...] | None = None
+    policies: tuple[AppliedRef, ...] | None = None
+    limits: tuple[AppliedRef, ...] | None = None
+
+
+def _runtime_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"agent-saga {version('agent-saga')}"
+    except Exception:  # noqa: BLE001 - not installed as a distribution (a checkout)
+        return "agent-saga"
+
+
+class HeartbeatWriter:
+    """Keeps this process's heartbeat in the policy plane (see the module doc)."""
+
+    # KEYS[1] the heartbeat   KEYS[2] the index
+    # ARGV[1] "<ns>/<instance>"   ARGV[2] the document   ARGV[3] ttl (ms)   ARGV[4] expiry (epoch ms)
+    # ARGV[5] the channel   ARGV[6] "1": the applied state changed, notify
+    LUA_BEAT = """
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+if ARGV[6] == '1' then
+  redis.call('PUBLISH', ARGV[5], '{"v":1,"kind":"AgentHeartbeat","id":' .. cjson.encode(ARGV[1]) .. ',"op":"put"}')
+end
+return 1
+"""
+    # KEYS as LUA_BEAT; ARGV[1] the id, ARGV[2] the channel
+    LUA_GONE = """
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[2], '{"v":1,"kind":"AgentHeartbeat","id":' .. cjson.encode(ARGV[1]) .. ',"op":"delete"}')
+return 1
+"""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str,
+        agent: str,
+        state: Callable[[], AppliedState],
+        prefix: str = "agentsaga:v1",
+        interval: float = DEFAULT_INTERVAL,
+        ttl: float | None = None,
+        pod: str | None = None,
+        namespaces: tuple[str, ...] | None = None,
+        socket_timeout: float = 1.0,
+    ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError("HeartbeatWriter needs a redis:// URL")
+        if not namespace or "/" in namespace:
+            raise ConfigurationError(f"HeartbeatWriter namespace must be a Kubernetes namespace, got {namespace!r}")
+        if not 0 < interval < math.inf:
+            raise ConfigurationError(f"heartbeat interval must be a positive number of seconds, got {interval!r}")
+        self.url = url
+        self.namespace = namespace
+        self.agent = agent
+        self.prefix = prefix
+        self.interval = float(interval)
+        self.ttl = float(ttl) if ttl is not None else 3 * self.interval
+        if self.ttl <= self.interval:
+            raise ConfigurationError(f"heartbeat ttl ({self.ttl}s) must exceed its interval ({self.interval}s)")
+        self.pod = (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+        self.namespaces = namespaces or (namespace,)
+        self._state = state
+        self._socket_timeout = socket_timeout
+        self._started = time.time()
+        self._runtime = _runtime_version()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._last_applied: dict[str, Any] | None = None
+        self._failing = False
+        self.beats = 0
+        self.last_error: str | None = None
+        from ..wal.urls import Scrubber, secrets_in
+
+        self._scrub = Scrubber(secrets_in(url))
+
+    @property
+    def id(self) -> str:
+        return f"{self.namespace}/{self.pod}.{os.getpid()}"
+
+    def describe(self) -> str:
+        from ..wal.urls import redact
+
+        return f"HeartbeatWriter({redact(self.url)}, {self.id})"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Beat now (blocking; raises ``ConnectionError`` if Redis cannot be reached), then
+        every ``interval`` from a daemon thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self.beat()
+        self._stop.clear()
+        thread = threading.Thread(target=self._run, name="agent-saga-heartbeat", daemon=True)
+        self._thread = thread
+        thread.start()
+
+    def poke(self) -> None:
+        """Something this process applied may have changed: beat now if it did (from the
+        writer's thread; a poke that changes nothing writes nothing)."""
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop beating and remove the heartbeat (a clean exit is not a lagging agent)."""
+        self._stop.set()
+        self._wake.set()
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5 + self._socket_timeout)
+        try:
+            client = self._connect()
+            client.register_script(self.LUA_GONE)(
+                keys=[heartbeat_key(self.prefix, self.id), heartbeat_index_key(self.prefix)],
+                args=[self.id, f"{self.prefix}:{AGENTS_CHANNEL}"], client=client)
+        except Exception as exc:  # noqa: BLE001 - it expires on its own within ttl
+            log.info("%s: could not remove the heartbeat (%s); it expires within %gs", self.describe(),
+                     type(exc).__name__, self.ttl)
+        finally:
+            self._disconnect()
+
+    # ------------------------------------------------------------------ beating
+    def heartbeat(self) -> Heartbeat:
+        """The heartbeat this process would write now."""
+        s = self._state()
+        return Heartbeat(
+            namespace=self.namespace, agent=self.agent, pod=self.pod, pid=os.getpid(), ts=time.time(),
+            ttl=self.ttl, started_at=self._started, namespaces=self.namespaces, rev=s.rev, posture=s.posture,
+            killswitches=s.killswitches, policies=s.policies, limits=s.limits, runtime=self._runtime,
+        )
+
+    def beat(self) -> bool:
+        """Write the heartbeat now; True if the applied state changed (and was notified).
+        Raises ``ConnectionError`` naming the store."""
+        hb = self.heartbeat()
+        applied = hb.applied()
+        changed = applied != self._last_applied
+        try:
+            client = self._connect()
+            client.register_script(self.LUA_BEAT)(
+                keys=[heartbeat_key(self.prefix, hb.id), heartbeat_index_key(self.prefix)],
+                args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
+                      f"{self.prefix}:{AGENTS_CHANNEL}", "1" if changed else "0"],
+                client=client)
+        except Exception as exc:
+            self._disconnect()
+            self.last_error = self._scrub(f"{type(exc).__name__}: {exc}")
+            raise ConnectionError(f"{self.describe()} could not write the heartbeat ({self.last_error})") from exc
+        self._last_applied = applied
+        self.beats += 1
+        self.last_error = None
+        return changed
+
+    def _run(self) -> None:
+        due = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if time.monotonic() < due and self.heartbeat().applied() == self._last_applied:
+                    continue  # poked, but nothing this process applied changed: no write
+                self.beat()
+                due = time.monotonic() + self.interval
+                if self._failing:
+                    log.warning("%s: heartbeats are written again", self.describe())
+                self._failing = False
+            except ConnectionError as exc:
+                if not self._failing:
+                    log.warning("%s; the operator will count this process as gone after %gs", exc, self.ttl)
+                self._failing = True
+                due = time.monotonic() + self.interval
+            except Exception as exc:  # noqa: BLE001 - a broken state reader must not kill the thread
+                log.exception("%s: the applied state could not be read (%s)", self.describe(), exc)
+                due = time.monotonic() + self.interval
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            from .._redis import connect
+
+            self._client = connect(self.url, feature="the agent heartbeat", socket_timeout=self._socket_timeout,
+                                   connect_timeout=self._socket_timeout)
+        return self._client
+
+    def _disconnect(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()

@@ -1,0 +1,42 @@
+"""Wiring an agent to the policy plane with one setting (``AGENT_SAGA_REDIS_URL``).
+
+``PlaneSettings`` reads the environment; ``connect_policy_plane`` (or the environment,
+on the first ``PreFlightGate()`` / ``AgentKit()`` / ``saga_scope()``) builds every
+control over the plane and makes it the process default; ``choose_store`` is how the CLI
+finds the store a command reads. See docs/policy-plane.md, "Wiring an agent".
+"""
+
+from ..controls._wiring import set_environment_hook
+from ._connect import (
+    PlaneConnection,
+    connect_policy_plane,
+    disconnect_policy_plane,
+    get_plane,
+    plane_from_env,
+)
+from ._settings import (
+    DEFAULT_GRACE,
+    ENV_AGENT,
+    ENV_NAMESPACE,
+    ENV_REDIS_URL,
+    PlaneSettings,
+    StoreChoice,
+    choose_store,
+)
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "ENV_AGENT",
+    "ENV_NAMESPACE",
+    "ENV_REDIS_URL",
+    "PlaneConnection",
+    "PlaneSettings",
+    "StoreChoice",
+    "choose_store",
+    "connect_policy_plane",
+    "disconnect_policy_plane",
+    "get_plane",
+    "plane_from_env",
+]
+
+set_environment_hook(plane_from_env)

@@ -1,0 +1,285 @@
+"""Connecting a process to the policy plane: every control, from one setting or one call.
+
+    # the environment (what the chart hands agent pods):
+    AGENT_SAGA_REDIS_URL=redis://... AGENT_SAGA_NAMESPACE=payments AGENT_SAGA_AGENT=payments-agent
+    kit = AgentKit(name="payments-agent")          # or PreFlightGate(): wired on first use
+
+    # or one explicit call:
+    connect_policy_plane("redis://...", namespace="payments", agent="payments-agent")
+
+What it builds and makes the process-wide default (what ``PreFlightGate()`` uses when not
+told otherwise):
+
+    kill switch     KillSwitch(RedisSwitchStore(url, grace, namespaces=[ns]))   set_kill_switch
+    limits          RedisLimitStore(url) for the spend, RedisLimitSource(url, [ns]) for
+                    the BudgetLimit definitions                  set_limit_store / set_limit_source
+    approvals       ApprovalGateway(RedisApprovalStore(url), namespace, agent)   set_approval_provider
+    SagaPolicy      RedisPolicySource(url, agent, [ns], grace)                   set_policy_source
+    WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_KEY)                        set_default_wal
+    heartbeat       HeartbeatWriter: what this process applied, for the operator's status
+
+Invariants:
+- A half-configured agent does not start: the URL set but Redis not answering, or a
+  namespace no operator on this plane serves, raises ``ConfigurationError`` naming the
+  fix, before any control is installed.
+- Connecting twice with the same settings returns the same connection; with other
+  settings it is refused (a process reads one policy plane).
+- Every reader tells the heartbeat when it applied something, so the operator's
+  ``Acknowledged`` follows within milliseconds.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ConfigurationError
+from ..heartbeat import AppliedRef, AppliedState, HeartbeatWriter, served_namespaces_key
+from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
+
+__all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env"]
+
+log = logging.getLogger("agent_saga.plane")
+
+#: Seconds an approval request waits for a human when the wiring builds the gateway.
+DEFAULT_APPROVAL_TIMEOUT = 900.0
+
+
+@dataclass
+class PlaneConnection:
+    """The controls of this process, connected to one policy plane."""
+
+    settings: PlaneSettings
+    switch_store: Any
+    kill_switch: Any
+    limit_store: Any
+    limit_source: Any
+    approval_store: Any
+    approvals: Any
+    policy: Any
+    heartbeat: HeartbeatWriter | None = None
+    wal: Any = None
+    _previous: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return self.settings.describe()
+
+    def state(self) -> AppliedState:
+        """What this process enforces now (its heartbeat)."""
+        now = time.time()
+        sv = self.switch_store.view()
+        pv = self.policy.view()
+        posture: Literal["ok", "degraded", "closed"]
+        if not sv.usable or not pv.usable:
+            posture = "closed"
+        elif sv.degraded or pv.degraded:
+            posture = "degraded"
+        else:
+            posture = "ok"
+        levers = tuple(AppliedRef(lv.id, lv.uid, lv.generation) for lv in sv.levers if not lv.expired(now))
+        policies = tuple(AppliedRef(p.id, p.uid, p.generation) for p in pv.policies.policies)
+        limits = tuple(AppliedRef(i, u, g) for i, u, g in self.limit_source.snapshot().documents)
+        rev = self.policy.applied_rev or self.switch_store.applied_rev
+        return AppliedState(rev=rev, posture=posture, killswitches=levers, policies=policies, limits=limits)
+
+    def close(self) -> None:
+        """Stop the readers and the heartbeat; restore the defaults found at connect."""
+        if self.heartbeat is not None:
+            self.heartbeat.close()
+        _restore(self._previous)
+        for c in (self.policy, self.limit_source, self.switch_store):
+            with contextlib.suppress(Exception):
+                c.close()
+        for c in (self.approval_store,):
+            with contextlib.suppress(Exception):
+                c.close()
+
+
+_lock = threading.RLock()
+_current: PlaneConnection | None = None
+_env_checked = False
+
+
+def get_plane() -> PlaneConnection | None:
+    """The connection made by ``connect_policy_plane`` or the environment, or ``None``."""
+    return _current
+
+
+def plane_from_env() -> PlaneConnection | None:
+    """Connect from ``AGENT_SAGA_REDIS_URL`` (once per process); ``None`` when it is not
+    set. Raises ``ConfigurationError`` for a half-configured agent."""
+    global _env_checked
+    if _env_checked:
+        return _current
+    with _lock:
+        if _env_checked:
+            return _current
+        settings = PlaneSettings.from_env()
+        conn = _current if settings is None else connect_policy_plane(settings=settings)
+        _env_checked = True
+        return conn
+
+
+def connect_policy_plane(
+    url: str | None = None,
+    *,
+    namespace: str | None = None,
+    agent: str | None = None,
+    grace: float | None = None,
+    wal_key: str | None = None,
+    settings: PlaneSettings | None = None,
+    heartbeat: bool = True,
+) -> PlaneConnection:
+    """Wire every control of this process to the policy plane (see the module doc): the
+    same as setting ``AGENT_SAGA_REDIS_URL``, ``AGENT_SAGA_NAMESPACE``, ``AGENT_SAGA_AGENT``.
+    Raises ``ConfigurationError`` naming the fix when Redis does not answer or no
+    operator serves the namespace."""
+    global _current
+    if settings is None:
+        if not url or not namespace:
+            raise ConfigurationError("connect_policy_plane needs the policy plane's url= and the namespace= whose "
+                                     "KillSwitches, BudgetLimits and SagaPolicies govern this agent")
+        import socket
+
+        from ._settings import DEFAULT_GRACE
+
+        settings = PlaneSettings(url, namespace, agent or socket.gethostname().split(".")[0],
+                                 grace=DEFAULT_GRACE if grace is None else float(grace), wal_key=wal_key)
+    with _lock:
+        if _current is not None:
+            if _current.settings == settings:
+                return _current
+            raise ConfigurationError(f"this process is already connected to the {_current.describe()}; one process "
+                                     f"reads one policy plane (disconnect_policy_plane() first)")
+        _check_reachable(settings)
+        conn = _build(settings, heartbeat)
+        _current = conn
+    log.info("agent-saga: connected to the %s (kill switch grace %gs)", settings.describe(), settings.grace)
+    return conn
+
+
+def disconnect_policy_plane() -> None:
+    """Undo ``connect_policy_plane`` (tests, a process that switches planes)."""
+    global _current, _env_checked
+    with _lock:
+        conn, _current = _current, None
+        _env_checked = False
+    if conn is not None:
+        conn.close()
+
+
+# ---------------------------------------------------------------------- building
+def _check_reachable(s: PlaneSettings) -> None:
+    from .._redis import Target, connect
+    from ..wal.urls import redact
+
+    client = connect(s.url, feature="the policy plane", socket_timeout=2.0, connect_timeout=2.0)
+    try:
+        try:
+            client.ping()
+            served = {m.decode() if isinstance(m, bytes) else str(m)
+                      for m in client.smembers(served_namespaces_key(s.prefix))}
+        except Exception as exc:
+            raise ConfigurationError(
+                f"{ENV_REDIS_URL}={redact(s.url)} does not answer ({Target.of(s.url).error_text(exc)}): start Redis "
+                f"or fix the URL. The agent does not start half-connected: its kill switch, limits and SagaPolicies "
+                f"would refuse every call") from None
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+    if not served:
+        log.warning("no operator has announced the namespaces it serves on %s (%s is empty): nothing projects "
+                    "KillSwitches or SagaPolicies for namespace %s yet", redact(s.url),
+                    served_namespaces_key(s.prefix), s.namespace)
+    elif "*" not in served and s.namespace not in served:
+        raise ConfigurationError(
+            f"namespace {s.namespace!r} ({ENV_NAMESPACE}) is not served by any operator on this policy plane (they "
+            f"serve {', '.join(sorted(served))}): set {ENV_NAMESPACE} to the namespace of this agent's KillSwitches "
+            f"and SagaPolicies, or add {s.namespace} to the operator's --namespace (chart: operator.watchNamespaces)")
+
+
+def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
+    from ..controls.approvals import (
+        ApprovalGateway,
+        ApprovalPolicy,
+        RedisApprovalStore,
+        get_approval_provider,
+        set_approval_provider,
+    )
+    from ..controls.killswitch import KillSwitch, RedisSwitchStore, get_kill_switch, set_kill_switch
+    from ..controls.limits import (
+        RedisLimitSource,
+        RedisLimitStore,
+        get_limit_source,
+        peek_limit_store,
+        set_limit_source,
+        set_limit_store,
+    )
+    from ..controls.policy import RedisPolicySource, get_policy_source, set_policy_source
+    from ..wal import get_default_wal, set_default_wal
+
+    ns = [s.namespace]
+    previous: dict[str, Any] = {}
+    wal = None
+    if s.wal_key:
+        from ..wal.redis import RedisWAL
+
+        wal = RedisWAL(s.url, key=s.wal_key)
+        previous["wal"] = set_default_wal(wal)
+    default_wal = get_default_wal()
+    switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)
+    switch = KillSwitch(switch_store, wal=default_wal)
+    policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
+    limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
+    limit_store = RedisLimitStore(s.url)
+    approval_store = RedisApprovalStore(s.url, prefix=s.prefix)
+    approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
+                                namespace=s.namespace, agent=s.agent)
+    for reader in (switch_store, policy, limit_source):
+        reader.start()
+    previous.update(switch=get_kill_switch(), limits=get_limit_source(), store=peek_limit_store(),
+                    approvals=get_approval_provider(), policy=get_policy_source())
+    set_kill_switch(switch)
+    set_limit_store(limit_store)
+    set_limit_source(limit_source)
+    set_approval_provider(approvals)
+    set_policy_source(policy)
+    conn = PlaneConnection(s, switch_store, switch, limit_store, limit_source, approval_store, approvals, policy,
+                           wal=wal, _previous=previous)
+    if heartbeat:
+        writer = HeartbeatWriter(s.url, namespace=s.namespace, agent=s.agent, state=conn.state, prefix=s.prefix,
+                                 interval=s.heartbeat_interval)
+        for reader in (switch_store, policy, limit_source):
+            reader.add_listener(writer.poke)
+        try:
+            writer.start()
+        except ConnectionError as exc:
+            conn.close()
+            raise ConfigurationError(f"{exc}: the agent's heartbeat could not be written; check the URL and the "
+                                     f"Redis user's rights (docs/policy-plane.md, Access)") from None
+        conn.heartbeat = writer
+        atexit.register(writer.close)
+    return conn
+
+
+def _restore(previous: dict[str, Any]) -> None:
+    from ..controls.approvals import set_approval_provider
+    from ..controls.killswitch import set_kill_switch
+    from ..controls.limits import set_limit_source, set_limit_store
+    from ..controls.policy import set_policy_source
+    from ..wal import set_default_wal
+
+    if not previous:
+        return
+    set_kill_switch(previous.get("switch"))
+    set_limit_source(previous.get("limits"))
+    set_limit_store(previous.get("store"))
+    set_approval_provider(previous.get("approvals"))
+    set_policy_source(previous.get("policy"))
+    if "wal" in previous:
+        set_default_wal(previous["wal"])

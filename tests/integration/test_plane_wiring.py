@@ -1,0 +1,165 @@
+"""One setting wires an agent: real agent processes configured by the environment alone,
+against a real Redis. A half-configured agent fails at start naming the fix; a saga with
+no gate obeys the kill switch; AgentKit() picks every control up and keeps a heartbeat."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+from agent_saga.heartbeat import Heartbeat
+from agent_saga_operator.testing import poll
+from fixtures.redis_server import RedisServer
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(code: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
+    full.update(env)
+    full["PYTHONPATH"] = str(ROOT / "runtime")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=full, cwd=cwd, timeout=timeout)
+
+
+def cli(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
+                          timeout=60, cwd=cwd, env={**{k: v for k, v in os.environ.items()
+                                                       if not k.startswith("AGENT_SAGA_")},
+                                                    "AGENT_SAGA_REDIS_URL": url, "PYTHONPATH": str(ROOT / "runtime")})
+
+
+KIT = """
+    import asyncio, json
+    from agent_saga import AgentKit
+    kit = AgentKit(name="payments-agent")
+    send = kit.safe_tool(lambda amount=0: {"id": "tx"}, semantics="REVERSIBLE", name="wire.send")
+    async def main():
+        try:
+            async with kit.transaction():
+                await send(amount=5)
+            print(json.dumps({"ok": True}))
+        except Exception as e:
+            print(json.dumps({"ok": False, "kind": type(e).__name__, "error": str(e)}))
+    asyncio.run(main())
+"""
+
+
+def env(url: str, **extra: str) -> dict[str, str]:
+    return {"AGENT_SAGA_REDIS_URL": url, "AGENT_SAGA_NAMESPACE": "payments", "AGENT_SAGA_AGENT": "payments-agent",
+            **extra}
+
+
+def test_an_unreachable_policy_plane_fails_at_start_naming_the_fix(tmp_path: Path) -> None:
+    out = run(KIT, env("redis://127.0.0.1:1/0"), tmp_path)
+    assert out.returncode != 0
+    assert "AGENT_SAGA_REDIS_URL=redis://127.0.0.1:1/0 does not answer" in out.stderr
+    assert "start Redis or fix the URL" in out.stderr
+
+
+def test_a_namespace_no_operator_serves_fails_at_start_naming_them(fresh_redis: RedisServer, tmp_path: Path) -> None:
+    redis.Redis.from_url(fresh_redis.url).sadd("agentsaga:v1:namespaces", "billing", "shipping")
+    out = run(KIT, env(fresh_redis.url), tmp_path)
+    assert out.returncode != 0
+    assert "namespace 'payments' (AGENT_SAGA_NAMESPACE) is not served by any operator" in out.stderr
+    assert "billing, shipping" in out.stderr
+
+
+def test_a_url_without_a_namespace_fails_at_start(fresh_redis: RedisServer, tmp_path: Path) -> None:
+    out = run(KIT, {"AGENT_SAGA_REDIS_URL": fresh_redis.url}, tmp_path)
+    assert out.returncode != 0 and "set AGENT_SAGA_NAMESPACE" in out.stderr
+
+
+def test_agentkit_picks_every_control_up_from_the_environment_and_keeps_a_heartbeat(
+        fresh_redis: RedisServer, tmp_path: Path) -> None:
+    code = """
+        import json
+        from agent_saga import AgentKit
+        from agent_saga.plane import get_plane
+        kit = AgentKit(name="payments-agent")
+        g = kit.gate.status()
+        p = get_plane()
+        print(json.dumps({"gate": type(kit.gate).__name__, "checks": g["checks"],
+                          "limit_source": g["limit_source"], "approval": g["approval_provider"],
+                          "policy": g["policy_source"]["source"], "heartbeat": p.heartbeat.id}))
+    """
+    out = run(code, env(fresh_redis.url), tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["gate"] == "PreFlightGate" and doc["approval"] == "ApprovalGateway"
+    assert doc["checks"][0].startswith("kill_switch:") and doc["limit_source"].startswith("RedisLimitSource(")
+    assert doc["policy"].startswith("RedisPolicySource(")
+    assert doc["heartbeat"].startswith("payments/")
+    # A clean exit removes the heartbeat: a finished process is not a lagging agent.
+    assert redis.Redis.from_url(fresh_redis.url).zcard("agentsaga:v1:agent:index") == 0
+
+
+def test_a_saga_with_no_gate_obeys_a_fleet_wide_halt(fresh_redis: RedisServer, tmp_path: Path) -> None:
+    code = """
+        import asyncio, json
+        from agent_saga import saga_scope
+        async def main():
+            try:
+                async with saga_scope(name="nogate") as saga:
+                    await saga.execute("wire.send", "REVERSIBLE", lambda: "sent")
+                print(json.dumps({"ok": True}))
+            except Exception as e:
+                print(json.dumps({"ok": False, "kind": type(e).__name__, "error": str(e)}))
+        asyncio.run(main())
+    """
+    before = run(code, env(fresh_redis.url), tmp_path)
+    assert json.loads(before.stdout) == {"ok": True}, before.stderr
+    halt = cli(fresh_redis.url, tmp_path, "halt", "--scope", "tool:wire.*", "--reason", "fraud", "--by", "soc@corp")
+    assert halt.returncode == 0, halt.stderr
+    after = json.loads(run(code, env(fresh_redis.url), tmp_path).stdout)
+    assert after["ok"] is False and after["kind"] == "GateBlocked" and "fraud" in after["error"], after
+    # With only AGENT_SAGA_SWITCH_STORE (no policy plane), the same.
+    only_switch = {"AGENT_SAGA_SWITCH_STORE": fresh_redis.url, "AGENT_SAGA_SWITCH_GRACE": "5"}
+    alone = json.loads(run(code, only_switch, tmp_path).stdout)
+    assert alone["ok"] is False and "fraud" in alone["error"], alone
+
+
+def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_redis: RedisServer,
+                                                                       tmp_path: Path) -> None:
+    code = """
+        import sys, time
+        from agent_saga import AgentKit
+        AgentKit(name="payments-agent")
+        print("up", flush=True)
+        sys.stdin.readline()
+    """
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
+    full.update(env(fresh_redis.url, POD_NAME="pod-7", AGENT_SAGA_HEARTBEAT_INTERVAL="0.2"))
+    full["PYTHONPATH"] = str(ROOT / "runtime")
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=tmp_path)
+    r = redis.Redis.from_url(fresh_redis.url)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        halt = cli(fresh_redis.url, tmp_path, "halt", "--scope", "tool:wire.send", "--reason", "x", "--by", "soc")
+        assert halt.returncode == 0, halt.stderr
+
+        def beat() -> Heartbeat | None:
+            ids = [m.decode() for m in r.zrange("agentsaga:v1:agent:index", 0, -1)]
+            docs = [json.loads(d) for d in r.mget([f"agentsaga:v1:agent:{i}" for i in ids]) if d] if ids else []
+            hbs = [Heartbeat.from_doc(d) for d in docs]
+            return next((h for h in hbs if h.killswitches), None)
+        hb = poll(beat, timeout=10, what="a heartbeat listing the halt")
+        assert (hb.agent, hb.pod, hb.namespace, hb.posture) == ("payments-agent", "pod-7", "payments", "ok")
+        assert [k.id.split("/")[0] for k in hb.killswitches or ()] == ["cli"]
+        assert hb.policies == () and hb.limits == ()
+        # agent-saga status on the same setting shows the same agent and what it applied.
+        status = cli(fresh_redis.url, tmp_path, "status")
+        assert "1 live agent process(es)" in status.stdout, status.stdout + status.stderr
+        assert "payments/payments-agent@pod-7" in status.stdout and "kill switches 1" in status.stdout
+        assert "tool:wire.send" in status.stdout  # the kill switch section: the same lever
+    finally:
+        _, err = proc.communicate("\n", timeout=30)
+    assert proc.returncode == 0, err

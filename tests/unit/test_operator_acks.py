@@ -1,0 +1,124 @@
+"""Honest status from agent heartbeats: each test named after a sentence of the spec.
+
+KillSwitch ``status.agents`` (matched, acknowledged, the names still lagging), the ACKED
+column and an ``Acknowledged`` condition; a SagaPolicy is Ready only when a consumer
+applied it; a ModelRoute stays ``Ready=False, reason NoConsumer``; a KillSwitch in a
+namespace no agent reads says so.
+"""
+
+from __future__ import annotations
+
+from agent_saga.heartbeat import AppliedRef, Heartbeat
+from agent_saga_operator.acks import ACKNOWLEDGED, Fleet, Tracked, desired_status, tally
+from agent_saga_operator.conditions import READY
+
+KS = Tracked("KillSwitch", "payments", "halt-wires", "uid-1", 2)
+SP = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, applies_to=("payments-*",))
+
+
+def beat(agent: str, pod: str, *, ks: tuple[AppliedRef, ...] | None = (), policies: tuple[AppliedRef, ...] | None = (),
+         ns: str = "payments", pid: int = 1) -> Heartbeat:
+    return Heartbeat(ns, agent, pod, pid, ts=1000.0, ttl=6.0, namespaces=(ns,), killswitches=ks, policies=policies)
+
+
+HALT = AppliedRef("payments/halt-wires", "uid-1", 2)
+POLICY = AppliedRef("payments/payments-agent", "uid-9", 1)
+
+
+def conds(t: Tracked, fleet: Fleet | None) -> dict[str, tuple[str, str, str]]:
+    _, cs = desired_status(t, fleet)
+    return {c.type: (c.status, c.reason, c.message) for c in cs}
+
+
+def test_every_agent_that_applies_the_switch_acknowledges_it() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1", ks=(HALT,)), beat("payments-agent", "p-2", ks=(HALT,))), 1000.0)
+    fields, _ = desired_status(KS, fleet)
+    assert fields == {"agents": {"matched": 2, "acknowledged": 2, "lagging": []}, "acked": "2/2"}
+    status, reason, message = conds(KS, fleet)[ACKNOWLEDGED]
+    assert (status, reason) == ("True", "Acknowledged")
+    assert "all 2 agent(s) that read namespace payments apply generation 2" in message
+
+
+def test_an_agent_that_has_not_applied_this_generation_is_named_as_lagging() -> None:
+    old = AppliedRef("payments/halt-wires", "uid-1", 1)
+    fleet = Fleet((beat("payments-agent", "p-1", ks=(HALT,)), beat("payments-agent", "p-2", ks=(old,))), 1000.0)
+    fields, _ = desired_status(KS, fleet)
+    assert fields["agents"] == {"matched": 2, "acknowledged": 1, "lagging": ["payments-agent@p-2"]}
+    assert fields["acked"] == "1/2"
+    status, reason, message = conds(KS, fleet)[ACKNOWLEDGED]
+    assert (status, reason) == ("False", "Lagging") and "lagging: payments-agent@p-2" in message
+
+
+def test_a_recreated_switch_is_not_acknowledged_by_its_predecessors_uid() -> None:
+    fleet = Fleet((beat("a", "p-1", ks=(AppliedRef("payments/halt-wires", "uid-0", 2),)),), 1000.0)
+    assert tally(fleet, KS).acknowledged == 0
+
+
+def test_an_agent_without_a_kill_switch_does_not_obey_and_says_so() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1", ks=None),), 1000.0)
+    fields, _ = desired_status(KS, fleet)
+    assert fields["agents"]["lagging"] == ["payments-agent@p-1 (no kill switch)"]
+    assert conds(KS, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
+
+
+def test_a_killswitch_in_a_namespace_no_agent_reads_says_so() -> None:
+    fleet = Fleet((beat("billing-agent", "b-1", ns="billing"),), 1000.0)
+    status, reason, message = conds(KS, fleet)[ACKNOWLEDGED]
+    assert (status, reason) == ("False", "NoAgents")
+    assert "no agent reads namespace payments" in message and "nothing obeys it" in message
+
+
+def test_before_any_heartbeat_is_read_acknowledgement_is_unknown() -> None:
+    assert conds(KS, None)[ACKNOWLEDGED][:2] == ("Unknown", "AgentsUnknown")
+    assert conds(SP, None)[READY][:2] == ("Unknown", "AgentsUnknown")
+
+
+def test_an_expired_switch_has_nothing_to_acknowledge() -> None:
+    t = Tracked("KillSwitch", "payments", "halt-wires", "uid-1", 2, engaged=False)
+    assert conds(t, Fleet((beat("a", "p-1", ks=()),), 1000.0))[ACKNOWLEDGED][:2] == ("False", "NotEngaged")
+
+
+def test_two_processes_of_one_pod_are_told_apart_by_pid() -> None:
+    fleet = Fleet((beat("a", "p-1", pid=7, ks=()), beat("a", "p-1", pid=8, ks=())), 1000.0)
+    assert tally(fleet, KS).lagging == ("a@p-1.7", "a@p-1.8")
+
+
+def test_a_sagapolicy_is_ready_only_when_an_agent_enforces_it() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1", policies=(POLICY,)), beat("payments-agent", "p-2")), 1000.0)
+    fields, _ = desired_status(SP, fleet)
+    assert fields["enforcedBy"] == ["payments-agent@p-1"] and fields["acked"] == "1/2"
+    status, reason, message = conds(SP, fleet)[READY]
+    assert (status, reason) == ("True", "Enforced")
+    assert message.startswith("enforced by 1 of 2 agent(s): payments-agent@p-1; lagging: payments-agent@p-2")
+    assert conds(SP, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
+
+
+def test_a_sagapolicy_no_agent_applied_is_not_ready() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0)
+    assert conds(SP, fleet)[READY][:2] == ("False", "NotApplied")
+
+
+def test_a_sagapolicy_whose_applies_to_matches_no_live_agent_has_no_consumer() -> None:
+    fleet = Fleet((beat("billing-agent", "b-1", policies=(POLICY,)),), 1000.0)
+    status, reason, message = conds(SP, fleet)[READY]
+    assert (status, reason) == ("False", "NoConsumer")
+    assert "no agent matching payments-* reads namespace payments" in message
+
+
+def test_an_observe_mode_policy_is_observed_not_enforced() -> None:
+    t = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, mode="Observe")
+    fleet = Fleet((beat("x", "p-1", policies=(POLICY,)),), 1000.0)
+    assert conds(t, fleet)[READY][:2] == ("True", "Observing")
+
+
+def test_a_modelroute_stays_not_ready_with_no_consumer() -> None:
+    t = Tracked("ModelRoute", "payments", "default", "uid-3", 1)
+    fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0)
+    status, reason, message = conds(t, fleet)[READY]
+    assert (status, reason) == ("False", "NoConsumer") and "nothing routes by ModelRoutes" in message
+
+
+def test_more_than_twenty_lagging_agents_are_counted_not_listed() -> None:
+    fleet = Fleet(tuple(beat("a", f"p-{i:02}") for i in range(25)), 1000.0)
+    lagging = desired_status(KS, fleet)[0]["agents"]["lagging"]
+    assert len(lagging) == 21 and lagging[-1] == "... and 5 more"
