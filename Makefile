@@ -51,8 +51,10 @@ dev-cluster-down:
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -59,6 +59,7 @@ class RecoveryMetrics:
         self.draining = prom.Gauge(f"{ns}_draining", "1 after SIGTERM: no new claims are taken", registry=r)
 
     def observe(self, rep: SweepReport) -> None:
+        """Count one sweep's outcomes."""
         if not self.available:
             return
         s = rep.source
@@ -85,6 +86,7 @@ class RecoveryMetrics:
         self.halted.labels(s).set(1 if rep.halted else 0)
 
     def set_draining(self, on: bool) -> None:
+        """Set the draining gauge."""
         if self.available:
             self.draining.set(1 if on else 0)
 

@@ -86,6 +86,7 @@ class Record:
     extra: dict[str, Any] = field(default_factory=dict)  # unhashed stamps, e.g. gseq
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object of its line."""
         d: dict[str, Any] = {
             "v": SCHEMA_VERSION,
             "seq": self.seq,

@@ -276,7 +276,9 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
         assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the empty index is not 'no levers'"
         assert await refusal(ks, "stripe.charge") is None, "within grace: the last known state"
         assert ks.status()["posture"] == "degraded"
-        time.sleep(0.5)  # several heartbeats re-read the empty plane: still the last known state
+        seen = agent.reloads
+        until("several heartbeats to re-read the empty plane", lambda: agent.reloads >= seen + 3)
+        # still the last known state
         assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         clock.advance(30.1)
         reason = await refusal(ks, "stripe.charge")
@@ -319,8 +321,9 @@ async def test_a_fresh_redis_without_marker_means_no_levers(fresh_redis: RedisSe
     assert await refusal(ks, "wire.send") is None
     assert agent.writers_seen == frozenset() and agent.data_lost is None
     assert ks.status()["posture"] == "ok"
+    seen = agent.reloads
     fresh_redis.flush()  # nothing was ever marked: still a fresh installation
-    time.sleep(0.3)
+    until("two heartbeats to re-read the empty plane", lambda: agent.reloads >= seen + 2)
     assert await refusal(ks, "wire.send") is None and agent.data_lost is None
 
 

@@ -76,8 +76,9 @@ async def test_flushall_keeps_the_projected_limit_until_the_operator_re_projects
         assert [d["name"] for d in status["limits"]] == [NAME]
 
         # A document re-projected without the marker is a partial state: not adopted.
+        seen = source.reloads
         await project(url, 2000, mark=False)
-        time.sleep(0.6)  # several heartbeats
+        wait_for(lambda: source.reloads >= seen + 3, "several heartbeats to re-read the plane")
         assert source.status()["data_lost"] is True
         assert max_totals(source) == [1000]
 

@@ -22,14 +22,15 @@ import sys
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..recovery.claims import ClaimLock, FileClaimLock
+from ..recovery.claims import ClaimLock
 from ..recovery.daemon import RecoveryDaemon, SweepReport
 from ..recovery.ledger import Escalation, FileLedger, RecoveryLedger
-from ..recovery.targets import default_file_paths, open_fleet_wal
+from ..recovery.targets import default_file_paths, open_claim_lock, open_fleet_wal
 from ..wal.base import BaseWAL
 
 
 def register(sub: Any) -> None:
+    """Add ``recover`` to the command line."""
     p = sub.add_parser(
         "recover",
         help="resolve sagas whose owner died (compensate, or escalate to a human); list escalations",
@@ -66,21 +67,22 @@ def register(sub: Any) -> None:
 
 def _ledger_and_lock(args: argparse.Namespace) -> tuple[RecoveryLedger | None, ClaimLock | None]:
     if args.redis_url:
-        from ..recovery.redis import RedisClaimLock, RedisLedger
+        from ..recovery.redis import RedisLedger
 
         return (
             RedisLedger(args.redis_url, namespace=args.namespace),
-            RedisClaimLock(args.redis_url, namespace=args.namespace),
+            open_claim_lock(args.redis_url, namespace=args.namespace),
         )
     ledger_path, claims_dir = default_file_paths(args.wal_path) if args.wal_path else (None, None)
     ledger_path = args.ledger or ledger_path
     claims_dir = args.claims or claims_dir
     ledger = FileLedger(ledger_path) if ledger_path else None
-    lock = FileClaimLock(claims_dir) if claims_dir else None
+    lock = open_claim_lock(claims_dir) if claims_dir else None
     return ledger, lock
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    """``agent-saga recover``: resolve orphaned sagas once."""
     return asyncio.run(_recover(args))
 
 

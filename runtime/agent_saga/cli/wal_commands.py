@@ -37,6 +37,7 @@ def _open(args: argparse.Namespace) -> LogReader:
 
 
 def register(sub: Any) -> None:
+    """Add ``verify`` and ``inspect`` to the command line."""
     p = sub.add_parser("verify", help="check the hash chain; exit 0 only if intact")
     _source(p, "to check")
     p.add_argument(
@@ -90,6 +91,7 @@ def _as_dict(result: VerifyResult) -> dict[str, Any]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``agent-saga verify``: check the hash chain of a log."""
     reader = _open(args)
     try:
         chains = reader.chains()
@@ -134,6 +136,7 @@ def _when(ts_us: int) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """``agent-saga inspect``: what the log says about each saga."""
     reader = _open(args)
     try:
         sagas = fold(reader.records())

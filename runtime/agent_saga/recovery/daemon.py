@@ -36,12 +36,12 @@ import os
 import random
 import secrets
 import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..audit.encryption import PayloadEncryptor
+from ..clocks import SYSTEM_CLOCK, Clock, as_clock
 from ..errors import ConfigurationError, WALError
 from ..executor import get_tool_executor
 from ..faults import fault_point
@@ -93,6 +93,7 @@ class SweepReport:
     dry_run: bool = False
 
     def count(self, *statuses: str) -> int:
+        """How many sagas ended in one of ``statuses``."""
         return sum(1 for r in self.results if r.status in statuses)
 
     @property
@@ -107,21 +108,26 @@ class SweepReport:
 
     @property
     def escalations(self) -> int:
+        """How many steps were escalated to a human."""
         return sum(len(r.escalations) for r in self.results)
 
     @property
     def claim_conflicts(self) -> int:
+        """How many sagas another daemon held."""
         return self.count("CLAIMED")
 
     @property
     def compensations_run(self) -> int:
+        """How many compensations ran."""
         return sum(r.compensations_run for r in self.results)
 
     @property
     def ok(self) -> bool:
+        """True unless the daemon halted or the sweep stopped early (``halted``, ``error``)."""
         return self.halted is None and self.error is None
 
     def summary(self) -> str:
+        """One line for a human."""
         if self.halted:
             return f"{self.source}: HALTED: {self.halted}"
         head = "planned" if self.dry_run else "recovered"
@@ -139,6 +145,7 @@ class SweepReport:
         return text + f" in {self.duration:.3f}s"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON."""
         return {
             "source": self.source, "started": self.started, "duration": self.duration,
             "records_read": self.records_read, "in_flight": self.in_flight, "live": self.live,
@@ -166,20 +173,21 @@ class _ClaimGuard:
     """Renews a claim in the background; ``check()`` raises ``ClaimLost`` once it is not
     certainly ours (renewal refused, or not confirmed within 90% of its ttl)."""
 
-    def __init__(self, lock: ClaimLock, claim: Claim) -> None:
+    def __init__(self, lock: ClaimLock, claim: Claim, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lock = lock
         self.claim = claim
-        self.confirmed = time.monotonic()
+        self._clock = clock
+        self.confirmed = clock.monotonic()
         self.lost: str | None = None
         self._task = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
         period = max(self.claim.ttl / 3.0, 0.01)
         while True:
-            await asyncio.sleep(period)
+            await self._clock.sleep(period)
             try:
                 if await self.lock.renew(self.claim):
-                    self.confirmed = time.monotonic()
+                    self.confirmed = self._clock.monotonic()
                 else:
                     self.lost = "another daemon holds it now (it expired)"
                     return
@@ -187,7 +195,7 @@ class _ClaimGuard:
                 log.warning("claim on %s not renewed: %s", self.claim.name, exc)
 
     def check(self) -> None:
-        if self.lost is None and time.monotonic() - self.confirmed > self.claim.ttl * 0.9:
+        if self.lost is None and self._clock.monotonic() - self.confirmed > self.claim.ttl * 0.9:
             self.lost = f"not renewed within its ttl of {self.claim.ttl}s"
         if self.lost is not None:
             raise ClaimLost(
@@ -226,7 +234,8 @@ class RecoveryDaemon:
         compensation_timeout: seconds a handler or reconciler may take before the step is
             escalated as in doubt (``None``: no bound).
         daemon_id: this daemon's name in every record it writes (default: host, pid, random).
-        clock: epoch seconds (the time seam for lease expiry in tests).
+        clock: the time seam (``agent_saga.clocks``): a ``Clock`` (``ManualClock()`` in
+            tests), or a function returning epoch seconds (lease expiry only).
         writer_wait: for a file log, how long to wait for its writer lock (seconds).
         encryptor: for an encrypted file log, its key(s) (see
             ``agent_saga.audit.encryption``; pass an ``EncryptedWAL`` as ``wal`` for other
@@ -249,7 +258,7 @@ class RecoveryDaemon:
         concurrency: int = 4,
         compensation_timeout: float | None = 300.0,
         daemon_id: str | None = None,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         writer_wait: float = 2.0,
         encryptor: PayloadEncryptor | None = None,
     ) -> None:
@@ -293,7 +302,7 @@ class RecoveryDaemon:
         self.concurrency = concurrency
         self.compensation_timeout = compensation_timeout
         self.daemon_id = daemon_id or default_daemon_id()
-        self._clock = clock or time.time
+        self._clock = as_clock(clock)
         self.scan = LogScan()
         self.halted: RecoveryHalted | None = None
         self.warnings: list[str] = []
@@ -322,6 +331,7 @@ class RecoveryDaemon:
 
     @property
     def draining(self) -> bool:
+        """True once ``drain`` was called: no new saga is taken."""
         return self._draining
 
     def drain(self) -> None:
@@ -362,7 +372,7 @@ class RecoveryDaemon:
             return await self._sweep(dry_run)
 
     async def _sweep(self, dry_run: bool) -> SweepReport:
-        started, t0 = self._clock(), time.monotonic()
+        started, t0 = self._clock.time(), self._clock.monotonic()
         before = self.scan.records_read
         state = _Sweep()
         live = quarantined = in_flight = 0
@@ -370,7 +380,7 @@ class RecoveryDaemon:
 
         def report() -> SweepReport:
             return SweepReport(
-                source=self.source.description, started=started, duration=time.monotonic() - t0,
+                source=self.source.description, started=started, duration=self._clock.monotonic() - t0,
                 records_read=self.scan.records_read - before, in_flight=in_flight,
                 live=live, quarantined=quarantined, orphans=len(orphans),
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
@@ -385,7 +395,7 @@ class RecoveryDaemon:
         except RecoveryHalted as exc:
             self._halt(exc)
             return report()
-        now = self._clock()
+        now = self._clock.time()
         in_flight = len(self.scan.in_flight)
         for view in list(self.scan.in_flight.values()):
             if not view.lease_expired(now, self.lease_grace):
@@ -442,7 +452,7 @@ class RecoveryDaemon:
             state.stop = exc.message
 
     def _oldest_orphan_age(self) -> float:
-        now = self._clock()
+        now = self._clock.time()
         ages = [
             now - v.lease_until
             for v in self.scan.in_flight.values()
@@ -475,14 +485,14 @@ class RecoveryDaemon:
         if claim is None:
             return SagaResult(saga_id, "CLAIMED")
         fault_point("recovery.after_claim")
-        guard = _ClaimGuard(self.lock, claim)
+        guard = _ClaimGuard(self.lock, claim, self._clock)
         try:
             async with self.source.writer() as wal:
                 await self._refresh()
                 view = self.scan.in_flight.get(saga_id)
                 if view is None:
                     return SagaResult(saga_id, "RESOLVED")
-                if not view.lease_expired(self._clock(), self.lease_grace):
+                if not view.lease_expired(self._clock.time(), self.lease_grace):
                     return SagaResult(saga_id, "LIVE")
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
@@ -491,7 +501,7 @@ class RecoveryDaemon:
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
                     source=self.source.description, executor=get_tool_executor(),
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
-                    claim_token=claim.token,
+                    claim_token=claim.token, clock=self._clock,
                 ).run()
         except RecoveryHalted as exc:
             self._halt(exc)
@@ -546,7 +556,7 @@ class RecoveryDaemon:
             raise self.halted
         await self._refresh()
         open_sagas = {e.saga_id for e in await self.ledger.escalations()}
-        keep = keep_set(self.scan.resolved, self._clock(), grace_seconds, open_sagas)
+        keep = keep_set(self.scan.resolved, self._clock.time(), grace_seconds, open_sagas)
         async with self.source.writer() as wal:
             return await wal.compact(keep_sagas=keep, timeout=timeout)
 

@@ -77,6 +77,7 @@ class LogScan:
         self.records_read = 0
 
     def feed_all(self, records: Iterable[Record]) -> None:
+        """``feed`` every record of ``records``, in log order."""
         for rec in records:
             self.feed(rec)
 

@@ -61,6 +61,7 @@ class LogSource(abc.ABC):
         Raises ``WriterBusy`` if it cannot be had."""
 
     async def close(self) -> None:
+        """Release the log."""
         return None
 
 
@@ -82,6 +83,7 @@ class WALSource(LogSource):
         self._cursor = 0
 
     async def read_new(self) -> list[Record]:
+        """The records appended since the last call, in log order."""
         out: list[Record] = []
         async for rec in self.wal.read_since(self._cursor):
             out.append(decrypt_record(rec, None))  # an envelope still here: no key, halt
@@ -91,6 +93,7 @@ class WALSource(LogSource):
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
+        """A writer for the recovery records (held for the block)."""
         yield self.wal
 
 
@@ -158,6 +161,7 @@ class PathSource(LogSource):
         return out
 
     async def read_new(self) -> list[Record]:
+        """The records appended since the last call, in log order."""
         return await asyncio.to_thread(self._read_new_sync)
 
     def _lock_free(self) -> bool:
@@ -211,6 +215,7 @@ class PathSource(LogSource):
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
+        """This daemon's writer on the fleet log."""
         wal = await self._acquire()
         try:
             yield wal
@@ -218,6 +223,7 @@ class PathSource(LogSource):
             await self._release()
 
     async def close(self) -> None:
+        """Close the writer and the reader."""
         async with self._open_lock:
             if self._wal is not None:
                 wal, self._wal, self._refs = self._wal, None, 0

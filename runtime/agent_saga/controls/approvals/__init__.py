@@ -19,7 +19,7 @@ The layout every control shares (``agent_saga.controls``):
 Only this module is public.
 """
 
-from ._default import open_approval_store
+from ._default import APPROVAL_STORES, open_approval_store
 from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
 from ._local import FileApprovalStore
 from ._model import (
@@ -42,6 +42,7 @@ from ._store import (
 )
 
 __all__ = [
+    "APPROVAL_STORES",
     "ApprovalGateway",
     "ApprovalNotice",
     "ApprovalOutcome",
