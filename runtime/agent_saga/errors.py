@@ -23,6 +23,7 @@
     │   ├── RecoveryHalted           fail-closed: unreadable log or journal; a human must look
     │   │   └── LedgerCorrupt        the recovery journal itself cannot be read
     │   ├── ClaimStoreUnavailable    (see StoreUnavailable)
+    │   ├── LocationUnavailable      a file or directory recovery needs cannot be read or written
     │   ├── ClaimLost                a claim expired or was taken while a saga was in hand
     │   └── WriterBusy               another process holds the log's writer lock
     └── WALError                     the write-ahead log failed; nothing was silently dropped
