@@ -51,8 +51,10 @@ dev-cluster-down:
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -70,7 +72,7 @@ chart-lint: control-plane
 	for f in charts/agent-saga/ci/*.yaml; do $$helm lint --strict charts/agent-saga -f $$f; done
 
 chart-test: install control-plane
-	$(PY) -m pytest tests/unit/test_chart_values.py tests/e2e/test_chart_render.py tests/e2e/test_chart_apiserver.py
+	$(PY) -m pytest tests/unit/k8s/test_chart_values.py tests/e2e/test_chart_render.py tests/e2e/test_chart_apiserver.py
 
 # Benchmarks print ratios against floors measured in the same run (never timed tests).
 bench: install system-deps

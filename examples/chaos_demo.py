@@ -23,10 +23,10 @@ from agent_saga import (
     FileWAL,
     StepOutcomeUnknown,
     compensator,
+    read_log,
     saga_scope,
     verify_records,
 )
-from agent_saga.wal.file import iter_file_records
 
 C = ActionSemantics.COMPENSABLE
 ITEMS = [("keyboard", 12_900), ("monitor", 31_900), ("cable", 1_900)]
@@ -156,7 +156,7 @@ async def main() -> int:
     tx, clean = await transactional(wal)
     unk, outcome = await timeout_case(wal)
     wal.close()
-    chain = verify_records(iter_file_records(wal_path))
+    chain = verify_records(read_log(wal_path))
     rows = [
         ("outstanding after failure", dollars(opt), dollars(tx)),
         ("customer charged for nothing", "yes" if opt else "no", "yes" if tx else "no"),

@@ -23,10 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent_saga import ActionSemantics, Compensation, FileWAL, certify, compensator, saga_scope
-from agent_saga.history import fold
-from agent_saga.recovery import RecoveryDaemon
-from agent_saga.wal.file import iter_file_records
+from agent_saga import (
+    ActionSemantics,
+    Compensation,
+    FileWAL,
+    RecoveryDaemon,
+    certify,
+    compensator,
+    read_log,
+    saga_scope,
+    saga_states,
+)
 
 C = ActionSemantics.COMPENSABLE
 
@@ -115,7 +122,7 @@ def main() -> int:
     os.kill(child.pid, signal.SIGKILL)
     child.wait()
     print(f"  killed pid {child.pid}: {dollars(BANK.outstanding())} charged and not refunded")
-    (saga,) = fold(r for _, r in iter_file_records(wal_path)).values()
+    (saga,) = saga_states(r for _, r in read_log(wal_path)).values()
     print(f"  the log: saga {saga.saga_id} {saga.status}, "
           f"{sum(1 for s in saga.steps.values() if s.state == 'COMMITTED')} committed charges with their refunds")
 
@@ -138,7 +145,7 @@ async def recover(wal_path: Path) -> int:
     again = await RecoveryDaemon(wal_path, lease_grace=0.2).sweep()
     print(f"  second run: {again.summary()}")
 
-    records = [r for _, r in iter_file_records(wal_path)]
+    records = [r for _, r in read_log(wal_path)]
     cert = certify(records)
     print(f"\nbank: {dollars(BANK.outstanding())} outstanding, {BANK.attempts()} refund call(s) for 2 charges")
     print(f"certify: {'every effect accounted for' if cert.ok else 'NOT certified'}")

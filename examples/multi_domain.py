@@ -23,11 +23,11 @@ from agent_saga import (
     FileWAL,
     GateBlocked,
     compensator,
+    read_log,
     saga_scope,
+    saga_states,
     verify_records,
 )
-from agent_saga.history import fold
-from agent_saga.wal.file import iter_file_records
 
 C = ActionSemantics.COMPENSABLE
 IRREVERSIBLE = ActionSemantics.IRREVERSIBLE
@@ -173,8 +173,8 @@ async def main() -> int:
         say(f"  refused before anything happened: {exc.reason or exc}")
 
     wal.close()
-    sagas = fold(item for _, item in iter_file_records(wal_path) if not isinstance(item, Exception))
-    chain = verify_records(iter_file_records(wal_path))
+    sagas = saga_states(item for _, item in read_log(wal_path) if not isinstance(item, Exception))
+    chain = verify_records(read_log(wal_path))
     say("\n== what the write-ahead log says ==")
     for s in sagas.values():
         say(f"  {s.saga_id:32} {s.status:12} {len(s.steps)} step(s)")

@@ -27,6 +27,7 @@ def _env(name: str, default: str | None = None) -> str | None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The operator's command line (``agent-saga-operator --help``)."""
     p = argparse.ArgumentParser(
         prog="agent-saga-operator",
         description="Reconcile agent-saga custom resources (KillSwitch, BudgetLimit, SagaPolicy, "
@@ -73,6 +74,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the operator until it is stopped; the exit status."""
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

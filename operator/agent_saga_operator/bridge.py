@@ -99,9 +99,11 @@ class ApprovalBridge:
         self.created = 0
 
     def watches(self, namespace: str) -> bool:
+        """Does this operator mirror approval requests of ``namespace``?"""
         return self.ctx.config.clusterwide or namespace in self.ctx.config.namespaces
 
     def request_key(self, request_id: str) -> str:
+        """The Redis key of the request ``request_id`` (the runtime's ``RedisApprovalStore`` key)."""
         return f"{self.keys.prefix}:v1:approval:request:{request_id}"
 
     # ------------------------------------------------------------------ one pass
@@ -160,6 +162,7 @@ class ApprovalBridge:
             log.warning("could not reflect the decision on Approval %s/%s: %s", namespace, request_id, e)
 
     async def on_notification(self, data: Any) -> None:
+        """Mirror the request a change notification names (others are ignored)."""
         try:
             doc = json.loads(data)
         except (TypeError, ValueError):

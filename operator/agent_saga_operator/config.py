@@ -44,6 +44,7 @@ class OperatorConfig:
 
     @property
     def clusterwide(self) -> bool:
+        """True when no namespace is named: the operator watches every namespace."""
         return not self.namespaces
 
 
@@ -63,6 +64,7 @@ class UsageReader:
         self._lock = asyncio.Lock()
 
     def forget(self, name: str) -> None:
+        """Stop tracking the resource ``name`` (it was deleted)."""
         self._specs.pop(name, None)
         self._rows.pop(name, None)
 
@@ -105,10 +107,12 @@ class Context:
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:
+        """The context of a running operator: its projector and limit store for ``config``."""
         projector = Projector(config.redis_url, prefix=config.key_prefix)
         store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace)
         return cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
 
     async def aclose(self) -> None:
+        """Close the Redis connections this context opened."""
         await self.projector.aclose()
         await self.usage.store.aclose()

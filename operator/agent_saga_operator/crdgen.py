@@ -225,7 +225,7 @@ _PEERING_CRDS: tuple[dict[str, Any], ...] = tuple(
 )
 
 
-class _Dumper(yaml.SafeDumper):  # type: ignore[misc]
+class _Dumper(yaml.SafeDumper):
     """Block style, long lines kept whole, multi-line strings as literal blocks."""
 
 
@@ -294,6 +294,7 @@ def write(directories: Iterable[Path] = (CRD_DIR, CHART_CRD_DIR)) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write the CRDs (or, with ``--check``, report how they differ); the exit status."""
     parser = argparse.ArgumentParser(prog="python -m agent_saga_operator.crdgen", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the files differ from the models")
     parser.add_argument("--out", action="append", type=Path, help="directory to write (default: crds/ and the chart's)")

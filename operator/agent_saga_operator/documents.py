@@ -71,10 +71,12 @@ class Identity:
 
     @property
     def id(self) -> str:
+        """``<namespace>/<name>``: the document's id in the policy plane."""
         return f"{self.namespace}/{self.name}"
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> Identity:
+        """The identity of a resource from its ``metadata``."""
         created = meta.get("creationTimestamp")
         when = datetime.fromisoformat(created) if isinstance(created, str) else created
         if not isinstance(when, datetime):

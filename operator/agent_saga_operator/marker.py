@@ -29,7 +29,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import Any
+from typing import Any, cast
 
 from .config import Context
 from .models import GROUP, KINDS, VERSION
@@ -57,12 +57,14 @@ class SyncMarker:
     async def _list(self, plural: str) -> list[dict[str, Any]]:
         config = self.ctx.config
         if config.clusterwide:
-            got = await asyncio.to_thread(self.api.list_cluster_custom_object, GROUP, VERSION, plural)
+            got = cast(dict[str, Any], await asyncio.to_thread(self.api.list_cluster_custom_object, GROUP, VERSION,
+                                                               plural))
             return list(got.get("items") or [])
         items: list[dict[str, Any]] = []
         for ns in config.namespaces:
-            got = await asyncio.to_thread(self.api.list_namespaced_custom_object, GROUP, VERSION, ns, plural)
-            items.extend(got.get("items") or [])
+            page = cast(dict[str, Any], await asyncio.to_thread(
+                self.api.list_namespaced_custom_object, GROUP, VERSION, ns, plural))
+            items.extend(page.get("items") or [])
         return items
 
     async def awaiting(self, since: float) -> list[str]:

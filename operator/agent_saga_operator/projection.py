@@ -89,30 +89,38 @@ class Keys:
 
     @property
     def rev(self) -> str:
+        """The change counter's key (``P:rev``)."""
         return f"{self.prefix}:v1:rev"
 
     @property
     def channel(self) -> str:
+        """The change notifications' channel (``P:events``)."""
         return f"{self.prefix}:v1:events"
 
     def doc(self, slug: str, id_: str) -> str:
+        """The key of the document ``id_`` of kind ``slug``."""
         return f"{self.prefix}:v1:{slug}:{id_}"
 
     def index(self, slug: str) -> str:
+        """The index (a set of ids) of the documents of kind ``slug``."""
         return f"{self.prefix}:v1:{slug}:index"
 
     def decision(self, request_id: str) -> str:
+        """The key of the decision on approval request ``request_id``."""
         return f"{self.prefix}:v1:approval:decision:{request_id}"
 
     @property
     def pending(self) -> str:
+        """The pending approval requests' key (a sorted set by deadline)."""
         return f"{self.prefix}:v1:approval:pending"
 
     @property
     def synced(self) -> str:
+        """The synced marker's key (a hash, one field per writer)."""
         return f"{self.prefix}:v1:synced"
 
     def sync_pending(self, nonce: str) -> str:
+        """The key noting that the full projection ``nonce`` is under way."""
         return f"{self.prefix}:v1:synced:pending:{nonce}"
 
 
@@ -208,6 +216,7 @@ return rev
         self._scripts: dict[str, Any] = {}
 
     def describe(self) -> str:
+        """The policy plane's address, without a password."""
         url = self.url
         if "@" in url and "://" in url:
             scheme, rest = url.split("://", 1)
@@ -215,9 +224,11 @@ return rev
         return url
 
     async def aclose(self) -> None:
+        """Close the client (and its connections)."""
         await self.client.aclose()
 
     async def ping(self) -> None:
+        """Raise ``ProjectionUnavailable`` unless the server answers."""
         await self._io("ping", lambda: self.client.ping())
 
     # ------------------------------------------------------------------ writes
@@ -278,14 +289,17 @@ return rev
 
     # ------------------------------------------------------------------ reads
     async def get(self, kind: str, id_: str) -> dict[str, Any] | None:
+        """The document ``id_`` of ``kind``, or ``None``."""
         raw = await self._io("get", lambda: self.client.get(self.keys.doc(KIND_SLUGS[kind], id_)))
         return json.loads(raw) if raw is not None else None
 
     async def get_decision(self, request_id: str) -> dict[str, Any] | None:
+        """The decision stored for ``request_id``, or ``None``."""
         raw = await self._io("get", lambda: self.client.get(self.keys.decision(request_id)))
         return json.loads(raw) if raw is not None else None
 
     async def ids(self, kind: str) -> set[str]:
+        """The ids in the index of ``kind``."""
         raw = await self._io("smembers", lambda: self.client.smembers(self.keys.index(KIND_SLUGS[kind])))
         return {m.decode() if isinstance(m, bytes) else str(m) for m in raw}
 
@@ -338,6 +352,7 @@ async def load_documents(
 
 
 async def load_limit_documents(client: Any, namespace: str | None = None, *, prefix: str = "agentsaga") -> list[dict[str, Any]]:
+    """Every BudgetLimit document (of ``namespace`` if given), sorted by id."""
     return await load_documents(client, "BudgetLimit", namespace=namespace, keys=Keys(prefix))
 
 

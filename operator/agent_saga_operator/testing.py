@@ -62,6 +62,7 @@ def poll(fn: Callable[[], T | None], *, timeout: float, what: str, interval: flo
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -146,6 +147,7 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
+        """Start the operator process; returns ``self`` once it runs."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -157,10 +159,12 @@ class OperatorProcess:
 
     @property
     def pid(self) -> int:
+        """The operator process's id."""
         assert self.proc is not None, "not started"
         return self.proc.pid
 
     def log(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of the operator's log (for a failing test's message)."""
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:

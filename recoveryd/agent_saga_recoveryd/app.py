@@ -32,7 +32,7 @@ from agent_saga.recovery import FileClaimLock, FileLedger, RecoveryDaemon, Sweep
 from agent_saga.recovery.claims import ClaimLock
 from agent_saga.recovery.daemon import import_modules
 from agent_saga.recovery.ledger import RecoveryLedger
-from agent_saga.recovery.targets import default_file_paths, open_fleet_wal
+from agent_saga.recovery.targets import default_file_paths, open_claim_lock, open_fleet_wal
 from agent_saga.wal.base import BaseWAL
 
 from .config import Config, parse_args
@@ -62,15 +62,16 @@ class Recoveryd:
         c = self.config
         if c.redis_url is None:
             return None, None
-        from agent_saga.recovery import RedisClaimLock, RedisLedger
+        from agent_saga.recovery import RedisLedger
 
         owner = c.daemon_id or None
         return (
             RedisLedger(c.redis_url, namespace=c.namespace),
-            RedisClaimLock(c.redis_url, namespace=c.namespace, owner=owner),
+            open_claim_lock(c.redis_url, namespace=c.namespace, owner=owner),
         )
 
     def build(self) -> None:
+        """Make the daemons this configuration names (one per log)."""
         c = self.config
         import_modules(c.imports)
         encryptor = reader_encryptor(c.wal_key_file)
@@ -101,9 +102,12 @@ class Recoveryd:
     # ------------------------------------------------------------------ health
 
     def livez(self) -> tuple[int, str, bytes]:
+        """The liveness answer: 200 while the process runs its loop."""
         return 200, "text/plain", b"alive\n"
 
     def readyz(self) -> tuple[int, str, bytes]:
+        """The readiness answer: 200 once every daemon completed a sweep, none is halted and
+        none stopped early, unless draining; 503 naming each problem otherwise."""
         problems: list[str] = []
         if self._draining:
             problems.append("draining")
@@ -122,6 +126,7 @@ class Recoveryd:
         return 200, "text/plain", b"ready\n"
 
     def on_report(self, rep: SweepReport) -> None:
+        """Fold one sweep's report into the metrics and the readiness state."""
         self._last[rep.source] = rep
         self.metrics.observe(rep)  # the daemon itself logs the summary of a busy sweep
 
@@ -140,6 +145,7 @@ class Recoveryd:
             d.drain()
 
     async def run(self) -> int:
+        """Sweep until stopped (SIGTERM drains); the exit status."""
         c = self.config
         try:
             self.build()

@@ -56,6 +56,7 @@ def _split(values: Sequence[str]) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``agent-saga-recoveryd``."""
     p = argparse.ArgumentParser(
         prog="agent-saga-recoveryd",
         description="The agent-saga recovery fleet: resolve sagas whose owner died, exactly once.",

@@ -32,6 +32,7 @@ class HealthServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> int:
+        """Listen; returns the port bound."""
         self._server = await asyncio.start_server(self._serve, self.host, self.port)
         sock = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
@@ -67,6 +68,7 @@ class HealthServer:
                 await writer.wait_closed()
 
     async def close(self) -> None:
+        """Stop listening."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()

@@ -64,6 +64,7 @@ class RecoveryMetrics:
         self.draining = prom.Gauge(f"{ns}_draining", "1 after SIGTERM: no new claims are taken", registry=r)
 
     def observe(self, rep: SweepReport) -> None:
+        """Count one sweep's outcomes."""
         if not self.available:
             return
         s = rep.source
@@ -91,6 +92,7 @@ class RecoveryMetrics:
         self.stopped.labels(s).set(1 if rep.error and not rep.halted else 0)
 
     def set_draining(self, on: bool) -> None:
+        """Set the draining gauge."""
         if self.available:
             self.draining.set(1 if on else 0)
 

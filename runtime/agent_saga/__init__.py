@@ -28,6 +28,7 @@ from .audit import (
     verify_disclosure,
 )
 from .chain import VerifyResult, verify_records
+from .clocks import Clock
 from .compensation import Compensation, compensator, get_compensator, registered_compensators
 from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
 from .controls import (
@@ -108,12 +109,13 @@ from .errors import (
 )
 from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_stats
 from .gates import Gate, GateDecision, StepRequest
+from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
 from .kit import AgentKit
 from .plane import connect_policy_plane
 from .records import Record, RecordType
 from .recovery import RecoveryDaemon, RecoveryHalted, reconciler
-from .retry import Clock, RetryPolicy
+from .retry import RetryPolicy
 from .rollback import RollbackOutcome, RollbackReport, StepOutcome
 from .scope import saga_scope
 from .semantics import ActionSemantics
@@ -127,6 +129,7 @@ from .wal import (
     RedisWAL,
     WALStats,
     get_default_wal,
+    read_log,
     set_default_wal,
 )
 
@@ -205,10 +208,12 @@ __all__ = [
     "SagaError",
     "SagaQuarantined",
     "SagaRefused",
+    "SagaState",
     "SecretDetected",
     "StepOutcome",
     "StepOutcomeUnknown",
     "StepRequest",
+    "StepState",
     "StoreUnavailable",
     "SwitchStoreUnavailable",
     "ToolExecutorStats",
@@ -249,6 +254,7 @@ __all__ = [
     "idempotency_key",
     "irreversible_requires_human",
     "make_checkpoint",
+    "read_log",
     "reconciler",
     "redact_record",
     "redact_records",
@@ -256,6 +262,7 @@ __all__ = [
     "resolve_credential",
     "rule",
     "saga_scope",
+    "saga_states",
     "set_breaker",
     "set_credential_resolver",
     "set_default_wal",

@@ -34,10 +34,12 @@ _SALT_HEX = re.compile(f"[0-9a-f]{{{SALT_BYTES * 2}}}")
 
 
 def content_digest(salt_hex: str, canonical_payload: str) -> str:
+    """``sha256(salt || canonical payload)``: a payload's digest, hashed into the chain."""
     return hashlib.sha256(bytes.fromhex(salt_hex) + canonical_payload.encode("utf-8")).hexdigest()
 
 
 def header_hash(rec: Record) -> str:
+    """The hash of ``rec``'s header fields (its content digest included)."""
     text = "\n".join(
         (
             str(SCHEMA_VERSION),
@@ -109,6 +111,7 @@ def removal_digest(hashes: Iterable[str]) -> str:
 
 
 def is_attestation(rec: Record) -> bool:
+    """Is ``rec`` a compaction attestation?"""
     return rec.type == ATTESTATION_TYPE and rec.saga == RESERVED_SAGA
 
 
@@ -200,6 +203,7 @@ class VerifyResult:
     attested: int = 0
 
     def describe(self) -> str:
+        """One line for a human: intact, or the first problem."""
         if self.ok:
             tail = (
                 f"; {self.attested} sequences removed by compaction, each attested"

@@ -1,16 +1,23 @@
-"""The time seam of the controls (kill switch, approvals, breaker) and the policy plane.
+"""The one clock of the runtime: every wait, timeout, TTL, lease and grace window.
 
-These controls need two clocks: wall time (a lever's TTL and an approval's deadline are
-instants other processes read, so they are epoch seconds) and monotonic time (the kill
-switch's grace window, the breaker's window and cool-down, which must not jump when the
-wall clock is stepped). Every wait goes through ``sleep``, so a test never sleeps to
-wait for a deadline: it advances a ``ManualClock``.
+``Clock`` is the time seam the engine (retry back-off), the controls (kill-switch TTLs
+and grace, approval deadlines, the breaker's window), leases and recovery (lease expiry,
+claim renewal) take as ``clock=``; the default is ``SYSTEM_CLOCK``. A test passes a
+``ManualClock`` and moves time itself instead of sleeping.
+
+A clock has two times: wall time (``time``: an instant other processes read, such as a
+lever's TTL, an approval's deadline or a lease's expiry, so epoch seconds) and
+monotonic time (``monotonic``: durations in this process, such as a grace window or a
+back-off, which must not jump when the wall clock is stepped); and every wait goes
+through ``sleep``.
 
 Invariants:
 - ``SYSTEM_CLOCK`` is ``time.time`` / ``time.monotonic`` / ``asyncio.sleep``.
 - ``ManualClock`` only moves when told to (``advance``), or by exactly the requested
   amount when slept on, so a deadline is reached deterministically. It is safe to read
   from several threads (a background watcher reads it while a test advances it).
+- A thread that waits for real (a policy-plane watcher, the lease renewer) paces itself
+  on the system clock; what it decides (expiry, grace) is measured on the clock given.
 """
 
 from __future__ import annotations
@@ -18,13 +25,24 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SYSTEM_CLOCK", "ControlClock", "ManualClock", "SystemControlClock", "format_instant", "parse_instant"]
+__all__ = [
+    "SYSTEM_CLOCK",
+    "Clock",
+    "ControlClock",
+    "ManualClock",
+    "SystemClock",
+    "SystemControlClock",
+    "as_clock",
+    "format_instant",
+    "parse_instant",
+]
 
 
 @runtime_checkable
-class ControlClock(Protocol):
+class Clock(Protocol):
     """Wall time, monotonic time and an awaitable sleep. Inject a ``ManualClock`` in tests."""
 
     def time(self) -> float:
@@ -40,13 +58,42 @@ class ControlClock(Protocol):
         ...
 
 
-class SystemControlClock:
-    """The real clock."""
+#: The name the controls' signatures use; the same protocol.
+ControlClock = Clock
+
+
+class SystemClock:
+    """The real clock: ``time.time``, ``time.monotonic`` and ``asyncio.sleep``."""
 
     __slots__ = ()
 
     def time(self) -> float:
+        """``time.time()``."""
         return time.time()
+
+    def monotonic(self) -> float:
+        """``time.monotonic()``."""
+        return time.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        """``asyncio.sleep(seconds)``."""
+        await asyncio.sleep(seconds)
+
+
+SystemControlClock = SystemClock
+SYSTEM_CLOCK = SystemClock()
+
+
+class _WallFunction:
+    """A clock whose wall time is a function (``lambda: time.time() + 3600``)."""
+
+    __slots__ = ("_time",)
+
+    def __init__(self, wall: Callable[[], float]) -> None:
+        self._time = wall
+
+    def time(self) -> float:
+        return float(self._time())
 
     def monotonic(self) -> float:
         return time.monotonic()
@@ -55,7 +102,18 @@ class SystemControlClock:
         await asyncio.sleep(seconds)
 
 
-SYSTEM_CLOCK = SystemControlClock()
+def as_clock(clock: Clock | Callable[[], float] | None) -> Clock:
+    """``clock`` as a ``Clock``: ``None`` is ``SYSTEM_CLOCK``; a bare function of no
+    arguments is taken as the wall time (``time.time``-like), with the system's
+    monotonic time and sleep."""
+    if clock is None:
+        return SYSTEM_CLOCK
+    if isinstance(clock, Clock):
+        return clock
+    if callable(clock):
+        return _WallFunction(clock)
+    raise TypeError(f"clock must be a Clock (SYSTEM_CLOCK, ManualClock()) or a function returning epoch seconds, "
+                    f"got {clock!r}")
 
 
 class ManualClock:
@@ -73,10 +131,12 @@ class ManualClock:
         self.sleeps: list[float] = []
 
     def time(self) -> float:
+        """The wall time it was set to (epoch seconds)."""
         with self._lock:
             return self._wall
 
     def monotonic(self) -> float:
+        """The monotonic time (starts at 1000)."""
         with self._lock:
             return self._mono
 
@@ -89,6 +149,7 @@ class ManualClock:
             self._mono += seconds
 
     async def sleep(self, seconds: float) -> None:
+        """Advance by ``seconds`` (recorded in ``sleeps``) and yield to the loop once."""
         self.sleeps.append(seconds)
         self.advance(max(0.0, seconds))
         await asyncio.sleep(0)

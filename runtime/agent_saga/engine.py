@@ -46,6 +46,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, overload
 
+from .clocks import Clock
 from .compensation import Compensation
 from .context import step_id_var
 from .errors import ConfigurationError, SagaError, StepOutcomeUnknown, WALError
@@ -55,7 +56,7 @@ from .idempotency import FORWARD_SCOPE, callable_info, idempotency_key
 from .invoke import Expired, call, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
 from .records import RecordType
-from .retry import NO_RETRY, Clock, RetryPolicy
+from .retry import NO_RETRY, RetryPolicy
 from .rollback import RollbackEntry, RollbackReport, roll_back
 from .semantics import ActionSemantics, coerce_semantics
 from .wal.base import BaseWAL

@@ -121,3 +121,12 @@ def fold(records: Iterable[Record]) -> dict[str, SagaState]:
             step.error = str(err)
         step.state = state
     return sagas
+
+
+def saga_states(records: Iterable[Record]) -> dict[str, SagaState]:
+    """What the log says about each saga: its status and every step's state, keyed by saga
+    id in first-seen order (``records`` in log order, e.g. ``r for _, r in read_log(path)``).
+
+    Never guesses: a saga with no terminal record is ``IN_FLIGHT``; a step with an intent
+    and no outcome is ``INTENT`` (it may have happened)."""
+    return fold(records)

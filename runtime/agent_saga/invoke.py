@@ -21,12 +21,13 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .clocks import Clock
 from .compensation import Compensation, coerce_compensation
 from .errors import CompensationError, SagaError
 from .executor import ToolExecutor
 from .idempotency import IDEMPOTENCY_KWARG, callable_info
 from .payloads import describe_error, error_text
-from .retry import Clock, RetryPolicy
+from .retry import RetryPolicy
 from .semantics import ActionSemantics
 
 __all__ = ["Expired", "call", "call_with_retries", "derive"]

@@ -34,10 +34,10 @@ import logging
 import math
 import os
 import threading
-import time
 import weakref
 from typing import Any, Final
 
+from .clocks import SYSTEM_CLOCK, Clock
 from .errors import ConfigurationError
 from .records import RecordType
 
@@ -74,12 +74,18 @@ class LeaseHandle:
         self.due = 0.0
 
     def alive(self) -> bool:
+        """True while the saga is held and still running."""
         saga = self._saga()
         return saga is not None and saga.status == "RUNNING"
 
 
 class _Renewer:
-    def __init__(self) -> None:
+    """The process-wide renewer thread. It waits for real (a thread cannot sleep on a
+    ``ManualClock``), so it paces itself on ``SYSTEM_CLOCK``; the expiry of a lease is
+    decided by the reader's clock (``RecoveryDaemon(clock=...)``)."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._live: dict[int, LeaseHandle] = {}
@@ -90,7 +96,7 @@ class _Renewer:
     def register(self, handle: LeaseHandle) -> None:
         with self._lock:
             handle.key = next(self._count)
-            handle.due = time.monotonic() + handle.lease_seconds / 3.0
+            handle.due = self._clock.monotonic() + handle.lease_seconds / 3.0
             self._live[handle.key] = handle
             earliest = self._heap[0][0] if self._heap else math.inf
             heapq.heappush(self._heap, (handle.due, handle.key))
@@ -107,7 +113,7 @@ class _Renewer:
     def _run(self) -> None:
         while True:
             due_now = self._wait_due()
-            now = time.monotonic()
+            now = self._clock.monotonic()
             renewed: set[int] = set()
             for h in due_now:  # outside the lock: an append may block (BLOCK backpressure)
                 if not h.alive():
@@ -134,11 +140,11 @@ class _Renewer:
                 if not heap:
                     self._wake.wait()
                     continue
-                wait = heap[0][0] - time.monotonic()
+                wait = heap[0][0] - self._clock.monotonic()
                 if wait > 0:
                     self._wake.wait(wait)
                     continue
-                now = time.monotonic()
+                now = self._clock.monotonic()
                 out: dict[int, LeaseHandle] = {}
                 while heap and heap[0][0] <= now:
                     _, key = heapq.heappop(heap)

@@ -71,7 +71,7 @@ TERMINAL_SAGA_TYPES = frozenset(
 
 #: Record types written by parts of the library other than the engine (WAL, audit, the
 #: controls, recovery). Each is defined where it is written; this list is what a reader
-#: checks a type against (``tests/unit/test_record_types.py`` pins it to the writers).
+#: checks a type against (``tests/unit/chain/test_record_types.py`` pins it to the writers).
 EXTENSION_TYPES = frozenset(
     {
         # the WAL itself and audit (reserved saga ``wal``)
@@ -124,6 +124,7 @@ class Record:
     extra: dict[str, Any] = field(default_factory=dict)  # unhashed stamps, e.g. gseq
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as the JSON object of its line."""
         d: dict[str, Any] = {
             "v": SCHEMA_VERSION,
             "seq": self.seq,

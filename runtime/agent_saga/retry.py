@@ -1,4 +1,4 @@
-"""Per-step retry policy, and the clock seam every wait in the engine goes through.
+"""Per-step retry policy: which failures are tried again, and after how long.
 
 A retry happens *inside* one step: the step id, the idempotency key and any approval
 id never change between attempts, so attempt 2 of a charge carries the same key as
@@ -12,55 +12,24 @@ Invariants:
   not an ``Exception`` (cancellation, ``KeyboardInterrupt``).
 - Delays are deterministic (no jitter): ``exponential`` = ``base_delay * 2**(n-1)``,
   ``linear`` = ``base_delay * n`` for the n-th failed attempt, capped at ``max_delay``.
-- All sleeping goes through a ``Clock`` so tests never sleep for real.
+- All sleeping goes through a ``Clock`` (``agent_saga.clocks``) so tests never sleep
+  for real.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
 
 from .errors import ConfigurationError, SagaRefused, StepOutcomeUnknown
 
-__all__ = ["Clock", "RetryPolicy", "SystemClock"]
+__all__ = ["RetryPolicy"]
 
 _NEVER_RETRIED: tuple[type[BaseException], ...] = (
     SagaRefused,
     ConfigurationError,
     StepOutcomeUnknown,
 )
-
-
-@runtime_checkable
-class Clock(Protocol):
-    """The time seam: monotonic time and an awaitable sleep. Inject a fake one in tests."""
-
-    def monotonic(self) -> float:
-        """Seconds on a clock that never goes backwards."""
-        ...
-
-    async def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` (cancellable)."""
-        ...
-
-
-class SystemClock:
-    """The real clock: ``time.monotonic`` and ``asyncio.sleep``."""
-
-    __slots__ = ()
-
-    def monotonic(self) -> float:
-        """``time.monotonic()``."""
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        """``asyncio.sleep(seconds)``."""
-        await asyncio.sleep(seconds)
-
-
-SYSTEM_CLOCK = SystemClock()
 
 
 def _exception_types(value: object, field: str) -> tuple[type[BaseException], ...]:

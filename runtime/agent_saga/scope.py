@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from .clocks import SYSTEM_CLOCK, Clock
 from .context import saga_id_var
 from .engine import Saga
 from .errors import ConfigurationError, RollbackIncomplete, SagaQuarantined
@@ -48,7 +49,6 @@ from .leases import DEFAULT_LEASE_SECONDS, LeaseHandle, check_lease_seconds
 from .leases import register as register_lease
 from .leases import unregister as unregister_lease
 from .records import RecordType, validate_id
-from .retry import SYSTEM_CLOCK, Clock
 from .wal.base import BaseWAL
 
 __all__ = ["SagaScope", "saga_scope"]

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.polling import until
 from fixtures.redis_server import RedisServer
 
 I = ActionSemantics.IRREVERSIBLE  # noqa: E741
@@ -61,19 +61,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-def until(what: str, predicate: Callable[[], Any], timeout: float = 30.0, proc: subprocess.Popen | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"agent exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.polling import until
 from fixtures.redis_server import RedisServer
 
 C = ActionSemantics.COMPENSABLE
@@ -31,17 +32,6 @@ C = ActionSemantics.COMPENSABLE
 
 def req(tool: str, saga: str = "s-1") -> StepRequest:
     return StepRequest(saga, f"{saga}/0", tool, C, {}, ())
-
-
-def until(what: str, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -104,13 +94,13 @@ def test_changes_are_notified_as_the_operator_does(fresh_redis: RedisServer, sto
     events = r.pubsub()
     events.subscribe("agentsaga:v1:events")
     try:
-        until("the subscription", lambda: (events.get_message(timeout=0.1) or {}).get("type") == "subscribe")
+        until("the subscription", lambda: (events.get_message(timeout=0.1) or {}).get("type") == "subscribe", timeout=10)
         lever = Lever.new("Halt", "global", reason="r", by="b", now=time.time())
         s.engage(lever)
         s.lift(lever.id)
         got = []
         while len(got) < 2:
-            msg = until("a notification", lambda: events.get_message(timeout=0.1))
+            msg = until("a notification", lambda: events.get_message(timeout=0.1), timeout=10)
             if msg["type"] == "message":
                 got.append(json.loads(msg["data"]))
         assert [(e["kind"], e["id"], e["op"]) for e in got] == [
@@ -132,14 +122,14 @@ async def test_a_halt_from_another_process_is_seen_by_a_running_agent(fresh_redi
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "RedisSwitchStore(redis://127.0.0.1" in out.stdout
-        until("the halt to reach the agent", lambda: agent.view().levers)
+        until("the halt to reach the agent", lambda: agent.view().levers, timeout=10)
         assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         assert await refusal(ks, "wire.receive") is None
         out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "resume", "--scope", "tool:wire.send",
                               "--by", "soc@corp", "--store", fresh_redis.url], capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 0, out.stderr
-        until("the lift to reach the agent", lambda: not agent.view().levers)
+        until("the lift to reach the agent", lambda: not agent.view().levers, timeout=10)
         assert await refusal(ks, "wire.send") is None
         wal.barrier_sync()
     finally:
@@ -159,10 +149,10 @@ async def test_redis_killed_the_last_state_is_honoured_for_grace_then_everything
         halt = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time())
         store(stores, fresh_redis.url).engage(halt)
         await ks.check(req("x"))  # started
-        until("the halt to reach the agent", lambda: agent.view().levers)
+        until("the halt to reach the agent", lambda: agent.view().levers, timeout=10)
 
         fresh_redis.kill()
-        until("the agent to notice", lambda: not agent.connected)
+        until("the agent to notice", lambda: not agent.connected, timeout=10)
         view = agent.view()
         assert view.usable and view.degraded and "honouring the last known levers" in view.degraded
         assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the halt still holds"
@@ -177,10 +167,10 @@ async def test_redis_killed_the_last_state_is_honoured_for_grace_then_everything
                 pass
 
         fresh_redis.start()  # came back empty (it kept nothing): data loss, not "no levers"
-        until("the agent to reconnect", lambda: agent.connected and agent.data_lost)
+        until("the agent to reconnect", lambda: agent.connected and agent.data_lost, timeout=10)
         assert not agent.view().usable and "synced marker" in (await refusal(ks, "stripe.charge") or "")
         store(stores, fresh_redis.url).engage(halt)  # re-projected through the store: marker back
-        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None)
+        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None, timeout=10)
         assert await refusal(ks, "stripe.charge") is None
         assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         wal.barrier_sync()
@@ -197,7 +187,7 @@ async def test_grace_zero_refuses_everything_as_soon_as_redis_is_lost(fresh_redi
     ks = KillSwitch(agent, clock=clock)
     assert await refusal(ks, "stripe.charge") is None
     fresh_redis.kill()
-    until("the agent to notice", lambda: not agent.connected)
+    until("the agent to notice", lambda: not agent.connected, timeout=10)
     reason = await refusal(ks, "stripe.charge")
     assert reason is not None and "grace window of 0s has passed" in reason
 
@@ -211,11 +201,11 @@ async def test_a_silent_loss_is_noticed_by_the_heartbeat(fresh_redis: RedisServe
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # the server hangs: connections stay open, nothing answers
     try:
-        until("the agent to notice", lambda: not agent.connected)
+        until("the agent to notice", lambda: not agent.connected, timeout=10)
         assert await refusal(ks, "stripe.charge") is not None
     finally:
         os.kill(pid, signal.SIGCONT)
-    until("the agent to recover", lambda: agent.connected and agent.view().usable)
+    until("the agent to recover", lambda: agent.connected and agent.view().usable, timeout=10)
     assert await refusal(ks, "stripe.charge") is None
 
 
@@ -264,19 +254,21 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
         finally:
             r.close()
         await ks.check(req("x"))  # started
-        until("the halt to reach the agent", lambda: agent.view().levers)
+        until("the halt to reach the agent", lambda: agent.view().levers, timeout=10)
         assert ks.status()["posture"] == "ok"
 
         with caplog.at_level("WARNING", logger="agent_saga.controls"):
             fresh_redis.flush()
-            until("the agent to notice the data loss", lambda: agent.data_lost)
+            until("the agent to notice the data loss", lambda: agent.data_lost, timeout=10)
         assert any("lost its data" in rec.getMessage() and rec.levelname == "WARNING" for rec in caplog.records)
         view = agent.view()
         assert view.usable and view.levers and "synced marker" in (view.degraded or "")
         assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the empty index is not 'no levers'"
         assert await refusal(ks, "stripe.charge") is None, "within grace: the last known state"
         assert ks.status()["posture"] == "degraded"
-        time.sleep(0.5)  # several heartbeats re-read the empty plane: still the last known state
+        seen = agent.reloads
+        until("several heartbeats to re-read the empty plane", lambda: agent.reloads >= seen + 3, timeout=10)
+        # still the last known state
         assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         clock.advance(30.1)
         reason = await refusal(ks, "stripe.charge")
@@ -288,7 +280,7 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
                               "--reason", "fraud pattern again", "--by", "soc@corp", "--store", fresh_redis.url],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None)
+        until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None, timeout=10)
         assert ks.status()["posture"] == "ok"
         assert await refusal(ks, "stripe.charge") is None
         assert "fraud pattern again" in (await refusal(ks, "wire.send") or "")
@@ -306,9 +298,9 @@ async def test_flushall_with_grace_zero_refuses_at_once(fresh_redis: RedisServer
     ks = KillSwitch(agent, clock=clock)
     store(stores, fresh_redis.url).engage(Lever.new("Halt", "tool:wire.send", reason="r", by="b", now=clock.time()))
     await ks.check(req("x"))
-    until("the halt to reach the agent", lambda: agent.view().levers)
+    until("the halt to reach the agent", lambda: agent.view().levers, timeout=10)
     fresh_redis.flush()
-    until("the agent to notice the data loss", lambda: agent.data_lost)
+    until("the agent to notice the data loss", lambda: agent.data_lost, timeout=10)
     reason = await refusal(ks, "stripe.charge")
     assert reason is not None and "grace window of 0s has passed" in reason
 
@@ -319,8 +311,9 @@ async def test_a_fresh_redis_without_marker_means_no_levers(fresh_redis: RedisSe
     assert await refusal(ks, "wire.send") is None
     assert agent.writers_seen == frozenset() and agent.data_lost is None
     assert ks.status()["posture"] == "ok"
+    seen = agent.reloads
     fresh_redis.flush()  # nothing was ever marked: still a fresh installation
-    time.sleep(0.3)
+    until("two heartbeats to re-read the empty plane", lambda: agent.reloads >= seen + 2, timeout=10)
     assert await refusal(ks, "wire.send") is None and agent.data_lost is None
 
 
@@ -337,7 +330,7 @@ async def test_a_restart_without_persistence_after_a_lift_is_data_loss_too(fresh
     assert await refusal(ks, "x") is None
     assert agent.writers_seen == {"store"}
     fresh_redis.restart()
-    until("the agent to notice the data loss", lambda: agent.connected and agent.data_lost)
+    until("the agent to notice the data loss", lambda: agent.connected and agent.data_lost, timeout=10)
     assert await refusal(ks, "x") is None, "within grace: the last known state (no levers)"
     clock.advance(31)
     assert await refusal(ks, "x") is not None

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent_saga.controls import PreFlightGate, RedisLimitSource, RedisLimitStore
@@ -16,6 +15,7 @@ from agent_saga.semantics import ActionSemantics
 from agent_saga_operator.documents import Identity, budget_limit_doc
 from agent_saga_operator.models import BudgetLimitSpec
 from agent_saga_operator.projection import Projector
+from fixtures.polling import until
 from fixtures.redis_server import RedisServer
 
 WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
@@ -44,13 +44,6 @@ def req(amount: float, step: str) -> StepRequest:
     return StepRequest("saga-1", step, "stripe.charge", ActionSemantics.COMPENSABLE, {"amount": amount})
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def max_totals(source: RedisLimitSource) -> list[float]:
     return [s.max_total for s in source.snapshot().specs]
 
@@ -67,7 +60,7 @@ async def test_flushall_keeps_the_projected_limit_until_the_operator_re_projects
         assert source.writers_seen == {"operator"}
 
         fresh_redis.flush()  # FLUSHALL: documents, marker and spend windows are gone
-        wait_for(lambda: source.status()["data_lost"], "the source to notice the data loss")
+        until("the source to notice the data loss", lambda: source.status()["data_lost"], timeout=10)
         assert max_totals(source) == [1000], "the empty index is not read as 'no limits'"
         refused = await gate.decide(req(5000, "s2"))
         assert not refused.allowed and NAME in refused.reason
@@ -76,15 +69,16 @@ async def test_flushall_keeps_the_projected_limit_until_the_operator_re_projects
         assert [d["name"] for d in status["limits"]] == [NAME]
 
         # A document re-projected without the marker is a partial state: not adopted.
+        seen = source.reloads
         await project(url, 2000, mark=False)
-        time.sleep(0.6)  # several heartbeats
+        until("several heartbeats to re-read the plane", lambda: source.reloads >= seen + 3, timeout=10)
         assert source.status()["data_lost"] is True
         assert max_totals(source) == [1000]
 
         # The operator's full projection sets the marker again: normal reloads resume.
         await project(url, 2000)
-        wait_for(lambda: not source.status()["data_lost"], "the marker to be seen again")
-        wait_for(lambda: max_totals(source) == [2000], "the re-projected definition")
+        until("the marker to be seen again", lambda: not source.status()["data_lost"], timeout=10)
+        until("the re-projected definition", lambda: max_totals(source) == [2000], timeout=10)
         assert (await gate.decide(req(1500, "s3"))).allowed
         assert not (await gate.decide(req(5000, "s4"))).allowed
         assert gate.status()["limit_source_status"]["data_lost"] is False
@@ -101,7 +95,7 @@ async def test_a_source_that_never_saw_the_marker_reads_an_empty_plane_as_no_lim
         source.start()
         assert max_totals(source) == [1000]
         fresh_redis.flush()
-        wait_for(lambda: max_totals(source) == [], "the empty plane to be adopted")
+        until("the empty plane to be adopted", lambda: max_totals(source) == [], timeout=10)
         assert source.status()["data_lost"] is False, "never seen a marker: a fresh installation"
     finally:
         source.close()

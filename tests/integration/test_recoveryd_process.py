@@ -21,6 +21,7 @@ CHAOS = ROOT / "tests" / "chaos"
 sys.path.insert(0, str(CHAOS))
 
 from chaos_bank import Bank  # noqa: E402
+from fixtures.polling import until  # noqa: E402
 
 
 def env() -> dict[str, str]:
@@ -53,16 +54,6 @@ def get(port: int, path: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def wait_for(cond, what: str, timeout: float = 30):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     """Start recoveryd; its output goes to ``recoveryd-<n>.log`` in ``tmp_path``."""
     n = time.monotonic_ns()
@@ -73,7 +64,7 @@ def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
              "--port-file", str(port_file), "--interval", "0.1", "--lease-grace", "0", *args],
             env=env(), stdout=out, stderr=subprocess.STDOUT, text=True,
         )
-    port = wait_for(lambda: port_file.exists() and int(port_file.read_text()), "the port file")
+    port = until("the port file", lambda: port_file.exists() and int(port_file.read_text()))
     return proc, port
 
 
@@ -99,8 +90,8 @@ def test_metrics_health_and_recovery(tmp_path: Path, fresh_redis) -> None:  # ty
     proc, port = start(tmp_path, "--wal-path", str(wal), "--imports", "chaos_handlers", "--redis-url", fresh_redis.url)
     try:
         assert get(port, "/livez") == (200, "alive\n")
-        wait_for(lambda: get(port, "/readyz")[0] == 200, "ready")
-        body = wait_for(lambda: (b := get(port, "/metrics")[1]) and metric(b, "agent_saga_recovery_sagas_recovered_total") >= 1 and b, "a recovery in the metrics")
+        until("ready", lambda: get(port, "/readyz")[0] == 200)
+        body = until("a recovery in the metrics", lambda: (b := get(port, "/metrics")[1]) and metric(b, "agent_saga_recovery_sagas_recovered_total") >= 1 and b)
         for name in ("agent_saga_recovery_claim_conflicts_total", "agent_saga_recovery_sweep_duration_seconds_bucket",
                      "agent_saga_recovery_oldest_orphan_age_seconds", "agent_saga_recovery_sagas_escalated_total",
                      "agent_saga_recovery_halted"):
@@ -122,9 +113,9 @@ def test_sigterm_finishes_the_claim_in_hand_and_takes_no_new_one(tmp_path: Path,
     proc, port = start(tmp_path, "--wal-path", str(wal), "--imports", "chaos_handlers",
                        "--redis-url", fresh_redis.url, "--concurrency", "1")
     try:
-        wait_for(lambda: Path(f"{gate}.entered").exists(), "a compensation in hand")
+        until("a compensation in hand", lambda: Path(f"{gate}.entered").exists())
         proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: get(port, "/readyz")[0] == 503, "not ready while draining")
+        until("not ready while draining", lambda: get(port, "/readyz")[0] == 503)
         assert "draining" in get(port, "/readyz")[1]
         gate.write_text("open")  # the slow call returns
         assert proc.wait(30) == 0
@@ -145,7 +136,7 @@ def test_an_unreadable_log_halts_and_readiness_says_so(tmp_path: Path) -> None:
         f.write(b"this is not a record\n")
     proc, port = start(tmp_path, "--wal-path", str(wal), "--imports", "chaos_handlers")
     try:
-        status, body = wait_for(lambda: (r := get(port, "/readyz")) and "HALTED" in r[1] and r, "the halt")
+        status, body = until("the halt", lambda: (r := get(port, "/readyz")) and "HALTED" in r[1] and r)
         assert status == 503 and "line 5" in body
         assert get(port, "/livez")[0] == 200  # alive: restarting would not repair the log
         require_prometheus()

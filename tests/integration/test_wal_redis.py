@@ -9,7 +9,6 @@ import logging
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 import redis
 from agent_saga import BaseWAL, ConfigurationError, WALError, WALStalled, verify_records
 from agent_saga.wal.redis import RedisLog, RedisWAL
+from fixtures.polling import until
 
 
 def new_key() -> str:
@@ -37,14 +37,6 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
     assert exe, "the agent-saga console script is not installed (pip install -e .)"
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
-
-
-def poll(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def causes(exc: BaseException | None) -> list[BaseException]:
@@ -178,13 +170,13 @@ async def test_wait_replicas(redis_server_factory: Any) -> None:
     primary = redis_server_factory()
     replica = redis_server_factory(extra_args=["--replicaof", "127.0.0.1", str(primary.port)])
     rc = redis.Redis.from_url(replica.url)
-    poll(lambda: rc.info("replication").get("master_link_status") == "up", "the replica to sync")
+    until("the replica to sync", lambda: rc.info("replication").get("master_link_status") == "up")
     key = new_key()
     wal = RedisWAL(primary.url, key=key, writer="w1", wait_replicas=1, wait_timeout_ms=2000)
     assert "1 replica(s) acknowledged it (WAIT)" in wal.durability
     for i in range(20):
         await wal.barrier(wal.append("X", "s-1", None, {"i": i}))
-    poll(lambda: rc.xlen(f"{key}:w:w1") == 20, "the replica to hold the records")
+    until("the replica to hold the records", lambda: rc.xlen(f"{key}:w:w1") == 20)
     replica.stop()
     wal2 = RedisWAL(primary.url, key=key, writer="w1", wait_replicas=1, wait_timeout_ms=200)
     wal.close()

@@ -26,3 +26,20 @@ def test_multi_domain_shows_lifo_rollback() -> None:
     undo = [ln.split("]")[0].strip(" [") for ln in lines
             if any(w in ln for w in ("closed", "deleted namespace", "terminated"))]
     assert undo == ["github", "jira", "pinecone", "aws"]  # newest first
+
+
+@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py"])
+def test_examples_use_public_names_only(name: str) -> None:
+    import ast
+
+    import agent_saga
+
+    tree = ast.parse((ROOT / "examples" / name).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("agent_saga"):
+            assert node.module == "agent_saga", f"{name}:{node.lineno} imports from {node.module}"
+            for alias in node.names:
+                assert alias.name in agent_saga.__all__, f"{name}:{node.lineno}: {alias.name} is not public"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                assert not alias.name.startswith("agent_saga."), f"{name}:{node.lineno} imports {alias.name}"

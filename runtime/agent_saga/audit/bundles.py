@@ -91,6 +91,7 @@ class BundleResult:
     labelled_broken: bool = False
 
     def describe(self) -> str:
+        """One line for a human: what was checked and what was found."""
         if self.ok:
             assert self.chain is not None
             return (f"OK: bundle intact; {self.chain.records} records, chain intact, head "

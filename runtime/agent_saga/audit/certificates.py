@@ -74,6 +74,7 @@ class StepFinding:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The finding as JSON."""
         return {"saga": self.saga_id, "step": self.step_id, "tool": self.tool,
                 "semantics": self.semantics, "state": self.state, "saga_status": self.saga_status,
                 "seq": self.seq, "verdict": self.verdict, "reason": self.reason}
@@ -99,9 +100,11 @@ class Certificate:
 
     @property
     def chain_ok(self) -> bool:
+        """True if the hash chain verified."""
         return all(r.ok for _, r in self.chains)
 
     def describe(self) -> str:
+        """One line for a human: certified, or what is missing."""
         lines: list[str] = []
         for name, r in self.chains:
             if not r.ok:
@@ -124,6 +127,7 @@ class Certificate:
         return "\n".join([head, *lines])
 
     def to_dict(self) -> dict[str, Any]:
+        """The certificate as JSON."""
         return {
             "format": CERTIFICATE_FORMAT,
             "ok": self.ok,

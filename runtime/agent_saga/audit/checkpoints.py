@@ -72,6 +72,7 @@ class Checkpoint:
         return _DOMAIN + canonical_json(self.body()).encode("utf-8")
 
     def to_dict(self) -> dict[str, Any]:
+        """The checkpoint as JSON (what ``verify_checkpoint`` reads)."""
         return {**self.body(), "signature": self.signature}
 
     @classmethod
@@ -112,6 +113,7 @@ class CheckpointResult:
     appended: int = 0  # records after the checkpointed one
 
     def describe(self) -> str:
+        """One line for a human: valid, or why not."""
         cp = self.checkpoint
         if not self.ok:
             return f"FAILED against checkpoint seq {cp.seq} ({cp.head[:16]}…): {self.reason}"

@@ -140,9 +140,11 @@ class Keyring:
             raise ConfigurationError(f"{source}: {exc.message}") from None
 
     def ids(self) -> list[str]:
+        """The key ids held, in order of preference (the first encrypts)."""
         return list(self._keys)
 
     def get(self, kid: str) -> bytes | None:
+        """The key of ``kid``, or ``None``."""
         return self._keys.get(kid)
 
     def __repr__(self) -> str:  # never the key material
@@ -177,6 +179,7 @@ class AESGCMEncryptor:
         return c
 
     def encrypt(self, payload: dict[str, Any], aad: bytes) -> dict[str, Any]:
+        """The envelope of ``payload``, authenticated with ``aad``."""
         kid = self.keyring.primary
         try:
             plain = canonical_json(payload).encode("utf-8")
@@ -190,6 +193,7 @@ class AESGCMEncryptor:
                 "ct": base64.b64encode(ct).decode()}
 
     def decrypt(self, envelope: dict[str, Any], aad: bytes) -> dict[str, Any]:
+        """The payload of ``envelope``; raises ``WALKeyMissing`` / ``WALDecryptFailed``."""
         from cryptography.exceptions import InvalidTag
 
         kid = envelope.get("kid")
@@ -331,23 +335,29 @@ class EncryptedWAL(BaseWAL):
         return self.inner.append(type, saga, step, payload)
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """The inner WAL's ``barrier``."""
         await self.inner.barrier(seq, timeout=timeout)
 
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """The inner WAL's ``barrier_sync``."""
         self.inner.barrier_sync(seq, timeout=timeout)
 
     async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every record, decrypted."""
         async for rec in self.inner.read_all(page_size=page_size):
             yield decrypt_record(rec, self.encryptor)
 
     async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every record after ``seq``, decrypted."""
         async for rec in self.inner.read_since(seq, page_size=page_size):
             yield decrypt_record(rec, self.encryptor)
 
     def stats(self) -> WALStats:
+        """The inner WAL's statistics."""
         return self.inner.stats()
 
     def close(self, *, timeout: float = 10.0) -> None:
+        """Close the inner WAL."""
         self.inner.close(timeout=timeout)
 
     async def compact(

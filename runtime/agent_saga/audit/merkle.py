@@ -74,6 +74,7 @@ class MerkleTree:
 
     @property
     def root(self) -> bytes:
+        """The Merkle root of the leaves (32 bytes)."""
         return self.levels[-1][0] if self.size else EMPTY_ROOT
 
     def inclusion_path(self, index: int) -> list[bytes]:
@@ -190,6 +191,7 @@ class AuditRoot:
     head: str = ""
 
     def to_dict(self) -> dict[str, Any]:
+        """The proof as JSON (what ``verify_disclosure`` reads)."""
         return {"format": ROOT_FORMAT, "tree_size": self.size, "root": self.root,
                 "last_seq": self.last_seq, "head": self.head}
 
@@ -221,6 +223,7 @@ class DisclosureResult:
         return self.ok
 
     def describe(self) -> str:
+        """One line for a human: verified, or why not."""
         if self.ok:
             return f"VALID: {self.records} records of saga {self.saga_id} are in the tree under this root"
         return f"INVALID: {self.reason}"
@@ -239,6 +242,7 @@ class ConsistencyResult:
         return self.ok
 
     def describe(self) -> str:
+        """One line for a human: verified, or why not."""
         if self.ok:
             return f"CONSISTENT: the tree of {self.new_size} records extends the tree of {self.old_size}"
         return f"INCONSISTENT: {self.reason}"

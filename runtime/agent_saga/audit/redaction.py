@@ -51,6 +51,7 @@ class RedactionReport:
     head: str
 
     def describe(self) -> str:
+        """One line for a human: what was redacted."""
         parts = [f"redacted {len(self.redacted)} record(s) in {self.path}"]
         if self.redacted:
             parts.append(f"seq {', '.join(map(str, self.redacted))}")

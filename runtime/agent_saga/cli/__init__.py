@@ -29,6 +29,7 @@ _MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``agent-saga`` command line."""
     parser = argparse.ArgumentParser(
         prog="agent-saga",
         description="The accountable runtime for AI agents: inspect and verify write-ahead logs.",

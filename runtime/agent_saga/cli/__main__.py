@@ -1,3 +1,5 @@
+"""``python -m agent_saga.cli``: the ``agent-saga`` command."""
+
 import sys
 
 from . import main

@@ -138,6 +138,7 @@ def cmd_deny(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    """Add ``approvals`` to the command line."""
     p = sub.add_parser("approvals", help="list the approval requests agents wait on; approve or deny one")
     asub = p.add_subparsers(dest="approvals_command", required=True, metavar="ACTION")
 

@@ -103,6 +103,7 @@ def _load_json(path: str, what: str) -> Any:
 
 
 def register(sub: Any) -> None:
+    """Add the audit commands (export, certify, redact, prove, checkpoint...)."""
     p = sub.add_parser("export", help="write a WORM audit bundle (records, manifest, SHA256SUMS)")
     _source(p, "to export", url=False)
     p.add_argument("--out", required=True, help="the bundle directory (must not exist, or be empty)")
@@ -198,6 +199,7 @@ def _checked(fn: Any) -> Any:
 
 @_checked
 def cmd_export(args: argparse.Namespace) -> int:
+    """``agent-saga export``: write an evidence bundle."""
     try:
         manifest = _export.export_bundle(args.wal_path, args.out, allow_broken=args.allow_broken)
     except WALError as exc:
@@ -216,6 +218,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_bundle(args: argparse.Namespace) -> int:
+    """``agent-saga verify-bundle``: check a bundle offline."""
     result = _export.verify_bundle(args.bundle)
     if args.json:
         c = result.chain
@@ -230,6 +233,7 @@ def cmd_verify_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
+    """``agent-saga certify``: is every effect accounted for?"""
     encryptor = encryptor_from_args(args)
     reader = _open(args)
     try:
@@ -244,6 +248,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def cmd_redact(args: argparse.Namespace) -> int:
+    """``agent-saga redact``: the log with payloads removed, chain intact."""
     seqs = args.seq or _redact.saga_seqs(args.wal_path, args.saga)
     if not seqs:
         raise ConfigurationError(f"saga {args.saga!r} has no record in {args.wal_path!r}")
@@ -254,6 +259,7 @@ def cmd_redact(args: argparse.Namespace) -> int:
 
 @_checked
 def cmd_audit_root(args: argparse.Namespace) -> int:
+    """``agent-saga audit-root``: the Merkle root of the log."""
     reader = _open(args)
     try:
         recs = _verified(reader, _one_chain(reader))
@@ -271,6 +277,7 @@ def cmd_audit_root(args: argparse.Namespace) -> int:
 
 @_checked
 def cmd_prove(args: argparse.Namespace) -> int:
+    """``agent-saga prove``: a disclosure proof for chosen records."""
     reader = _open(args)
     try:
         recs = _verified(reader, _one_chain(reader))
@@ -309,6 +316,7 @@ def _unsized(root: _merkle.AuditRoot) -> _merkle.AuditRoot | str:
 
 @_checked
 def cmd_verify_proof(args: argparse.Namespace) -> int:
+    """``agent-saga verify-proof``: check a disclosure proof."""
     proof = _load_json(args.proof, "proof")
     fmt = proof.get("format") if isinstance(proof, dict) else None
     root = _root_arg(args.root, args.pubkey)
@@ -331,6 +339,7 @@ def cmd_verify_proof(args: argparse.Namespace) -> int:
 
 @_checked
 def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """``agent-saga checkpoint``: a signed checkpoint of the log."""
     key = _cp.load_private_key(args.key)
     reader = _open(args)
     try:
@@ -349,6 +358,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_verify_checkpoint(args: argparse.Namespace) -> int:
+    """``agent-saga verify-checkpoint``: check a checkpoint against a log."""
     cp = _cp.Checkpoint.from_dict(_load_json(args.checkpoint, "checkpoint"))
     pk = _cp.load_public_key(args.pubkey)
     reader = _open(args)
@@ -366,6 +376,7 @@ def cmd_verify_checkpoint(args: argparse.Namespace) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
+    """``agent-saga keygen``: a new encryption or signing key."""
     if args.kind == "checkpoint":
         if not args.out:
             raise ConfigurationError("keygen checkpoint needs --out KEYFILE (KEYFILE.pub is written beside it)")

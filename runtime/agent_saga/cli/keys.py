@@ -19,6 +19,7 @@ __all__ = ["add_key_option", "encryptor_from_args"]
 
 
 def add_key_option(p: Any) -> None:
+    """Add ``--wal-key-file`` (the log's encryption keys) to a command."""
     p.add_argument(
         "--wal-key-file", metavar="FILE",
         help="a file holding the log's encryption key(s), [kid:]base64 entries as made by "

@@ -26,15 +26,16 @@ from typing import Any
 
 from ..audit.encryption import EncryptedWAL
 from ..errors import ConfigurationError
-from ..recovery.claims import ClaimLock, FileClaimLock
+from ..recovery.claims import ClaimLock
 from ..recovery.daemon import RecoveryDaemon, SweepReport
 from ..recovery.ledger import Escalation, FileLedger, RecoveryLedger
-from ..recovery.targets import default_file_paths, open_fleet_wal
+from ..recovery.targets import default_file_paths, open_claim_lock, open_fleet_wal
 from ..wal.base import BaseWAL
 from .keys import add_key_option, encryptor_from_args
 
 
 def register(sub: Any) -> None:
+    """Add ``recover`` to the command line."""
     p = sub.add_parser(
         "recover",
         help="resolve sagas whose owner died (compensate, or escalate to a human); list escalations",
@@ -72,21 +73,22 @@ def register(sub: Any) -> None:
 
 def _ledger_and_lock(args: argparse.Namespace) -> tuple[RecoveryLedger | None, ClaimLock | None]:
     if args.redis_url:
-        from ..recovery.redis import RedisClaimLock, RedisLedger
+        from ..recovery.redis import RedisLedger
 
         return (
             RedisLedger(args.redis_url, namespace=args.namespace),
-            RedisClaimLock(args.redis_url, namespace=args.namespace),
+            open_claim_lock(args.redis_url, namespace=args.namespace),
         )
     ledger_path, claims_dir = default_file_paths(args.wal_path) if args.wal_path else (None, None)
     ledger_path = args.ledger or ledger_path
     claims_dir = args.claims or claims_dir
     ledger = FileLedger(ledger_path) if ledger_path else None
-    lock = FileClaimLock(claims_dir) if claims_dir else None
+    lock = open_claim_lock(claims_dir) if claims_dir else None
     return ledger, lock
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    """``agent-saga recover``: resolve orphaned sagas once."""
     if args.wal_path and not (args.escalations or args.resolve_escalation) and not os.path.exists(args.wal_path):
         raise ConfigurationError(f"WAL file {args.wal_path!r} does not exist; check --wal-path")
     return asyncio.run(_recover(args))

@@ -200,6 +200,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    """Add the kill switch commands (halt, drain, quarantine, resume, levers)."""
     p = sub.add_parser("halt", help="engage a HALT (or a DRAIN with --drain) on a scope")
     p.add_argument("--scope", default="global", help="global (default), tool:NAME_OR_GLOB, tag:TAG")
     p.add_argument("--drain", action="store_true", help="DRAIN: start no new sagas, let running ones finish")

@@ -46,6 +46,7 @@ def _open(args: argparse.Namespace) -> LogReader:
 
 
 def register(sub: Any) -> None:
+    """Add ``verify`` and ``inspect`` to the command line."""
     p = sub.add_parser("verify", help="check the hash chain; exit 0 only if intact")
     _source(p, "to check")
     p.add_argument(
@@ -132,6 +133,7 @@ def _as_dict(result: VerifyResult) -> dict[str, Any]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """``agent-saga verify``: check the hash chain of a log."""
     reader = _open(args)
     try:
         chains = reader.chains()
@@ -198,6 +200,7 @@ def _readable(records: Iterator[Record], encryptor: PayloadEncryptor | None, sea
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """``agent-saga inspect``: what the log says about each saga."""
     encryptor = encryptor_from_args(args)
     reader = _open(args)
     sealed = [0]

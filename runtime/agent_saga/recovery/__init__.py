@@ -43,6 +43,7 @@ from .recordtypes import (
 )
 from .resolver import SagaResult
 from .sources import LogRead, LogSource, PathSource, WALSource, WriterBusy
+from .targets import open_claim_lock
 
 if TYPE_CHECKING:
     from .redis import RedisClaimLock, RedisLedger
@@ -84,6 +85,7 @@ __all__ = [
     "escalation_id",
     "get_reconciler",
     "lift_quarantine",
+    "open_claim_lock",
     "plan_saga",
     "quarantine_saga",
     "reconciler",

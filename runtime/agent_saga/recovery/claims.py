@@ -67,7 +67,8 @@ class ClaimLock(Protocol):
         """Give ``claim`` up if it is still ours (idempotent)."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release every claim held and close connections."""
 
 
 def new_token(owner: str) -> str:
@@ -95,6 +96,7 @@ class FileClaimLock:
         return os.path.join(self.directory, hashlib.sha256(name.encode()).hexdigest()[:32] + ".claim")
 
     async def acquire(self, name: str, ttl: float) -> Claim | None:
+        """Take the claim ``name`` for ``ttl`` seconds, or ``None`` if another holds it."""
         try:
             return self._acquire(name, ttl)
         except OSError as exc:
@@ -131,11 +133,13 @@ class FileClaimLock:
             return None
 
     async def renew(self, claim: Claim) -> bool:
+        """Extend ``claim``; False if it is no longer ours."""
         with self._lock:
             held = self._held.get(claim.name)
             return held is not None and held[1] == claim.token
 
     async def release(self, claim: Claim) -> None:
+        """Give ``claim`` up (only if it is still ours)."""
         with self._lock:
             held = self._held.get(claim.name)
             if held is None or held[1] != claim.token:
@@ -149,6 +153,7 @@ class FileClaimLock:
             os.close(fd)
 
     async def close(self) -> None:
+        """Release every claim held."""
         with self._lock:
             held, self._held = self._held, {}
         for _name, (fd, _token) in held.items():

@@ -41,12 +41,12 @@ import os
 import random
 import secrets
 import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..audit.encryption import PayloadEncryptor
+from ..clocks import SYSTEM_CLOCK, Clock, as_clock
 from ..errors import ConfigurationError, WALError
 from ..executor import get_tool_executor
 from ..faults import fault_point
@@ -89,10 +89,11 @@ class _ClaimGuard:
     renewal loop that missed its one cancel would run, and hold the sweep, forever.
     """
 
-    def __init__(self, lock: ClaimLock, claim: Claim) -> None:
+    def __init__(self, lock: ClaimLock, claim: Claim, clock: Clock = SYSTEM_CLOCK) -> None:
         self.lock = lock
         self.claim = claim
-        self.confirmed = time.monotonic()
+        self._clock = clock
+        self.confirmed = clock.monotonic()
         self.lost: str | None = None
         self._stopping = False
         self._task = asyncio.ensure_future(self._renew())
@@ -100,12 +101,12 @@ class _ClaimGuard:
     async def _renew(self) -> None:
         period = max(self.claim.ttl / 3.0, 0.01)
         while not self._stopping:
-            await asyncio.sleep(period)
+            await self._clock.sleep(period)
             if self._stopping:
                 return
             try:
                 if await self.lock.renew(self.claim):
-                    self.confirmed = time.monotonic()
+                    self.confirmed = self._clock.monotonic()
                 else:
                     self.lost = "another daemon holds it now (it expired)"
                     return
@@ -113,7 +114,7 @@ class _ClaimGuard:
                 log.warning("claim on %s not renewed: %s", self.claim.name, exc)
 
     def check(self) -> None:
-        if self.lost is None and time.monotonic() - self.confirmed > self.claim.ttl * 0.9:
+        if self.lost is None and self._clock.monotonic() - self.confirmed > self.claim.ttl * 0.9:
             self.lost = f"not renewed within its ttl of {self.claim.ttl}s"
         if self.lost is not None:
             raise ClaimLost(
@@ -153,7 +154,8 @@ class RecoveryDaemon:
         compensation_timeout: seconds a handler or reconciler may take before the step is
             escalated as in doubt (``None``: no bound).
         daemon_id: this daemon's name in every record it writes (default: host, pid, random).
-        clock: epoch seconds (the time seam for lease expiry in tests).
+        clock: the time seam (``agent_saga.clocks``): a ``Clock`` (``ManualClock()`` in
+            tests), or a function returning epoch seconds (lease expiry only).
         writer_wait: for a file log, how long to wait for its writer lock (seconds).
         encryptor: for an encrypted file log, its key(s) (see
             ``agent_saga.audit.encryption``; pass an ``EncryptedWAL`` as ``wal`` for other
@@ -176,7 +178,7 @@ class RecoveryDaemon:
         concurrency: int = 4,
         compensation_timeout: float | None = 300.0,
         daemon_id: str | None = None,
-        clock: Callable[[], float] | None = None,
+        clock: Clock | Callable[[], float] | None = None,
         writer_wait: float = 2.0,
         encryptor: PayloadEncryptor | None = None,
     ) -> None:
@@ -220,7 +222,7 @@ class RecoveryDaemon:
         self.concurrency = concurrency
         self.compensation_timeout = compensation_timeout
         self.daemon_id = daemon_id or default_daemon_id()
-        self._clock = clock or time.time
+        self._clock = as_clock(clock)
         self.scan = LogScan()
         self.halted: RecoveryHalted | None = None
         self.warnings: list[str] = []
@@ -250,6 +252,7 @@ class RecoveryDaemon:
 
     @property
     def draining(self) -> bool:
+        """True once ``drain`` was called: no new saga is taken."""
         return self._draining
 
     def drain(self) -> None:
@@ -308,7 +311,7 @@ class RecoveryDaemon:
             return await self._sweep(dry_run)
 
     async def _sweep(self, dry_run: bool) -> SweepReport:
-        started, t0 = self._clock(), time.monotonic()
+        started, t0 = self._clock.time(), self._clock.monotonic()
         before = self.scan.records_read
         state = _Sweep()
         live = quarantined = in_flight = 0
@@ -316,7 +319,7 @@ class RecoveryDaemon:
 
         def report() -> SweepReport:
             return SweepReport(
-                source=self.source.description, started=started, duration=time.monotonic() - t0,
+                source=self.source.description, started=started, duration=self._clock.monotonic() - t0,
                 records_read=self.scan.records_read - before, in_flight=in_flight,
                 live=live, quarantined=quarantined, orphans=len(orphans),
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
@@ -335,7 +338,7 @@ class RecoveryDaemon:
             state.stop = exc.message  # the log cannot be opened now: the next sweep tries again
             log.error("%s", exc.message)
             return report()
-        now = self._clock()
+        now = self._clock.time()
         in_flight = len(self.scan.in_flight)
         for view in list(self.scan.in_flight.values()):
             if not view.lease_expired(now, self.lease_grace):
@@ -397,7 +400,7 @@ class RecoveryDaemon:
             state.stop = exc.message
 
     def _oldest_orphan_age(self) -> float:
-        now = self._clock()
+        now = self._clock.time()
         ages = [
             now - v.lease_until
             for v in self.scan.in_flight.values()
@@ -431,14 +434,14 @@ class RecoveryDaemon:
         if claim is None:
             return SagaResult(saga_id, "CLAIMED")
         fault_point("recovery.after_claim")
-        guard = _ClaimGuard(self.lock, claim)
+        guard = _ClaimGuard(self.lock, claim, self._clock)
         try:
             async with self.source.writer() as wal:
                 await self._refresh()
                 view = self.scan.in_flight.get(saga_id)
                 if view is None:
                     return SagaResult(saga_id, "RESOLVED")
-                if not view.lease_expired(self._clock(), self.lease_grace):
+                if not view.lease_expired(self._clock.time(), self.lease_grace):
                     return SagaResult(saga_id, "LIVE")
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
@@ -447,7 +450,7 @@ class RecoveryDaemon:
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
                     source=self.source.description, executor=get_tool_executor(),
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
-                    claim_token=claim.token,
+                    claim_token=claim.token, clock=self._clock,
                 ).run()
         except RecoveryHalted as exc:
             self._halt(exc)
@@ -510,7 +513,7 @@ class RecoveryDaemon:
             raise self.halted
         await self._refresh()
         open_sagas = {e.saga_id for e in await self.ledger.escalations()}
-        keep = keep_set(self.scan.resolved, self._clock(), grace_seconds, open_sagas)
+        keep = keep_set(self.scan.resolved, self._clock.time(), grace_seconds, open_sagas)
         async with self.source.writer() as wal:
             return await wal.compact(keep_sagas=keep, timeout=timeout)
 

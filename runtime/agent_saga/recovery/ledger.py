@@ -87,6 +87,7 @@ class LedgerEntry:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        """The entry as a journal line (JSON)."""
         return {
             "v": SCHEMA, "kind": self.kind.value, "token": self.token, "saga": self.saga_id,
             "step": self.step_id, "daemon": self.daemon, "ts": self.ts, **self.detail,
@@ -120,13 +121,16 @@ class Escalation:
 
     @property
     def open(self) -> bool:
+        """True until a human resolved it."""
         return self.resolved_by is None
 
     def to_json(self) -> dict[str, Any]:
+        """The escalation as JSON."""
         return {"v": SCHEMA, "kind": "escalated", **{k: v for k, v in asdict(self).items() if k != "kind"}, "escalation_kind": self.kind}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Escalation:
+        """Read an escalation written by ``to_json``."""
         return cls(
             id=str(d["id"]), saga_id=str(d["saga_id"]), step_id=d.get("step_id"),
             tool=str(d.get("tool", "?")), semantics=str(d.get("semantics", "?")),
@@ -138,6 +142,7 @@ class Escalation:
         )
 
     def resolved(self, by: str, note: str, ts: float) -> Escalation:
+        """This escalation, resolved by ``by`` at ``ts``."""
         return Escalation(**{**asdict(self), "resolved_by": by, "resolved_ts": ts, "note": note})
 
 
@@ -169,7 +174,8 @@ class RecoveryLedger(Protocol):
         """Close an escalation (a human acted); False if unknown or already closed."""
         ...
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release the ledger's resources."""
 
 
 class FileLedger:
@@ -292,6 +298,7 @@ class FileLedger:
     # ------------------------------------------------------------------ API (sync)
 
     def completed_sync(self, tokens: Collection[str]) -> set[str]:
+        """``completed``, for synchronous callers."""
         with self._lock:
             self._catch_up()
             return {t for t in tokens if t in self._done}
@@ -303,11 +310,13 @@ class FileLedger:
             return self._attempts.get(token, 0)
 
     def record_sync(self, entry: LedgerEntry) -> None:
+        """``record``, for synchronous callers."""
         with self._lock:
             self._append(entry.to_json())
             self._catch_up()
 
     def escalate_sync(self, escalation: Escalation) -> bool:
+        """``escalate``, for synchronous callers."""
         with self._lock:
             self._catch_up()
             if escalation.id in self._escalations:
@@ -317,12 +326,14 @@ class FileLedger:
             return True
 
     def escalations_sync(self, *, include_resolved: bool = False) -> list[Escalation]:
+        """``escalations``, for synchronous callers."""
         with self._lock:
             self._catch_up()
             items = [e for e in self._escalations.values() if include_resolved or e.open]
         return sorted(items, key=lambda e: (e.ts, e.id))
 
     def resolve_escalation_sync(self, escalation_id: str, *, by: str, note: str = "") -> bool:
+        """``resolve_escalation``, for synchronous callers."""
         with self._lock:
             self._catch_up()
             esc = self._escalations.get(escalation_id)
@@ -335,21 +346,27 @@ class FileLedger:
     # ------------------------------------------------------------------ API (async)
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
+        """The recovery tokens among ``tokens`` already recorded as done."""
         return await asyncio.to_thread(self.completed_sync, tokens)
 
     async def record(self, entry: LedgerEntry) -> None:
+        """Append ``entry`` to the journal (durably)."""
         await asyncio.to_thread(self.record_sync, entry)
 
     async def escalate(self, escalation: Escalation) -> bool:
+        """Record ``escalation``; False if it was already recorded."""
         return await asyncio.to_thread(self.escalate_sync, escalation)
 
     async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
+        """The open escalations (all with ``include_resolved``)."""
         return await asyncio.to_thread(lambda: self.escalations_sync(include_resolved=include_resolved))
 
     async def resolve_escalation(self, escalation_id: str, *, by: str, note: str = "") -> bool:
+        """Close the escalation ``escalation_id``; False if there is none open."""
         return await asyncio.to_thread(lambda: self.resolve_escalation_sync(escalation_id, by=by, note=note))
 
     async def close(self) -> None:
+        """Close the journal file."""
         return None
 
     def __repr__(self) -> str:

@@ -96,6 +96,7 @@ class StepPlan:
     enqueue: bool = False  # ALREADY escalated: put it in the human queue (idempotent)
 
     def describe(self) -> str:
+        """One line for a human: what will be done to the step."""
         handler = (self.compensation or {}).get("handler")
         text = f"{self.step_id} ({self.tool}, {self.semantics}): {self.action.value}"
         if self.action in (Action.COMPENSATE, Action.RESUME):
@@ -116,9 +117,11 @@ class SagaPlan:
 
     @property
     def escalations(self) -> tuple[StepPlan, ...]:
+        """The steps a human must resolve."""
         return tuple(s for s in self.steps if s.action is Action.ESCALATE or s.enqueue)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON (``agent-saga recover --dry-run --json``)."""
         return {
             "saga": self.saga_id,
             "steps": [

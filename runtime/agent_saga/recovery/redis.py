@@ -134,9 +134,11 @@ return 0
         self.description = f"{self.where} claims {self._ns}:claim:*"
 
     def key(self, name: str) -> str:
+        """The Redis key of the claim ``name``."""
         return f"{self._ns}:claim:{name}"
 
     async def acquire(self, name: str, ttl: float) -> Claim | None:
+        """Take the claim ``name`` (SET NX PX), or ``None`` if another holds it."""
         if ttl <= 0:
             raise ConfigurationError(f"a claim ttl must be > 0 seconds, got {ttl}")
         token = new_token(self.owner)
@@ -147,6 +149,7 @@ return 0
         return Claim(name, token, ttl) if ok else None
 
     async def renew(self, claim: Claim) -> bool:
+        """Extend ``claim`` if its token is still ours."""
         try:
             out = await self._eval("RENEW", [self.key(claim.name)], [claim.token, max(1, int(claim.ttl * 1000))])
         except self._redis.RedisError as exc:
@@ -154,6 +157,7 @@ return 0
         return bool(out)
 
     async def release(self, claim: Claim) -> None:
+        """Delete ``claim`` if its token is still ours."""
         try:
             await self._eval("RELEASE", [self.key(claim.name)], [claim.token])
         except self._redis.RedisError as exc:
@@ -199,6 +203,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         self._maxlen = journal_maxlen
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
+        """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
         toks = list(tokens)
         if not toks:
             return set()
@@ -217,6 +222,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         return int(v or 0)
 
     async def record(self, entry: LedgerEntry) -> None:
+        """Record ``entry`` in the done index and the audit stream."""
         doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
         try:
             pipe = self._client().pipeline(transaction=False)
@@ -230,6 +236,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
 
     async def escalate(self, escalation: Escalation) -> bool:
+        """Record ``escalation``; False if it was already recorded."""
         doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
         try:
             pipe = self._client().pipeline(transaction=False)
@@ -241,6 +248,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         return bool(new)
 
     async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
+        """The open escalations (all with ``include_resolved``)."""
         try:
             pipe = self._client().pipeline(transaction=False)
             pipe.hgetall(self._esc)
@@ -260,6 +268,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         return sorted(out, key=lambda e: (e.ts, e.id))
 
     async def resolve_escalation(self, escalation_id: str, *, by: str, note: str = "") -> bool:
+        """Close the escalation ``escalation_id``; False if there is none open."""
         doc = json.dumps({"by": by, "note": note, "ts": time.time()}, sort_keys=True)
         try:
             out = await self._eval("RESOLVE", [self._esc, self._resolved], [escalation_id, doc])

@@ -43,6 +43,7 @@ class SweepReport:
     unknown_types: tuple[str, ...] = ()
 
     def count(self, *statuses: str) -> int:
+        """How many sagas ended in one of ``statuses``."""
         return sum(1 for r in self.results if r.status in statuses)
 
     @property
@@ -57,21 +58,26 @@ class SweepReport:
 
     @property
     def escalations(self) -> int:
+        """How many steps were escalated to a human."""
         return sum(len(r.escalations) for r in self.results)
 
     @property
     def claim_conflicts(self) -> int:
+        """How many sagas another daemon held."""
         return self.count("CLAIMED")
 
     @property
     def compensations_run(self) -> int:
+        """How many compensations ran."""
         return sum(r.compensations_run for r in self.results)
 
     @property
     def ok(self) -> bool:
+        """True unless the daemon halted or the sweep stopped early (``halted``, ``error``)."""
         return self.halted is None and self.error is None
 
     def summary(self) -> str:
+        """One line for a human."""
         if self.halted:
             return f"{self.source}: HALTED: {self.halted}"
         head = "planned" if self.dry_run else "recovered"
@@ -94,6 +100,7 @@ class SweepReport:
         return text + f" in {self.duration:.3f}s"
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as JSON."""
         return {
             "source": self.source, "started": self.started, "duration": self.duration,
             "records_read": self.records_read, "in_flight": self.in_flight, "live": self.live,

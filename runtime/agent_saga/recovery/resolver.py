@@ -28,11 +28,11 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..clocks import SYSTEM_CLOCK, Clock
 from ..compensation import coerce_compensation, get_compensator
 from ..context import saga_id_var, step_id_var
 from ..errors import HandlerNotRegistered, SagaError
@@ -77,6 +77,7 @@ class SagaResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON."""
         return {
             "saga": self.saga_id,
             "status": self.status,
@@ -121,6 +122,7 @@ class Resolution:
         check_claim: Callable[[], None],
         compensation_timeout: float | None,
         claim_token: str,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.view = view
         self.plan = plan
@@ -132,6 +134,7 @@ class Resolution:
         self.check_claim = check_claim
         self.timeout = compensation_timeout
         self.claim_token = claim_token
+        self.clock = clock
         self.saga_id = view.saga_id
         self.escalated: list[str] = []
         self.ran = 0
@@ -154,7 +157,7 @@ class Resolution:
             id=escalation_id(self.saga_id, sp.step_id), saga_id=self.saga_id, step_id=sp.step_id,
             tool=sp.tool, semantics=sp.semantics, kind=kind.value, reason=reason,
             outcome_unknown=sp.outcome_unknown, source=self.source, daemon=self.daemon_id,
-            ts=time.time(), compensation=escalated_compensation(compensation, sp.key),
+            ts=self.clock.time(), compensation=escalated_compensation(compensation, sp.key),
         )
         await self.ledger.escalate(esc)
         self.escalated.append(esc.id)
@@ -182,6 +185,7 @@ class Resolution:
     # ------------------------------------------------------------------ run
 
     async def run(self) -> SagaResult:
+        """Resolve the saga: compensate, reconcile or escalate each step, in plan order."""
         token = saga_id_var.set(self.saga_id)
         try:
             return await self._run()

@@ -82,6 +82,7 @@ class LogScan:
         self.unknown_types: dict[str, tuple[int, str]] = {}
 
     def feed_all(self, records: Iterable[Record]) -> None:
+        """``feed`` every record of ``records``, in log order."""
         for rec in records:
             self.feed(rec)
 

@@ -115,6 +115,7 @@ class LogSource(abc.ABC):
         Raises ``WriterBusy`` if it cannot be had."""
 
     async def close(self) -> None:
+        """Release the log."""
         return None
 
 
@@ -152,6 +153,7 @@ class WALSource(LogSource):
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
+        """A writer for the recovery records (held for the block)."""
         yield self.wal
 
 
@@ -288,6 +290,7 @@ class PathSource(LogSource):
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
+        """This daemon's writer on the fleet log."""
         wal = await self._acquire()
         try:
             yield wal
@@ -295,6 +298,7 @@ class PathSource(LogSource):
             await self._release()
 
     async def close(self) -> None:
+        """Close the writer and the reader."""
         async with self._open_lock:
             if self._wal is not None:
                 wal, self._wal, self._refs = self._wal, None, 0

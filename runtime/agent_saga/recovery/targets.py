@@ -6,62 +6,42 @@
     --wal-url  postgresql://u@host/db?table=saga_wal   a PostgresWAL fleet log
     --redis-url redis://host:6379/0                    RedisLedger + RedisClaimLock
 
+The WAL is opened by ``agent_saga.wal.open_wal`` (``open_fleet_wal`` is that function);
+claims by ``open_claim_lock``: both are ``Backends`` registries (``agent_saga._backends``).
 No message built here carries a password (``agent_saga.wal.urls``).
 """
 
 from __future__ import annotations
 
 import os
-import urllib.parse
-from typing import Any
 
-from ..errors import ConfigurationError
-from ..wal.base import BaseWAL
-from ..wal.urls import redact
+from .._backends import REDIS_SCHEMES, Address, Backends, split_query
+from ..wal.targets import open_wal as open_fleet_wal
+from .claims import ClaimLock, FileClaimLock
 
-__all__ = ["open_fleet_wal", "split_query"]
+__all__ = ["CLAIM_LOCKS", "default_file_paths", "open_claim_lock", "open_fleet_wal", "split_query"]
 
-
-def split_query(url: str, own: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-    """``url`` without the query parameters named in ``own``, and their values."""
-    parts = urllib.parse.urlsplit(url)
-    mine: dict[str, str] = {}
-    rest: list[tuple[str, str]] = []
-    for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-        (mine.__setitem__(k, v) if k in own else rest.append((k, v)))
-    query = urllib.parse.urlencode(rest)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), mine
+#: Where claims live, by scheme.
+CLAIM_LOCKS: Backends[ClaimLock] = Backends("claim store")
 
 
-def open_fleet_wal(url: str, *, writer: str | None = None, **options: Any) -> BaseWAL:
-    """Open a writer on the fleet log ``url`` (``redis://...?key=K``,
-    ``postgresql://...?table=T``); ``file://`` or a bare path opens a FileWAL.
+@CLAIM_LOCKS.register("file")
+def _file_claims(address: Address, *, namespace: str | None = None, owner: str | None = None) -> ClaimLock:
+    return FileClaimLock(address.path, owner=owner)
 
-    Raises ``ConfigurationError`` for an unknown scheme or a missing client package.
-    """
-    if "://" not in url:
-        from ..wal.file import FileWAL
 
-        return FileWAL(url, **options)
-    scheme = urllib.parse.urlsplit(url).scheme.lower()
-    if scheme == "file":
-        from ..wal.file import FileWAL
+@CLAIM_LOCKS.register(*REDIS_SCHEMES)
+def _redis_claims(address: Address, *, namespace: str | None = None, owner: str | None = None) -> ClaimLock:
+    from .redis import DEFAULT_NAMESPACE, RedisClaimLock
 
-        return FileWAL(urllib.parse.unquote(urllib.parse.urlsplit(url).path), **options)
-    if scheme in ("redis", "rediss", "unix"):
-        from ..wal.redis import DEFAULT_KEY, RedisWAL
+    return RedisClaimLock(address.url, namespace=namespace or DEFAULT_NAMESPACE, owner=owner)
 
-        clean, mine = split_query(url, ("key", "writer"))
-        return RedisWAL(clean, key=mine.get("key") or DEFAULT_KEY, writer=writer or mine.get("writer"), **options)
-    if scheme in ("postgresql", "postgres"):
-        from ..wal.postgres import DEFAULT_TABLE, PostgresWAL
 
-        clean, mine = split_query(url, ("table", "writer"))
-        return PostgresWAL(clean, mine.get("table") or DEFAULT_TABLE, writer=writer or mine.get("writer"), **options)
-    raise ConfigurationError(
-        f"{redact(url)}: unknown WAL scheme {scheme!r}; use a path, file://, redis://, rediss://, "
-        f"unix://, postgresql:// or postgres://"
-    )
+def open_claim_lock(target: str, *, namespace: str | None = None, owner: str | None = None) -> ClaimLock:
+    """Where claims live: a directory or ``file://`` (``FileClaimLock``: daemons on one
+    host) or ``redis://`` (``RedisClaimLock``: a fleet; ``namespace`` and ``owner`` as
+    there). Raises ``ConfigurationError`` for an unknown scheme."""
+    return CLAIM_LOCKS.open(target, namespace=namespace, owner=owner)
 
 
 def default_file_paths(wal_path: str) -> tuple[str, str]:

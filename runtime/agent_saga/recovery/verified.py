@@ -70,6 +70,7 @@ class VerifiedReads:
 
     @staticmethod
     def chain_of(rec: Record) -> str:
+        """The writer (chain) a record of a fleet log belongs to (``""`` for a file log)."""
         w = rec.extra.get("writer")
         return w if isinstance(w, str) else ""
 

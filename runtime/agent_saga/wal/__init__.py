@@ -7,10 +7,11 @@ own modules and import their client libraries only when used.
 from .base import Backpressure, BaseWAL, WALStats
 from .compaction import CompactionAborted, CompactionReport
 from .default import get_default_wal, set_default_wal
-from .file import FileWAL
+from .file import FileWAL, read_log
 from .postgres import PostgresWAL
 from .readers import LogReader, open_reader
 from .redis import RedisWAL
+from .targets import open_wal
 
 __all__ = [
     "Backpressure",
@@ -24,5 +25,7 @@ __all__ = [
     "WALStats",
     "get_default_wal",
     "open_reader",
+    "open_wal",
+    "read_log",
     "set_default_wal",
 ]

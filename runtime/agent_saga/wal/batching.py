@@ -558,6 +558,7 @@ class BatchingWAL(BaseWAL):
     # ------------------------------------------------------------------ lifecycle
 
     def stats(self) -> WALStats:
+        """Counters of this WAL (appends, batches, fences, pending)."""
         return WALStats(
             backend=self.backend,
             durability=self.durability,
@@ -571,6 +572,7 @@ class BatchingWAL(BaseWAL):
 
     @property
     def closed(self) -> bool:
+        """True once ``close`` completed."""
         return self._closed
 
     @property

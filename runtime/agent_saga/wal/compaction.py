@@ -77,6 +77,7 @@ class CompactionPlan:
         return not (self._resolved - self._keep - {RESERVED_SAGA})
 
     def offer(self, rec: Record) -> bool:
+        """Keep ``rec``? False: it belongs to a resolved saga that may go."""
         if (
             rec.saga == RESERVED_SAGA
             or rec.saga not in self._resolved
@@ -97,9 +98,11 @@ class CompactionPlan:
 
     @property
     def digest(self) -> str:
+        """The digest of the removed records (the attestation carries it)."""
         return self._digest.hexdigest()
 
     def payload(self) -> dict[str, Any]:
+        """The attestation's payload."""
         return {
             "removed": [list(r) for r in self._runs],
             "count": self.removed,
@@ -113,6 +116,7 @@ class CompactionPlan:
         return Record(ATTESTATION_TYPE, RESERVED_SAGA, None, self.payload(), seq, _now_us())
 
     def report(self, seq: int) -> CompactionReport:
+        """What the compaction did, as the report of ``seq``."""
         return CompactionReport(
             removed=self.removed,
             kept=self.kept,

@@ -255,10 +255,12 @@ class FileWAL(BatchingWAL):
             yield item
 
     async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every record, in log order."""
         async for rec in self.read_since(0, page_size=page_size):
             yield rec
 
     async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """Every record after ``seq``, in log order."""
         n = 0
         for rec in self.iter_records():
             if rec.seq > seq:
@@ -270,6 +272,7 @@ class FileWAL(BatchingWAL):
     # ------------------------------------------------------------------ lifecycle
 
     def stats(self) -> WALStats:
+        """Counters of this WAL (appends, batches, fences, pending)."""
         base = super().stats()
         return WALStats(
             backend="file",
@@ -360,3 +363,13 @@ def torn_tail_bytes(path: str | os.PathLike[str]) -> int:
         tail, start = _read_tail(f.fileno(), size)
     nl = tail.rfind(b"\n")
     return len(tail) - nl - 1
+
+
+def read_log(path: str | os.PathLike[str]) -> Iterator[tuple[str, Record | WALCorrupt]]:
+    """The records of the FileWAL file at ``path``, in log order, each with its location
+    (``file:line``): what ``verify_records`` checks and ``saga_states`` folds.
+
+    A damaged line is yielded as a ``WALCorrupt`` naming it (never skipped); a torn final
+    fragment (never acknowledged) is not yielded. Raises ``ConfigurationError`` if the
+    file does not exist."""
+    return iter_file_records(path)

@@ -79,6 +79,7 @@ def describe_dsn(dsn: str) -> str:
 
 
 def dsn_secrets(dsn: str) -> list[str]:
+    """Every form in which ``dsn``'s password could be echoed."""
     found = list(secrets_in(dsn))
     try:
         from psycopg.conninfo import conninfo_to_dict
@@ -141,6 +142,7 @@ class PostgresLog:
         ).format(t=self.t)
 
     def ddl(self) -> Any:
+        """The table and index definitions (``CREATE ... IF NOT EXISTS``)."""
         sql = self._sql
         terminal = sql.SQL(", ").join(sql.Literal(x) for x in sorted(TERMINAL_SAGA_TYPES))
         return sql.SQL(
@@ -169,10 +171,12 @@ CREATE SEQUENCE IF NOT EXISTS {m};
         ).format(t=self.t, m=self.meta, ig=self.index_gseq, it=self.index_terminal, terminal=terminal)
 
     def exists(self, conn: Any) -> bool:
+        """Does the table exist?"""
         row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (self.table,)).fetchone()
         return bool(row and row[0])
 
     def decode(self, row: tuple[Any, ...]) -> tuple[str, Record | WALCorrupt]:
+        """``(location, record)`` of a row (a ``WALCorrupt`` if it cannot be read)."""
         v, writer, seq, gseq, ts, type_, saga, step, payload, salt, digest, prev, hash_, redacted = row
         location = f"{self.where} table {self.table} writer {writer} seq {seq}"
         if v != SCHEMA_VERSION:
@@ -202,14 +206,17 @@ CREATE SEQUENCE IF NOT EXISTS {m};
         return location, rec
 
     def tail(self, conn: Any, writer: str) -> tuple[str, Record | WALCorrupt] | None:
+        """The last row ``writer`` wrote, or ``None``."""
         row = conn.execute(self.q_tail, (writer,)).fetchone()
         return None if row is None else self.decode(row)
 
     def writers(self) -> list[str]:
+        """Every writer id that has written."""
         with self.connection() as conn:
             return [r[0] for r in conn.execute(self.q_writers).fetchall()]
 
     def high_water(self, conn: Any) -> int:
+        """The highest ``gseq`` written."""
         row = conn.execute(self.q_hwm).fetchone()
         return int(row[0]) if row else 0
 
@@ -253,6 +260,7 @@ CREATE SEQUENCE IF NOT EXISTS {m};
             cursor = rows[-1][3]
 
     def resolved(self, conn: Any) -> set[str]:
+        """The sagas with a terminal record."""
         return {r[0] for r in conn.execute(self.q_resolved, (sorted(TERMINAL_SAGA_TYPES),)).fetchall()}
 
 

@@ -17,10 +17,10 @@ when such a URL is opened.
 from __future__ import annotations
 
 import contextlib
-import urllib.parse
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from .._backends import POSTGRES_SCHEMES, REDIS_SCHEMES, Backends, split_query
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import Record
 from .urls import Scrubber, redact, secrets_in
@@ -47,21 +47,8 @@ class LogReader(Protocol):
         """Bytes of an unacknowledged torn fragment at the end (FileWAL only; else 0)."""
         ...
 
-    def close(self) -> None: ...
-
-
-def _split_query(target: str, own: tuple[str, ...]) -> tuple[str, dict[str, str]]:
-    """Remove our own query parameters (``key``, ``table``, ``writer``) from a URL."""
-    parts = urllib.parse.urlsplit(target)
-    mine: dict[str, str] = {}
-    rest: list[tuple[str, str]] = []
-    for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True):
-        if k in own:
-            mine[k] = v
-        else:
-            rest.append((k, v))
-    query = urllib.parse.urlencode(rest)
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment)), mine
+    def close(self) -> None:
+        """Release the log."""
 
 
 class FileLogReader:
@@ -78,21 +65,26 @@ class FileLogReader:
         next(iter(self._iter(path)), None)
 
     def chains(self) -> list[str]:
+        """The file's one chain: its path."""
         return [self.path]
 
     def chain(self, name: str) -> Iterator[tuple[str, Record | WALCorrupt]]:
+        """``(location, record)`` of every line."""
         return self._iter(self.path)
 
     def records(self) -> Iterator[Record]:
+        """Every readable record, in log order."""
         for _loc, item in self._iter(self.path):
             if isinstance(item, WALCorrupt):
                 raise item
             yield item
 
     def torn_tail_bytes(self) -> int:
+        """Bytes of an unterminated final fragment (a torn write)."""
         return self._torn(self.path)
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 
 
@@ -133,7 +125,7 @@ class RedisLogReader(_SharedLogReader):
         from .redis import DEFAULT_KEY, RedisLog
 
         redis = import_redis("reading a RedisWAL")
-        clean, mine = _split_query(url, ("key", "writer"))
+        clean, mine = split_query(url, ("key", "writer"))
         self._scrub = Scrubber(secrets_in(url))
         where = redact(clean)
         key = mine.get("key") or DEFAULT_KEY
@@ -154,6 +146,7 @@ class RedisLogReader(_SharedLogReader):
             )
 
     def close(self) -> None:
+        """Close the client."""
         with contextlib.suppress(Exception):
             self._client.close()
 
@@ -165,7 +158,7 @@ class PostgresLogReader(_SharedLogReader):
         from .postgres import DEFAULT_TABLE, PostgresLog, _import_psycopg, describe_dsn, dsn_secrets
 
         psycopg = _import_psycopg()
-        clean, mine = _split_query(url, ("table", "writer"))
+        clean, mine = split_query(url, ("table", "writer"))
         self._scrub = Scrubber(dsn_secrets(url))
         where = describe_dsn(clean)
         table = mine.get("table") or DEFAULT_TABLE
@@ -188,8 +181,16 @@ class PostgresLogReader(_SharedLogReader):
             )
 
     def close(self) -> None:
+        """Close the connection."""
         with contextlib.suppress(Exception):
             self._conn.close()
+
+
+#: The WAL readers, by scheme (``agent_saga._backends``).
+READERS: Backends[LogReader] = Backends("WAL")
+READERS.register("file")(lambda address: FileLogReader(address.path))
+READERS.register(*REDIS_SCHEMES)(lambda address: RedisLogReader(address.target))
+READERS.register(*POSTGRES_SCHEMES)(lambda address: PostgresLogReader(address.target))
 
 
 def open_reader(target: str) -> LogReader:
@@ -199,16 +200,4 @@ def open_reader(target: str) -> LogReader:
     Raises ``ConfigurationError`` for an unknown scheme, a missing log or a missing client
     package; ``WALError`` if the server cannot be reached. No message carries a password.
     """
-    if "://" not in target:
-        return FileLogReader(target)
-    scheme = urllib.parse.urlsplit(target).scheme.lower()
-    if scheme == "file":
-        return FileLogReader(urllib.parse.unquote(urllib.parse.urlsplit(target).path))
-    if scheme in ("redis", "rediss", "unix"):
-        return RedisLogReader(target)
-    if scheme in ("postgresql", "postgres"):
-        return PostgresLogReader(target)
-    raise ConfigurationError(
-        f"{redact(target)}: unknown WAL scheme {scheme!r}; use a file path, file://, redis://, "
-        f"rediss://, unix://, postgresql:// or postgres://"
-    )
+    return READERS.open(target)

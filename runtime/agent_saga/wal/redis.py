@@ -84,6 +84,7 @@ class RedisLog:
         self.writers_key = f"{key}:writers"
 
     def stream(self, writer: str) -> str:
+        """The stream key of ``writer``."""
         return f"{self.key}:w:{writer}"
 
     def writers(self) -> list[str]:
@@ -91,6 +92,7 @@ class RedisLog:
         return sorted(w.decode() if isinstance(w, bytes) else w for w in self.client.smembers(self.writers_key))
 
     def high_water(self) -> int:
+        """The global sequence counter's value (every ``gseq`` at most this)."""
         v = self.client.get(self.gseq_key)
         return int(v) if v is not None else 0
 

@@ -83,6 +83,7 @@ class Scrubber:
         self._secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
 
     def __call__(self, text: str) -> str:
+        """``text`` with every known secret replaced by ``***``."""
         for s in self._secrets:
             if s in text:
                 text = text.replace(s, MASK)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from ..._backends import REDIS_SCHEMES, Address, Backends
 from ...errors import ConfigurationError
 from ._local import FileApprovalStore
 from ._store import ApprovalStore
 
-__all__ = ["get_approval_provider", "open_approval_store", "set_approval_provider"]
+__all__ = ["APPROVAL_STORES", "get_approval_provider", "open_approval_store", "set_approval_provider"]
 
 _lock = threading.Lock()
 _provider: Any = None
@@ -41,10 +42,23 @@ def get_approval_provider() -> Any:
     return _provider
 
 
-def open_approval_store(target: str) -> ApprovalStore:
-    """A store from a ``redis://`` URL or a directory path."""
-    if target.startswith(("redis://", "rediss://", "unix://")):
-        from ._redis import RedisApprovalStore
+#: The approval stores, by scheme (``agent_saga._backends``).
+APPROVAL_STORES: Backends[ApprovalStore] = Backends("approval store")
 
-        return RedisApprovalStore(target)
-    return FileApprovalStore(target)
+
+@APPROVAL_STORES.register("file")
+def _directory(address: Address) -> ApprovalStore:
+    return FileApprovalStore(address.path)
+
+
+@APPROVAL_STORES.register(*REDIS_SCHEMES)
+def _redis(address: Address) -> ApprovalStore:
+    from ._redis import RedisApprovalStore
+
+    return RedisApprovalStore(address.url)
+
+
+def open_approval_store(target: str) -> ApprovalStore:
+    """A store from a ``redis://`` URL (``RedisApprovalStore``) or a directory path or
+    ``file://`` (``FileApprovalStore``). Raises ``ConfigurationError`` for another scheme."""
+    return APPROVAL_STORES.open(target)

@@ -29,6 +29,7 @@ class FileApprovalStore:
         self._tlock = threading.Lock()
 
     def describe(self) -> str:
+        """``FileApprovalStore(<directory>)``."""
         return f"FileApprovalStore({self.directory})"
 
     def __repr__(self) -> str:
@@ -91,6 +92,7 @@ class FileApprovalStore:
             raise self._unavailable(exc) from exc
 
     def create(self, request: ApprovalRequest) -> tuple[ApprovalRequest, bool]:
+        """Store ``request`` unless one with its id exists; return (the stored one, created)."""
         with self._locked():
             existing = self._read(request.id)
             if existing is not None:
@@ -99,9 +101,11 @@ class FileApprovalStore:
             return request.with_decision(None), True
 
     def get(self, request_id: str) -> ApprovalRequest | None:
+        """The request with its decision, if any."""
         return self._read(request_id)
 
     def update(self, request_id: str, change: Change) -> ApprovalRequest | None:
+        """Apply ``change`` to the request under the directory's lock; the request afterwards."""
         with self._locked():
             current = self._read(request_id)
             if current is None:
@@ -113,6 +117,7 @@ class FileApprovalStore:
             return new.with_decision(current.decision)
 
     def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
+        """Write ``decision`` unless the request has one; the request as stored now."""
         with self._locked():
             current = self._read(request_id)
             if current is None or current.decided:
@@ -121,6 +126,7 @@ class FileApprovalStore:
             return current.with_decision(decision)
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
+        """Requests, newest first (``pending_only``: those without a decision)."""
         try:
             names = sorted(n for n in os.listdir(self.directory)
                            if n.endswith(".json") and not n.endswith(".decision.json"))
@@ -134,4 +140,5 @@ class FileApprovalStore:
         return sorted(out, key=lambda r: r.requested_at, reverse=True)
 
     def close(self) -> None:
+        """Nothing to release."""
         pass

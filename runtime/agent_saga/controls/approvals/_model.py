@@ -105,6 +105,7 @@ class Decision:
         ) and abs(self.decided_at - other.decided_at) < 1e-3
 
     def to_doc(self, request_id: str, namespace: str) -> dict[str, Any]:
+        """The decision document (``v`` 1) of request ``request_id``."""
         return {
             "v": DOC_VERSION, "kind": "ApprovalDecision", "id": f"{namespace}/{request_id}",
             "requestId": request_id, "argumentsDigest": self.arguments_digest,
@@ -159,32 +160,40 @@ class ApprovalRequest:
 
     @property
     def state(self) -> ApprovalState:
+        """``Pending``, or the decision's state."""
         return "Pending" if self.decision is None else self.decision.state
 
     @property
     def decided(self) -> bool:
+        """True once a decision is stored."""
         return self.decision is not None
 
     @property
     def approver(self) -> str | None:
+        """Who decided (``None`` while pending)."""
         return None if self.decision is None else self.decision.approver or None
 
     @property
     def note(self) -> str | None:
+        """The decision's note, if any."""
         return None if self.decision is None else self.decision.note
 
     @property
     def decided_at(self) -> float | None:
+        """When it was decided (epoch seconds), if it was."""
         return None if self.decision is None else self.decision.decided_at
 
     @property
     def break_glass(self) -> bool:
+        """True for a break-glass approval."""
         return self.decision is not None and self.decision.break_glass
 
     def escalated_to(self, level: int) -> bool:
+        """Was escalation level ``level`` notified?"""
         return any(e[0] == level for e in self.escalations)
 
     def with_decision(self, decision: Decision | None) -> ApprovalRequest:
+        """This request with ``decision`` merged in."""
         return replace(self, decision=decision)
 
     # ------------------------------------------------------------------ documents
@@ -202,6 +211,7 @@ class ApprovalRequest:
         }
 
     def to_json(self) -> str:
+        """The request document as compact JSON."""
         return json.dumps(self.to_doc(), sort_keys=True, separators=(",", ":"))
 
     def view_doc(self) -> dict[str, Any]:
@@ -243,6 +253,7 @@ class ApprovalRequest:
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> ApprovalRequest:
+        """Read a request document; raises ``ValueError``."""
         return cls.from_doc(json.loads(raw))
 
 
@@ -261,6 +272,7 @@ class ApprovalOutcome:
     break_glass: bool = False
 
     def to_doc(self) -> dict[str, Any]:
+        """The answer as JSON (the verdict's ``detail["approval"]``)."""
         return {
             "approved": self.approved,
             "approver": self.approver,

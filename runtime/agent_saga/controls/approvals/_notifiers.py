@@ -58,6 +58,7 @@ class ApprovalNotice:
         )
 
     def to_doc(self) -> dict[str, Any]:
+        """The notice as JSON (what a webhook receives)."""
         return {"kind": self.kind, "level": self.level, "targets": list(self.targets),
                 "request": self.request.to_doc()}
 
@@ -66,7 +67,8 @@ class ApprovalNotice:
 class Notifier(Protocol):
     """Tells humans about a request. Raising (anything) denies the request."""
 
-    async def notify(self, notice: ApprovalNotice) -> None: ...
+    async def notify(self, notice: ApprovalNotice) -> None:
+        """Tell the targets of ``notice`` about a request; raise ``NotifierError`` if not delivered."""
 
 
 class WebhookNotifier:
@@ -87,12 +89,14 @@ class WebhookNotifier:
         self._name = f"WebhookNotifier({parts.scheme}://{parts.hostname}{':' + str(parts.port) if parts.port else ''}/...)"
 
     def describe(self) -> str:
+        """``WebhookNotifier(<scheme>://<host>/...)`` (the path may carry a token: never shown)."""
         return self._name
 
     def __repr__(self) -> str:
         return self._name
 
     async def notify(self, notice: ApprovalNotice) -> None:
+        """POST the notice as JSON; raise ``NotifierError`` unless the hook answered 2xx."""
         body = json.dumps({"text": notice.text(), "agent_saga": notice.to_doc()}).encode()
         await asyncio.to_thread(self._post, body)
 

@@ -98,12 +98,15 @@ return {1, doc}
         self._lock = threading.Lock()
 
     def request_key(self, request_id: str) -> str:
+        """The key of the request document ``request_id``."""
         return f"{self.prefix}:approval:request:{request_id}"
 
     def decision_key(self, request_id: str) -> str:
+        """The key of the decision document ``request_id``."""
         return f"{self.prefix}:approval:decision:{request_id}"
 
     def describe(self) -> str:
+        """``RedisApprovalStore(<url without password>)``."""
         return self._name
 
     def __repr__(self) -> str:
@@ -169,6 +172,7 @@ return {1, doc}
 
     # ------------------------------------------------------------------ the interface
     def create(self, request: ApprovalRequest) -> tuple[ApprovalRequest, bool]:
+        """Store ``request`` unless one with its id exists (compare-and-set); return (the stored one, created)."""
         reply = self._cas("", request)
         if reply is True:
             return request.with_decision(None), True
@@ -178,9 +182,11 @@ return {1, doc}
         return current, False
 
     def get(self, request_id: str) -> ApprovalRequest | None:
+        """The request with its decision, if any (one round trip)."""
         return self._fetch(request_id)[1]
 
     def update(self, request_id: str, change: Change) -> ApprovalRequest | None:
+        """Apply ``change`` by compare-and-set, again on a concurrent write; the request afterwards."""
         for _ in range(100):
             raw, current = self._fetch(request_id)
             if raw is None or current is None:
@@ -195,6 +201,7 @@ return {1, doc}
                                        store=self._name)
 
     def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
+        """Write ``decision`` unless one exists (one script); the request as stored now."""
         raw, current = self._fetch(request_id)
         if raw is None or current is None:
             return None
@@ -207,6 +214,7 @@ return {1, doc}
         return self._merge(raw, stored)
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
+        """Requests, newest first (``pending_only``: those without a decision)."""
         client = self._redis()
         try:
             if pending_only:
@@ -231,6 +239,7 @@ return {1, doc}
         return sorted(out, key=lambda r: r.requested_at, reverse=True)
 
     def close(self) -> None:
+        """Close the connection."""
         client, self._client = self._client, None
         self._scripts.clear()
         if client is not None:

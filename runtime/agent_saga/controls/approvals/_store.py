@@ -54,7 +54,8 @@ class ApprovalStore(Protocol):
     """Blocking primitives (the gateway calls them in a worker thread). Each raises
     ``ApprovalStoreUnavailable`` when the store cannot be reached."""
 
-    def describe(self) -> str: ...
+    def describe(self) -> str:
+        """A name for messages (never a password)."""
 
     def create(self, request: ApprovalRequest) -> tuple[ApprovalRequest, bool]:
         """Store ``request`` unless one with its id exists; return (the stored one, created)."""
@@ -79,7 +80,8 @@ class ApprovalStore(Protocol):
         """Requests, newest first (``pending_only``: those without a decision)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release connections."""
 
 
 def decide_request(

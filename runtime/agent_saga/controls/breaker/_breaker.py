@@ -115,10 +115,12 @@ class CircuitBreaker(PreCheck):
 
     @property
     def name(self) -> str:
+        """The breaker's name: ``decided_by`` in the verdicts it refuses."""
         return self._name
 
     @property
     def stage(self) -> Literal["breaker"]:
+        """``breaker``: the gate consults it after the kill switch."""
         return "breaker"
 
     def __repr__(self) -> str:

@@ -69,6 +69,7 @@ class BreakerPolicy:
                 raise bad(name, v, "a positive number of seconds")
 
     def to_doc(self) -> dict[str, Any]:
+        """The policy as JSON (in BREAKER_OPENED records and ``status()``)."""
         return {"failure_threshold": self.failure_threshold, "failure_rate": self.failure_rate,
                 "min_volume": self.min_volume, "window": self.window, "cool_down": self.cool_down}
 

@@ -55,7 +55,8 @@ class Rule(Protocol):
     """A per-call policy. ``name`` identifies it in verdicts, the WAL and approval ids."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The rule's name (``rule:<name>`` in verdicts)."""
 
     def evaluate(self, request: StepRequest) -> RuleHit | None:
         """``None`` if the rule has no objection to ``request``, else what it asks for."""

@@ -19,6 +19,7 @@ Only this module is public.
 from ._default import (
     ENV_SWITCH_GRACE,
     ENV_SWITCH_STORE,
+    SWITCH_STORES,
     get_kill_switch,
     open_switch_store,
     set_kill_switch,
@@ -38,6 +39,7 @@ from ._store import SwitchStore, SwitchStoreUnavailable, SwitchView
 from ._switch import DEGRADED, ENGAGED, FAILED_CLOSED, LIFTED, RESTORED, SWITCH_SAGA, KillSwitch
 
 __all__ = [
+    "SWITCH_STORES",
     "DEGRADED",
     "ENGAGED",
     "ENV_SWITCH_GRACE",

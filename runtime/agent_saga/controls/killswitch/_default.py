@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 
+from ..._backends import REDIS_SCHEMES, Address, Backends
 from ...errors import ConfigurationError
 from ._local import FileSwitchStore
 from ._store import SwitchStore
@@ -18,6 +19,7 @@ from ._switch import KillSwitch
 
 __all__ = [
     "ENV_SWITCH_GRACE",
+    "SWITCH_STORES",
     "ENV_SWITCH_STORE",
     "get_kill_switch",
     "open_switch_store",
@@ -57,40 +59,45 @@ def get_kill_switch() -> KillSwitch | None:
         return _default
 
 
-def open_switch_store(target: str, *, grace: float | None = None, warn: bool = True) -> SwitchStore:
-    """A store from a URL or a path: ``redis://host:6379/0?grace=30`` (grace from the
-    query, the ``grace`` argument or ``$AGENT_SAGA_SWITCH_GRACE``: one is required) or a
-    file path (``FileSwitchStore``; its grace for a lost file from the argument or the
-    variable, else 30 s)."""
-    if target.startswith(("redis://", "rediss://", "unix://")):
-        import urllib.parse
+#: The kill-switch stores, by scheme (``agent_saga._backends``).
+SWITCH_STORES: Backends[SwitchStore] = Backends("kill switch store")
 
-        from ._redis import RedisSwitchStore
 
-        parts = urllib.parse.urlsplit(target)
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        given = [v for k, v in query if k == "grace"]
-        rest = urllib.parse.urlencode([(k, v) for k, v in query if k != "grace"])
-        url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
-        text = given[-1] if given else os.environ.get(ENV_SWITCH_GRACE, "").strip()
-        if grace is None:
-            if not text:
-                raise ConfigurationError(
-                    f"a Redis kill switch store needs a grace window: how long the last known levers are "
-                    f"honoured when Redis is unreachable (0 = fail closed at once). Add ?grace=SECONDS to "
-                    f"the URL or set {ENV_SWITCH_GRACE}"
-                )
-            try:
-                grace = float(text)
-            except ValueError as exc:
-                raise ConfigurationError(f"grace must be a number of seconds, got {text!r}") from exc
-        return RedisSwitchStore(url, grace=grace)
-    if target.startswith("file://"):
-        target = target[len("file://"):]
-    if grace is None and os.environ.get(ENV_SWITCH_GRACE, "").strip():
-        text = os.environ[ENV_SWITCH_GRACE].strip()
+@SWITCH_STORES.register("file")
+def _file(address: Address, *, grace: float | None = None, warn: bool = True) -> SwitchStore:
+    # The grace for a lost or unreadable file: the argument, else the variable, else the
+    # store's default.
+    text = os.environ.get(ENV_SWITCH_GRACE, "").strip()
+    if grace is None and text:
         try:
             grace = float(text)
         except ValueError as exc:
             raise ConfigurationError(f"{ENV_SWITCH_GRACE} must be a number of seconds, got {text!r}") from exc
-    return FileSwitchStore(target, warn=warn) if grace is None else FileSwitchStore(target, warn=warn, grace=grace)
+    return FileSwitchStore(address.path, warn=warn) if grace is None else FileSwitchStore(address.path, warn=warn, grace=grace)
+
+
+@SWITCH_STORES.register(*REDIS_SCHEMES, options=("grace",))
+def _redis(address: Address, *, grace: float | None = None, warn: bool = True) -> SwitchStore:
+    from ._redis import RedisSwitchStore
+
+    text = address.options.get("grace") or os.environ.get(ENV_SWITCH_GRACE, "").strip()
+    if grace is None:
+        if not text:
+            raise ConfigurationError(
+                f"a Redis kill switch store needs a grace window: how long the last known levers are "
+                f"honoured when Redis is unreachable (0 = fail closed at once). Add ?grace=SECONDS to "
+                f"the URL or set {ENV_SWITCH_GRACE}"
+            )
+        try:
+            grace = float(text)
+        except ValueError as exc:
+            raise ConfigurationError(f"grace must be a number of seconds, got {text!r}") from exc
+    return RedisSwitchStore(address.url, grace=grace)
+
+
+def open_switch_store(target: str, *, grace: float | None = None, warn: bool = True) -> SwitchStore:
+    """A store from a URL or a path: ``redis://host:6379/0?grace=30`` (grace from the
+    query, the ``grace`` argument or ``$AGENT_SAGA_SWITCH_GRACE``: one is required) or a
+    file path (``FileSwitchStore``; its grace for a lost file from the argument or the
+    variable, else 30 s). Raises ``ConfigurationError`` for another scheme."""
+    return SWITCH_STORES.open(target, grace=grace, warn=warn)

@@ -82,20 +82,24 @@ class FileSwitchStore:
             )
 
     def describe(self) -> str:
+        """``FileSwitchStore(<path>)`` or ``FileSwitchStore(in-memory)``."""
         return f"FileSwitchStore({self.path})" if self.path else "FileSwitchStore(in-memory)"
 
     def __repr__(self) -> str:
         return self.describe()
 
     def start(self) -> None:
+        """Read the file now (the next ``view`` polls it)."""
         self._next_poll = -math.inf
         self.view()
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 
     # ------------------------------------------------------------------ reading
     def view(self) -> SwitchView:
+        """The levers last read (the file is re-read at most every ``poll`` seconds)."""
         if self.path is not None and self._clock.monotonic() >= self._next_poll:
             self._poll()
         return self._view
@@ -203,6 +207,7 @@ class FileSwitchStore:
         return dict(levers)
 
     def levers(self) -> list[Lever]:
+        """A fresh read of every stored lever; raises ``SwitchStoreUnavailable``."""
         docs = self._read_file() if self.path is not None else dict(self._docs)
         levers, bad = parse_levers(iter(sorted(docs.items())))
         if bad:
@@ -212,10 +217,12 @@ class FileSwitchStore:
         return list(levers)
 
     def is_quarantined(self, saga_id: str) -> bool:
+        """True if ``saga_id`` is quarantined (or the file cannot be read)."""
         return quarantined(self.view(), saga_id, self._clock.time())
 
     # ------------------------------------------------------------------ writing
     def engage(self, lever: Lever) -> None:
+        """Store ``lever`` (dropping expired ones); raises ``SwitchStoreUnavailable``."""
         def change(docs: dict[str, Any]) -> None:
             now = self._clock.time()
             for lid in [k for k, d in docs.items() if _doc_expired(d, now)]:
@@ -225,6 +232,7 @@ class FileSwitchStore:
         self._change(change)
 
     def lift(self, lever_id: str) -> Lever | None:
+        """Remove the lever ``lever_id``; return it (``None`` if it was not engaged)."""
         found: list[Lever] = []
 
         def change(docs: dict[str, Any]) -> None:

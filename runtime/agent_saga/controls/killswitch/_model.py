@@ -67,6 +67,7 @@ class LeverAction(enum.StrEnum):
 
     @classmethod
     def parse(cls, value: object) -> LeverAction:
+        """The action ``value`` names (case-insensitive); raises ``ValueError``."""
         if isinstance(value, LeverAction):
             return value
         if isinstance(value, str):
@@ -225,6 +226,7 @@ class Lever:
 
     @property
     def value(self) -> str:
+        """The scope's value: the tool glob, tag or saga id (``""`` for global)."""
         return parse_scope(self.scope)[1]
 
     def expired(self, now: float) -> bool:

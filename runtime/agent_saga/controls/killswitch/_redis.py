@@ -142,6 +142,7 @@ return cur
 
     # ------------------------------------------------------------------ hot path
     def view(self) -> SwitchView:
+        """The levers last read, from memory; unusable once the grace window has passed."""
         if self._clock.monotonic() < self._valid_until:
             return self._view
         return self._expired_view()
@@ -169,6 +170,7 @@ return cur
         return view
 
     def is_quarantined(self, saga_id: str) -> bool:
+        """True if ``saga_id`` is quarantined (or the store cannot tell)."""
         self.start()
         return quarantined(self.view(), saga_id, self._clock.time())
 
@@ -226,6 +228,7 @@ return cur
 
     # ------------------------------------------------------------------ writing / reading
     def levers(self) -> list[Lever]:
+        """A fresh read of every stored lever; raises ``SwitchStoreUnavailable``."""
         try:
             _, _, docs = self._read(self._main_client())
         except Exception as exc:
@@ -242,6 +245,7 @@ return cur
         return self._script(client, lua)(keys=keys, args=args, client=client)
 
     def engage(self, lever: Lever) -> None:
+        """Store ``lever`` with its index entry, rev, marker and notification (one script)."""
         doc = json.dumps(lever.to_doc(), separators=(",", ":"))
         ttl = ""
         if lever.expires_at is not None:
@@ -256,6 +260,7 @@ return cur
         self._after_write()
 
     def lift(self, lever_id: str) -> Lever | None:
+        """Remove the lever ``lever_id`` (one script); return it (``None`` if it was not engaged)."""
         keys = (self.key(lever_id), self.index_key, self.rev_key, self.synced_key)
         try:
             raw = self._write(self.LUA_DELETE, keys, (lever_id, self.channel, self.WRITER, self._stamp()))

@@ -176,14 +176,17 @@ class KillSwitch(PreCheck):
     # ------------------------------------------------------------------ PreCheck
     @property
     def name(self) -> str:
+        """The switch's name: ``decided_by`` in the verdicts it refuses."""
         return self._name
 
     @property
     def stage(self) -> Literal["kill_switch"]:
+        """``kill_switch``: the gate consults it first."""
         return "kill_switch"
 
     @property
     def store(self) -> SwitchStore:
+        """Where the levers live."""
         return self._store
 
     def __repr__(self) -> str:

@@ -22,6 +22,7 @@ Only this module is public; the gate (``agent_saga.controls.gate``) uses these n
 
 from ._default import (
     ENV_LIMIT_STORE,
+    LIMIT_STORES,
     get_limit_source,
     get_limit_store,
     open_limit_store,
@@ -55,6 +56,7 @@ from ._source import (
 from ._store import LimitStore, LimitStoreUnavailable
 
 __all__ = [
+    "LIMIT_STORES",
     "ENV_LIMIT_STORE",
     "BudgetLimit",
     "Charge",

@@ -13,11 +13,12 @@ import os
 import threading
 from typing import Any
 
+from ..._backends import REDIS_SCHEMES, Address, Backends
 from ...errors import ConfigurationError
 from ._store import LimitStore
 
-__all__ = ["ENV_LIMIT_STORE", "get_limit_source", "get_limit_store", "open_limit_store", "peek_limit_store",
-           "set_limit_source", "set_limit_store"]
+__all__ = ["ENV_LIMIT_STORE", "LIMIT_STORES", "get_limit_source", "get_limit_store", "open_limit_store",
+           "peek_limit_store", "set_limit_source", "set_limit_store"]
 
 ENV_LIMIT_STORE = "AGENT_SAGA_LIMIT_STORE"
 
@@ -58,13 +59,12 @@ def get_limit_store() -> LimitStore:
         return _default
 
 
-def open_limit_store(target: str) -> LimitStore:
-    """The store ``target`` names: a ``RedisLimitStore`` for a ``redis://`` URL, an
-    ``InProcessLimitStore`` for an empty target."""
-    if target:
-        from ._redis import RedisLimitStore
+#: The limit stores, by scheme (``agent_saga._backends``): nothing is the in-process store.
+LIMIT_STORES: Backends[LimitStore] = Backends("limit store")
 
-        return RedisLimitStore(target)
+
+@LIMIT_STORES.register("")
+def _in_process(address: Address) -> LimitStore:
     from ._local import InProcessLimitStore
 
     return InProcessLimitStore()
@@ -85,3 +85,17 @@ def set_limit_source(source: Any) -> Any:
 def get_limit_source() -> Any:
     """The process-wide limit source, or ``None``."""
     return _source
+
+
+@LIMIT_STORES.register(*REDIS_SCHEMES)
+def _redis(address: Address) -> LimitStore:
+    from ._redis import RedisLimitStore
+
+    return RedisLimitStore(address.url)
+
+
+def open_limit_store(target: str) -> LimitStore:
+    """The store ``target`` names: an ``InProcessLimitStore`` for an empty target, a
+    ``RedisLimitStore`` for a ``redis://`` URL. Raises ``ConfigurationError`` for another
+    scheme."""
+    return LIMIT_STORES.open(target)

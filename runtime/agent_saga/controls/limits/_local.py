@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from ...retry import SYSTEM_CLOCK, Clock
+from ...clocks import SYSTEM_CLOCK, Clock
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage
 
 __all__ = ["InProcessLimitStore"]
@@ -68,6 +68,7 @@ class InProcessLimitStore:
         self._debits = 0
 
     def describe(self) -> str:
+        """``InProcessLimitStore``."""
         return "InProcessLimitStore"
 
     def __repr__(self) -> str:
@@ -76,6 +77,7 @@ class InProcessLimitStore:
     async def debit(
         self, charges: Sequence[Charge], debit_id: str, force: frozenset[int] = frozenset()
     ) -> DebitResult:
+        """Check and debit every charge, or none (see ``LimitStore.debit``)."""
         return self.debit_now(charges, debit_id, force)
 
     def debit_now(
@@ -121,6 +123,7 @@ class InProcessLimitStore:
             del self._windows[k]
 
     async def refund(self, charges: Sequence[Charge], debit_id: str) -> None:
+        """Hand back what the debit ``debit_id`` made (once)."""
         with self._lock:
             for c in charges:
                 w = self._windows.get((c.limit, c.key))
@@ -133,11 +136,13 @@ class InProcessLimitStore:
                 entry.amount = 0.0
 
     async def declare(self, specs: Sequence[LimitSpec]) -> None:
+        """Record the limits' definitions for ``usage``."""
         with self._lock:
             for s in specs:
                 self._specs[s.name] = s
 
     async def usage(self, specs: Sequence[LimitSpec] | None = None) -> list[LimitUsage]:
+        """Every non-empty window of ``specs`` (default: every declared limit)."""
         with self._lock:
             now = self._clock()
             wanted = list(self._specs.values()) if specs is None else list(specs)

@@ -65,6 +65,7 @@ class LimitSpec:
     tools: tuple[str, ...] | None = None
 
     def to_doc(self) -> dict[str, Any]:
+        """The definition as JSON (``v`` 1)."""
         return {
             "v": SPEC_VERSION,
             "name": self.name,
@@ -78,10 +79,12 @@ class LimitSpec:
         }
 
     def to_json(self) -> str:
+        """``to_doc`` as canonical JSON text."""
         return json.dumps(self.to_doc(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> LimitSpec:
+        """Read a definition; raises ``ValueError`` for another ``v`` or kind."""
         if doc.get("v") != SPEC_VERSION:
             raise ValueError(f"limit definition schema v={doc.get('v')!r} is not supported")
         tools = doc.get("tools")
@@ -149,9 +152,11 @@ class LimitUsage:
 
     @property
     def remaining(self) -> float:
+        """What is left of ``max_total`` in the window (never negative)."""
         return max(0.0, self.max_total - self.used)
 
     def to_doc(self) -> dict[str, Any]:
+        """The window's use as JSON (``agent-saga status --json``)."""
         return {
             "name": self.name,
             "kind": self.kind,
@@ -211,6 +216,16 @@ def _compile_tools(limit: str, tools: Sequence[str] | None) -> tuple[tuple[str, 
     return pats, re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in pats))
 
 
+def _check_scope_and_tools(limit: BudgetLimit | RateLimit) -> None:
+    """Validate ``limit.scope`` and compile ``limit.tools`` (in place: the limits are frozen)."""
+    if not isinstance(limit.scope, Scope):
+        raise ConfigurationError(f"limit {limit.name!r}: scope= must be a scope (global_scope, by_tool, by_arg(...), "
+                                 f"combine(...)), got {limit.scope!r}")
+    tools, match = _compile_tools(limit.name, limit.tools)
+    object.__setattr__(limit, "tools", tools)
+    object.__setattr__(limit, "_match", match)
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetLimit:
     """At most ``max_total`` of the policy argument ``arg`` summed over ``window`` seconds.
@@ -238,11 +253,7 @@ class BudgetLimit:
             raise ConfigurationError(f"limit {self.name!r}: arg= must name the policy argument that carries the amount")
         object.__setattr__(self, "max_total", _check_positive(self.name, "max_total", self.max_total))
         object.__setattr__(self, "window", _check_positive(self.name, "window", self.window))
-        if not isinstance(self.scope, Scope):
-            raise ConfigurationError(f"limit {self.name!r}: scope= must be a scope (global_scope, by_tool, by_arg(...), combine(...)), got {self.scope!r}")
-        tools, match = _compile_tools(self.name, self.tools)
-        object.__setattr__(self, "tools", tools)
-        object.__setattr__(self, "_match", match)
+        _check_scope_and_tools(self)
 
     def applies_to(self, request: StepRequest) -> bool:
         """Whether this limit polices ``request`` (its tool matches ``tools``, if given)."""
@@ -267,6 +278,7 @@ class BudgetLimit:
         )
 
     def spec(self) -> LimitSpec:
+        """The limit's definition as a store and ``agent-saga status`` see it."""
         return LimitSpec(self.name, "budget", self.max_total, self.window, self.scope.name,
                          self.arg, self.escalate_to_human, self.tools)
 
@@ -294,14 +306,11 @@ class RateLimit:
         if isinstance(self.max_calls, bool) or not isinstance(self.max_calls, int) or self.max_calls < 1:
             raise ConfigurationError(f"limit {self.name!r}: max_calls must be a positive integer, got {self.max_calls!r}")
         object.__setattr__(self, "window", _check_positive(self.name, "window", self.window))
-        if not isinstance(self.scope, Scope):
-            raise ConfigurationError(f"limit {self.name!r}: scope= must be a scope (global_scope, by_tool, by_arg(...), combine(...)), got {self.scope!r}")
-        tools, match = _compile_tools(self.name, self.tools)
-        object.__setattr__(self, "tools", tools)
-        object.__setattr__(self, "_match", match)
+        _check_scope_and_tools(self)
 
     @property
     def max_total(self) -> float:
+        """``max_calls`` as the window's maximum."""
         return float(self.max_calls)
 
     def applies_to(self, request: StepRequest) -> bool:
@@ -313,6 +322,7 @@ class RateLimit:
         return Charge(self.name, self.scope.key(request), 1, float(self.max_calls), self.window, False, "rate")
 
     def spec(self) -> LimitSpec:
+        """The limit's definition as a store and ``agent-saga status`` see it."""
         return LimitSpec(self.name, "rate", float(self.max_calls), self.window, self.scope.name,
                          None, False, self.tools)
 

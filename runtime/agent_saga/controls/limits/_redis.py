@@ -246,6 +246,7 @@ return redis.call('HGETALL', KEYS[1])
 
     # ------------------------------------------------------------------ naming
     def describe(self) -> str:
+        """``RedisLimitStore(<url without password>)``."""
         return self._name
 
     def __repr__(self) -> str:
@@ -254,6 +255,7 @@ return redis.call('HGETALL', KEYS[1])
 
     @property
     def defs_key(self) -> str:
+        """The hash of limit definitions (``{ns}:limits:defs``)."""
         return self._prefix + "defs"
 
     # ------------------------------------------------------------------ public API
@@ -271,6 +273,7 @@ return redis.call('HGETALL', KEYS[1])
     async def debit(
         self, charges: Sequence[Charge], debit_id: str, force: frozenset[int] = frozenset()
     ) -> DebitResult:
+        """Check and debit every charge, or none, in one script (see ``LimitStore.debit``)."""
         if not charges:
             return DebitResult(True, ())
         spec = self._charges_arg(charges, force)
@@ -282,12 +285,14 @@ return redis.call('HGETALL', KEYS[1])
         return DebitResult(False, tuple(float(u) for u in used.split(",")), tuple(int(i) for i in over.split(",")))
 
     async def refund(self, charges: Sequence[Charge], debit_id: str) -> None:
+        """Hand back what the debit ``debit_id`` made (once; one script)."""
         if not charges:
             return
         args = (debit_id, "0", self._charges_arg(charges, frozenset()))
         await self._call("refund", self.LUA_REFUND, self._keys, args, retry_args=args)
 
     async def declare(self, specs: Sequence[LimitSpec]) -> None:
+        """Record the limits' definitions for ``usage`` and ``agent-saga status``."""
         if not specs:
             return
         mapping = {s.name: s.to_json() for s in specs}
@@ -307,6 +312,7 @@ return redis.call('HGETALL', KEYS[1])
         return out
 
     async def usage(self, specs: Sequence[LimitSpec] | None = None) -> list[LimitUsage]:
+        """Every non-empty window of ``specs`` (default: every declared limit), trimmed now."""
         wanted = await self.definitions() if specs is None else list(specs)
         if not wanted:
             return []

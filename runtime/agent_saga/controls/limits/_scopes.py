@@ -41,7 +41,8 @@ class Scope(Protocol):
     """Maps a step to the key of its window; ``name`` describes the scope (for status)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The scope's name in a ``LimitSpec`` (``global``, ``tool``, ``arg:x``, ``a+b``)."""
 
     def key(self, request: StepRequest) -> str:
         """The window key for ``request``; raises ``ScopeUnreadable`` if it has none."""

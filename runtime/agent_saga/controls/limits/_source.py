@@ -110,7 +110,8 @@ class LimitSource(Protocol):
         """The definitions in force now. Must not do I/O (it is on the hot path)."""
         ...
 
-    def describe(self) -> str: ...
+    def describe(self) -> str:
+        """A name for messages (never a password)."""
 
 
 class RedisLimitSource(PolicyPlaneReader):

@@ -11,12 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until
 
 AGENT = r"""
 import asyncio, sys
@@ -68,19 +68,6 @@ def webhook() -> Iterator[tuple[str, list[dict]]]:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60)
-
-
-def until(what: str, predicate, timeout: float = 30.0, proc: subprocess.Popen | None = None):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"agent exited ({proc.returncode}) before {what}: {proc.communicate()[1][-2000:]}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def pending(store: str) -> list[dict]:
@@ -147,8 +134,7 @@ def test_a_crash_while_waiting_does_not_ask_twice(tmp_path: Path, webhook):
 
     restarted = start(tmp_path, store, hook)
     try:
-        until("the restarted agent to find its request",
-              lambda: "APPROVAL_RESUMED" in wal_types(tmp_path / "agent.wal"), proc=restarted)
+        until("the restarted agent to find its request", lambda: "APPROVAL_RESUMED" in wal_types(tmp_path / "agent.wal"), proc=restarted)
         assert [r["requestId"] for r in pending(store)] == [req["requestId"]], "still one request"
         approve_and_finish(restarted, req["requestId"], store)
     finally:

@@ -9,16 +9,9 @@ import threading
 import pytest
 from agent_saga.errors import ConfigurationError
 from agent_saga.executor import ToolExecutor, set_tool_executor_size
+from fixtures.polling import until_async
 
 var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
-
-
-async def wait_for(predicate, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
 
 
 async def test_results_exceptions_and_context_cross_the_thread_hop():
@@ -35,7 +28,7 @@ async def test_saturation_is_counted_once_per_episode_and_logged(caplog):
     release = threading.Event()
     with caplog.at_level("WARNING", logger="agent_saga.executor"):
         futs = [ex.submit(release.wait, {"timeout": 10}) for _ in range(5)]
-        await wait_for(lambda: ex.stats().active == 2)
+        await until_async('ex.stats().active == 2', lambda: ex.stats().active == 2, timeout=5)
         s = ex.stats()
         assert (s.max_workers, s.threads, s.active, s.queued) == (2, 2, 2, 3)
         assert s.saturated_count == 1 and s.peak_queued == 3
@@ -44,7 +37,7 @@ async def test_saturation_is_counted_once_per_episode_and_logged(caplog):
         # A second episode is counted (and logged) again.
         release.clear()
         futs = [ex.submit(release.wait, {"timeout": 10}) for _ in range(3)]
-        await wait_for(lambda: ex.stats().active == 2)
+        await until_async('ex.stats().active == 2', lambda: ex.stats().active == 2, timeout=5)
         release.set()
         await asyncio.gather(*futs)
     assert ex.stats().saturated_count == 2
@@ -56,13 +49,13 @@ async def test_resize_grows_for_queued_work_and_shrinks_later():
     ex = ToolExecutor(1)
     release = threading.Event()
     futs = [ex.submit(release.wait, {"timeout": 10}) for _ in range(3)]
-    await wait_for(lambda: ex.stats().active == 1)
+    await until_async('ex.stats().active == 1', lambda: ex.stats().active == 1, timeout=5)
     ex.resize(3)
-    await wait_for(lambda: ex.stats().active == 3)
+    await until_async('ex.stats().active == 3', lambda: ex.stats().active == 3, timeout=5)
     release.set()
     await asyncio.gather(*futs)
     ex.resize(1)
-    await wait_for(lambda: ex.stats().threads == 1)
+    await until_async('ex.stats().threads == 1', lambda: ex.stats().threads == 1, timeout=5)
 
 
 async def test_a_cancelled_wait_does_not_break_the_worker():

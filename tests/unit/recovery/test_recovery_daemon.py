@@ -60,6 +60,20 @@ async def test_a_live_lease_is_never_touched(tmp_path: Path) -> None:
     assert len(rs.CALLS) == 1
 
 
+async def test_the_daemon_reads_lease_expiry_from_the_one_clock(tmp_path: Path) -> None:
+    from agent_saga import ManualClock
+
+    wal = tmp_path / "a.wal"
+    write_orphan(wal, "s", [{"comp": desc("c0")}], lease=60)
+    clock = ManualClock(start=time.time())  # the lease was written on the real clock just now
+    d = RecoveryDaemon(wal, lease_grace=0, clock=clock)
+    assert (await d.sweep()).live == 1 and rs.CALLS == []
+    clock.advance(61)  # no sleeping: the test moves the daemon's time past the lease
+    assert (await d.sweep()).recovered == 1
+    await d.close()
+    assert len(rs.CALLS) == 1
+
+
 async def test_a_log_held_by_its_live_owner_is_left_alone(tmp_path: Path) -> None:
     wal = tmp_path / "a.wal"
     write_orphan(wal, "s", [{"comp": desc("c0")}])

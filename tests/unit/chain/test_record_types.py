@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agent_saga.records import EXTENSION_TYPES, KNOWN_TYPES, TYPE_PATTERN, RecordType, is_known_type
 
-RUNTIME = Path(__file__).resolve().parents[2] / "runtime" / "agent_saga"
+RUNTIME = Path(__file__).resolve().parents[3] / "runtime" / "agent_saga"
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agent-saga"
 SCHEMA = CHART / "values.schema.json"
 COMPONENTS = {"operator", "recoveryd", "redis", "agent"}

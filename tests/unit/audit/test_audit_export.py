@@ -21,7 +21,7 @@ from agent_saga.wal.file import iter_file_records
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "verify_bundle.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "docs" / "verify_bundle.py"
 
 
 def _load_script() -> ModuleType:

@@ -1,0 +1,15 @@
+"""Unit tests: no servers. The folders mirror the packages under test:
+
+    engine/    the saga engine (steps, rollback, retry, timeouts, executor, credentials)
+    kit/       AgentKit
+    controls/  one folder per control: approvals/ breaker/ gate/ killswitch/ limits/
+    wal/       the WAL interface and FileWAL          chain/   the hash chain
+    audit/     verify, export, certify, redact, Merkle, encryption, checkpoints
+    recovery/  the recovery daemon, ledger, leases, plans, fault points
+    cli/       the ``agent-saga`` commands             k8s/     operator models, CRDs, chart
+    (here)     the whole runtime: public API, error tree, layers, backends, examples
+
+``engine_support.py`` and ``recovery_support.py`` (handlers and log builders shared by
+several folders) live here; this directory is on ``sys.path`` for every unit test.
+Waiting for a condition goes through ``fixtures.polling.until`` (never a sleep).
+"""
