@@ -83,8 +83,26 @@ def test_importing_the_runtime_loads_only_the_standard_library() -> None:
 PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
-    "agent_saga.controls.limits", "agent_saga.recovery", "agent_saga.wal",
+    "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal",
 )
+
+MCP_EXPECTED = {
+    # the proxy (agent-saga mcp) and its parts
+    "McpProxy", "ProxyOptions", "run_proxy", "ToolSession", "Boundary", "COMMIT_TOOL", "ROLLBACK_TOOL",
+    "ClientChannel", "stdio_client_channel", "StdioUpstream", "UpstreamGone", "OutcomeUnknown",
+    "call_tool_once", "result_document", "Surface",
+    # named upstreams: how a recovery daemon reaches an MCP server (mcp:<name>)
+    "ENV_UPSTREAMS", "IDEMPOTENCY_META", "UpstreamSpec", "handler_name", "load_upstreams", "register_upstream",
+}
+
+
+def test_the_mcp_proxy_exports_are_pinned_and_sorted() -> None:
+    import agent_saga.mcp as mcp
+
+    assert mcp.__all__ == sorted(mcp.__all__)
+    assert set(mcp.__all__) == MCP_EXPECTED, (
+        f"not exported: {sorted(MCP_EXPECTED - set(mcp.__all__))}; "
+        f"exported but not pinned: {sorted(set(mcp.__all__) - MCP_EXPECTED)}")
 
 
 def test_every_public_name_and_its_public_methods_have_a_docstring() -> None:

@@ -15,6 +15,7 @@ from ..errors import SagaError
 from . import (
     approval_commands,
     audit_commands,
+    mcp_commands,
     policy_commands,
     recover_commands,
     status_commands,
@@ -24,7 +25,7 @@ from . import (
 
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, switch_commands, approval_commands,
-    policy_commands,
+    policy_commands, mcp_commands,
 )
 
 

@@ -1,0 +1,120 @@
+"""``agent-saga mcp``: build the proxy from its options and run one session over stdio.
+
+    agent-saga mcp --policy saga-policy.json --name payments -- python -m my_mcp_server
+    agent-saga mcp --observe --emit-policy saga-policy.yaml -- python -m my_mcp_server
+
+``ProxyOptions`` holds what the command line says; ``run_proxy`` wires the WAL, the
+policy source, the gate (the process's kill switch, breaker and limits — from the policy
+plane when ``AGENT_SAGA_REDIS_URL`` is set — the policy, and approvals), starts the
+upstream and serves the session on the proxy's own stdin/stdout. Logs go to stderr
+(stdout is the protocol).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..controls import ApprovalGateway, ApprovalPolicy, PreFlightGate, open_approval_store
+from ..controls.policy import PolicySource, StaticPolicySource
+from ..errors import ConfigurationError
+from ..wal import get_default_wal, open_wal
+from ..wal.base import BaseWAL
+from ._observe import Surface
+from ._proxy import McpProxy, stdio_client_channel
+from ._session import Boundary, ToolSession
+from ._stdio import StdioUpstream
+from .upstreams import UpstreamSpec, check_name
+
+__all__ = ["ProxyOptions", "run_proxy"]
+
+log = logging.getLogger("agent_saga.mcp")
+
+BOUNDARIES: tuple[Boundary, ...] = ("session", "explicit", "none")
+
+
+@dataclass
+class ProxyOptions:
+    """What ``agent-saga mcp`` was told (see ``agent-saga mcp --help``)."""
+
+    command: Sequence[str]
+    policy: str | None = None
+    observe: bool = False
+    emit_policy: str | None = None
+    boundary: Boundary = "session"
+    name: str = "mcp"
+    agent: str = "mcp-proxy"
+    wal: str | None = None
+    approvals: str | None = None
+    approval_timeout: float = 900.0
+    lease_seconds: float | None = None
+    policy_source: PolicySource | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Refuse contradictory or missing options, naming the flag and the fix."""
+        if not self.command:
+            raise ConfigurationError("name the upstream MCP server after --: agent-saga mcp --policy FILE -- python "
+                                     "-m my_mcp_server")
+        if self.boundary not in BOUNDARIES:
+            raise ConfigurationError(f"--boundary {self.boundary!r}: choose session, explicit or none")
+        check_name(self.name, "--name")
+        if self.observe:
+            if self.policy or self.policy_source is not None:
+                raise ConfigurationError("--observe forwards everything and enforces nothing: drop --policy")
+            if not self.emit_policy:
+                raise ConfigurationError("--observe needs --emit-policy FILE: where the skeleton is written")
+            if os.path.exists(self.emit_policy):
+                raise ConfigurationError(f"--emit-policy {self.emit_policy} exists: a reviewed policy is never "
+                                         f"overwritten by a skeleton; name a new file")
+        elif self.policy is None and self.policy_source is None:
+            raise ConfigurationError("name the policy: --policy saga-policy.json (or --observe --emit-policy FILE to "
+                                     "write one from what the agent calls)")
+        if self.emit_policy and not self.observe:
+            raise ConfigurationError("--emit-policy goes with --observe")
+
+
+def _wal(target: str | None) -> BaseWAL:
+    return open_wal(target) if target else get_default_wal()
+
+
+def build_gate(opts: ProxyOptions, wal: BaseWAL, policy: PolicySource) -> PreFlightGate:
+    """The gate every call passes: the process's controls, this policy, these approvals."""
+    if opts.approvals:
+        provider = ApprovalGateway(open_approval_store(opts.approvals), wal=wal,
+                                   policy=ApprovalPolicy(opts.approval_timeout), poll=0.1, agent=opts.agent)
+        return PreFlightGate(approval_provider=provider, policy=policy)
+    return PreFlightGate(policy=policy)
+
+
+async def run_proxy(opts: ProxyOptions) -> int:
+    """Serve one session on stdin/stdout (see the module doc). The exit code: 0 the
+    session ended cleanly (committed), 1 it was dropped (rolled back)."""
+    opts.check()
+    upstream = StdioUpstream(opts.command)
+    spec = UpstreamSpec(opts.name, tuple(opts.command))
+    if opts.observe:
+        surface = Surface()
+        proxy = McpProxy(upstream, on_tools=surface.listed, on_call=surface.called)
+        try:
+            return await proxy.serve(await stdio_client_channel())
+        finally:
+            assert opts.emit_policy is not None
+            written = surface.write(opts.emit_policy, name=opts.name, source=" ".join(opts.command))
+            log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
+                        ", ".join(written))
+    wal = _wal(opts.wal)
+    source = opts.policy_source or StaticPolicySource.from_file(str(opts.policy), agent=opts.agent)
+    gate = build_gate(opts, wal, source)
+    proxy = McpProxy(upstream, inject_boundary_tools=opts.boundary == "explicit")
+    proxy.session = ToolSession(wal=wal, gate=gate, policy=source, boundary=opts.boundary, upstream_name=opts.name,
+                                upstream=upstream, spec=spec, forward=proxy.forward_call,
+                                lease_seconds=opts.lease_seconds, agent=opts.agent)
+    try:
+        return await proxy.serve(await stdio_client_channel())
+    finally:
+        if opts.wal:
+            wal.close()

@@ -1,0 +1,132 @@
+"""Named upstreams: how a process other than the proxy reaches an MCP server to undo a call.
+
+A COMPENSABLE call through ``agent-saga mcp --name payments`` is logged with the
+compensation handler ``mcp:payments`` and kwargs ``{"tool": <inverse>, "arguments":
+{...}}``. The proxy runs it itself over its open session; after a crash the recovery
+daemon runs it, and finds the server by that name:
+
+    # /etc/agent-saga/mcp-upstreams.json
+    {"payments": {"command": ["python", "-m", "my_mcp_server"], "env": {"LOG_LEVEL": "info"}}}
+
+    AGENT_SAGA_MCP_UPSTREAMS=/etc/agent-saga/mcp-upstreams.json \\
+        agent-saga-recoveryd --import agent_saga.mcp.upstreams ...
+
+Importing this module registers one ``@compensator("mcp:<name>")`` per entry of the file
+``$AGENT_SAGA_MCP_UPSTREAMS`` names (handlers are registered by import, like any other);
+``register_upstream`` does the same from code. The handler starts the server, calls the
+inverse tool once, and stops it; the call carries the step's idempotency key in
+``_meta["agentsaga.dev/idempotency-key"]`` for a server that de-duplicates.
+
+Invariants:
+- A file that cannot be read or has a bad entry fails the import with
+  ``ConfigurationError`` naming the file, the entry and the fix (a daemon that cannot
+  reach an upstream must not start as if it could).
+- The handler raises when the inverse did not happen (an error response, ``isError``, a
+  server that dies): the daemon records COMPENSATION_FAILED and escalates; it never
+  reports an undo that nothing confirmed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..compensation import compensator, get_compensator
+from ..errors import ConfigurationError, HandlerNotRegistered
+from ._stdio import call_tool_once
+
+__all__ = ["ENV_UPSTREAMS", "IDEMPOTENCY_META", "UpstreamSpec", "handler_name", "load_upstreams",
+           "register_upstream"]
+
+ENV_UPSTREAMS = "AGENT_SAGA_MCP_UPSTREAMS"
+IDEMPOTENCY_META = "agentsaga.dev/idempotency-key"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def handler_name(name: str) -> str:
+    """The compensation handler of the upstream named ``name``: ``mcp:<name>``."""
+    return f"mcp:{name}"
+
+
+def check_name(name: object, where: str = "the upstream name") -> str:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ConfigurationError(f"{where} {name!r} is not valid: 1-63 characters from [A-Za-z0-9._-], "
+                                 f"starting with a letter or digit (e.g. 'payments')")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSpec:
+    """How to start an upstream MCP server over stdio (``command``, ``env``, ``cwd``)."""
+
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    async def call_tool(self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None
+                        ) -> dict[str, Any]:
+        """Call ``tool`` once on a fresh session; its result (raises if it did not happen)."""
+        meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        return await call_tool_once(self.command, tool, arguments, meta=meta, env=self.env or None, cwd=self.cwd)
+
+
+def register_upstream(name: str, *, command: Sequence[str], env: Mapping[str, str] | None = None,
+                      cwd: str | None = None) -> UpstreamSpec:
+    """Register the compensation handler ``mcp:<name>`` for the server ``command`` starts."""
+    check_name(name)
+    if isinstance(command, str) or not command or not all(isinstance(c, str) and c for c in command):
+        raise ConfigurationError(f"upstream {name!r}: command must be a non-empty list of strings "
+                                 f"(['python', '-m', 'my_mcp_server']), got {command!r}")
+    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigurationError(f"upstream {name!r}: env must map names to string values")
+    spec = UpstreamSpec(name, tuple(command), dict(env or {}), cwd)
+
+    async def undo(tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None) -> None:
+        await spec.call_tool(tool, arguments, idempotency_key)
+
+    undo.__qualname__ = f"upstream[{name}]"
+    hname = handler_name(name)
+    try:
+        get_compensator(hname)
+        from ..compensation import unregister_compensator
+
+        unregister_compensator(hname)  # a re-registration replaces the spec (the same name, a new command)
+    except HandlerNotRegistered:
+        pass
+    compensator(hname)(undo)
+    return spec
+
+
+def load_upstreams(path: str) -> list[UpstreamSpec]:
+    """Register every upstream of the JSON file at ``path`` (see the module doc)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise ConfigurationError(f"{ENV_UPSTREAMS}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ConfigurationError(f"{ENV_UPSTREAMS}: {path} is not JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ConfigurationError(f"{path}: must be an object of name -> {{\"command\": [...]}}")
+    out = []
+    for name, entry in doc.items():
+        where = f"{path}: upstream {name!r}"
+        check_name(name, where)
+        if not isinstance(entry, dict) or set(entry) - {"command", "env", "cwd"} or "command" not in entry:
+            raise ConfigurationError(f"{where} must be {{\"command\": [\"python\", \"-m\", \"server\"]"
+                                     f"[, \"env\": {{...}}, \"cwd\": DIR]}}")
+        try:
+            out.append(register_upstream(name, command=entry["command"], env=entry.get("env"), cwd=entry.get("cwd")))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{path}: {exc.message}") from None
+    return out
+
+
+_from_env = os.environ.get(ENV_UPSTREAMS, "").strip()
+if _from_env:
+    load_upstreams(_from_env)

@@ -1,0 +1,178 @@
+"""Helpers for the MCP proxy tests: the proxy command, a client session held open in a
+thread (shared by a module's tests), and readers of the WAL and the server's ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+ROOT = Path(__file__).resolve().parents[3]
+SERVER = ROOT / "tests" / "fixtures" / "mcp_server.py"
+CLIENT = Path(__file__).resolve().parent / "mcp_client.py"
+T = TypeVar("T")
+
+POLICY: dict[str, Any] = {
+    "mode": "enforce",
+    "tools": {
+        "create_charge": {"semantics": "COMPENSABLE",
+                          "compensate": {"tool": "create_refund", "args": {"charge": "$.id"}},
+                          "policy_args": {"amount": "$.amount"}},
+        "die_after_effect": {"semantics": "COMPENSABLE",
+                             "compensate": {"tool": "create_refund", "args": {"charge": "$.id"}}},
+        "search_docs": {"semantics": "REVERSIBLE"},
+        "big": {"semantics": "REVERSIBLE"},
+        "slow": {"semantics": "REVERSIBLE"},
+        "tell_tools_changed": {"semantics": "REVERSIBLE"},
+        "garble": {"semantics": "REVERSIBLE"},
+        "create_refund": {"semantics": "IRREVERSIBLE"},
+        "wire_send": {"semantics": "IRREVERSIBLE"},
+    },
+}
+
+
+def write_policy(path: Path, policy: dict[str, Any] | None = None) -> Path:
+    path.write_text(json.dumps(policy or POLICY))
+    return path
+
+
+def proxy_argv(*options: str) -> list[str]:
+    """``agent-saga mcp OPTIONS -- python tests/fixtures/mcp_server.py``."""
+    return ["-m", "agent_saga.cli", "mcp", *options, "--", sys.executable, str(SERVER)]
+
+
+def proxy_env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
+    env.update({"MCP_LEDGER": str(tmp / "ledger.jsonl"), "PYTHONUNBUFFERED": "1"}, **extra)
+    return env
+
+
+def params(tmp: Path, *options: str, **env: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=proxy_argv(*options), env=proxy_env(tmp, **env),
+                                 cwd=str(ROOT))
+
+
+def ledger(tmp: Path) -> list[dict[str, Any]]:
+    path = tmp / "ledger.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def calls(tmp: Path, tool: str) -> list[dict[str, Any]]:
+    return [e for e in ledger(tmp) if e["tool"] == tool]
+
+
+def records(wal: Path) -> list[dict[str, Any]]:
+    """The WAL's records as written so far (complete lines only)."""
+    if not wal.exists():
+        return []
+    out = []
+    for line in wal.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break  # the line being written
+    return out
+
+
+def of_type(wal: Path, type_: str, **where: Any) -> list[dict[str, Any]]:
+    return [r for r in records(wal) if r["type"] == type_
+            and all((r.get("payload") or {}).get(k) == v for k, v in where.items())]
+
+
+def step_types(wal: Path, tool: str) -> list[str]:
+    """The record types of every step of ``tool``, in order."""
+    steps = {r["step"] for r in records(wal) if r["type"] == "STEP_INTENT" and r["payload"].get("tool") == tool}
+    return [r["type"] for r in records(wal) if r.get("step") in steps]
+
+
+class HeldSession:
+    """One client session through the proxy, held open by a thread's event loop, so the
+    tests of a module share it (one proxy and one server start): ``run(fn)`` runs
+    ``await fn(session)`` there."""
+
+    def __init__(self, server: StdioServerParameters, errlog: Path, **session_kw: Any) -> None:
+        self.server = server
+        self.errlog = errlog
+        self.session_kw = session_kw
+        self.loop = asyncio.new_event_loop()
+        self.ready: Future[ClientSession] = Future()
+        self._stop: asyncio.Event | None = None
+        self.notifications: list[Any] = []
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self._held = asyncio.run_coroutine_threadsafe(self._hold(), self.loop)
+        self.session = self.ready.result(timeout=60)
+
+    async def _hold(self) -> None:
+        self._stop = asyncio.Event()
+
+        async def on_message(message: Any) -> None:
+            self.notifications.append(message)
+
+        try:
+            with open(self.errlog, "a", encoding="utf-8") as err:
+                async with stdio_client(self.server, errlog=err) as (r, w):
+                    async with ClientSession(r, w, message_handler=on_message, **self.session_kw) as s:
+                        await s.initialize()
+                        self.ready.set_result(s)
+                        await self._stop.wait()
+        except BaseException as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+            raise
+
+    def run(self, fn: Callable[[ClientSession], Awaitable[T]], timeout: float = 60) -> T:
+        async def go() -> T:
+            return await fn(self.session)
+
+        return asyncio.run_coroutine_threadsafe(go(), self.loop).result(timeout=timeout)
+
+    def close(self) -> None:
+        if self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        try:
+            self._held.result(timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
+            self.loop.close()
+
+
+def start_client(tmp: Path, script: Sequence[dict[str, Any]], *options: str, **env: str) -> subprocess.Popen[str]:
+    """A client process (tests/integration/mcp/mcp_client.py) that runs ``script``
+    through the proxy, prints each answer as a JSON line, then ``ready``, and waits."""
+    cmd = [sys.executable, str(CLIENT), json.dumps(script), json.dumps(proxy_argv(*options))]
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=proxy_env(tmp, **env), cwd=str(ROOT))
+
+
+def read_until_ready(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """The client's answers, up to its ``ready`` line."""
+    assert proc.stdout is not None
+    out = []
+    for line in proc.stdout:
+        if line.strip() == "ready":
+            return out
+        out.append(json.loads(line))
+    raise AssertionError(f"the client exited ({proc.wait()}) before it was ready: {proc.stderr.read()[-3000:]}"
+                         if proc.stderr else "the client exited")
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        out += [int(p) for p in text]
+    return out
