@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -20,7 +21,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 async def main() -> None:
     script = json.loads(sys.argv[1])
     argv = json.loads(sys.argv[2])
-    server = StdioServerParameters(command=sys.executable, args=argv)
+    server = StdioServerParameters(command=sys.executable, args=argv, env=dict(os.environ))
     async with stdio_client(server) as (r, w):
         async with ClientSession(r, w) as s:
             await s.initialize()
