@@ -1,7 +1,8 @@
-"""``agent-saga mcp [--policy FILE | --observe --emit-policy FILE] -- CMD ARGS...``.
+"""``agent-saga mcp [--policy FILE | --policy-from-plane NS/NAME | --observe --emit-policy FILE] -- CMD ARGS...``.
 
     agent-saga mcp --observe --emit-policy saga-policy.yaml -- python -m my_mcp_server
     agent-saga mcp --policy saga-policy.json --name payments -- python -m my_mcp_server
+    agent-saga mcp --policy-from-plane payments/payments-agent -- python -m my_mcp_server
 
 Runs in place of the MCP server an agent starts over stdio: the agent's MCP client talks
 to the proxy on stdin/stdout, the proxy starts ``CMD ARGS`` and talks to it. See
@@ -32,6 +33,8 @@ def register(sub: Any) -> None:
         "COMPENSABLE calls are undone when the session fails. Everything else is forwarded verbatim.")
     what = p.add_mutually_exclusive_group()
     what.add_argument("--policy", metavar="FILE", help="the policy file (JSON, or a SagaPolicy manifest in YAML)")
+    what.add_argument("--policy-from-plane", metavar="NS/NAME",
+                      help="the SagaPolicy resource NS/NAME, read live from the policy plane (AGENT_SAGA_REDIS_URL)")
     what.add_argument("--observe", action="store_true",
                       help="forward everything, record the tools, write a skeleton policy (--emit-policy)")
     p.add_argument("--emit-policy", metavar="FILE", help="with --observe: the skeleton to write (never overwritten)")
@@ -63,7 +66,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
-    opts = ProxyOptions(command=command, policy=args.policy, observe=args.observe, emit_policy=args.emit_policy,
+    opts = ProxyOptions(command=command, policy=args.policy, policy_from_plane=args.policy_from_plane, observe=args.observe, emit_policy=args.emit_policy,
                         boundary=args.boundary, name=args.name, agent=args.agent, wal=args.wal,
                         approvals=args.approvals, approval_timeout=args.approval_timeout,
                         lease_seconds=args.lease_seconds)

@@ -11,6 +11,7 @@ undo a call is a named upstream (``upstreams``). See docs/mcp.md.
 """
 
 from ._observe import Surface
+from ._plane import OnePolicy, plane_policy
 from ._proxy import ClientChannel, McpProxy, stdio_client_channel
 from ._run import ProxyOptions, run_proxy
 from ._session import (
@@ -38,6 +39,7 @@ __all__ = [
     "ENV_UPSTREAMS",
     "IDEMPOTENCY_META",
     "McpProxy",
+    "OnePolicy",
     "OutcomeUnknown",
     "ProxyOptions",
     "ROLLBACK_TOOL",
@@ -49,6 +51,7 @@ __all__ = [
     "call_tool_once",
     "handler_name",
     "load_upstreams",
+    "plane_policy",
     "register_upstream",
     "result_document",
     "run_proxy",

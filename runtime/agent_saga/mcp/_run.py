@@ -24,6 +24,7 @@ from ..errors import ConfigurationError
 from ..wal import get_default_wal, open_wal
 from ..wal.base import BaseWAL
 from ._observe import Surface
+from ._plane import plane_policy
 from ._proxy import McpProxy, stdio_client_channel
 from ._session import Boundary, ToolSession
 from ._stdio import StdioUpstream
@@ -42,6 +43,7 @@ class ProxyOptions:
 
     command: Sequence[str]
     policy: str | None = None
+    policy_from_plane: str | None = None
     observe: bool = False
     emit_policy: str | None = None
     boundary: Boundary = "session"
@@ -63,14 +65,16 @@ class ProxyOptions:
             raise ConfigurationError(f"--boundary {self.boundary!r}: choose session, explicit or none")
         check_name(self.name, "--name")
         if self.observe:
-            if self.policy or self.policy_source is not None:
+            if self.policy or self.policy_from_plane or self.policy_source is not None:
                 raise ConfigurationError("--observe forwards everything and enforces nothing: drop --policy")
             if not self.emit_policy:
                 raise ConfigurationError("--observe needs --emit-policy FILE: where the skeleton is written")
             if os.path.exists(self.emit_policy):
                 raise ConfigurationError(f"--emit-policy {self.emit_policy} exists: a reviewed policy is never "
                                          f"overwritten by a skeleton; name a new file")
-        elif self.policy is None and self.policy_source is None:
+        elif self.policy and self.policy_from_plane:
+            raise ConfigurationError("--policy and --policy-from-plane: choose one source of the policy")
+        elif self.policy is None and self.policy_from_plane is None and self.policy_source is None:
             raise ConfigurationError("name the policy: --policy saga-policy.json (or --observe --emit-policy FILE to "
                                      "write one from what the agent calls)")
         if self.emit_policy and not self.observe:
@@ -107,7 +111,10 @@ async def run_proxy(opts: ProxyOptions) -> int:
             log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
                         ", ".join(written))
     wal = _wal(opts.wal)
-    source = opts.policy_source or StaticPolicySource.from_file(str(opts.policy), agent=opts.agent)
+    source = opts.policy_source
+    if source is None:
+        source = (plane_policy(opts.policy_from_plane, opts.agent) if opts.policy_from_plane
+                  else StaticPolicySource.from_file(str(opts.policy), agent=opts.agent))
     gate = build_gate(opts, wal, source)
     proxy = McpProxy(upstream, inject_boundary_tools=opts.boundary == "explicit")
     proxy.session = ToolSession(wal=wal, gate=gate, policy=source, boundary=opts.boundary, upstream_name=opts.name,
