@@ -3,6 +3,7 @@
     agent-saga mcp --observe --emit-policy saga-policy.yaml -- python -m my_mcp_server
     agent-saga mcp --policy saga-policy.json --name payments -- python -m my_mcp_server
     agent-saga mcp --policy-from-plane payments/payments-agent -- python -m my_mcp_server
+    agent-saga mcp --policy saga-policy.json --listen 127.0.0.1:8931 --upstream http://127.0.0.1:8000/mcp
 
 Runs in place of the MCP server an agent starts over stdio: the agent's MCP client talks
 to the proxy on stdin/stdout, the proxy starts ``CMD ARGS`` and talks to it. See
@@ -56,6 +57,13 @@ def register(sub: Any) -> None:
     p.add_argument("--lease-seconds", type=float, default=None,
                    help="seconds after the proxy's last sign of life before a recovery daemon may take its saga "
                    "over (default 30)")
+    p.add_argument("--listen", metavar="ADDR", help="serve Streamable HTTP on ADDR (127.0.0.1:8931), in front of "
+                   "--upstream")
+    p.add_argument("--upstream", metavar="URL", help="with --listen: the Streamable HTTP server's MCP endpoint "
+                   "(http://127.0.0.1:8000/mcp)")
+    p.add_argument("--session-idle", type=float, default=300.0,
+                   help="with --listen: seconds without a request before a session counts as dropped and is rolled "
+                   "back (default 300; a DELETE ends it cleanly)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the MCP server to start")
     p.set_defaults(handler=cmd_mcp)
 
@@ -69,6 +77,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     opts = ProxyOptions(command=command, policy=args.policy, policy_from_plane=args.policy_from_plane, observe=args.observe, emit_policy=args.emit_policy,
                         boundary=args.boundary, name=args.name, agent=args.agent, wal=args.wal,
                         approvals=args.approvals, approval_timeout=args.approval_timeout,
-                        lease_seconds=args.lease_seconds)
+                        lease_seconds=args.lease_seconds, listen=args.listen, upstream=args.upstream,
+                        session_idle=args.session_idle)
     opts.check()
     return asyncio.run(run_proxy(opts))

@@ -5,11 +5,12 @@
 A JSON-RPC proxy between an MCP client and one MCP server (no MCP SDK inside, so it works
 with any server): ``tools/call`` requests pass the whole gate and are logged as saga
 steps, COMPENSABLE ones with the inverse derived from their result; everything else is
-forwarded verbatim (``_proxy``). Where the boundary of a saga comes from is
+forwarded verbatim (``_proxy`` for stdio servers, ``_httpproxy`` for Streamable HTTP). Where the boundary of a saga comes from is
 ``--boundary`` (``_session``); how a process other than the proxy reaches the server to
 undo a call is a named upstream (``upstreams``). See docs/mcp.md.
 """
 
+from ._httpproxy import HttpProxy, call_tool_http
 from ._observe import Surface
 from ._plane import OnePolicy, plane_policy
 from ._proxy import ClientChannel, McpProxy, stdio_client_channel
@@ -37,6 +38,7 @@ __all__ = [
     "COMMIT_TOOL",
     "ClientChannel",
     "ENV_UPSTREAMS",
+    "HttpProxy",
     "IDEMPOTENCY_META",
     "McpProxy",
     "OnePolicy",
@@ -48,6 +50,7 @@ __all__ = [
     "ToolSession",
     "UpstreamGone",
     "UpstreamSpec",
+    "call_tool_http",
     "call_tool_once",
     "handler_name",
     "load_upstreams",

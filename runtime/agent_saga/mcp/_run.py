@@ -23,6 +23,7 @@ from ..controls.policy import PolicySource, StaticPolicySource
 from ..errors import ConfigurationError
 from ..wal import get_default_wal, open_wal
 from ..wal.base import BaseWAL
+from ._httpproxy import HttpProxy
 from ._observe import Surface
 from ._plane import plane_policy
 from ._proxy import McpProxy, stdio_client_channel
@@ -53,14 +54,27 @@ class ProxyOptions:
     approvals: str | None = None
     approval_timeout: float = 900.0
     lease_seconds: float | None = None
+    listen: str | None = None
+    upstream: str | None = None
+    session_idle: float = 300.0
     policy_source: PolicySource | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         """Refuse contradictory or missing options, naming the flag and the fix."""
-        if not self.command:
+        if (self.listen is None) != (self.upstream is None):
+            raise ConfigurationError("--listen ADDR and --upstream URL go together (a Streamable HTTP server); for a "
+                                     "stdio server, name its command after --")
+        if self.listen is not None:
+            if self.command:
+                raise ConfigurationError("--listen/--upstream proxy an HTTP server: drop the command after --")
+            listen_address(self.listen)
+            if not str(self.upstream).startswith(("http://", "https://")):
+                raise ConfigurationError(f"--upstream {self.upstream!r}: the server's MCP endpoint URL, "
+                                         f"http://host:port/mcp")
+        elif not self.command:
             raise ConfigurationError("name the upstream MCP server after --: agent-saga mcp --policy FILE -- python "
-                                     "-m my_mcp_server")
+                                     "-m my_mcp_server (or --listen ADDR --upstream URL for an HTTP server)")
         if self.boundary not in BOUNDARIES:
             raise ConfigurationError(f"--boundary {self.boundary!r}: choose session, explicit or none")
         check_name(self.name, "--name")
@@ -81,6 +95,14 @@ class ProxyOptions:
             raise ConfigurationError("--emit-policy goes with --observe")
 
 
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT``, all interfaces) as a pair; ``ConfigurationError`` otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigurationError(f"--listen {text!r}: an address like 127.0.0.1:8931 (or :8931 for all interfaces)")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _wal(target: str | None) -> BaseWAL:
     return open_wal(target) if target else get_default_wal()
 
@@ -98,6 +120,8 @@ async def run_proxy(opts: ProxyOptions) -> int:
     """Serve one session on stdin/stdout (see the module doc). The exit code: 0 the
     session ended cleanly (committed), 1 it was dropped (rolled back)."""
     opts.check()
+    if opts.listen is not None:
+        return await _run_http(opts)
     upstream = StdioUpstream(opts.command)
     spec = UpstreamSpec(opts.name, tuple(opts.command))
     if opts.observe:
@@ -111,10 +135,7 @@ async def run_proxy(opts: ProxyOptions) -> int:
             log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
                         ", ".join(written))
     wal = _wal(opts.wal)
-    source = opts.policy_source
-    if source is None:
-        source = (plane_policy(opts.policy_from_plane, opts.agent) if opts.policy_from_plane
-                  else StaticPolicySource.from_file(str(opts.policy), agent=opts.agent))
+    source = _policy(opts)
     gate = build_gate(opts, wal, source)
     proxy = McpProxy(upstream, inject_boundary_tools=opts.boundary == "explicit")
     proxy.session = ToolSession(wal=wal, gate=gate, policy=source, boundary=opts.boundary, upstream_name=opts.name,
@@ -122,6 +143,49 @@ async def run_proxy(opts: ProxyOptions) -> int:
                                 lease_seconds=opts.lease_seconds, agent=opts.agent)
     try:
         return await proxy.serve(await stdio_client_channel())
+    finally:
+        if opts.wal:
+            wal.close()
+
+
+def _policy(opts: ProxyOptions) -> PolicySource:
+    if opts.policy_source is not None:
+        return opts.policy_source
+    if opts.policy_from_plane:
+        return plane_policy(opts.policy_from_plane, opts.agent)
+    return StaticPolicySource.from_file(str(opts.policy), agent=opts.agent)
+
+
+async def _run_http(opts: ProxyOptions) -> int:
+    assert opts.listen is not None and opts.upstream is not None
+    host, port = listen_address(opts.listen)
+    if opts.observe:
+        surface = Surface()
+        proxy = HttpProxy(opts.upstream, new_session=None, on_tools=surface.listed, on_call=surface.called)
+        try:
+            return await proxy.serve(host, port)
+        finally:
+            assert opts.emit_policy is not None
+            written = surface.write(opts.emit_policy, name=opts.name, source=opts.upstream)
+            log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
+                        ", ".join(written))
+    wal = _wal(opts.wal)
+    source = _policy(opts)
+    gate = build_gate(opts, wal, source)
+    spec = UpstreamSpec(opts.name, url=opts.upstream)
+
+    async def not_used(msg: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - each call brings its own
+        raise RuntimeError("an HTTP session forwards each call itself")
+
+    def new_session() -> ToolSession:
+        return ToolSession(wal=wal, gate=gate, policy=source, boundary=opts.boundary, upstream_name=opts.name,
+                           upstream=None, spec=spec, forward=not_used, lease_seconds=opts.lease_seconds,
+                           agent=opts.agent)
+
+    proxy = HttpProxy(opts.upstream, new_session=new_session, inject_boundary_tools=opts.boundary == "explicit",
+                      session_idle=opts.session_idle)
+    try:
+        return await proxy.serve(host, port)
     finally:
         if opts.wal:
             wal.close()

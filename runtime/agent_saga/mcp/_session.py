@@ -147,7 +147,7 @@ class ToolSession:
     """The tool calls of one client session (see the module doc)."""
 
     def __init__(self, *, wal: BaseWAL, gate: Gate | None, policy: PolicySource | None, boundary: Boundary,
-                 upstream_name: str, upstream: StdioUpstream, spec: UpstreamSpec | None,
+                 upstream_name: str, upstream: StdioUpstream | None, spec: UpstreamSpec | None,
                  forward: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
                  lease_seconds: float | None = None, agent: str = "mcp-proxy") -> None:
         self.wal = wal
@@ -207,8 +207,11 @@ class ToolSession:
         return f"saga {saga.saga_id} committed ({saga.status})"
 
     # ------------------------------------------------------------------ one call
-    async def call(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The response to the client's ``tools/call`` request ``msg``."""
+    async def call(self, msg: dict[str, Any],
+                   forward: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None) -> dict[str, Any]:
+        """The response to the client's ``tools/call`` request ``msg`` (sent upstream by
+        ``forward``, default: the session's)."""
+        send = forward or self._forward
         id_ = msg["id"]
         params = msg.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("name"), str) or not params["name"]:
@@ -224,8 +227,8 @@ class ToolSession:
         semantics, factory = self._declaration(tool)
         answered: list[dict[str, Any]] = []
 
-        async def forward() -> dict[str, Any]:
-            resp = await self._forward(msg)
+        async def step() -> dict[str, Any]:
+            resp = await send(msg)
             answered.append(resp)
             if "error" in resp or (isinstance(resp.get("result"), dict) and resp["result"].get("isError") is True):
                 raise _ToolFailed(resp)
@@ -237,11 +240,11 @@ class ToolSession:
                                       tags=("mcp", f"mcp:{self.upstream_name}"), lease_seconds=self._lease) as one:
                     self.sagas.append(one.saga_id)
                     try:
-                        return await self._step(one, tool, semantics, forward, factory, arguments, id_, answered)
+                        return await self._step(one, tool, semantics, step, factory, arguments, id_, answered)
                     except OutcomeUnknown as exc:  # recorded; no rollback under --boundary none
                         return _unknown(id_, tool, exc)
             saga = await self._saga()
-            return await self._step(saga, tool, semantics, forward, factory, arguments, id_, answered)
+            return await self._step(saga, tool, semantics, step, factory, arguments, id_, answered)
         except OutcomeUnknown as exc:
             return _unknown(id_, tool, exc)
         except SagaRefused as exc:  # the saga itself was refused (a DRAIN): nothing was sent
@@ -310,7 +313,7 @@ class ToolSession:
         params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
         if idempotency_key:
             params["_meta"] = {IDEMPOTENCY_META: idempotency_key}
-        if self.upstream.alive:
+        if self.upstream is not None and self.upstream.alive:
             tool_result(await self.upstream.request("tools/call", params), tool)
             return
         if self.spec is None:

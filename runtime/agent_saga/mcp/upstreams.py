@@ -61,30 +61,52 @@ def check_name(name: object, where: str = "the upstream name") -> str:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSpec:
-    """How to start an upstream MCP server over stdio (``command``, ``env``, ``cwd``)."""
+    """How to reach an upstream MCP server: start ``command`` (stdio; ``env``, ``cwd``)
+    or post to ``url`` (Streamable HTTP). Exactly one of the two."""
 
     name: str
-    command: tuple[str, ...]
+    command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    url: str | None = None
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None
                         ) -> dict[str, Any]:
         """Call ``tool`` once on a fresh session; its result (raises if it did not happen)."""
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        if self.url is not None:
+            from ._httpproxy import call_tool_http
+
+            return await call_tool_http(self.url, tool, arguments, meta=meta)
         return await call_tool_once(self.command, tool, arguments, meta=meta, env=self.env or None, cwd=self.cwd)
 
 
-def register_upstream(name: str, *, command: Sequence[str], env: Mapping[str, str] | None = None,
-                      cwd: str | None = None) -> UpstreamSpec:
-    """Register the compensation handler ``mcp:<name>`` for the server ``command`` starts."""
+def register_upstream(name: str, *, command: Sequence[str] | None = None, url: str | None = None,
+                      env: Mapping[str, str] | None = None, cwd: str | None = None) -> UpstreamSpec:
+    """Register the compensation handler ``mcp:<name>`` for the server ``command`` starts
+    (stdio) or the one at ``url`` (Streamable HTTP)."""
     check_name(name)
+    if (command is None) == (url is None):
+        raise ConfigurationError(f"upstream {name!r}: give exactly one of command (a stdio server) and url (a "
+                                 f"Streamable HTTP server, http://host:port/mcp)")
+    if url is not None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"upstream {name!r}: url must be http:// or https://, got {url!r}")
+        spec = UpstreamSpec(name, url=url)
+        _register(spec)
+        return spec
     if isinstance(command, str) or not command or not all(isinstance(c, str) and c for c in command):
         raise ConfigurationError(f"upstream {name!r}: command must be a non-empty list of strings "
                                  f"(['python', '-m', 'my_mcp_server']), got {command!r}")
     if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ConfigurationError(f"upstream {name!r}: env must map names to string values")
     spec = UpstreamSpec(name, tuple(command), dict(env or {}), cwd)
+    _register(spec)
+    return spec
+
+
+def _register(spec: UpstreamSpec) -> None:
+    name = spec.name
 
     async def undo(tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None) -> None:
         await spec.call_tool(tool, arguments, idempotency_key)
@@ -99,7 +121,6 @@ def register_upstream(name: str, *, command: Sequence[str], env: Mapping[str, st
     except HandlerNotRegistered:
         pass
     compensator(hname)(undo)
-    return spec
 
 
 def load_upstreams(path: str) -> list[UpstreamSpec]:
@@ -117,11 +138,12 @@ def load_upstreams(path: str) -> list[UpstreamSpec]:
     for name, entry in doc.items():
         where = f"{path}: upstream {name!r}"
         check_name(name, where)
-        if not isinstance(entry, dict) or set(entry) - {"command", "env", "cwd"} or "command" not in entry:
+        if not isinstance(entry, dict) or set(entry) - {"command", "env", "cwd", "url"}:
             raise ConfigurationError(f"{where} must be {{\"command\": [\"python\", \"-m\", \"server\"]"
-                                     f"[, \"env\": {{...}}, \"cwd\": DIR]}}")
+                                     f"[, \"env\": {{...}}, \"cwd\": DIR]}} or {{\"url\": \"http://host:port/mcp\"}}")
         try:
-            out.append(register_upstream(name, command=entry["command"], env=entry.get("env"), cwd=entry.get("cwd")))
+            out.append(register_upstream(name, command=entry.get("command"), url=entry.get("url"),
+                                         env=entry.get("env"), cwd=entry.get("cwd")))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{path}: {exc.message}") from None
     return out

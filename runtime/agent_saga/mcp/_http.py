@@ -1,0 +1,226 @@
+"""Just enough HTTP/1.1 for MCP's Streamable HTTP transport, on asyncio streams.
+
+The proxy serves one request per connection (``Connection: close``) and speaks to the
+upstream the same way, so a message body is ``Content-Length`` bytes, a chunked body, or
+everything until the connection closes; a Server-Sent Events stream is read event by
+event (``sse_events``), each kept as the bytes that arrived so it can be relayed as is.
+
+Invariants:
+- A request the parser cannot read is answered 400 by the caller, never guessed at.
+- Header names compare case-insensitively; values are kept as sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
+           "sse_events", "write_head"]
+
+MAX_HEAD = 64 * 1024
+MAX_BODY = 256 * 1024 * 1024
+Headers = list[tuple[str, str]]
+
+
+class HttpError(Exception):
+    """A message that is not the HTTP this module reads."""
+
+
+@dataclass
+class HttpRequest:
+    """One request: method, target, headers, body."""
+
+    method: str
+    target: str
+    headers: Headers
+    body: bytes = b""
+
+
+@dataclass
+class HttpResponse:
+    """A response head and its body, not read yet (``body()`` or ``chunks()``)."""
+
+    status: int
+    headers: Headers
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    _used: list[bool] = field(default_factory=lambda: [False])
+
+    @property
+    def content_type(self) -> str:
+        """The media type, lowercased, without parameters."""
+        return (header(self.headers, "content-type") or "").split(";")[0].strip().lower()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives."""
+        async for c in _body(self.reader, self.headers):
+            yield c
+
+    async def body(self) -> bytes:
+        """The whole body."""
+        out = bytearray()
+        async for c in self.chunks():
+            out += c
+            if len(out) > MAX_BODY:
+                raise HttpError(f"a body over {MAX_BODY} bytes")
+        return bytes(out)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.writer.close()
+
+
+def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    """The first value of header ``name``, or None."""
+    low = name.lower()
+    for k, v in headers:
+        if k.lower() == low:
+            return v
+    return None
+
+
+async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
+    try:
+        raw = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial:
+            return None
+        raise HttpError("the connection closed inside the message head") from None
+    except asyncio.LimitOverrunError:
+        raise HttpError(f"a message head over {MAX_HEAD} bytes") from None
+    lines = raw.decode("latin-1").split("\r\n")
+    headers: Headers = []
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise HttpError(f"a header line without ':': {line[:80]!r}")
+        headers.append((name.strip(), value.strip()))
+    return lines[0], headers
+
+
+async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
+    """The next request on ``reader`` (None: the connection closed first)."""
+    head = await _head(reader)
+    if head is None:
+        return None
+    first, headers = head
+    parts = first.split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise HttpError(f"not an HTTP/1.x request line: {first[:80]!r}")
+    body = b""
+    if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
+        body = b"".join([c async for c in _body(reader, headers)])
+    return HttpRequest(parts[0].upper(), parts[1], headers, body)
+
+
+async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator[bytes]:
+    length = header(headers, "content-length")
+    if "chunked" in (header(headers, "transfer-encoding") or "").lower():
+        while True:
+            size_line = await reader.readline()
+            if not size_line:
+                return  # the peer closed mid-body: the caller sees a short body
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()
+                return
+            data = await reader.readexactly(size)
+            await reader.readline()
+            yield data
+    elif length is not None:
+        left = int(length)
+        if left > MAX_BODY:
+            raise HttpError(f"a body over {MAX_BODY} bytes")
+        while left > 0:
+            data = await reader.read(min(left, 65536))
+            if not data:
+                return
+            left -= len(data)
+            yield data
+    else:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            yield data
+
+
+async def open_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str, str]:
+    """A connection to ``url``'s host; ``(reader, writer, host header, path)``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise HttpError(f"{url}: the upstream URL must be http:// or https://")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=parts.scheme == "https" or None,
+                                                   limit=MAX_HEAD * 4)
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return reader, writer, parts.netloc, path
+
+
+async def request(url: str, method: str, headers: Headers, body: bytes = b"") -> HttpResponse:
+    """Send one request to ``url`` (``Connection: close``); the response, body unread."""
+    reader, writer, host, path = await open_connection(url)
+    skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    if body or method in ("POST", "PUT"):
+        lines.append(f"Content-Length: {len(body)}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+    await writer.drain()
+    return await read_response(reader, writer)
+
+
+async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpResponse:
+    """The response head on ``reader``."""
+    head = await _head(reader)
+    if head is None:
+        raise HttpError("the connection closed before a response")
+    first, headers = head
+    parts = first.split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
+        raise HttpError(f"not an HTTP/1.x status line: {first[:80]!r}")
+    return HttpResponse(int(parts[1]), headers, reader, writer)
+
+
+def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None) -> None:
+    """Write a response head (``Connection: close``; no length: the body ends at close)."""
+    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+              500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
+    skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
+    lines = [f"HTTP/1.1 {status} {reason}", "Connection: close"]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+
+
+async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, Any]]:
+    """Each event of a text/event-stream: its raw bytes (blank line included) and its
+    ``data`` parsed as JSON (None when it has none or it is not JSON)."""
+    buf = b""
+    async for c in chunks:
+        buf += c.replace(b"\r\n", b"\n")
+        while b"\n\n" in buf:
+            raw, buf = buf.split(b"\n\n", 1)
+            data = b"\n".join(line[5:].lstrip(b" ") for line in raw.split(b"\n") if line.startswith(b"data:"))
+            doc: Any = None
+            if data:
+                try:
+                    doc = json.loads(data)
+                except ValueError:
+                    doc = None
+            yield raw + b"\n\n", doc
+
+
+def sse_event(msg: Any) -> bytes:
+    """One message as an SSE event."""
+    return b"event: message\ndata: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n"

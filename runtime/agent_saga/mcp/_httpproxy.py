@@ -1,0 +1,424 @@
+"""The proxy for Streamable HTTP servers: ``--listen ADDR --upstream URL``.
+
+    agent (MCP client) ──HTTP──▶ HttpProxy (ADDR) ──HTTP──▶ upstream server (URL)
+
+Each HTTP request is relayed to the upstream with its headers (``Mcp-Session-Id``,
+``MCP-Protocol-Version``, ``Authorization``...) and the upstream's response is relayed
+back, streamed as it arrives — except the three interpreted methods: a ``tools/call``
+becomes a step of the session's saga (``ToolSession``; the answer is an SSE stream when
+the client accepts one: the upstream's progress events are relayed as they come, then
+the response), and a ``tools/list`` response is read (``--observe``) and, with
+``--boundary explicit``, given ``saga_commit`` / ``saga_rollback``.
+
+A session is the upstream's ``Mcp-Session-Id``. It ends **cleanly** with the client's
+``DELETE`` (committed); it **drops** when no request arrives for ``--session-idle``
+seconds with no call in flight, or when the proxy is stopped (SIGTERM / SIGINT): rolled
+back, each inverse called on a fresh session of the upstream.
+
+Invariants:
+- A body that is not JSON, or not JSON-RPC, is answered 400 with a JSON-RPC error; the
+  session goes on.
+- A call whose response never arrives (the upstream dropped the connection, the client
+  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import _http as http
+from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
+from ._stdio import PROTOCOL_VERSION, UpstreamGone, tool_result
+from ._wire import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    UPSTREAM_UNAVAILABLE,
+    classify,
+    encode,
+    error,
+    key,
+    usable_id,
+)
+
+__all__ = ["HttpProxy", "call_tool_http"]
+
+log = logging.getLogger("agent_saga.mcp")
+
+_INTERPRETED = frozenset({"initialize", "tools/list", "tools/call"})
+_JSON = [("Content-Type", "application/json")]
+
+
+@dataclass
+class _Session:
+    tools: ToolSession
+    last: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    cancels: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    sent: set[str] = field(default_factory=set)
+    cancelled: set[str] = field(default_factory=set)
+
+
+class HttpProxy:
+    """Streamable HTTP sessions in front of one upstream URL (see the module doc).
+    ``new_session`` None: ``--observe`` (nothing gated)."""
+
+    def __init__(self, upstream: str, *, new_session: Callable[[], ToolSession] | None,
+                 inject_boundary_tools: bool = False, session_idle: float = 300.0,
+                 on_tools: Callable[[list[Any]], None] | None = None,
+                 on_call: Callable[[str], None] | None = None) -> None:
+        self.upstream = upstream
+        self._new = new_session
+        self._inject = inject_boundary_tools
+        self._idle = session_idle
+        self._on_tools = on_tools
+        self._on_call = on_call
+        self.sessions: dict[str, _Session] = {}
+        self.port = 0
+        self._stop = asyncio.Event()
+        self._why = ""
+
+    # ------------------------------------------------------------------ running
+    async def serve(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> int:
+        """Serve until SIGTERM / SIGINT (or ``stop``); open sessions are then dropped."""
+        server = await asyncio.start_server(self._connection, host, port, limit=http.MAX_HEAD * 4)
+        self.port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop, f"the proxy received {signal.Signals(sig).name}")
+        log.info("agent-saga mcp: listening on %s:%d, upstream %s", host, self.port, self.upstream)
+        if ready is not None:
+            ready(self.port)
+        reaper = asyncio.ensure_future(self._reap())
+        try:
+            await self._stop.wait()
+        finally:
+            reaper.cancel()
+            server.close()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            for sid in list(self.sessions):
+                await self._end(sid, False, self._why or "the proxy stopped")
+        return 0
+
+    def stop(self, why: str = "the proxy stopped") -> None:
+        """Stop serving; every open session is dropped (rolled back)."""
+        self._why = why
+        self._stop.set()
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self._idle / 4))
+            now = time.monotonic()
+            for sid, s in list(self.sessions.items()):
+                if s.busy == 0 and now - s.last > self._idle:
+                    await self._end(sid, False, f"no request for {self._idle:g}s: the session was abandoned")
+
+    async def _end(self, sid: str, clean: bool, why: str = "") -> None:
+        s = self.sessions.pop(sid, None)
+        if s is None:
+            return
+        for k, task in list(s.tasks.items()):
+            fut = s.cancels.get(k)
+            if k in s.sent and fut is not None and not fut.done():
+                fut.set_result(None)
+            elif k not in s.sent:
+                task.cancel()
+        await asyncio.gather(*s.tasks.values(), return_exceptions=True)
+        outcome = await s.tools.end(clean, why)
+        if not clean:
+            log.warning("agent-saga mcp: session %s dropped (%s)", sid or "-", why)
+        if outcome:
+            log.info("agent-saga mcp: %s", outcome)
+
+    def _session(self, sid: str) -> _Session | None:
+        if self._new is None:
+            return None
+        s = self.sessions.get(sid)
+        if s is None:
+            s = self.sessions[sid] = _Session(self._new())
+        s.last = time.monotonic()
+        return s
+
+    # ------------------------------------------------------------------ one request
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                req = await http.read_request(reader)
+            except (http.HttpError, ValueError) as exc:
+                await _reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
+                return
+            if req is None:
+                return
+            sid = http.header(req.headers, "mcp-session-id") or ""
+            if req.method == "POST":
+                await self._post(req, sid, writer)
+            elif req.method in ("GET", "DELETE"):
+                status = await self._relay(req, writer)
+                if req.method == "DELETE" and 200 <= status < 300:
+                    await self._end(sid, True)
+            else:
+                await _reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
+                                                "transport (POST, GET, DELETE)"))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; what it would have read is in the WAL
+        except asyncio.CancelledError:
+            pass  # the proxy is shutting down: the open stream (a GET) ends here
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> None:
+        try:
+            msg = json.loads(req.body)
+        except ValueError as exc:
+            await _reply(writer, 400, error(None, PARSE_ERROR, f"Parse error: the body is not JSON ({exc})"))
+            return
+        if isinstance(msg, list):
+            if any(isinstance(m, dict) and m.get("method") in _INTERPRETED and "id" in m for m in msg):
+                await _reply(writer, 400, [error(usable_id(m), INVALID_REQUEST, (
+                    f"Invalid Request: {m.get('method')} inside a batch is not accepted by the agent-saga proxy; "
+                    "send it as a message of its own")) for m in msg if isinstance(m, dict) and "id" in m])
+                return
+            await self._relay(req, writer)
+            return
+        kind, why = classify(msg)
+        if kind == "invalid":
+            await _reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
+            return
+        s = self.sessions.get(sid)
+        if s is not None:
+            s.last = time.monotonic()
+        if kind == "request" and msg["method"] == "tools/call":
+            session = self._session(sid)
+            if session is not None:
+                await self._tools_call(req, msg, session, writer)
+                return
+            params = msg.get("params")
+            if self._on_call is not None and isinstance(params, dict) and isinstance(params.get("name"), str):
+                self._on_call(params["name"])
+        if kind == "notification" and msg["method"] == "notifications/cancelled" and s is not None:
+            self._cancelled(s, msg)
+        if kind == "request" and msg["method"] == "tools/list":
+            await self._relay(req, writer, rewrite=msg["id"])
+            return
+        await self._relay(req, writer)
+
+    def _cancelled(self, s: _Session, msg: dict[str, Any]) -> None:
+        params = msg.get("params")
+        if not isinstance(params, dict) or "requestId" not in params:
+            return
+        k = key(params["requestId"])
+        if k not in s.tasks:
+            return
+        s.cancelled.add(k)
+        if k in s.sent:
+            fut = s.cancels.get(k)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+        else:
+            s.tasks[k].cancel()  # still at the gate: never sent
+
+    async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
+                          writer: asyncio.StreamWriter) -> None:
+        k = key(msg["id"])
+        stream = "text/event-stream" in (http.header(req.headers, "accept") or "")
+        head: list[tuple[str, str]] = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
+        sid = http.header(req.headers, "mcp-session-id")
+        if sid:
+            head.append(("Mcp-Session-Id", sid))
+        if stream:
+            http.write_head(writer, 200, head)
+            await writer.drain()
+        s.cancels[k] = asyncio.get_running_loop().create_future()
+        s.busy += 1
+
+        async def forward(m: dict[str, Any]) -> dict[str, Any]:
+            return await self._forward(req, m, s, k, writer if stream else None)
+
+        task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
+        s.tasks[k] = task
+        try:
+            reply = await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise
+            return  # cancelled by the client before it was sent: no response
+        finally:
+            s.busy -= 1
+            s.last = time.monotonic()
+            s.tasks.pop(k, None)
+            s.cancels.pop(k, None)
+            s.sent.discard(k)
+        if k in s.cancelled:
+            s.cancelled.discard(k)
+            return
+        if stream:
+            writer.write(http.sse_event(reply))
+            await writer.drain()
+        else:
+            await _reply(writer, 200, reply)
+
+    async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
+                       relay: asyncio.StreamWriter | None) -> dict[str, Any]:
+        try:
+            reader, up, host, path = await http.open_connection(self.upstream)
+        except (OSError, http.HttpError) as exc:
+            raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
+        s.sent.add(k)
+        cancel = s.cancels[k]
+
+        async def exchange() -> dict[str, Any]:
+            body = encode(m)
+            lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
+            skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
+            lines += [f"{a}: {b}" for a, b in req.headers if a.lower() not in skip]
+            up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            await up.drain()
+            resp = await http.read_response(reader, up)
+            if resp.content_type == "text/event-stream":
+                async for raw, doc in http.sse_events(resp.chunks()):
+                    if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
+                        return doc
+                    if relay is not None:
+                        relay.write(raw)
+                        await relay.drain()
+                raise OutcomeUnknown("the upstream closed its event stream before answering the call")
+            data = await resp.body()
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without a JSON-RPC response") from None
+            if isinstance(doc, dict) and doc.get("id") == m["id"]:
+                return doc
+            raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
+
+        task = asyncio.ensure_future(exchange())
+        try:
+            waiting: set[asyncio.Future[Any]] = {task, cancel}
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                try:
+                    return task.result()
+                except (OSError, http.HttpError, asyncio.IncompleteReadError, ValueError) as exc:
+                    raise OutcomeUnknown(f"the connection to the upstream broke during the call ({exc})") from None
+            task.cancel()
+            raise OutcomeUnknown("the call was cancelled after it was sent")
+        finally:
+            up.close()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None) -> int:
+        """Send ``req`` upstream and stream the answer back; the status."""
+        try:
+            resp = await http.request(self.upstream, req.method, req.headers, req.body)
+        except (OSError, http.HttpError) as exc:
+            await _reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
+                                            f"reached: {exc}"))
+            return 502
+        try:
+            if rewrite is not None and resp.status == 200:
+                body = await resp.body()
+                if resp.content_type == "text/event-stream":
+                    out = bytearray()
+                    async for raw, doc in http.sse_events(_once(body)):
+                        if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc:
+                            raw = http.sse_event(self._tools_listed(doc))
+                        out += raw
+                    body = bytes(out)
+                elif resp.content_type == "application/json":
+                    with contextlib.suppress(ValueError):
+                        doc = json.loads(body)
+                        if isinstance(doc, dict) and "result" in doc:
+                            body = encode(self._tools_listed(doc))
+                http.write_head(writer, resp.status, resp.headers, len(body))
+                writer.write(body)
+                await writer.drain()
+                return resp.status
+            http.write_head(writer, resp.status, resp.headers)
+            await writer.drain()
+            async for chunk in resp.chunks():
+                writer.write(chunk)
+                await writer.drain()
+            return resp.status
+        finally:
+            resp.close()
+
+    def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
+        result = msg.get("result")
+        if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
+            return msg
+        if self._on_tools is not None:
+            self._on_tools(result["tools"])
+        if self._inject and not result.get("nextCursor"):
+            names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
+            result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
+        return msg
+
+
+async def _once(body: bytes) -> Any:
+    yield body
+
+
+async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
+    body = encode(doc)
+    http.write_head(writer, status, _JSON, len(body))
+    writer.write(body)
+    await writer.drain()
+
+
+# ---------------------------------------------------------------------- a short session of our own
+async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = None) -> tuple[Any, str | None]:
+    headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
+               ("MCP-Protocol-Version", PROTOCOL_VERSION)]
+    if sid:
+        headers.append(("Mcp-Session-Id", sid))
+    resp = await http.request(url, "POST", headers, encode(msg))
+    try:
+        new_sid = http.header(resp.headers, "mcp-session-id") or sid
+        if want is None:
+            await resp.body()
+            return None, new_sid
+        if resp.content_type == "text/event-stream":
+            async for _, doc in http.sse_events(resp.chunks()):
+                if isinstance(doc, dict) and "method" not in doc and doc.get("id") == want:
+                    return doc, new_sid
+            raise UpstreamGone(f"{url} closed its event stream before answering")
+        return json.loads(await resp.body()), new_sid
+    finally:
+        resp.close()
+
+
+async def call_tool_http(url: str, tool: str, arguments: Mapping[str, Any], *,
+                         meta: Mapping[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
+    """``call_tool_once`` for a Streamable HTTP server: initialize, one ``tools/call``,
+    DELETE the session; the call's ``result`` (raises if it did not happen)."""
+    async with asyncio.timeout(timeout):
+        init, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:init", "method": "initialize", "params": {
+            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
+            "clientInfo": {"name": "agent-saga-recovery", "version": "1"}}}, None, "agent-saga:init")
+        if "error" in init:
+            raise RuntimeError(f"initialize was refused: {init['error']}")
+        await _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
+        if meta:
+            params["_meta"] = dict(meta)
+        resp, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:call", "method": "tools/call",
+                                      "params": params}, sid, "agent-saga:call")
+        if sid:
+            with contextlib.suppress(Exception):
+                done = await http.request(url, "DELETE", [("Mcp-Session-Id", sid)])
+                done.close()
+        return tool_result(resp, tool)
