@@ -11,9 +11,10 @@ the response), and a ``tools/list`` response is read (``--observe``) and, with
 ``--boundary explicit``, given ``saga_commit`` / ``saga_rollback``.
 
 A session is the upstream's ``Mcp-Session-Id``. It ends **cleanly** with the client's
-``DELETE`` (committed); it **drops** when no request arrives for ``--session-idle``
-seconds with no call in flight, or when the proxy is stopped (SIGTERM / SIGINT): rolled
-back, each inverse called on a fresh session of the upstream.
+``DELETE`` (committed); it **drops** when for ``--session-idle`` seconds no request
+arrives, no call is in flight and no event stream (``GET``) is open, or when the proxy is
+stopped (SIGTERM / SIGINT): rolled back, each inverse called on a fresh session of the
+upstream.
 
 Invariants:
 - A body that is not JSON, or not JSON-RPC, is answered 400 with a JSON-RPC error; the
@@ -163,9 +164,19 @@ class HttpProxy:
             sid = http.header(req.headers, "mcp-session-id") or ""
             if req.method == "POST":
                 await self._post(req, sid, writer)
-            elif req.method in ("GET", "DELETE"):
+            elif req.method == "GET":  # the server's event stream: the session is in use while it is open
+                s = self.sessions.get(sid)
+                if s is not None:
+                    s.busy += 1
+                try:
+                    await self._relay(req, writer, client=reader)
+                finally:
+                    if s is not None:
+                        s.busy -= 1
+                        s.last = time.monotonic()
+            elif req.method == "DELETE":
                 status = await self._relay(req, writer)
-                if req.method == "DELETE" and 200 <= status < 300:
+                if 200 <= status < 300:
                     await self._end(sid, True)
             else:
                 await _reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
@@ -320,8 +331,10 @@ class HttpProxy:
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None) -> int:
-        """Send ``req`` upstream and stream the answer back; the status."""
+    async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None,
+                     client: asyncio.StreamReader | None = None) -> int:
+        """Send ``req`` upstream and stream the answer back; the status. With ``client``,
+        the stream also ends when the client closes its connection."""
         try:
             resp = await http.request(self.upstream, req.method, req.headers, req.body)
         except (OSError, http.HttpError) as exc:
@@ -349,9 +362,24 @@ class HttpProxy:
                 return resp.status
             http.write_head(writer, resp.status, resp.headers)
             await writer.drain()
-            async for chunk in resp.chunks():
-                writer.write(chunk)
-                await writer.drain()
+
+            async def copy() -> None:
+                async for chunk in resp.chunks():
+                    writer.write(chunk)
+                    await writer.drain()
+
+            if client is None:
+                await copy()
+                return resp.status
+            copier = asyncio.ensure_future(copy())
+            gone = asyncio.ensure_future(client.read(1))  # the client sends nothing more: b"" is its close
+            waiting: set[asyncio.Future[Any]] = {copier, gone}
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in waiting:
+                    t.cancel()
+                await asyncio.gather(*waiting, return_exceptions=True)
             return resp.status
         finally:
             resp.close()
