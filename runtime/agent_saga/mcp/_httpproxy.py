@@ -42,6 +42,8 @@ from ._wire import (
     INVALID_REQUEST,
     PARSE_ERROR,
     UPSTREAM_UNAVAILABLE,
+    batch_refusal,
+    cancelled_key,
     classify,
     encode,
     error,
@@ -53,7 +55,6 @@ __all__ = ["HttpProxy", "call_tool_http"]
 
 log = logging.getLogger("agent_saga.mcp")
 
-_INTERPRETED = frozenset({"initialize", "tools/list", "tools/call"})
 _JSON = [("Content-Type", "application/json")]
 
 
@@ -196,10 +197,9 @@ class HttpProxy:
             await _reply(writer, 400, error(None, PARSE_ERROR, f"Parse error: the body is not JSON ({exc})"))
             return
         if isinstance(msg, list):
-            if any(isinstance(m, dict) and m.get("method") in _INTERPRETED and "id" in m for m in msg):
-                await _reply(writer, 400, [error(usable_id(m), INVALID_REQUEST, (
-                    f"Invalid Request: {m.get('method')} inside a batch is not accepted by the agent-saga proxy; "
-                    "send it as a message of its own")) for m in msg if isinstance(m, dict) and "id" in m])
+            refusal = batch_refusal(msg)
+            if refusal is not None:
+                await _reply(writer, 400, refusal)
                 return
             await self._relay(req, writer)
             return
@@ -226,11 +226,8 @@ class HttpProxy:
         await self._relay(req, writer)
 
     def _cancelled(self, s: _Session, msg: dict[str, Any]) -> None:
-        params = msg.get("params")
-        if not isinstance(params, dict) or "requestId" not in params:
-            return
-        k = key(params["requestId"])
-        if k not in s.tasks:
+        k = cancelled_key(msg)
+        if k is None or k not in s.tasks:
             return
         s.cancelled.add(k)
         if k in s.sent:

@@ -41,13 +41,22 @@ from typing import Any
 
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import MAX_LINE, StdioUpstream, UpstreamGone
-from ._wire import INVALID_REQUEST, PARSE_ERROR, classify, encode, error, key, usable_id
+from ._wire import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    batch_refusal,
+    cancelled_key,
+    classify,
+    encode,
+    error,
+    key,
+    usable_id,
+)
 
 __all__ = ["ClientChannel", "McpProxy", "stdio_client_channel"]
 
 log = logging.getLogger("agent_saga.mcp")
 
-_INTERPRETED = frozenset({"initialize", "tools/list", "tools/call"})
 #: How long after the client's stdin closed the proxy waits to learn whether the client
 #: process died (a crash closes its pipes a moment before it is reaped).
 PARENT_EXIT_WAIT = 0.25
@@ -207,24 +216,15 @@ class McpProxy:
         await self._to_upstream(line, msg)
 
     async def _client_batch(self, batch: list[Any], line: bytes) -> None:
-        interpreted = [m for m in batch if isinstance(m, dict) and m.get("method") in _INTERPRETED and "id" in m]
-        if not batch:
-            await self._to_client(error(None, INVALID_REQUEST, "Invalid Request: an empty batch"))
-        elif interpreted:
-            reply = [error(usable_id(m), INVALID_REQUEST, (
-                f"Invalid Request: {m['method']} inside a batch is not accepted by the agent-saga proxy; send it "
-                f"as a message of its own")) for m in batch if isinstance(m, dict) and "id" in m and "method" in m]
-            if self._client is not None:
-                await self._client.send(encode(reply))
-        else:
+        refusal = batch_refusal(batch) if batch else [error(None, INVALID_REQUEST, "Invalid Request: an empty batch")]
+        if refusal is None:
             await self._to_upstream(line, None)
+        elif self._client is not None:
+            await self._client.send(encode(refusal[0] if not batch else refusal))
 
     def _client_cancelled(self, msg: dict[str, Any]) -> None:
-        params = msg.get("params")
-        if not isinstance(params, dict) or "requestId" not in params:
-            return
-        k = key(params["requestId"])
-        if k not in self._tasks:
+        k = cancelled_key(msg)
+        if k is None or k not in self._tasks:
             return
         self._cancelled.add(k)
         fut = self._calls.get(k)

@@ -23,6 +23,8 @@ __all__ = [
     "PARSE_ERROR",
     "REFUSED",
     "UPSTREAM_UNAVAILABLE",
+    "batch_refusal",
+    "cancelled_key",
     "classify",
     "encode",
     "error",
@@ -74,6 +76,27 @@ def usable_id(msg: Any) -> Any:
 def key(id_: Any) -> str:
     """A dictionary key for a JSON-RPC id that keeps ``1`` and ``"1"`` apart."""
     return json.dumps(id_)
+
+
+def cancelled_key(msg: Any) -> str | None:
+    """The ``key`` of the request a ``notifications/cancelled`` names, or None."""
+    params = msg.get("params") if isinstance(msg, dict) else None
+    if not isinstance(params, dict) or "requestId" not in params:
+        return None
+    return key(params["requestId"])
+
+
+INTERPRETED = frozenset({"initialize", "tools/list", "tools/call"})
+
+
+def batch_refusal(batch: list[Any]) -> list[dict[str, Any]] | None:
+    """The answer to a batch holding an interpreted request (one Invalid Request per
+    request), or None: the batch is forwarded as it is."""
+    if not any(isinstance(m, dict) and m.get("method") in INTERPRETED and "id" in m for m in batch):
+        return None
+    return [error(usable_id(m), INVALID_REQUEST, (
+        f"Invalid Request: {m.get('method')} inside a batch is not accepted by the agent-saga proxy; send it as a "
+        f"message of its own")) for m in batch if isinstance(m, dict) and "id" in m and "method" in m]
 
 
 def encode(msg: Any) -> bytes:
