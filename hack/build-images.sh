@@ -114,6 +114,11 @@ export_image() {  # $1 = name
     "${BUILDAH[@]}" push --quiet --disable-compression --format oci "$ref" "oci-archive:$out.tmp:$ref" >/dev/null
     mv -f "$out.tmp" "$out"
     log "$1: $ref -> $out ($(du -h "$out" | cut -f1))"
+    # Earlier versions of the same image: their archives and their tags in buildah's store.
+    local old
+    find "$OUT" -maxdepth 1 -name "${1}_*.oci.tar" ! -path "$out" -delete
+    "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep -Fx -v "$ref" \
+        | grep "^${ref%:*}:" | while read -r old; do "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true; done
 }
 
 timed() {  # $1 = name, rest = command; output to $LOG_DIR/image-<name>.log

@@ -206,8 +206,15 @@ def handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _body(self) -> dict[str, Any]:
-            n = int(self.headers.get("Content-Length") or 0)
-            return dict(json.loads(self.rfile.read(n) or b"{}"))
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                data = b""
+                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                    data += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()  # the empty line after the last chunk
+            else:
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            return dict(json.loads(data or b"{}"))
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path == "/healthz":
