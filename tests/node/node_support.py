@@ -259,3 +259,31 @@ def wait_gone(cluster: KubeCluster, namespace: str, pod: str, timeout: float = D
 
 def elapsed(t0: float) -> float:
     return time.monotonic() - t0
+
+
+def notes_commands(output: str) -> list[str]:
+    """The shell commands NOTES.txt prints, as printed: each indented `kubectl` or
+    `agent-saga` line, and each heredoc block (from its `<<'EOF'` line to `EOF`)."""
+    lines = output.split("NOTES:", 1)[1].splitlines()
+    commands, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        heredoc = line.rstrip().endswith("<<'EOF'")
+        if line.lstrip().startswith(("kubectl ", "agent-saga ")) and (line.startswith("  ") or heredoc):
+            if heredoc:
+                end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == "EOF")
+                commands.append("\n".join(lines[i:end + 1]) + "\n")
+                i = end
+            else:
+                commands.append(line)
+        i += 1
+    return commands
+
+
+def exec_python(release: Release, pod: str, script: str, stdin: str | None = None, container: str | None = None
+                ) -> dict[str, Any]:
+    """Run `python -c script` in a pod's container (kubectl exec); its last line, as JSON."""
+    args = ["exec", *(["-i"] if stdin is not None else []), pod, *(["-c", container] if container else []),
+            "--", "python", "-c", script]
+    out = release.kubectl(*args, input=stdin, timeout=120).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
