@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import secrets
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +27,10 @@ from fixtures.controlplane import KubeCluster
 from fixtures.node import Node
 from fixtures.procs import ManagedProcess, StartupError, wait_until
 from kubernetes.client.rest import ApiException
+
+# The example's compensators name the bank's books (payments:bank:*): the tests read them.
+sys.path.insert(0, str(REPO_ROOT / "examples" / "payments"))
+import payments_compensators as bank  # noqa: E402, F401  (re-exported for the tests)
 
 T = TypeVar("T")
 # A rollout or a recovery on a loaded 2-core machine: generous, and only ever a deadline.
