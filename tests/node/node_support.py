@@ -13,6 +13,7 @@ import contextlib
 import json
 import re
 import secrets
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -127,6 +128,11 @@ class Release:
         extra = ["--wait", "--timeout", f"{int(DEADLINE)}s"] if wait else []
         return self.helm.run("upgrade", self.name, str(CHART), *self._args(sets), *extra,
                              timeout=DEADLINE + 30).stdout
+
+    def start_upgrade(self, *sets: str) -> subprocess.Popen[str]:
+        """`helm upgrade` in the background (the caller acts during the roll, then waits)."""
+        return subprocess.Popen([str(self.helm.binary), "upgrade", self.name, str(CHART), *self._args(sets)],
+                                env=self.helm.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def uninstall(self) -> None:
         self.helm.run("uninstall", self.name, "--namespace", self.namespace, "--wait", "--timeout",
