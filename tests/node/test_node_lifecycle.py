@@ -9,11 +9,7 @@ more at the very end of the suite.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 from dataclasses import asdict
 from pathlib import Path
@@ -22,7 +18,7 @@ import pytest
 from fixtures.binaries import cache_dir
 from fixtures.node import LOCK_FILE
 from fixtures.node_host import HostState
-from fixtures.procs import pid_alive
+from fixtures.procs import pid_alive, sigkilled_owner
 from node_support import DEADLINE, NodeSession, poll
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -99,21 +95,9 @@ def test_a_killed_owner_takes_the_node_with_it(local_session: NodeSession, tmp_p
         print(json.dumps({{"host": asdict(node.host), "keeper": node.keeper.pid}}), flush=True)
         time.sleep(600)
     """)
-    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
-    try:
-        assert owner.stdout is not None
-        line = owner.stdout.readline()
-        assert line, f"the owner failed to start a node: {owner.stderr.read() if owner.stderr else ''}"
-        info = json.loads(line)
+    with sigkilled_owner(script) as info:
         host = HostState(**info["host"])
         assert host.processes() and host.mounts(), "the node runs nothing to clean up"
-    finally:
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(10)
-        for f in (owner.stdout, owner.stderr):
-            if f:
-                f.close()
     poll(lambda: not pid_alive(info["keeper"]), timeout=DEADLINE, what="the keeper to finish cleaning up")
     assert host.leftovers() == []
     assert node_processes() == []
