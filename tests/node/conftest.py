@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from fixtures.binaries import Image, node_images
 from fixtures.controlplane import KubeCluster, external_kubeconfig
+from fixtures.node import NodeBusy
 from fixtures.procs import MissingPart
 from node_support import Agents, NodeSession, Release
 
@@ -33,6 +34,11 @@ _LAST = "test_node_lifecycle.py"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.path)).parent == here:
+            # Fixture setup counts: the first test starts the node and installs the chart,
+            # several roll Deployments out on a loaded 2-core machine.
+            item.add_marker(pytest.mark.timeout(900))
     last = [i for i in items if Path(str(i.path)).parent == here and Path(str(i.path)).name == _LAST]
     if last:
         rest = [i for i in items if i not in last]
@@ -51,12 +57,19 @@ def node_session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         assert left == [], "the node left this behind:\n  " + "\n  ".join(left)
 
 
-@pytest.fixture
-def node(node_session: NodeSession) -> KubeCluster:
+def up(node_session: NodeSession) -> KubeCluster:
+    """The session's cluster; a missing part or a busy machine fails the test saying why."""
     try:
         return node_session.up()
     except MissingPart as e:
         pytest.fail(f"missing part: {e}", pytrace=False)
+    except NodeBusy as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture
+def node(node_session: NodeSession) -> KubeCluster:
+    return up(node_session)
 
 
 @pytest.fixture(scope="session")
@@ -70,10 +83,7 @@ def images() -> dict[str, Image]:
 @pytest.fixture(scope="session")
 def release(node_session: NodeSession, images: dict[str, Image],
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
-    try:
-        cluster = node_session.up()
-    except MissingPart as e:
-        pytest.fail(f"missing part: {e}", pytrace=False)
+    cluster = up(node_session)
     rel = Release(cluster, images, tmp_path_factory.mktemp("release"))
     rel.notes = rel.install()
     rel.wait_ready()

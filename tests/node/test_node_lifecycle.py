@@ -92,7 +92,7 @@ def test_a_killed_owner_takes_the_node_with_it(local_session: NodeSession, tmp_p
         c.kubectl("-n", "default", "run", "sleeper", "--image=" + node.images["debian-python"].ref,
                   "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "infinity")
         c.kubectl("-n", "default", "wait", "--for=condition=Ready", "pod/sleeper", "--timeout=180s", timeout=190)
-        print(json.dumps({{"host": asdict(node.host), "keeper": node.keeper.pid}}), flush=True)
+        print(json.dumps({{"host": asdict(node.host), "keeper": node.lock.keeper.pid}}), flush=True)
         time.sleep(600)
     """)
     with sigkilled_owner(script) as info:
