@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.chart_helpers import CHART
 from fixtures.binaries import require_asset
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -94,7 +95,7 @@ def test_notes_commands_work_as_printed(ready_release: Release, agents: Agents, 
             outputs[command.strip().split("\n")[0]] = out
     printed = "\n".join(outputs)
     for expected in ("get pods", "logs -l", "apply -n", "get killswitches", "delete killswitch", "get approvals -A",
-                     "agent-saga approvals approve"):
+                     "agent-saga approvals approve", "apply --server-side -f crds/"):
         assert expected in printed, f"NOTES has no `{expected}` command: {commands}"
     pods_out = next(o for c, o in outputs.items() if "get pods" in c)
     for component in ("operator", "recoveryd", "redis"):
@@ -105,7 +106,8 @@ def test_notes_commands_work_as_printed(ready_release: Release, agents: Agents, 
 
 
 def _ran(command: str, env: dict[str, str]) -> str:
-    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120)
+    # In the chart's directory: "kubectl apply --server-side -f crds/" means the chart's crds/.
+    proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, timeout=120, cwd=CHART)
     assert proc.returncode == 0, f"{command!r} exited {proc.returncode}:\n{proc.stderr}{proc.stdout}"
     return proc.stdout
 
