@@ -39,7 +39,7 @@ from agent_saga.controls import (  # noqa: E402
     by_arg,
     by_tool,
 )
-from agent_saga.controls.stores.base import Charge  # noqa: E402
+from agent_saga.controls.limits import Charge  # noqa: E402
 from agent_saga.gates import StepRequest  # noqa: E402
 from agent_saga.semantics import ActionSemantics  # noqa: E402
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
-from agent_saga.controls.stores.base import LimitSpec
+from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 

@@ -33,15 +33,15 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+from agent_saga._redis import connect_async, script
 from agent_saga.controls import BudgetLimit, RateLimit
-from agent_saga.controls.limit_source import limits_from_documents, scope_from_name
+from agent_saga.controls.limits import limits_from_documents, scope_from_name
 
 __all__ = [
     "KIND_SLUGS",
@@ -192,8 +192,6 @@ redis.call('PUBLISH', ARGV[3], '{"rev":' .. rev .. ',' .. string.sub(ARGV[4], 2)
 return rev
 """
 
-    _SHA = {name: hashlib.sha1(s.encode()).hexdigest() for name, s in
-            (("put", LUA_PUT), ("delete", LUA_DELETE), ("decide", LUA_DECIDE), ("mark", LUA_MARK))}
     #: The synced marker's field this operator owns.
     WRITER = "operator"
 
@@ -204,11 +202,10 @@ return rev
         self.url = url
         self.keys = Keys(prefix)
         if client is None:
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout,
-                                              health_check_interval=30)
+            client = connect_async(url, feature="the operator's projection", socket_timeout=socket_timeout,
+                                   health_check_interval=30)
         self.client = client
+        self._scripts: dict[str, Any] = {}
 
     def describe(self) -> str:
         url = self.url
@@ -297,17 +294,12 @@ return rev
         return await load_documents(self.client, kind, namespace=namespace, keys=self.keys)
 
     # ------------------------------------------------------------------ I/O
-    async def _script(self, name: str, script: str, keys: Sequence[str], args: Sequence[str]) -> Any:
-        from redis.exceptions import NoScriptError
-
-        async def run() -> Any:
-            try:
-                return await self.client.evalsha(self._SHA[name], len(keys), *keys, *args)
-            except NoScriptError:
-                await self.client.script_load(script)
-                return await self.client.evalsha(self._SHA[name], len(keys), *keys, *args)
-
-        return await self._io(name, run)
+    async def _script(self, name: str, lua: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """Run ``lua`` through redis-py's ``register_script`` (EVALSHA, reloaded on NOSCRIPT)."""
+        run = self._scripts.get(name)
+        if run is None:
+            run = self._scripts[name] = script(self.client, lua)
+        return await self._io(name, lambda: run(keys=keys, args=args, client=self.client))
 
     async def _io(self, what: str, op: Any) -> Any:
         try:

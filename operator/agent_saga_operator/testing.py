@@ -95,8 +95,9 @@ def install_crds(
 
         poll(served, timeout=timeout, what=f"{m.info.plural}.{GROUP} served")
 
-    # kopf finds its resources through API discovery, once at start: an operator started
-    # while discovery still lags behind an updated CRD never watches that kind.
+    # kopf finds its resources through API discovery at start, and scans again only when a
+    # CRD changes: an operator started while discovery still lags behind a CRD applied a
+    # moment ago does not watch that kind until the CRD changes again.
     def discovered() -> bool:
         raw = kubectl("get", "--raw", f"/apis/{GROUP}/{VERSION}").stdout
         listed = {r.get("name") for r in json.loads(raw).get("resources", [])}

@@ -7,8 +7,11 @@ Lifecycle:
 - SIGTERM / SIGINT: drain. Each daemon finishes the claims in hand and takes no new one;
   the process then closes its logs and exits 0. A second signal exits at once (130):
   the claims in hand expire and another replica finishes them.
-- a daemon that halts (an unreadable log) stays up, halted: /readyz fails and
-  ``agent_saga_recovery_halted`` is 1 until a human repairs the log and restarts it.
+- a daemon that halts (a log it cannot read or verify) stays up, halted: /readyz fails
+  and ``agent_saga_recovery_halted`` is 1 until a human repairs the log and restarts it.
+- a sweep that stops early (a claims directory, journal or log it cannot write, a store
+  it cannot reach) leaves the process up and unready with the reason on /readyz and
+  ``agent_saga_recovery_sweep_stopped`` 1; the next sweep tries again.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import time
 from collections.abc import Sequence
 
 from agent_saga import configure_logging
+from agent_saga.audit.encryption import EncryptedWAL
+from agent_saga.audit.keys import reader_encryptor
 from agent_saga.errors import SagaError
 from agent_saga.recovery import FileClaimLock, FileLedger, RecoveryDaemon, SweepReport
 from agent_saga.recovery.claims import ClaimLock
@@ -68,25 +73,30 @@ class Recoveryd:
     def build(self) -> None:
         c = self.config
         import_modules(c.imports)
+        encryptor = reader_encryptor(c.wal_key_file)
         ledger, lock = self._shared()
 
         def daemon(wal: BaseWAL | str, ledger: RecoveryLedger | None, lock: ClaimLock | None) -> RecoveryDaemon:
             return RecoveryDaemon(
                 wal, ledger=ledger, lock=lock, lease_grace=c.lease_grace, claim_ttl=c.claim_ttl,
                 concurrency=c.concurrency, compensation_timeout=c.compensation_timeout,
-                daemon_id=c.daemon_id,
+                daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None,
             )
 
         for path in c.wal_paths:
             if ledger is None or lock is None:
+                # Nothing is created here: an unwritable place is reported by the sweep
+                # that needs it (unready, with the path), not a crash at start.
                 ledger_path, claims_dir = default_file_paths(path)
-                self.daemons.append(daemon(path, FileLedger(ledger_path), FileClaimLock(claims_dir)))
+                self.daemons.append(daemon(
+                    path, FileLedger(c.ledger or ledger_path), FileClaimLock(c.claims or claims_dir),
+                ))
             else:
                 self.daemons.append(daemon(path, ledger, lock))
         for url in c.wal_urls:
             wal = open_fleet_wal(url)
             self._wals.append(wal)
-            self.daemons.append(daemon(wal, ledger, lock))
+            self.daemons.append(daemon(wal if encryptor is None else EncryptedWAL(wal, encryptor), ledger, lock))
 
     # ------------------------------------------------------------------ health
 

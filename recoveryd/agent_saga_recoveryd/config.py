@@ -4,6 +4,9 @@
     --wal-url URL         (repeatable)  fleet logs: redis://...?key=K, postgresql://...?table=T
     --imports MOD[,MOD]   (repeatable)  modules declaring @compensator / @reconciler
     --redis-url URL       claims + ledger shared by every replica (required for N > 1)
+    --claims DIR          without --redis-url: where file logs' claims live (default: beside each log)
+    --ledger FILE         without --redis-url: the recovery journal (default: beside each log)
+    --wal-key-file FILE   the key of encrypted logs (else AGENT_SAGA_WAL_KEY_FILE, AGENT_SAGA_WAL_KEY)
     --metrics-port N      /metrics, /livez, /readyz (0: any free port; -1: none)
 """
 
@@ -23,6 +26,9 @@ class Config:
     wal_urls: tuple[str, ...]
     imports: tuple[str, ...]
     redis_url: str | None
+    claims: str | None
+    ledger: str | None
+    wal_key_file: str | None
     namespace: str
     metrics_port: int
     bind: str
@@ -65,6 +71,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--redis-url", default=_env("REDIS_URL"), help="Redis for claims and the ledger (a fleet)")
     p.add_argument("--namespace", default=_env("NAMESPACE", "agent-saga"), help="Redis key namespace")
+    p.add_argument(
+        "--claims", default=_env("CLAIMS"), metavar="DIR",
+        help="without --redis-url: the directory for the claims of every --wal-path log "
+        "(default: <wal-path>.recovery-claims beside each log; must be writable)",
+    )
+    p.add_argument(
+        "--ledger", default=_env("LEDGER"), metavar="FILE",
+        help="without --redis-url: the recovery journal and escalation queue of every --wal-path "
+        "log (default: <wal-path>.recovery.jsonl beside each log; must be writable)",
+    )
+    p.add_argument(
+        "--wal-key-file", metavar="FILE",
+        help="a file holding the logs' encryption key(s) (default: $AGENT_SAGA_WAL_KEY_FILE, "
+        "else the key itself in $AGENT_SAGA_WAL_KEY)",
+    )
     p.add_argument("--metrics-port", type=int, default=int(_env("METRICS_PORT", "9102") or 9102),
                    help="port of /metrics, /livez, /readyz (0: any free port, -1: none; default 9102)")
     p.add_argument("--bind", default=_env("BIND", "0.0.0.0"), help="address to serve on (default 0.0.0.0)")
@@ -95,10 +116,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         parser.error("name at least one log: --wal-path P or --wal-url URL")
     if wal_urls and not a.redis_url:
         parser.error("a fleet log (--wal-url) needs --redis-url: replicas must share claims and the ledger")
+    if a.redis_url and (a.claims or a.ledger):
+        parser.error("--claims and --ledger are for file claims and journal; with --redis-url both live in Redis")
     if a.concurrency < 1 or a.interval <= 0 or a.claim_ttl <= 0:
         parser.error("--concurrency >= 1, --interval > 0 and --claim-ttl > 0 are required")
     return Config(
         wal_paths=wal_paths, wal_urls=wal_urls, imports=imports, redis_url=a.redis_url,
+        claims=a.claims, ledger=a.ledger, wal_key_file=a.wal_key_file,
         namespace=a.namespace, metrics_port=a.metrics_port, bind=a.bind, port_file=a.port_file,
         interval=a.interval, claim_ttl=a.claim_ttl, lease_grace=a.lease_grace,
         concurrency=a.concurrency,

@@ -12,6 +12,8 @@
     agent_saga_recovery_orphans{source}                         orphans seen by the last sweep
     agent_saga_recovery_in_flight{source}                       unresolved sagas in the log
     agent_saga_recovery_halted{source}                          1 = fail-closed halt: page someone
+    agent_saga_recovery_sweep_stopped{source}                   1 = the last sweep stopped early
+                                                                (reason on /readyz); retried
     agent_saga_recovery_draining                                1 after SIGTERM
 
 ``prometheus-client`` is the ``recoveryd`` extra; without it ``render`` says so (HTTP 501)
@@ -55,7 +57,10 @@ class RecoveryMetrics:
         self.oldest = prom.Gauge(f"{ns}_oldest_orphan_age_seconds", "Seconds since the oldest orphan's lease expired", ["source"], registry=r)
         self.orphans = prom.Gauge(f"{ns}_orphans", "Orphaned sagas seen by the last sweep", ["source"], registry=r)
         self.in_flight = prom.Gauge(f"{ns}_in_flight", "Unresolved sagas in the log", ["source"], registry=r)
-        self.halted = prom.Gauge(f"{ns}_halted", "1 when recovery halted fail-closed on an unreadable log", ["source"], registry=r)
+        self.halted = prom.Gauge(f"{ns}_halted", "1 when recovery halted fail-closed on a log it cannot read or verify", ["source"], registry=r)
+        self.stopped = prom.Gauge(
+            f"{ns}_sweep_stopped", "1 when the last sweep stopped early (the reason is on /readyz)", ["source"], registry=r,
+        )
         self.draining = prom.Gauge(f"{ns}_draining", "1 after SIGTERM: no new claims are taken", registry=r)
 
     def observe(self, rep: SweepReport) -> None:
@@ -83,6 +88,7 @@ class RecoveryMetrics:
         self.orphans.labels(s).set(rep.orphans)
         self.in_flight.labels(s).set(rep.in_flight)
         self.halted.labels(s).set(1 if rep.halted else 0)
+        self.stopped.labels(s).set(1 if rep.error and not rep.halted else 0)
 
     def set_draining(self, on: bool) -> None:
         if self.available:

@@ -12,6 +12,8 @@ in any language with a SHA-256 and string joins.
 
 ``verify_records`` names the first record that stops adding up and why. A gap in ``seq``
 is accepted only where a compaction attestation accounts for it (see below).
+``ChainVerifier`` is the same check one record at a time: recovery checks every record
+with it before acting on any, and keeps its state from one read of the log to the next.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from .errors import WALCorrupt
 from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
+from .scrubber import scrub_id, scrub_payload
 
 SALT_BYTES = 16
 _SALT_HEX = re.compile(f"[0-9a-f]{{{SALT_BYTES * 2}}}")
@@ -53,10 +56,21 @@ def header_hash(rec: Record) -> str:
 def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
     """Fill salt, digest, prev and hash of ``rec``; return its canonical payload text.
 
-    ``salt`` (``SALT_BYTES`` random bytes) may be passed in so a writer can draw the salts
-    of a whole batch with one ``os.urandom`` call.
+    This is the record codec boundary every writer goes through, so it is where the secret
+    scrubber runs (``agent_saga.scrubber``): a secret in the payload or the header ids is
+    redacted before anything is hashed or written. ``salt`` (``SALT_BYTES`` random bytes)
+    may be passed in so a writer can draw the salts of a whole batch with one
+    ``os.urandom`` call.
     """
+    rec.saga = scrub_id(rec.saga)
+    if rec.step is not None:
+        rec.step = scrub_id(rec.step)
     canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+    if rec.payload is not None:
+        scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical)
+        if scrubbed is not rec.payload:
+            rec.payload = scrubbed
+            canonical = canonical_json(scrubbed)
     rec.salt = (os.urandom(SALT_BYTES) if salt is None else salt).hex()
     rec.digest = content_digest(rec.salt, canonical)
     rec.prev = prev
@@ -247,6 +261,84 @@ def _gap_problem(gap: _Gap, attested: _Attested) -> str | None:
     return None
 
 
+class ChainVerifier:
+    """``verify_records`` one record at a time, for a reader that must check each record
+    before it acts on it and keeps reading the same chain later (recovery).
+
+    ``feed`` returns the failure (the first in log order, as ``verify_records`` reports it)
+    or None. A record after a gap is checked for its own integrity at once, and its link
+    across the gap as soon as an attestation accounts for the gap: until then
+    ``unexplained()`` says what would be wrong if the log ended here. After a failure every
+    later ``feed`` returns that failure.
+    """
+
+    __slots__ = ("_attested", "_gaps", "count", "expected", "failure", "last_seq", "prev")
+
+    def __init__(self) -> None:
+        self.prev = GENESIS  # hash of the last good record
+        self.expected = 1  # a log starts at seq 1
+        self.count = 0
+        self.last_seq = 0
+        self.failure: VerifyResult | None = None
+        self._gaps: list[_Gap] = []
+        self._attested = _Attested()
+
+    @property
+    def gaps(self) -> int:
+        """How many gaps in ``seq`` the chain has shown so far (explained or not)."""
+        return len(self._gaps)
+
+    def unexplained(self) -> VerifyResult | None:
+        """The failure of the first gap no attestation read so far accounts for, or None."""
+        for gap in self._gaps:
+            why = _gap_problem(gap, self._attested)
+            if why is not None:
+                return VerifyResult(False, self.count, self.prev, self.last_seq, gap.seq, gap.location, why)
+        return None
+
+    def _broken(self, seq: int, location: str, reason: str) -> VerifyResult:
+        # An earlier gap that the attestations read so far do not explain comes first.
+        self.failure = self.unexplained() or VerifyResult(
+            False, self.count, self.prev, self.last_seq, seq, location, reason
+        )
+        return self.failure
+
+    def feed(self, location: str, item: Record | WALCorrupt) -> VerifyResult | None:
+        """Check the next record of the chain (or a record that could not be decoded)."""
+        if self.failure is not None:
+            return self.failure
+        if isinstance(item, WALCorrupt):
+            return self._broken(self.last_seq + 1, location, item.message)
+        if item.seq > self.expected:
+            reason = check_record(item, item.prev, None)  # its own integrity; the link later
+            if reason is None:
+                self._gaps.append(_Gap(self.expected, item.seq - 1, item.prev, item.seq, location))
+        else:
+            reason = check_record(item, self.prev, self.expected)
+        if reason is not None:
+            return self._broken(item.seq, location, reason)
+        if is_attestation(item):
+            runs = parse_attestation(item)
+            if isinstance(runs, str):
+                return self._broken(item.seq, location, runs)
+            self._attested.add(runs)
+        self.prev = item.hash
+        self.expected = item.seq + 1
+        self.last_seq = item.seq
+        self.count += 1
+        return None
+
+    def result(self) -> VerifyResult:
+        """The outcome if the chain ended here."""
+        if self.failure is not None:
+            return self.failure
+        unexplained = self.unexplained()
+        if unexplained is not None:
+            return unexplained
+        missing = sum(g.last - g.first + 1 for g in self._gaps)
+        return VerifyResult(True, self.count, self.prev, self.last_seq, attested=missing)
+
+
 def verify_records(items: Iterable[tuple[str, Record | WALCorrupt]]) -> VerifyResult:
     """Check a chain given ``(location, record-or-decode-error)`` pairs in log order.
 
@@ -254,44 +346,8 @@ def verify_records(items: Iterable[tuple[str, Record | WALCorrupt]]) -> VerifyRe
     account for every missing sequence and the link across the gap (see above). The
     first problem in log order is reported.
     """
-    prev = GENESIS
-    expected = 1  # a log starts at seq 1
-    count = 0
-    last_seq = 0
-    gaps: list[_Gap] = []
-    attested = _Attested()
-
-    def broken(seq: int, location: str, reason: str) -> VerifyResult:
-        # An earlier gap that the attestations read so far do not explain comes first.
-        for gap in gaps:
-            why = _gap_problem(gap, attested)
-            if why is not None:
-                return VerifyResult(False, count, prev, last_seq, gap.seq, gap.location, why)
-        return VerifyResult(False, count, prev, last_seq, seq, location, reason)
-
+    verifier = ChainVerifier()
     for location, item in items:
-        if isinstance(item, WALCorrupt):
-            return broken(last_seq + 1, location, item.message)
-        if item.seq > expected:
-            reason = check_record(item, item.prev, None)  # its own integrity; the link later
-            if reason is None:
-                gaps.append(_Gap(expected, item.seq - 1, item.prev, item.seq, location))
-        else:
-            reason = check_record(item, prev, expected)
-        if reason is not None:
-            return broken(item.seq, location, reason)
-        if is_attestation(item):
-            runs = parse_attestation(item)
-            if isinstance(runs, str):
-                return broken(item.seq, location, runs)
-            attested.add(runs)
-        prev = item.hash
-        expected = item.seq + 1
-        last_seq = item.seq
-        count += 1
-    for gap in gaps:
-        why = _gap_problem(gap, attested)
-        if why is not None:
-            return VerifyResult(False, count, prev, last_seq, gap.seq, gap.location, why)
-    missing = sum(g.last - g.first + 1 for g in gaps)
-    return VerifyResult(True, count, prev, last_seq, attested=missing)
+        if verifier.feed(location, item) is not None:
+            break
+    return verifier.result()

@@ -66,7 +66,8 @@ class Compensation:
             is not JSON raises ``NotSerializable`` naming its key path, a value that looks
             like a secret raises ``SecretDetected``). ``idempotency_key`` is injected
             automatically into a callable that accepts it.
-        description: free text for the audit log.
+        description: free text for the audit log (a credential in it is written as
+            ``[REDACTED]``: see ``agent_saga.scrubber``).
 
     Guarantee: at least one of ``fn`` / ``handler`` is set, ``fn`` is callable and
     ``handler`` is a valid name. Raises ``ConfigurationError`` otherwise.

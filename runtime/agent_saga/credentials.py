@@ -6,15 +6,15 @@ fleet), so a secret must never be one of them. Connectors pass a reference
 use time, through the resolver the process installed with ``set_credential_resolver``.
 
 ``assert_no_secrets`` is the authoring-time check the engine runs on every value bound for
-the WAL (compensation kwargs, policy arguments). It flags:
-
-- a non-empty string under a key named like a credential (``password``, ``secret``,
-  ``token``, ``api_key``, ``private_key``, ``authorization`` ... in any case or
-  separator style), except references (``credential_ref``, ``*_ref``, ``*_name``,
-  ``*_id`` ...);
-- a string anywhere that matches a well-known credential format: Stripe secret and
-  restricted keys, AWS access key ids, GitHub tokens, Slack tokens, PEM private keys,
-  ``Bearer`` tokens, JWTs.
+the WAL (compensation kwargs, policy arguments): it raises ``SecretDetected`` for a
+non-empty string under a key named like a credential (``password``, ``pwd``, ``pass``,
+``secret``, ``token``, ``auth``, ``credentials``, ``pin``, ``cvv``, ``api_key`` ... in any
+case or separator style, but not references such as ``credential_ref`` or ``*_name``), a
+random-looking string under a key such as ``key`` or ``session``, and a string anywhere
+that contains a well-known credential format (Stripe, AWS, GitHub, GitLab, Slack, Google,
+OpenAI/Anthropic, npm, PyPI, SendGrid keys, PEM private keys, ``Bearer``/``Basic``
+credentials, JWTs, passwords in URLs). The detector is ``agent_saga.scrubber``'s, the same
+that redacts whatever reaches the record codec anyway.
 
 Invariants:
 - The detector is precise rather than greedy: an idempotency key, a SHA-256 hex digest, a
@@ -25,18 +25,20 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ConfigurationError, SecretDetected
+from .scrubber import key_looks_sensitive, redact_text, secret_kind, why_secret
 
 __all__ = [
     "assert_no_secrets",
+    "key_looks_sensitive",
     "redact_secrets",
     "resolve_credential",
+    "secret_kind",
     "set_credential_resolver",
 ]
 
@@ -95,67 +97,16 @@ def resolve_credential(ref: str) -> Any:
 
 
 # ---------------------------------------------------------------------------- detection
-
-# Key words that name a credential. Matched against the key split into words, so that
-# "apiKey", "X-Api-Key", "stripe_secret_key" and "AUTHORIZATION" are all recognised.
-_SENSITIVE_WORDS = frozenset(
-    {"password", "passwd", "passphrase", "secret", "token", "authorization", "apikey"}
-)
-_SENSITIVE_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")})
-# A last word that turns the key into a reference to a credential, or metadata about one.
-_REFERENCE_SUFFIXES = frozenset(
-    {
-        "ref", "reference", "name", "id", "type", "kind", "path", "file", "url", "uri",
-        "hint", "count", "length", "len", "ttl", "expiry", "expires", "at", "version",
-        "env", "var", "field", "label", "arn",
-    }
-)
-_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
-
-_VALUE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a Stripe secret key", re.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{8,}")),
-    ("an AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("a GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36}\b|github_pat_[A-Za-z0-9_]{22,})")),
-    ("a Slack token", re.compile(r"\bxox[abpr]-[A-Za-z0-9-]{10,}")),
-    ("a PEM private key", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")),
-    ("a bearer token", re.compile(r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{16,}")),
-    ("a JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
-)
-_ANY_SECRET = re.compile("|".join(f"(?:{p.pattern})" for _, p in _VALUE_PATTERNS))
-
-
-@functools.lru_cache(maxsize=4096)
-def key_looks_sensitive(key: str) -> bool:
-    """True if a mapping key names a credential (see the module doc); references are not."""
-    words = [w.lower() for w in _WORD_SPLIT.split(key) if w]
-    if not words:
-        return False
-    if words == ["credential", "ref"] or words[-1] in _REFERENCE_SUFFIXES:
-        return False
-    if any(w in _SENSITIVE_WORDS for w in words):
-        return True
-    return any(pair in _SENSITIVE_PAIRS for pair in zip(words, words[1:], strict=False))
-
-
-def secret_kind(value: str) -> str | None:
-    """Name the well-known credential format ``value`` contains, or ``None``."""
-    if _ANY_SECRET.search(value) is None:
-        return None
-    for kind, pattern in _VALUE_PATTERNS:
-        if pattern.search(value):
-            return kind
-    return "a credential"  # pragma: no cover - the combined pattern is the union
+# The detector itself is ``agent_saga.scrubber`` (shared with the codec-boundary redaction).
 
 
 def check_value(key_path: str, key: object, value: object) -> None:
     """Raise ``SecretDetected`` if ``value`` under ``key`` looks like a secret."""
     if not isinstance(value, str) or not value:
         return
-    if isinstance(key, str) and key_looks_sensitive(key):
-        raise _detected(key_path, f"its key {key!r} names a credential")
-    kind = secret_kind(value)
-    if kind is not None:
-        raise _detected(key_path, f"the value looks like {kind}")
+    why = why_secret(key, value)
+    if why is not None:
+        raise _detected(key_path, why)
 
 
 def _detected(key_path: str, why: str) -> SecretDetected:
@@ -191,9 +142,11 @@ def _walk(obj: Any, path: str, key: object) -> None:
 
 
 def redact_secrets(text: str) -> str:
-    """Return ``text`` with every well-known credential format replaced by ``[REDACTED]``.
+    """Return ``text`` with every well-known credential format, ``password=...`` phrase
+    value and URL password replaced by ``[REDACTED]``.
 
-    Used on exception messages before they enter the WAL; it cannot know about secrets
-    that have no recognisable format, so handlers must still not put secrets in errors.
+    Used on exception messages and other free text before they enter the WAL; it cannot
+    know about secrets that have no recognisable form, so handlers must still not put
+    secrets in errors.
     """
-    return _ANY_SECRET.sub("[REDACTED]", text)
+    return redact_text(text)

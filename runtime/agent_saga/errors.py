@@ -1,27 +1,55 @@
 """The exception tree of agent-saga: one root, the meaning carried by the type.
 
-    SagaError                      every error this library raises on purpose
-    ├── SagaRefused                a control refused the step; nothing happened
-    │   └── GateBlocked            the pre-flight gate said BLOCK (or approval was denied)
-    │       └── SagaQuarantined    a kill-switch QUARANTINE froze the saga: no rollback
-    ├── StepOutcomeUnknown         the step may or may not have happened (timeout)
-    ├── RollbackIncomplete         a rollback left at least one step not restored
-    ├── CompensationError          a compensation could not be built or run
-    │   └── HandlerNotRegistered   a named handler is not in this process's registry
-    ├── ConfigurationError         misuse of the API; the message says what to do
-    │   ├── NotSerializable        a value that must cross a process boundary is not JSON
-    │   └── SecretDetected         a value that looks like a secret would enter the WAL
-    └── WALError                   the write-ahead log failed; nothing was silently dropped
-        ├── WALStalled             a durability fence did not complete within its bound
-        ├── WALBackpressure        too many records are waiting to be written (RAISE policy)
-        ├── WALClosed              the log is closed
-        ├── WALCorrupt             a record cannot be read; names the line and the fix
-        ├── WALKeyMissing          a record is encrypted and this reader has no key for it
-        └── WALDecryptFailed       an encrypted record did not authenticate (wrong key, altered)
+    SagaError                        every error this library raises on purpose
+    ├── SagaRefused                  a control refused the step; nothing happened
+    │   └── GateBlocked              the pre-flight gate said BLOCK (or approval was denied)
+    │       └── SagaQuarantined      a kill-switch QUARANTINE froze the saga: no rollback
+    ├── StepOutcomeUnknown           the step may or may not have happened (timeout)
+    ├── RollbackIncomplete           a rollback left at least one step not restored
+    ├── CompensationError            a compensation could not be built or run
+    │   └── HandlerNotRegistered     a named handler is not in this process's registry
+    ├── ConfigurationError           misuse of the API; the message says what to do
+    │   ├── NotSerializable          a value that must cross a process boundary is not JSON
+    │   └── SecretDetected           a value that looks like a secret would enter the WAL
+    ├── StoreUnavailable             a store behind a control could not be read or written;
+    │   │                            ``store`` names it (never with a password)
+    │   ├── LimitStoreUnavailable    limit windows (controls.limits): budgets fail closed
+    │   ├── SwitchStoreUnavailable   kill-switch levers (controls.killswitch)
+    │   ├── ApprovalStoreUnavailable approval requests (controls.approvals): denies
+    │   └── ClaimStoreUnavailable    recovery claims or ledger (recovery); also a RecoveryError
+    ├── ApprovalRefused              a decision that cannot be recorded (controls.approvals)
+    ├── NotifierError                an approval notifier failed (controls.approvals)
+    ├── RecoveryError                recovery could not do what it was asked (recovery)
+    │   ├── RecoveryHalted           fail-closed: unreadable log or journal; a human must look
+    │   │   └── LedgerCorrupt        the recovery journal itself cannot be read
+    │   ├── ClaimStoreUnavailable    (see StoreUnavailable)
+    │   ├── LocationUnavailable      a file or directory recovery needs cannot be read or written
+    │   ├── ClaimLost                a claim expired or was taken while a saga was in hand
+    │   └── WriterBusy               another process holds the log's writer lock
+    └── WALError                     the write-ahead log failed; nothing was silently dropped
+        ├── WALStalled               a durability fence did not complete within its bound
+        ├── WALBackpressure          too many records are waiting to be written (RAISE policy)
+        ├── WALClosed                the log is closed
+        ├── WALCorrupt               a record cannot be read; names the line and the fix
+        ├── WALKeyMissing            a record is encrypted and this reader has no key for it
+        ├── WALDecryptFailed         an encrypted record did not authenticate (wrong key, altered)
+        └── CompactionAborted        a compaction stopped before changing anything (wal)
 
-Every error carries the typed fields that apply (``saga_id``, ``step_id``, ``tool``) and a
-message that says what was refused, why, and what to do. Backend errors are chained with
-``raise ... from``.
+Signals that never leave a control: the gate turns each into a BLOCK verdict naming what
+could not be read (they are public so a custom scope, rule or reader can raise them):
+
+    ValueError
+    └── LeverUnreadable              a kill-switch document or scope (controls.killswitch)
+    Exception
+    ├── LimitUnreadable              a limit cannot price a call (controls.limits)
+    ├── ScopeUnreadable              a scope cannot read its key (controls.limits)
+    └── RuleUnreadable               a rule cannot read a call's arguments (controls.gate)
+
+The classes drawn without a package are defined here; the others in the package named,
+each re-exported by that package's ``__init__`` (a test keeps this drawing and the
+public exceptions in step). Every error carries the typed fields that apply
+(``saga_id``, ``step_id``, ``tool``) and a message that says what was refused, why, and
+what to do. Backend errors are chained with ``raise ... from``.
 """
 
 from __future__ import annotations
@@ -118,6 +146,21 @@ class SecretDetected(ConfigurationError):
     def __init__(self, message: str, *, key: str, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.key = key
+
+
+class StoreUnavailable(SagaError):
+    """A store behind a control (limit windows, kill-switch levers, approval requests,
+    recovery claims) could not be read or written.
+
+    ``store`` names the store, without a password (``RedisLimitStore(redis://host:6379/0)``).
+    Each control decides what that means (budgets and approvals fail closed, the kill
+    switch honours its last known state for a grace window): catch the subclass of the
+    control you called, or this base to handle every store the same way.
+    """
+
+    def __init__(self, message: str, *, store: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.store = store
 
 
 class WALError(SagaError):

@@ -9,8 +9,12 @@ Invariants:
 - ``seq`` is assigned by the writer, strictly increasing by one within one writer's log.
 - ``ts`` is integer microseconds since the epoch (integers hash identically in every language).
 - ``saga`` and ``step`` match ``ID_PATTERN``; ``type`` is a ``RecordType`` value or an upper
-  snake-case extension name. None of them can contain a newline, which the chain relies on.
-- ``payload`` is a JSON object; credentials never appear in it (references only).
+  snake-case extension name (``KNOWN_TYPES`` lists those this version writes; a newer
+  writer may add others, see ``is_known_type``). None of them can contain a newline,
+  which the chain relies on.
+- ``payload`` is a JSON object; credentials never appear in it (references only; the
+  scrubber run by ``chain.seal`` redacts any that slip in). Ids with a credential format
+  are refused by ``validate_id``.
 - ``salt``/``digest``/``prev``/``hash`` are the hash chain (see ``agent_saga.chain``).
 - A redacted record has ``payload`` and ``salt`` null and ``"redacted": true``.
 - Fields stamped after the fact by a backend (for example ``gseq``) are not hashed.
@@ -24,7 +28,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ConfigurationError, WALCorrupt
+from .errors import ConfigurationError, SecretDetected, WALCorrupt
+from .scrubber import secret_kind
 
 SCHEMA_VERSION = 1
 
@@ -63,6 +68,39 @@ TERMINAL_SAGA_TYPES = frozenset(
         RecordType.SAGA_ROLLBACK_PARTIAL.value,
     }
 )
+
+#: Record types written by parts of the library other than the engine (WAL, audit, the
+#: controls, recovery). Each is defined where it is written; this list is what a reader
+#: checks a type against (``tests/unit/test_record_types.py`` pins it to the writers).
+EXTENSION_TYPES = frozenset(
+    {
+        # the WAL itself and audit (reserved saga ``wal``)
+        "WAL_TORN_TAIL", "RECORD_REJECTED", "COMPACTION_FAILED", "REDACTION",
+        # the kill switch and the breaker (reserved saga ``wal``)
+        "KILL_SWITCH_ENGAGED", "KILL_SWITCH_LIFTED", "KILL_SWITCH_FAILED_CLOSED",
+        "KILL_SWITCH_DEGRADED", "KILL_SWITCH_RESTORED",
+        "BREAKER_OPENED", "BREAKER_PROBE", "BREAKER_CLOSED",
+        # approvals, in the saga that waits
+        "APPROVAL_REQUESTED", "APPROVAL_RESUMED", "APPROVAL_ESCALATED", "APPROVAL_DECIDED",
+        "APPROVAL_BREAK_GLASS",
+        # recovery, in the saga it resolves or freezes
+        "RECOVERY_STARTED", "STEP_RECONCILED", "SAGA_QUARANTINED", "SAGA_QUARANTINE_LIFTED",
+    }
+)
+
+#: Every record type this version of agent-saga writes, so can read.
+KNOWN_TYPES = frozenset(t.value for t in RecordType) | EXTENSION_TYPES
+
+
+def is_known_type(type_: str) -> bool:
+    """True if this version knows what a record of ``type_`` means.
+
+    The forward-compatibility rule (docs/wal.md): a record of an unknown type is still
+    part of the chain and verified like any other; ``verify`` and ``inspect`` report it,
+    ``certify`` does not certify its saga, and recovery does not act on a saga holding one.
+    """
+    return type_ in KNOWN_TYPES
+
 
 _ZERO = "0" * 64
 GENESIS = _ZERO
@@ -107,11 +145,22 @@ class Record:
 
 
 def validate_id(value: str, what: str) -> str:
-    """Return ``value`` if it is a valid saga/step id, else raise naming the field and fix."""
+    """Return ``value`` if it is a valid saga/step id, else raise naming the field and fix.
+
+    An id is a record header, hashed and never redactable, so one that contains a
+    credential format raises ``SecretDetected`` (the message does not repeat it).
+    """
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise ConfigurationError(
             f"{what} {value!r} is not a valid id: use 1-200 characters from "
             f"[A-Za-z0-9._:@/+=-], starting with a letter or digit"
+        )
+    kind = secret_kind(value)
+    if kind is not None:
+        raise SecretDetected(
+            f"{what} looks like a secret (it contains {kind}); ids are written in every "
+            f"record header of the WAL: choose a name that holds no credential",
+            key=what,
         )
     return value
 

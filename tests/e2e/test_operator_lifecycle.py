@@ -277,13 +277,19 @@ def test_a_standby_replica_does_not_double_process(
     common = ["--health-host", "127.0.0.1", "--resync-interval", "60"]
     active = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "active.log", namespaces=[ns],
                              extra_args=[*common, "--priority", "10"])
+    # The standby logs at DEBUG: kopf says when each watch-stream is actually paused.
     standby = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "standby.log", namespaces=[ns],
-                              extra_args=[*common, "--priority", "5"])
+                              extra_args=[*common, "--priority", "5", "--log-level", "DEBUG"])
     with active, standby:
         active.wait_ready()
         standby.wait_ready()
-        poll(lambda: "Pausing operations in favour of" in standby.log(400), timeout=DEADLINE,
-             what="the standby pauses")
+        poll(lambda: "Pausing operations in favour of" in standby.log(100_000), timeout=DEADLINE,
+             what="the standby decides to pause")
+        # The decision is logged before the streams close: an object created in between
+        # reaches the standby's still-open KillSwitch stream and both replicas process it.
+        # Only once kopf reports that stream paused is the standby deaf to a new object.
+        paused = f"Pausing the watch-stream for killswitches.{VERSION}.{GROUP} in {ns!r}"
+        poll(lambda: paused in standby.log(100_000), timeout=DEADLINE, what="the standby's KillSwitch stream pauses")
         api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
         wait_status(crds, ns, "killswitches", "halt-wires", "Ready=True", active, ready_is("True", "Engaged"))
         assert 'kind="KillSwitch",result="ok",trigger="create"} 1.0' in active.metrics()

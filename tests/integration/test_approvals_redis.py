@@ -22,8 +22,8 @@ from agent_saga.controls import (
     EscalationLevel,
     RedisApprovalStore,
 )
-from agent_saga.controls.approval_stores import Decision, decide_request
-from agent_saga.controls.verdicts import PreFlightDecision
+from agent_saga.controls.approvals import Decision, decide_request
+from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
@@ -110,9 +110,11 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
         async def ask_and_answer() -> Any:
             task = asyncio.create_task(gw.request_approval(
                 StepRequest("saga-1", "saga-1/0", "wire.send", I, {"amount": 80000, "to": "acct_9"}, ()), PENDING))
-            while not store.list():
+            # Decide only once level 0 has been notified: a request decided first is never
+            # escalated (the gateway skips decided requests), and this test checks all four events.
+            while not (listed := store.list()) or not listed[0].escalated_to(0):
                 await asyncio.sleep(0.01)
-            (req,) = store.list()
+            (req,) = listed
             doc = json.loads(r.get(f"agentsaga:v1:approval:request:{req.id}"))
             assert abs(r.zscore("agentsaga:v1:approval:pending", req.id) - req.deadline) < 1e-3
             decide_request(store, req.id, approved=True, approver="risk@corp", now=time.time(), note="ok")

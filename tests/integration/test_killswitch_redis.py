@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import redis
+from agent_saga.clocks import format_instant
 from agent_saga.controls import KillSwitch, Lever, ManualClock, PreFlightGate, RedisSwitchStore
-from agent_saga.controls.clocks import format_instant
 from agent_saga.errors import GateBlocked
 from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope

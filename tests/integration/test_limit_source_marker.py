@@ -18,7 +18,7 @@ from agent_saga.controls import (
     RateLimit,
     RedisLimitSource,
 )
-from agent_saga.controls.limit_source import _about_limits
+from agent_saga.controls.limits._source import _about_limits
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 

@@ -19,7 +19,7 @@ from agent_saga.controls import (
     by_tool,
     rule,
 )
-from agent_saga.controls.stores.base import Charge
+from agent_saga.controls.limits import Charge
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from fixtures.redis_server import RedisServer
@@ -99,7 +99,7 @@ async def test_redis_repeat_after_a_lost_reply_is_not_debited_twice(store):
     charges = [Charge("a", "*", 5, 100, 60), Charge("b", "k", 1, 10, 30, kind="rate")]
     assert (await store.debit(charges, "d-1")).ok
     spec = store._charges_arg(charges, frozenset())
-    again = await store._call("debit", store._SHA_DEBIT, store.LUA_DEBIT, store._keys, ("d-1", "1", spec))
+    again = await store._call("debit", store.LUA_DEBIT, store._keys, ("d-1", "1", spec))
     assert again == 2
     await store.declare([BudgetLimit("a", arg="amount", max_total=100, window=60).spec()])
     assert await used(store, "a") == 5

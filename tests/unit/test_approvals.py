@@ -25,8 +25,8 @@ from agent_saga.controls import (
     PreFlightGate,
     WebhookNotifier,
 )
-from agent_saga.controls.approval_stores import ApprovalRefused, decide_request
-from agent_saga.controls.verdicts import PreFlightDecision
+from agent_saga.controls.approvals import ApprovalRefused, decide_request
+from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.errors import ConfigurationError, GateBlocked
 from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
@@ -148,10 +148,14 @@ PENDING = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule
 
 
 async def _crash_while_waiting(gw: ApprovalGateway, request: StepRequest) -> str:
-    """Start a request and kill the waiter once it is in the store (as a crash would)."""
+    """Start a request and kill the waiter once it is waiting (as a crash would): the request
+    is in the store, its first level marked and, with a notifier, notified. (Killing it as
+    soon as the document exists could land before the human was asked.)"""
     task = asyncio.create_task(gw.request_approval(request, PENDING))
+    told = getattr(gw.notifier, "notices", None)
     for _ in range(500):
-        if gw.store.list():
+        reqs = gw.store.list()
+        if reqs and reqs[0].escalated_to(0) and (told is None or told):
             break
         await asyncio.sleep(0.01)
     task.cancel()

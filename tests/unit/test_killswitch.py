@@ -23,7 +23,7 @@ from agent_saga.controls import (
     get_kill_switch,
     set_kill_switch,
 )
-from agent_saga.controls.levers import compile_glob, parse_scope
+from agent_saga.controls.killswitch import compile_glob, parse_scope
 from agent_saga.errors import ConfigurationError, GateBlocked, SagaQuarantined
 from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope

@@ -22,7 +22,7 @@ from agent_saga.controls import (
     combine,
     rule,
 )
-from agent_saga.controls.stores.base import Charge
+from agent_saga.controls.limits import Charge
 from agent_saga.errors import ConfigurationError
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics

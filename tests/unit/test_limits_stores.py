@@ -14,12 +14,12 @@ from agent_saga.controls import (
     InProcessLimitStore,
     PreFlightGate,
     RedisLimitStore,
-    fleet,
     fleet_signs,
     get_limit_store,
     set_limit_store,
 )
-from agent_saga.controls.stores.default import ENV_LIMIT_STORE
+from agent_saga.controls.limits import ENV_LIMIT_STORE
+from agent_saga.controls.limits import _fleet as fleet
 from agent_saga.errors import ConfigurationError
 
 LIMIT = BudgetLimit("daily-spend", arg="amount", max_total=50_000, window=86_400)

@@ -114,31 +114,57 @@ async def test_backpressure_raise_never_drops(tmp_path: Path) -> None:
     assert [r.payload["i"] for r in recs] == [0, 1, 2, 3, 4, 5]  # the refused one is absent, nothing else is
 
 
-async def test_backpressure_block_is_bounded(tmp_path: Path) -> None:
+async def test_backpressure_block_is_bounded_and_a_stall_fails_the_writer(tmp_path: Path) -> None:
     wedge = Wedge("before_write")
     wal = FileWAL(tmp_path / "b.wal", max_pending=1, backpressure=Backpressure.BLOCK,
                   stall_timeout=0.2, fault_hook=wedge)
     wal.append("X", "s-1")
-    assert wedge.reached.wait(5)
-    wal.append("X", "s-1")
+    assert wedge.reached.wait(5)  # seq 1 is in the flusher's hands, stuck
+    wal.append("X", "s-1")  # seq 2 waits in the queue
     with pytest.raises(WALStalled, match="no room"):
         wal.append("X", "s-1")
+    # Fail-stop: the next call raises at once, with the first stall as its cause.
+    with pytest.raises(WALStalled, match="stalled earlier and accepts no records") as ei:
+        wal.append("X", "s-1")
+    assert isinstance(ei.value.__cause__, WALStalled) and "no room" in str(ei.value.__cause__)
+    with pytest.raises(WALStalled, match="seq 2 is not durable and will not be written"):
+        await wal.barrier(2)
+    with pytest.raises(WALStalled, match="stalled before close"):
+        wal.close()  # at once: the flusher is still stuck in seq 1's write
     wedge.release.set()
-    wal.close()
-    assert len(records(tmp_path / "b.wal")) == 2
+    # The batch in flight was in doubt; it landed when the device came back. The queued
+    # record was never written.
+    deadline = asyncio.get_running_loop().time() + 10
+    while wal.stats().durable_seq < 1:
+        assert asyncio.get_running_loop().time() < deadline, "the write in flight never landed"
+        await asyncio.sleep(0.01)
+    await wal.barrier(1)  # true: seq 1 is on disk
+    assert [r.seq for r in records(tmp_path / "b.wal")] == [1]
+    reopened = FileWAL(tmp_path / "b.wal")  # the flusher released the lock when it returned
+    assert reopened.stats().durable_seq == 1
+    reopened.close()
 
 
-async def test_barrier_raises_walstalled_on_a_wedged_device(tmp_path: Path) -> None:
+async def test_barrier_raises_walstalled_on_a_wedged_device_and_the_writer_stays_failed(tmp_path: Path) -> None:
     wedge = Wedge("before_sync")
     wal = FileWAL(tmp_path / "s.wal", fault_hook=wedge)
     seq = wal.append("STEP_INTENT", "s-1", "s-1/0", {})
     with pytest.raises(WALStalled, match=f"seq {seq} not durable within 0.2s"):
         await wal.barrier(seq, timeout=0.2)
-    with pytest.raises(WALStalled):
-        await asyncio.to_thread(wal.barrier_sync, seq, timeout=0.2)
+    # Every later fence, sync or async, and every append raises at once with that cause.
+    for attempt in (
+        lambda: asyncio.to_thread(wal.barrier_sync, seq, timeout=30),
+        lambda: wal.barrier(seq),
+    ):
+        with pytest.raises(WALStalled, match=f"seq {seq} is not durable and will not be written") as ei:
+            await attempt()
+        assert f"seq {seq} not durable within 0.2s" in str(ei.value.__cause__)
+    with pytest.raises(WALStalled, match="stalled earlier"):
+        wal.append("STEP_INTENT", "s-1", "s-1/1", {})
+    assert wal.stats().failed is not None and "not durable within 0.2s" in wal.stats().failed
     wedge.release.set()
-    await wal.barrier(seq)  # the device recovered: the same fence now completes
-    wal.close()
+    with pytest.raises(WALStalled):
+        wal.close()
 
 
 async def test_write_failure_reaches_every_waiter_and_later_caller(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@
     certificates  rollback-safety certificates: every effect accounted for, or the step named
     redaction     erasure: payload and salt destroyed, the chain still verifies
     encryption    AES-256-GCM payload envelopes (BYOK), decrypting readers, key rotation
+    keys          where a reader gets its key (key file or AGENT_SAGA_WAL_KEY): one rule
     checkpoints   Ed25519-signed heads: a truncated tail is detectable
 
 Everything here imports only the standard library at import time; ``cryptography`` loads
@@ -34,6 +35,7 @@ from .encryption import (
     keyring_from_env,
     new_wal_key,
 )
+from .keys import reader_encryptor
 from .merkle import (
     AuditRoot,
     ConsistencyResult,
@@ -77,6 +79,7 @@ __all__ = [
     "load_public_key",
     "make_checkpoint",
     "new_wal_key",
+    "reader_encryptor",
     "redact_record",
     "redact_records",
     "verify_bundle",

@@ -24,7 +24,8 @@ cannot tell (its payloads were redacted) is treated as COMPENSABLE. ``strict`` a
 refuses terminal steps that are not intended effects (escalated, not undoable).
 
 ``certify_log`` verifies every chain first: a log that fails verification is never
-certified, whatever its records say.
+certified, whatever its records say. A record of a type this version does not know, in
+a saga, is an unaccounted finding: what it did cannot be told.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ..history import (
     StepState,
     fold,
 )
-from ..records import Record, RecordType
+from ..records import Record, RecordType, is_known_type
 from ..wal.readers import LogReader
 from .encryption import PayloadEncryptor, decrypting
 
@@ -191,6 +192,20 @@ def _classify(saga: SagaState, step: StepState, skip: str | None) -> tuple[str, 
     return "unaccounted", f"state {state} is not one certify knows"
 
 
+def _unknown_findings(records: list[Record], sagas: dict[str, SagaState]) -> Iterable[StepFinding]:
+    """A record of a type this version does not know, in a saga: what it did cannot be
+    told, so its saga is not certified (forward compatibility: docs/wal.md)."""
+    for r in records:
+        saga = sagas.get(r.saga)
+        if saga is None or is_known_type(r.type):
+            continue  # the reserved saga ``wal`` holds no effects
+        yield StepFinding(
+            r.saga, r.step or "-", "?", "?", r.type, saga.status, r.seq, "unaccounted",
+            f"a record of type {r.type} (seq {r.seq}) is not one this version of agent-saga knows: "
+            f"what it did cannot be told, so the saga is not certified. Upgrade agent-saga to read it",
+        )
+
+
 def certify(records: Iterable[Record], *, strict: bool = False) -> Certificate:
     """Classify every effect in ``records`` (log order, payloads in plaintext).
 
@@ -200,9 +215,9 @@ def certify(records: Iterable[Record], *, strict: bool = False) -> Certificate:
     recs = list(records)
     sagas = fold(recs)
     skips = _skip_outcomes(recs)
-    unaccounted: list[StepFinding] = []
+    unaccounted: list[StepFinding] = list(_unknown_findings(recs, sagas))
     terminal: list[StepFinding] = []
-    effects = compensated = 0
+    effects, compensated = len(unaccounted), 0  # an unreadable record may hide an effect
     for saga in sagas.values():
         for step in saga.steps.values():
             got = _classify(saga, step, skips.get((saga.saga_id, step.step_id)))

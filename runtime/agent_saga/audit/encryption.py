@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigurationError, NotSerializable, WALDecryptFailed, WALKeyMissing
 from ..records import Record, canonical_json
+from ..scrubber import scrub_id, scrub_payload
 from ..wal.base import BaseWAL, WALStats
 
 if TYPE_CHECKING:
     from ..wal.compaction import CompactionReport
 
 ENV_VAR = "AGENT_SAGA_WAL_KEY"
+KEY_FILE_ENV_VAR = "AGENT_SAGA_WAL_KEY_FILE"  # a file holding the same text (see ``keys``)
 ALG = "A256GCM"
 KEY_BYTES = 32
 NONCE_BYTES = 12
@@ -116,8 +118,9 @@ class Keyring:
         self.primary = next(iter(self._keys))
 
     @classmethod
-    def parse(cls, text: str) -> Keyring:
-        """Read ``[kid:]base64key[,[kid:]base64key...]`` (the ``AGENT_SAGA_WAL_KEY`` form)."""
+    def parse(cls, text: str, *, source: str = ENV_VAR) -> Keyring:
+        """Read ``[kid:]base64key[,[kid:]base64key...]`` (the ``AGENT_SAGA_WAL_KEY`` form);
+        ``source`` names where the text came from in error messages."""
         entries: list[tuple[str, bytes]] = []
         for n, raw in enumerate(text.split(","), 1):
             item = raw.strip()
@@ -128,10 +131,13 @@ class Keyring:
                 key = _b64(material)
             except (binascii.Error, ValueError):
                 raise ConfigurationError(
-                    f"{ENV_VAR} entry {n} is not base64: expected [kid:]base64(32 bytes)"
+                    f"{source} entry {n} is not base64: expected [kid:]base64(32 bytes)"
                 ) from None
             entries.append((kid if sep else key_id(key), key))
-        return cls(entries)
+        try:
+            return cls(entries)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{source}: {exc.message}") from None
 
     def ids(self) -> list[str]:
         return list(self._keys)
@@ -149,7 +155,8 @@ class AESGCMEncryptor:
     Random nonces are safe for about 2**32 records per key: rotate well before that.
     """
 
-    def __init__(self, keyring: Keyring) -> None:
+    def __init__(self, keyring: Keyring, *, source: str = ENV_VAR) -> None:
+        self.source = source  # where the keys came from, for messages that name the fix
         try:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError as exc:
@@ -191,8 +198,8 @@ class AESGCMEncryptor:
         cipher = self._cipher(str(kid))
         if cipher is None:
             raise WALKeyMissing(
-                f"no key with id {kid!r} (this reader has {self.keyring.ids()}); add it to "
-                f"{ENV_VAR} to read records written under it",
+                f"no key with id {kid!r}: the keys read from {self.source} are "
+                f"{self.keyring.ids()}; add the key {kid!r} there to read records written under it",
                 kid=kid,
             )
         try:
@@ -200,8 +207,9 @@ class AESGCMEncryptor:
             payload = _loads(plain)
         except (InvalidTag, binascii.Error, ValueError, KeyError) as exc:
             raise WALDecryptFailed(
-                f"envelope under key {kid!r} does not authenticate: the key is wrong for that id, "
-                f"or the envelope was altered or moved to another record",
+                f"envelope under key {kid!r} does not authenticate: the key {kid!r} read from "
+                f"{self.source} is not the one it was written with, or the envelope was altered "
+                f"or moved to another record",
                 kid=kid,
             ) from exc
         return payload
@@ -252,8 +260,9 @@ def decrypt_record(rec: Record, encryptor: PayloadEncryptor | None) -> Record:
     if encryptor is None:
         raise WALKeyMissing(
             f"record seq {rec.seq} ({rec.type}, saga {rec.saga}) is encrypted under key "
-            f"{kid!r} and no key was given: set {ENV_VAR} (or pass an encryptor). Reading it "
-            f"as plaintext would silently lose its contents, so nothing is read",
+            f"{kid!r} and no key was given: set {ENV_VAR}, or name a key file (--wal-key-file "
+            f"or {KEY_FILE_ENV_VAR}), or pass an encryptor. Reading it as plaintext would "
+            f"silently lose its contents, so nothing is read",
             kid=kid, seq=rec.seq, saga_id=rec.saga, step_id=rec.step,
         )
     try:
@@ -312,8 +321,12 @@ class EncryptedWAL(BaseWAL):
         step: str | None = None,
         payload: dict[str, Any] | None = None,
     ) -> int:
-        """Encrypt ``payload`` (None stays None) and queue it on the inner WAL."""
+        """Scrub ``payload`` of secrets (the codec boundary's scrubber: the inner WAL only
+        sees ciphertext), encrypt it (None stays None) and queue it on the inner WAL."""
         if payload is not None:
+            saga, step = scrub_id(saga), None if step is None else scrub_id(step)
+            payload = scrub_payload(payload, type, saga)
+            assert payload is not None
             payload = self.encryptor.encrypt(payload, associated_data(type, saga, step))
         return self.inner.append(type, saga, step, payload)
 

@@ -26,14 +26,14 @@ import sys
 import time
 from typing import Any
 
-from ..controls.approval_stores import (
+from ..clocks import format_instant
+from ..controls.approvals import (
     ApprovalRefused,
     ApprovalRequest,
     ApprovalStore,
     decide_request,
     open_approval_store,
 )
-from ..controls.clocks import format_instant
 
 __all__ = ["register"]
 

@@ -4,7 +4,8 @@ verify-proof, checkpoint, verify-checkpoint, keygen.
 Exit codes as everywhere: 0 the check passed, 1 it failed (a broken chain, an uncertified
 log, an invalid proof, a forged checkpoint; ``export --allow-broken`` of a broken chain
 writes the labelled bundle and still exits 1), 2 bad usage or unreadable input (a missing
-key included). Payload-reading commands (certify) take the key from ``AGENT_SAGA_WAL_KEY``;
+key included). Payload-reading commands (certify) take the key as every command does
+(``--wal-key-file``, ``AGENT_SAGA_WAL_KEY_FILE`` or ``AGENT_SAGA_WAL_KEY``: ``cli.keys``);
 the others never need it.
 """
 
@@ -28,6 +29,7 @@ from ..chain import verify_records
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import Record
 from ..wal.readers import FileLogReader, LogReader, open_reader
+from .keys import add_key_option, encryptor_from_args
 
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
@@ -119,6 +121,7 @@ def register(sub: Any) -> None:
     p.add_argument("--strict", action="store_true",
                    help="also fail on escalated and not-undoable effects (only intended effects pass)")
     p.add_argument("--json", action="store_true")
+    add_key_option(p)
     p.set_defaults(handler=cmd_certify)
 
     p = sub.add_parser("redact", help="erase records' payloads (GDPR); the chain still verifies")
@@ -227,8 +230,7 @@ def cmd_verify_bundle(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    ring = _enc.keyring_from_env()
-    encryptor = _enc.AESGCMEncryptor(ring) if ring is not None else None
+    encryptor = encryptor_from_args(args)
     reader = _open(args)
     try:
         cert = _certify.certify_log(reader, strict=args.strict, encryptor=encryptor)

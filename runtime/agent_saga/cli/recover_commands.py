@@ -8,8 +8,10 @@
 
 Exit codes: 0 every orphan resolved cleanly (or nothing to do; for ``--escalations``: the
 queue is empty); 1 something needs a human (a saga closed PARTIAL, escalations open, a
-saga left for later); 2 bad usage, or the sweep halted on a log it cannot read
-(fail-closed: nothing was acted on).
+saga left for later: the sweep stopped early, e.g. on a location it cannot write); 2 bad
+usage, or the sweep halted on a log it cannot read or verify (fail-closed: nothing was
+acted on). An encrypted log is read with the key ``certify`` uses (``--wal-key-file``,
+``AGENT_SAGA_WAL_KEY_FILE`` or ``AGENT_SAGA_WAL_KEY``).
 """
 
 from __future__ import annotations
@@ -18,15 +20,18 @@ import argparse
 import asyncio
 import datetime as _dt
 import json
+import os
 import sys
 from typing import Any
 
+from ..audit.encryption import EncryptedWAL
 from ..errors import ConfigurationError
 from ..recovery.claims import ClaimLock, FileClaimLock
 from ..recovery.daemon import RecoveryDaemon, SweepReport
 from ..recovery.ledger import Escalation, FileLedger, RecoveryLedger
 from ..recovery.targets import default_file_paths, open_fleet_wal
 from ..wal.base import BaseWAL
+from .keys import add_key_option, encryptor_from_args
 
 
 def register(sub: Any) -> None:
@@ -52,6 +57,7 @@ def register(sub: Any) -> None:
     p.add_argument("--namespace", default="agent-saga", help="Redis key namespace (default: agent-saga)")
     p.add_argument("--ledger", help="the recovery journal file (default: <wal-path>.recovery.jsonl)")
     p.add_argument("--claims", help="the claims directory (default: <wal-path>.recovery-claims)")
+    add_key_option(p)
     p.add_argument(
         "--lease-grace", type=float, default=5.0,
         help="seconds added to every lease for clock skew before a saga counts as orphaned (default 5)",
@@ -81,6 +87,8 @@ def _ledger_and_lock(args: argparse.Namespace) -> tuple[RecoveryLedger | None, C
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    if args.wal_path and not (args.escalations or args.resolve_escalation) and not os.path.exists(args.wal_path):
+        raise ConfigurationError(f"WAL file {args.wal_path!r} does not exist; check --wal-path")
     return asyncio.run(_recover(args))
 
 
@@ -101,14 +109,20 @@ async def _recover(args: argparse.Namespace) -> int:
             return 1 if any(e.open for e in items) else 0
         finally:
             await ledger.close()
+    encryptor = encryptor_from_args(args)
     wal: BaseWAL | str
     opened: BaseWAL | None = None
     if args.wal_url:
         opened = wal = open_fleet_wal(args.wal_url)
+        if encryptor is not None:
+            wal = EncryptedWAL(opened, encryptor)
     else:
         wal = args.wal_path
     try:
-        daemon = RecoveryDaemon(wal, ledger=ledger, lock=lock, imports=args.imports, lease_grace=args.lease_grace)
+        daemon = RecoveryDaemon(
+            wal, ledger=ledger, lock=lock, imports=args.imports, lease_grace=args.lease_grace,
+            encryptor=encryptor if args.wal_path else None,
+        )
         try:
             report = await daemon.sweep(dry_run=args.dry_run)
         finally:
@@ -140,6 +154,8 @@ def _print_report(report: SweepReport, as_json: bool) -> None:
                 print(f"      {s.describe()}")
     if report.halted:
         print(f"HALTED (fail-closed, nothing was acted on): {report.halted}", file=sys.stderr)
+    elif report.error:
+        print(f"STOPPED (the sweep ended early; what is left waits for the next run): {report.error}", file=sys.stderr)
 
 
 def _when(ts: float) -> str:

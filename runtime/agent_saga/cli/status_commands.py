@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..controls.stores.base import LimitSpec, LimitUsage
-from ..controls.stores.default import ENV_LIMIT_STORE
+from ..controls.limits import ENV_LIMIT_STORE, LimitSpec, LimitUsage
 
 __all__ = ["StatusSection", "register_section"]
 
@@ -109,8 +108,7 @@ def _collect_limits(args: argparse.Namespace) -> StatusSection:
             ],
             {"store": "InProcessLimitStore", "limits": []},
         )
-    from ..controls.stores.base import LimitStoreUnavailable
-    from ..controls.stores.redis import RedisLimitStore
+    from ..controls.limits import LimitStoreUnavailable, RedisLimitStore
 
     store = RedisLimitStore(url, namespace=getattr(args, "namespace", "agent-saga"))
 

@@ -26,10 +26,19 @@ import re
 import socket
 from typing import Any
 
-from ..controls.clocks import format_instant
-from ..controls.killswitch import ENGAGED, ENV_SWITCH_STORE, LIFTED, SWITCH_SAGA, open_switch_store
-from ..controls.levers import Lever, LeverAction, parse_scope
-from ..controls.switch_stores import SwitchStore, SwitchStoreUnavailable
+from ..clocks import format_instant
+from ..controls.killswitch import (
+    ENGAGED,
+    ENV_SWITCH_STORE,
+    LIFTED,
+    SWITCH_SAGA,
+    Lever,
+    LeverAction,
+    SwitchStore,
+    SwitchStoreUnavailable,
+    open_switch_store,
+    parse_scope,
+)
 from ..errors import ConfigurationError
 from ..wal.base import BaseWAL
 from .status_commands import StatusSection, register_section

@@ -4,6 +4,10 @@ The log is a FileWAL file (``--wal-path``) or any backend named by URL (``--wal-
 a path, ``file://``, ``redis://...?key=K[&writer=W]``,
 ``postgresql://...?table=T[&writer=W]``; see ``agent_saga.wal.readers``). A fleet log
 holds one chain per writer; verify checks each and exits 0 only if all are intact.
+
+Records of a type this version does not know are verified like any other and reported
+(verify: a note and ``unknown_types``; inspect: flagged on their saga). Inspect reads an
+encrypted log with the key every command uses (``cli.keys``), or says what it could not show.
 """
 
 from __future__ import annotations
@@ -11,12 +15,17 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import sys
+from collections.abc import Iterator
 from typing import Any
 
+from ..audit.encryption import PayloadEncryptor, decrypt_record, is_envelope
 from ..chain import VerifyResult, verify_records
 from ..errors import ConfigurationError
 from ..history import fold
+from ..records import Record, is_known_type
 from ..wal.readers import FileLogReader, LogReader, open_reader
+from .keys import add_key_option, encryptor_from_args
 
 
 def _source(p: Any, what: str) -> None:
@@ -50,19 +59,52 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("inspect", help="list the sagas in a log with their status")
     _source(p, "to read")
+    add_key_option(p)
     p.add_argument("--json", action="store_true", help="print the sagas as JSON")
     p.add_argument("--saga", help="show only this saga, with its steps")
     p.set_defaults(handler=cmd_inspect)
 
 
-def _verify_chain(reader: LogReader, name: str, head: str | None) -> VerifyResult:
+class _Unknown:
+    """Records of types this version does not know: how many of each, and the first one."""
+
+    def __init__(self) -> None:
+        self.types: dict[str, dict[str, Any]] = {}
+
+    def see(self, location: str, rec: Record) -> None:
+        if is_known_type(rec.type):
+            return
+        entry = self.types.setdefault(rec.type, {"type": rec.type, "count": 0, "first": location, "sagas": []})
+        entry["count"] += 1
+        if rec.saga not in entry["sagas"]:
+            entry["sagas"].append(rec.saga)
+
+    def note(self) -> str | None:
+        if not self.types:
+            return None
+        parts = ", ".join(
+            f"{e['type']} x{e['count']} (first at {e['first']}; saga {', '.join(e['sagas'][:3])}"
+            f"{' ...' if len(e['sagas']) > 3 else ''})"
+            for e in self.types.values()
+        )
+        return (
+            f"note: records of a type this version of agent-saga does not know: {parts}. They are "
+            f"part of the chain and verified like any other, but what they say cannot be read: "
+            f"recovery does not act on a saga holding one and certify does not certify it. "
+            f"Upgrade agent-saga to read them"
+        )
+
+
+def _verify_chain(reader: LogReader, name: str, head: str | None, unknown: _Unknown) -> VerifyResult:
     seen_head = head is None
 
     def watch(items: Any) -> Any:
         nonlocal seen_head
         for loc, item in items:
-            if getattr(item, "hash", None) == head:
-                seen_head = True
+            if isinstance(item, Record):
+                unknown.see(loc, item)
+                if item.hash == head:
+                    seen_head = True
             yield loc, item
 
     result = verify_records(watch(reader.chain(name)))
@@ -98,15 +140,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"--head names one chain, but {reader.description} holds {len(chains)} writers; "
                 f"add &writer=NAME to the URL"
             )
-        results = [(name, _verify_chain(reader, name, args.head)) for name in chains]
+        unknown = _Unknown()
+        results = [(name, _verify_chain(reader, name, args.head, unknown)) for name in chains]
         torn = reader.torn_tail_bytes()
     finally:
         reader.close()
     ok = all(r.ok for _, r in results)
+    unknown_types = list(unknown.types.values())
     if isinstance(reader, FileLogReader):
         result = results[0][1]
         if args.json:
-            print(json.dumps({**_as_dict(result), "torn_tail_bytes": torn}, indent=2))
+            print(json.dumps({**_as_dict(result), "torn_tail_bytes": torn, "unknown_types": unknown_types}, indent=2))
         else:
             print(result.describe())
             if torn:
@@ -114,18 +158,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     f"note: the file ends in a torn fragment of {torn} bytes (an unacknowledged "
                     f"write cut by a crash); it is not part of the chain and the next writer moves it aside"
                 )
+            if unknown.note():
+                print(unknown.note())
         return 0 if ok else 1
     if args.json:
         out = {
             "ok": ok,
             "log": reader.description,
             "chains": [{"writer": name, **_as_dict(r)} for name, r in results],
+            "unknown_types": unknown_types,
         }
         print(json.dumps(out, indent=2))
     else:
         for name, r in results:
             print(f"writer {name}: {r.describe()}")
         print(f"{'OK' if ok else 'BROKEN'}: {len(results)} chain(s) in {reader.description}")
+        if unknown.note():
+            print(unknown.note())
     return 0 if ok else 1
 
 
@@ -133,12 +182,31 @@ def _when(ts_us: int) -> str:
     return _dt.datetime.fromtimestamp(ts_us / 1e6, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _readable(records: Iterator[Record], encryptor: PayloadEncryptor | None, sealed: list[int],
+              unknown: dict[str, list[Record]]) -> Iterator[Record]:
+    """Records with payloads decrypted when a key was given (else envelopes stay, counted
+    in ``sealed``); records of unknown types collected per saga in ``unknown``."""
+    for rec in records:
+        if not is_known_type(rec.type):
+            unknown.setdefault(rec.saga, []).append(rec)
+        if is_envelope(rec.payload):
+            if encryptor is None:
+                sealed[0] += 1
+            else:
+                rec = decrypt_record(rec, encryptor)
+        yield rec
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
+    encryptor = encryptor_from_args(args)
     reader = _open(args)
+    sealed = [0]
+    unknown: dict[str, list[Record]] = {}
     try:
-        sagas = fold(reader.records())
+        sagas = fold(_readable(reader.records(), encryptor, sealed, unknown))
     finally:
         reader.close()
+    notes = _inspect_notes(sealed[0], unknown)
     where = reader.description
     if args.saga:
         if args.saga not in sagas:
@@ -164,21 +232,48 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                     for st in s.steps.values()
                 ],
                 "dangling": [st.step_id for st in s.dangling],
+                "unknown_records": [
+                    {"seq": r.seq, "type": r.type, "step": r.step} for r in unknown.get(s.saga_id, [])
+                ],
             }
             for s in sagas.values()
         ]
         print(json.dumps(out, indent=2))
+        for n in notes:
+            print(n, file=sys.stderr)
         return 0
     if not sagas:
         print(f"no sagas in {where}")
-        return 0
     for s in sagas.values():
         dangling = s.dangling
         flag = f"  DANGLING: {', '.join(d.step_id for d in dangling)}" if dangling else ""
+        odd = unknown.get(s.saga_id)
+        if odd:
+            flag += "  UNKNOWN RECORD TYPES: " + ", ".join(f"{r.type} (seq {r.seq})" for r in odd)
         print(f"{s.saga_id:40} {s.status:17} {len(s.steps):3} steps  {_when(s.started_ts)}{flag}")
         if args.saga:
             for st in s.steps.values():
                 handler = (st.compensation or {}).get("handler") or "-"
                 err = f"  error: {st.error}" if st.error else ""
                 print(f"    {st.step_id:36} {st.tool:28} {st.semantics:12} {st.state:20} undo: {handler}{err}")
+    for n in notes:
+        print(n)
     return 0
+
+
+def _inspect_notes(sealed: int, unknown: dict[str, list[Record]]) -> list[str]:
+    notes: list[str] = []
+    if sealed:
+        notes.append(
+            f"note: {sealed} records are encrypted and no key was given, so their contents are "
+            f"not shown (tools, compensations): pass --wal-key-file FILE or set AGENT_SAGA_WAL_KEY"
+        )
+    n = sum(len(v) for v in unknown.values())
+    if n:
+        types = sorted({r.type for v in unknown.values() for r in v})
+        notes.append(
+            f"note: {n} records of a type this version of agent-saga does not know ({', '.join(types)}): "
+            f"what they say is not shown; recovery does not act on a saga holding one. Upgrade "
+            f"agent-saga to read them"
+        )
+    return notes

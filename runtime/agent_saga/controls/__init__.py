@@ -1,30 +1,50 @@
-"""Pre-flight controls: the gate, spend and rate limits, and the stores behind them.
+"""Pre-flight controls: one subpackage per control, each laid out the same way.
 
-    PreFlightGate(rules=[...], limits=[...], approval_provider=...)
-        order: kill switch -> breaker -> limits -> rules -> approval (see ``gate``)
-    BudgetLimit / RateLimit, scoped by global_scope, by_tool, by_arg(...), combine(...)
+    PreFlightGate(rules=[...], limits=[...], approval_provider=..., checks=[...])  gate/
+        order: kill switch -> breaker -> limits -> rules -> approval
+    BudgetLimit / RateLimit, scoped by global_scope, by_tool, by_arg(...), combine(...)  limits/
     InProcessLimitStore (default) / RedisLimitStore(url), chosen with set_limit_store()
-    KillSwitch(FileSwitchStore() | RedisSwitchStore(url, grace=...)), set_kill_switch()
-    ApprovalGateway(store, notifier, wal, policy=ApprovalPolicy(timeout, levels=...))
-    CircuitBreaker(BreakerPolicy(...), wal=...), set_breaker()
+    KillSwitch(FileSwitchStore() | RedisSwitchStore(url, grace=...)), set_kill_switch()  killswitch/
+    ApprovalGateway(store, notifier, wal, policy=ApprovalPolicy(timeout, levels=...))  approvals/
+    CircuitBreaker(BreakerPolicy(...), wal=...), set_breaker()  breaker/
 
-Layering: this package imports the engine's protocol types (``agent_saga.gates``), the
-WAL interface and the standard library; ``redis`` is imported only inside the Redis
-stores when they are used.
+Every control subpackage has the same inner shape, as far as the control has the part:
+``_model`` (the values and documents), ``_store`` (the store protocol and its
+``StoreUnavailable`` error), ``_local`` (the one-process store), ``_redis`` (the fleet
+store), ``_default`` (the store from a URL and the process-wide default), and the control
+itself. Only each subpackage's ``__init__`` is public; modules starting with ``_`` are not.
+
+Shared below the subpackages: ``_checks`` (``PreCheck``, the interface of the kill switch
+and the breaker, which the gate consults) and ``_policyplane`` (the one policy-plane
+reader: ``RedisSwitchStore`` and ``RedisLimitSource`` are two).
+
+Layering: the control subpackages import each other only through the gate, which
+composes them (``gate`` imports ``limits``, ``killswitch``, ``breaker``, ``approvals``;
+none of them imports the gate or each other). They import the engine's protocol types
+(``agent_saga.gates``), the WAL interface and the standard library; ``redis`` is
+imported only inside the Redis stores when they are used (``agent_saga._redis``).
 """
 
-from .approval_gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
-from .approval_redis import RedisApprovalStore
-from .approval_stores import (
+from ..clocks import ControlClock, ManualClock
+from .approvals import (
+    ApprovalGateway,
+    ApprovalNotice,
+    ApprovalOutcome,
+    ApprovalPolicy,
+    ApprovalProvider,
     ApprovalRefused,
     ApprovalRequest,
     ApprovalStore,
     ApprovalStoreUnavailable,
     Decision,
+    EscalationLevel,
     FileApprovalStore,
+    Notifier,
+    NotifierError,
+    RedisApprovalStore,
+    WebhookNotifier,
     open_approval_store,
 )
-from .approvals import ApprovalOutcome, ApprovalProvider
 from .breaker import (
     BreakerPolicy,
     CircuitBreaker,
@@ -33,16 +53,12 @@ from .breaker import (
     get_breaker,
     set_breaker,
 )
-from .clocks import ControlClock, ManualClock
-from .fleet import fleet_signs
-from .gate import CheckRefusal, PreCheck, PreFlightGate
-from .killswitch import KillSwitch, get_kill_switch, open_switch_store, set_kill_switch
-from .levers import Lever, LeverAction
-from .limit_source import LimitSnapshot, LimitSource, RedisLimitSource
-from .limits import BudgetLimit, RateLimit
-from .notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
-from .rules import (
+from .gate import (
     DEFAULT_RULES,
+    CheckRefusal,
+    PreCheck,
+    PreFlightDecision,
+    PreFlightGate,
     Rule,
     RuleHit,
     arg_exceeds,
@@ -51,20 +67,40 @@ from .rules import (
     tagged,
     tool_matches,
 )
-from .scopes import Scope, by_arg, by_tool, combine, global_scope
-from .stores import (
+from .killswitch import (
+    FileSwitchStore,
+    KillSwitch,
+    Lever,
+    LeverAction,
+    RedisSwitchStore,
+    SwitchStore,
+    SwitchStoreUnavailable,
+    SwitchView,
+    get_kill_switch,
+    open_switch_store,
+    set_kill_switch,
+)
+from .limits import (
+    BudgetLimit,
     InProcessLimitStore,
+    LimitSnapshot,
+    LimitSource,
     LimitSpec,
     LimitStore,
     LimitStoreUnavailable,
     LimitUsage,
+    RateLimit,
+    RedisLimitSource,
     RedisLimitStore,
+    Scope,
+    by_arg,
+    by_tool,
+    combine,
+    fleet_signs,
     get_limit_store,
+    global_scope,
     set_limit_store,
 )
-from .switch_redis import RedisSwitchStore
-from .switch_stores import FileSwitchStore, SwitchStore, SwitchStoreUnavailable, SwitchView
-from .verdicts import PreFlightDecision
 
 __all__ = [
     "DEFAULT_RULES",

@@ -5,10 +5,12 @@
     daemon = RecoveryDaemon("./agent-saga.wal", imports=["myapp.handlers"])
     report = await daemon.sweep()
 
-Modules: ``daemon`` (RecoveryDaemon, SweepReport), ``scan`` (one pass over the log),
+Modules: ``daemon`` (RecoveryDaemon), ``report`` (SweepReport), ``scan`` (one pass over the log),
 ``plan`` (what to do per step, pure), ``resolver`` (doing it), ``ledger`` (journal and
 human escalation queue; FileLedger), ``claims`` (FileClaimLock), ``redis`` (RedisLedger,
-RedisClaimLock), ``reconcilers`` (@reconciler), ``quarantine``, ``sources``.
+RedisClaimLock), ``reconcilers`` (@reconciler), ``quarantine``, ``sources`` (where a log
+is read and written), ``verified`` (every record checked before it is acted on),
+``partials`` (escalations from an owner's own partial rollback).
 
 Layering: this package imports the engine's modules, the WAL interface and the standard
 library; ``redis`` is imported only when a Redis ledger or lock is created.
@@ -20,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from .claims import Claim, ClaimLock, FileClaimLock
 from .daemon import RecoveryDaemon, SweepReport
-from .errors import ClaimLost, ClaimStoreUnavailable, LedgerCorrupt, RecoveryError, RecoveryHalted
+from .errors import (
+    ClaimLost,
+    ClaimStoreUnavailable,
+    LedgerCorrupt,
+    LocationUnavailable,
+    RecoveryError,
+    RecoveryHalted,
+)
 from .ledger import Escalation, FileLedger, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
 from .plan import Action, SagaPlan, StepPlan, plan_saga
 from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
@@ -33,7 +42,7 @@ from .recordtypes import (
     EscalationKind,
 )
 from .resolver import SagaResult
-from .sources import LogSource, PathSource, WALSource, WriterBusy
+from .sources import LogRead, LogSource, PathSource, WALSource, WriterBusy
 
 if TYPE_CHECKING:
     from .redis import RedisClaimLock, RedisLedger
@@ -55,6 +64,8 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerEntry",
     "LedgerKind",
+    "LocationUnavailable",
+    "LogRead",
     "LogSource",
     "PathSource",
     "QuarantineSource",

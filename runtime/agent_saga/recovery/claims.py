@@ -11,6 +11,8 @@ process dies) and another daemon finishes the saga.
 
 Invariants:
 - ``acquire`` never waits: it returns a ``Claim`` or ``None`` (someone else holds it).
+  A claims directory that cannot be written raises ``LocationUnavailable`` naming it
+  (it is created on the first claim, not when the lock is made).
 - ``renew`` and ``release`` act only on the caller's own claim (compare the token, then
   act), so a daemon whose claim expired can never extend or free its successor's.
 - A claim is necessary, not sufficient: after claiming, the daemon re-reads what was
@@ -29,6 +31,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from .errors import location_error
 
 __all__ = ["Claim", "ClaimLock", "FileClaimLock"]
 
@@ -84,7 +88,6 @@ class FileClaimLock:
         self.directory = os.fspath(directory)
         self.description = f"flock files in {self.directory}"
         self.owner = owner or f"pid{os.getpid()}"
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self._held: dict[str, tuple[int, str]] = {}  # name -> (fd, token)
         self._lock = threading.Lock()
 
@@ -92,10 +95,21 @@ class FileClaimLock:
         return os.path.join(self.directory, hashlib.sha256(name.encode()).hexdigest()[:32] + ".claim")
 
     async def acquire(self, name: str, ttl: float) -> Claim | None:
+        try:
+            return self._acquire(name, ttl)
+        except OSError as exc:
+            raise location_error(
+                exc, self.directory, "its claims directory",
+                "Give recovery a writable claims directory: FileClaimLock(dir) / --claims DIR "
+                "on a writable disk, or claims shared through Redis (RedisClaimLock / --redis-url)",
+            ) from exc
+
+    def _acquire(self, name: str, ttl: float) -> Claim | None:
         path = self._path(name)
         with self._lock:
             if name in self._held:
                 return None  # one holder per process too
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
             for _ in range(10):
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:

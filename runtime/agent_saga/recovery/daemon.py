@@ -21,9 +21,14 @@ Guarantees:
   absorbs the window a claim cannot close (a daemon paused past its claim's TTL).
 - Never a guess: what cannot be resolved automatically is escalated to the human queue
   in the ledger (``agent-saga recover --escalations``) and the saga is closed PARTIAL.
-- Fails closed: an unparseable record, a record the reader cannot decrypt, or an
-  unreadable journal halts the daemon (``halted``, ``RecoveryHalted``) before it acts;
-  it stays halted until rebuilt.
+- Acts only on verified records: each record read is checked against its digest and its
+  chain first (``recovery.verified``); a record that fails, an unexplained gap, a repeated
+  or backward sequence, a truncated or replaced log, and a record of an unknown type in a
+  saga it would act on halt it.
+- Fails closed: those, a record the reader cannot decrypt, or an unreadable journal halt
+  the daemon (``halted``, ``RecoveryHalted``) before it acts; it stays halted until rebuilt.
+- ``sweep()`` never raises for one saga's failure or a place it cannot write (claims,
+  journal, log: ``LocationUnavailable``): the report's ``error`` says what stopped it.
 - ``drain()``: the claim in hand is finished, no new one is taken.
 """
 
@@ -45,15 +50,15 @@ from ..audit.encryption import PayloadEncryptor
 from ..errors import ConfigurationError, WALError
 from ..executor import get_tool_executor
 from ..faults import fault_point
-from ..records import Record
 from ..wal.base import BaseWAL
 from ..wal.compaction import CompactionReport
 from .claims import Claim, ClaimLock, FileClaimLock
-from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted
-from .ledger import Escalation, FileLedger, RecoveryLedger, escalation_id
+from .errors import ClaimLost, ClaimStoreUnavailable, RecoveryError, RecoveryHalted, location_error
+from .ledger import FileLedger, RecoveryLedger
+from .partials import owner_escalations
 from .plan import plan_saga
 from .quarantine import QuarantineSource, ask_quarantine
-from .recordtypes import EscalationKind
+from .report import SweepReport
 from .resolver import Resolution, SagaResult
 from .scan import LogScan, SagaView
 from .sources import LogSource, PathSource, WALSource, WriterBusy, keep_set
@@ -62,93 +67,6 @@ from .targets import default_file_paths
 __all__ = ["RecoveryDaemon", "SweepReport"]
 
 log = logging.getLogger("agent_saga.recovery")
-
-RESOLVED_STATUSES = frozenset({"ROLLED_BACK", "ROLLBACK_PARTIAL"})
-
-
-@dataclass(frozen=True, slots=True)
-class SweepReport:
-    """What one sweep saw and did.
-
-    ``in_flight``: sagas with no terminal record; ``live``: of those, leases still running;
-    ``orphans``: leases expired (``quarantined`` ones excluded); ``results``: one per
-    orphan the sweep looked at; ``oldest_orphan_age``: seconds since the lease expired of
-    the oldest orphan still unresolved after the sweep (0 if none). ``halted`` says why the
-    daemon stopped (fail-closed); ``error`` why this sweep stopped early (transient).
-    """
-
-    source: str
-    started: float
-    duration: float
-    records_read: int
-    in_flight: int
-    live: int
-    quarantined: int
-    orphans: int
-    oldest_orphan_age: float
-    results: tuple[SagaResult, ...] = ()
-    halted: str | None = None
-    error: str | None = None
-    drained: bool = False
-    dry_run: bool = False
-
-    def count(self, *statuses: str) -> int:
-        return sum(1 for r in self.results if r.status in statuses)
-
-    @property
-    def recovered(self) -> int:
-        """Sagas this sweep closed (clean or partial)."""
-        return self.count(*RESOLVED_STATUSES)
-
-    @property
-    def escalated_sagas(self) -> int:
-        """Sagas this sweep closed with at least one escalation."""
-        return sum(1 for r in self.results if r.status in RESOLVED_STATUSES and r.escalations)
-
-    @property
-    def escalations(self) -> int:
-        return sum(len(r.escalations) for r in self.results)
-
-    @property
-    def claim_conflicts(self) -> int:
-        return self.count("CLAIMED")
-
-    @property
-    def compensations_run(self) -> int:
-        return sum(r.compensations_run for r in self.results)
-
-    @property
-    def ok(self) -> bool:
-        return self.halted is None and self.error is None
-
-    def summary(self) -> str:
-        if self.halted:
-            return f"{self.source}: HALTED: {self.halted}"
-        head = "planned" if self.dry_run else "recovered"
-        n = self.count("PLANNED") if self.dry_run else self.recovered
-        text = (
-            f"{self.source}: {self.in_flight} in flight, {self.live} live, {self.quarantined} "
-            f"quarantined, {self.orphans} orphaned; {head} {n}"
-        )
-        if not self.dry_run:
-            text += f" ({self.count('ROLLBACK_PARTIAL')} partial, {self.escalations} escalation(s))"
-        if self.claim_conflicts:
-            text += f", {self.claim_conflicts} claimed by another daemon"
-        if self.error:
-            text += f"; stopped early: {self.error}"
-        return text + f" in {self.duration:.3f}s"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source, "started": self.started, "duration": self.duration,
-            "records_read": self.records_read, "in_flight": self.in_flight, "live": self.live,
-            "quarantined": self.quarantined, "orphans": self.orphans,
-            "oldest_orphan_age": self.oldest_orphan_age, "recovered": self.recovered,
-            "escalations": self.escalations, "claim_conflicts": self.claim_conflicts,
-            "halted": self.halted, "error": self.error, "drained": self.drained,
-            "dry_run": self.dry_run, "results": [r.to_dict() for r in self.results],
-        }
-
 
 def default_daemon_id() -> str:
     host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:60] or "host"
@@ -164,19 +82,27 @@ class _Sweep:
 
 class _ClaimGuard:
     """Renews a claim in the background; ``check()`` raises ``ClaimLost`` once it is not
-    certainly ours (renewal refused, or not confirmed within 90% of its ttl)."""
+    certainly ours (renewal refused, or not confirmed within 90% of its ttl).
+
+    ``stop()`` does not rely on cancellation alone: a client may absorb a cancellation
+    that lands mid-call (redis-py's asyncio client does) and return normally, and a
+    renewal loop that missed its one cancel would run, and hold the sweep, forever.
+    """
 
     def __init__(self, lock: ClaimLock, claim: Claim) -> None:
         self.lock = lock
         self.claim = claim
         self.confirmed = time.monotonic()
         self.lost: str | None = None
+        self._stopping = False
         self._task = asyncio.ensure_future(self._renew())
 
     async def _renew(self) -> None:
         period = max(self.claim.ttl / 3.0, 0.01)
-        while True:
+        while not self._stopping:
             await asyncio.sleep(period)
+            if self._stopping:
+                return
             try:
                 if await self.lock.renew(self.claim):
                     self.confirmed = time.monotonic()
@@ -197,6 +123,7 @@ class _ClaimGuard:
             )
 
     async def stop(self) -> None:
+        self._stopping = True
         self._task.cancel()
         try:
             await self._task
@@ -297,6 +224,7 @@ class RecoveryDaemon:
         self.scan = LogScan()
         self.halted: RecoveryHalted | None = None
         self.warnings: list[str] = []
+        self._unknown_seen: set[str] = set()
         self._draining = False
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
@@ -338,10 +266,13 @@ class RecoveryDaemon:
             )
 
     async def _refresh(self) -> None:
+        """Read what is new (verified: see ``recovery.verified``) into the scan. Raises
+        ``RecoveryHalted`` for anything not verified or not readable as a record,
+        ``LocationUnavailable`` if the log cannot be opened now."""
         async with self._read_lock:
             try:
-                records = await self.source.read_new()
-            except RecoveryHalted:
+                read = await self.source.read_new()
+            except RecoveryError:
                 raise
             except WALError as exc:
                 # Unparseable, undecryptable or unreadable: never skipped.
@@ -351,7 +282,22 @@ class RecoveryDaemon:
                     f"stopped before acting on any saga",
                     location=where,
                 ) from exc
-            self.scan.feed_all(records)
+            if read.from_start and self.scan.records_read:
+                # Records left the log since the last read (a compaction): start over from
+                # the whole log, so no saga is judged on half of its records.
+                log.info("%s: records left the log since the last read; re-read it whole", self.source.description)
+                fresh = LogScan()
+                fresh.records_read = self.scan.records_read
+                self.scan = fresh
+            known = set(self.scan.unknown_types)
+            self.scan.feed_all(read.records)
+            for t in self.scan.unknown_types.keys() - known - self._unknown_seen:
+                self._unknown_seen.add(t)
+                log.warning(
+                    "%s holds records of type %s, which this version of agent-saga does not know; "
+                    "recovery will not act on a saga holding one (upgrade agent-saga): first at %s",
+                    self.source.description, t, self.scan.unknown_types[t][1],
+                )
 
     # ------------------------------------------------------------------ sweeping
 
@@ -375,7 +321,7 @@ class RecoveryDaemon:
                 live=live, quarantined=quarantined, orphans=len(orphans),
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
                 halted=None if self.halted is None else self.halted.message, error=state.stop,
-                drained=state.drained, dry_run=dry_run,
+                drained=state.drained, dry_run=dry_run, unknown_types=tuple(sorted(self.scan.unknown_types)),
             )
 
         if self.halted is not None:
@@ -384,6 +330,10 @@ class RecoveryDaemon:
             await self._refresh()
         except RecoveryHalted as exc:
             self._halt(exc)
+            return report()
+        except RecoveryError as exc:
+            state.stop = exc.message  # the log cannot be opened now: the next sweep tries again
+            log.error("%s", exc.message)
             return report()
         now = self._clock()
         in_flight = len(self.scan.in_flight)
@@ -401,7 +351,10 @@ class RecoveryDaemon:
                 try:
                     state.results.append(SagaResult(view.saga_id, "PLANNED", plan=plan_saga(view)))
                 except RecoveryHalted as exc:
+                    # What a real sweep would do: halt, having acted on nothing.
+                    self._halt(exc)
                     state.results.append(SagaResult(view.saga_id, "FAILED", error=exc.message))
+                    break
             return report()
         self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
         queue = [v.saga_id for v in orphans]
@@ -422,6 +375,8 @@ class RecoveryDaemon:
                 await self._refresh()
             except RecoveryHalted as exc:
                 self._halt(exc)
+            except RecoveryError as exc:
+                state.stop = state.stop or exc.message
         rep = report()
         if rep.recovered or rep.halted or rep.error:
             log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
@@ -432,8 +387,8 @@ class RecoveryDaemon:
         caller got ``RollbackIncomplete``, but the human queue must be complete."""
         pending, self.scan.owner_partials = self.scan.owner_partials, []
         try:
-            for rec in pending:
-                for esc in owner_escalations(rec, self.source.description, self.daemon_id):
+            for rec, earlier in pending:
+                for esc in owner_escalations(rec, self.source.description, self.daemon_id, earlier):
                     await self.ledger.escalate(esc)
         except RecoveryHalted as exc:
             self._halt(exc)
@@ -469,8 +424,9 @@ class RecoveryDaemon:
             return SagaResult(saga_id, "QUARANTINED")
         try:
             claim = await self.lock.acquire(saga_id, self.claim_ttl)
-        except ClaimStoreUnavailable as exc:
+        except RecoveryError as exc:  # the claim store is unreachable or unwritable
             state.stop = exc.message
+            log.error("%s", exc.message)
             return None
         if claim is None:
             return SagaResult(saga_id, "CLAIMED")
@@ -505,12 +461,20 @@ class RecoveryDaemon:
             state.stop = f"saga {saga_id}: {exc.message}"
             log.error("recovery of saga %s stopped, the next sweep resumes it: %s", saga_id, exc.message)
             return SagaResult(saga_id, "FAILED", error=exc.message)
+        except OSError as exc:
+            # A file this sweep needed (journal, claims, log) failed under it: that saga
+            # stops where it is; the sweep reports it instead of raising.
+            err = location_error(exc, exc.filename or self.source.description, "a file it needs",
+                                 "Check the storage it lives on; the next sweep resumes the saga")
+            state.stop = f"saga {saga_id}: {err.message}"
+            log.error("recovery of saga %s stopped: %s", saga_id, err.message)
+            return SagaResult(saga_id, "FAILED", error=err.message)
         finally:
             await guard.stop()
             try:
                 await self.lock.release(claim)
-            except RecoveryError as exc:
-                log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc.message)
+            except (RecoveryError, OSError) as exc:
+                log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc)
 
     # ------------------------------------------------------------------ loop
 
@@ -565,34 +529,6 @@ class RecoveryDaemon:
     def __repr__(self) -> str:
         state = "halted" if self.halted else "draining" if self._draining else "ready"
         return f"<RecoveryDaemon {self.daemon_id} {self.source.description} {state}>"
-
-
-_OUTCOME_KIND = {
-    "NOT_UNDOABLE": EscalationKind.IRREVERSIBLE,
-    "FAILED": EscalationKind.COMPENSATION_FAILED,
-    "ESCALATED": EscalationKind.ESCALATED_BEFORE,
-}
-
-
-def owner_escalations(rec: Record, source: str, daemon_id: str) -> list[Escalation]:
-    """The escalations a SAGA_ROLLBACK_PARTIAL written by the saga's owner implies: one
-    per step its report lists as not restored (deterministic ids: queueing twice is a no-op)."""
-    out: list[Escalation] = []
-    steps = (rec.payload or {}).get("steps")
-    for s in steps if isinstance(steps, list) else []:
-        if not isinstance(s, dict):
-            continue
-        kind = _OUTCOME_KIND.get(str(s.get("outcome")))
-        if kind is None:
-            continue
-        step = s.get("step") if isinstance(s.get("step"), str) else None
-        out.append(Escalation(
-            id=escalation_id(rec.saga, step), saga_id=rec.saga, step_id=step,
-            tool=str(s.get("tool", "?")), semantics="?", kind=kind.value,
-            reason=f"the saga's own rollback left it {s.get('outcome')}: {s.get('error')}",
-            outcome_unknown=False, source=source, daemon=daemon_id, ts=rec.ts / 1e6,
-        ))
-    return out
 
 
 def import_modules(names: Iterable[str]) -> Sequence[str]:

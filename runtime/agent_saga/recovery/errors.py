@@ -4,7 +4,10 @@
     └── RecoveryError              recovery could not do what it was asked
         ├── RecoveryHalted         fail-closed: unreadable log or journal; a human must look
         │   └── LedgerCorrupt      the recovery journal itself cannot be read
-        ├── ClaimStoreUnavailable  the claim/ledger server cannot be reached (transient)
+        ├── ClaimStoreUnavailable  the claim/ledger server cannot be reached (transient);
+        │                          also a ``StoreUnavailable`` (agent_saga.errors)
+        ├── LocationUnavailable    a file or directory recovery needs (the log, its journal,
+        │                          its claims) cannot be read or written: it names the path
         └── ClaimLost              a claim expired or was taken while a saga was in hand
 
 ``RecoveryHalted`` is sticky: a daemon that raised it sweeps no more until it is rebuilt,
@@ -16,9 +19,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import SagaError
+from ..errors import SagaError, StoreUnavailable
 
-__all__ = ["ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "RecoveryError", "RecoveryHalted"]
+__all__ = [
+    "ClaimLost",
+    "ClaimStoreUnavailable",
+    "LedgerCorrupt",
+    "LocationUnavailable",
+    "RecoveryError",
+    "RecoveryHalted",
+    "location_error",
+]
 
 
 class RecoveryError(SagaError):
@@ -41,10 +52,26 @@ class LedgerCorrupt(RecoveryHalted):
     """A complete line of the recovery journal cannot be read."""
 
 
-class ClaimStoreUnavailable(RecoveryError):
+class ClaimStoreUnavailable(RecoveryError, StoreUnavailable):
     """The store behind claims or the ledger cannot be reached; nothing was claimed or acted on."""
 
 
 class ClaimLost(RecoveryError):
     """The claim on a saga expired or was taken by another daemon mid-resolution; the
     saga was left for whoever holds it now."""
+
+
+class LocationUnavailable(RecoveryError):
+    """A file or directory recovery needs cannot be read or written (a read-only mount, a
+    missing directory, a full disk). ``path`` names it; the message says how to fix it.
+    Not a halt: nothing was acted on for the saga at hand, and the next sweep tries again."""
+
+    def __init__(self, message: str, *, path: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.path = path
+
+
+def location_error(exc: OSError, path: str, what: str, fix: str, *, verb: str = "write") -> LocationUnavailable:
+    """A ``LocationUnavailable`` for ``exc`` met on ``path`` (``what`` it is, ``fix``: what to do)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return LocationUnavailable(f"recovery cannot {verb} {what} {path!r}: {reason}. {fix}", path=path)

@@ -24,6 +24,8 @@ Invariants:
 - An entry is durable (fsync) before ``record`` / ``escalate`` returns.
 - "Already compensated?" is a set lookup, never a scan of history; compaction of the WAL
   never touches this index (losing it would re-open the double-compensation window).
+- A journal that cannot be written or opened (a read-only mount, a full disk) raises
+  ``LocationUnavailable`` naming the file; its directory is created on the first write.
 - Fail-closed: a complete line that cannot be read raises ``LedgerCorrupt``; an
   unterminated final fragment (a writer killed mid-append, never acknowledged) is moved
   to a ``.torn-<ns>`` sidecar by the next writer and never read as an entry.
@@ -44,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..idempotency import idempotency_key
-from .errors import LedgerCorrupt
+from .errors import LedgerCorrupt, location_error
 
 __all__ = [
     "Escalation",
@@ -56,6 +58,11 @@ __all__ = [
 ]
 
 SCHEMA = 1
+
+_FIX = (
+    "Give recovery a writable journal: FileLedger(path) / --ledger FILE on a writable "
+    "disk, or a ledger shared through Redis (RedisLedger / --redis-url)"
+)
 
 
 class LedgerKind(enum.StrEnum):
@@ -185,8 +192,6 @@ class FileLedger:
         self._done: set[str] = set()
         self._attempts: dict[str, int] = {}
         self._escalations: dict[str, Escalation] = {}
-        d = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(d, exist_ok=True)
 
     # ------------------------------------------------------------------ reading
 
@@ -196,6 +201,8 @@ class FileLedger:
             f = open(self.path, "rb")
         except FileNotFoundError:
             return
+        except OSError as exc:
+            raise location_error(exc, self.path, "its journal", _FIX, verb="read") from exc
         with f:
             st = os.fstat(f.fileno())
             if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
@@ -248,6 +255,13 @@ class FileLedger:
 
     def _append(self, obj: dict[str, Any]) -> None:
         data = (json.dumps(obj, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        try:
+            self._append_bytes(data)
+        except OSError as exc:
+            raise location_error(exc, self.path, "its journal", _FIX) from exc
+
+    def _append_bytes(self, data: bytes) -> None:
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

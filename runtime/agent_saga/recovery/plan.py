@@ -21,8 +21,12 @@ Invariants:
 - ``plan_saga`` reads nothing but the records it is given and the two registries; it is
   pure, so a dry run shows exactly what a real run would do.
 - A record the plan depends on that is malformed (a compensation descriptor that is not
-  ``{handler, kwargs}``, a key that is not the deterministic one) raises
-  ``RecoveryHalted``: unreadable state is never acted on.
+  ``{handler, kwargs}``, a key that is not the deterministic one), and a record of a type
+  this version does not know (``records.is_known_type``), raise ``RecoveryHalted``:
+  unreadable state is never acted on.
+- An escalated step carries the compensation the log recorded for it (handler, kwargs,
+  description; the resolver adds the idempotency key) whenever there is one, so the human
+  knows exactly what to run.
 - Order is the engine's: by the position of each step's outcome record (its intent for a
   dangling step) in the log, newest first.
 """
@@ -36,7 +40,7 @@ from typing import Any
 
 from ..compensation import registered_compensators
 from ..idempotency import COMPENSATION_SCOPE, FORWARD_SCOPE, idempotency_key
-from ..records import Record, RecordType
+from ..records import Record, RecordType, is_known_type
 from ..rollback import RollbackOutcome
 from .errors import RecoveryHalted
 from .reconcilers import registered_reconcilers
@@ -131,8 +135,8 @@ class SagaPlan:
 
 class _Facts:
     __slots__ = (
-        "commit", "commit_rec", "intent", "order", "outcome", "reconciled", "rollback",
-        "rollback_rec", "semantics", "step_id", "tool",
+        "commit", "commit_rec", "descriptor", "intent", "order", "outcome", "reconciled",
+        "rollback", "rollback_rec", "semantics", "step_id", "tool",
     )
 
     def __init__(self, step_id: str, order: int) -> None:
@@ -147,6 +151,7 @@ class _Facts:
         self.rollback: str | None = None
         self.rollback_rec: Record | None = None
         self.reconciled: Record | None = None
+        self.descriptor: dict[str, Any] | None = None  # the newest compensation recorded
 
 
 def _collect(records: Sequence[Record]) -> list[_Facts]:
@@ -164,6 +169,9 @@ def _collect(records: Sequence[Record]) -> list[_Facts]:
         sem = p.get("semantics")
         if isinstance(sem, str):
             f.semantics = sem
+        comp = p.get("compensation")
+        if isinstance(comp, dict):
+            f.descriptor = comp
         t = rec.type
         if t == R.STEP_INTENT.value:
             f.intent = p
@@ -209,6 +217,15 @@ def plan_saga(
     ``has_handler`` / ``has_reconciler`` default to this process's registries. Raises
     ``RecoveryHalted`` for a malformed record the plan depends on.
     """
+    for rec in view.records:
+        if not is_known_type(rec.type):
+            raise RecoveryHalted(
+                f"{where(rec)}: record type {rec.type!r} is not one this version of agent-saga "
+                f"knows, so what it says about the saga cannot be read; recovery does not act on "
+                f"a saga it cannot fully read, and stopped without acting. Upgrade agent-saga "
+                f"where recovery runs (it must be at least as new as the agents writing the log)",
+                location=where(rec), saga_id=rec.saga, step_id=rec.step,
+            )
     if has_handler is None:
         handlers = registered_compensators()
         has_handler = handlers.__contains__
@@ -233,10 +250,15 @@ def _plan_step(
     base: dict[str, Any] = {"step_id": f.step_id, "tool": f.tool, "semantics": f.semantics, "key": key}
     unknown = f.outcome != "COMMITTED"
 
-    def escalate(kind: EscalationKind, reason: str, outcome: RollbackOutcome = RollbackOutcome.ESCALATED) -> StepPlan:
+    def escalate(
+        kind: EscalationKind,
+        reason: str,
+        outcome: RollbackOutcome = RollbackOutcome.ESCALATED,
+        desc: dict[str, Any] | None = None,
+    ) -> StepPlan:
         return StepPlan(
             **base, action=Action.ESCALATE, outcome=outcome, kind=kind, reason=reason,
-            outcome_unknown=unknown,
+            outcome_unknown=unknown, compensation=desc if desc is not None else f.descriptor,
         )
 
     def compensate(desc: dict[str, Any] | None, action: Action, source: str) -> StepPlan:
@@ -245,6 +267,7 @@ def _plan_step(
             return escalate(
                 EscalationKind.NOT_REPLAYABLE,
                 f"the compensation {source} cannot be replayed by another process: {why}",
+                desc=desc,
             )
         handler = desc["handler"]
         if not has_handler(handler):
@@ -253,6 +276,7 @@ def _plan_step(
                 f"compensation handler {handler!r} is not registered in the recovery process: "
                 f"import the module that declares @compensator({handler!r}) (--import)",
                 RollbackOutcome.FAILED,
+                desc=desc,
             )
         return StepPlan(
             **base, action=action, outcome=RollbackOutcome.COMPENSATED, compensation=desc,
@@ -289,6 +313,7 @@ def _plan_step(
                 kind=EscalationKind(kind) if kind in EscalationKind.__members__ else EscalationKind.ESCALATED_BEFORE,
                 reason=str(p.get("reason") or "escalated by the saga's own rollback"),
                 enqueue=True, outcome_unknown=bool(p.get("outcome_unknown")),
+                compensation=f.descriptor,
             )
         # STARTED with no outcome: in doubt. Replay it with the same key.
         if rec.redacted:
@@ -348,6 +373,12 @@ def _plan_step(
         f"the forward call {what}: it may have happened, and without its result no inverse "
         f"can be derived (register a @reconciler({f.tool!r}) to resolve such steps)",
     )
+
+
+def step_compensations(records: Sequence[Record]) -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """``{step_id: (semantics, newest compensation descriptor or None)}`` of a saga's
+    records, for escalations raised from its terminal record (nothing is checked here)."""
+    return {f.step_id: (f.semantics, f.descriptor) for f in _collect(records)}
 
 
 def is_daemon_record(rec: Record) -> bool:

@@ -14,8 +14,9 @@ Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster 
 Invariants:
 - A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
   before acting, so a daemon whose claim expired can neither extend nor free its
-  successor's. Scripts are class constants, loaded once and called by EVALSHA, reloaded
-  on NOSCRIPT (the server lost its script cache; the script did not run).
+  successor's. Scripts are class constants run through redis-py's ``register_script``
+  (``agent_saga._redis``): EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its
+  script cache; the script did not run).
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
   Nothing here expires or is trimmed except the audit stream: the done index must outlive
   any compaction of the WAL.
@@ -31,8 +32,8 @@ import time
 from collections.abc import Collection
 from typing import Any
 
+from .._redis import Target, connect_async, import_redis, script
 from ..errors import ConfigurationError
-from ..wal.urls import Scrubber, redact, secrets_in
 from .claims import Claim, new_token
 from .errors import ClaimStoreUnavailable
 from .ledger import Escalation, LedgerEntry, LedgerKind
@@ -42,41 +43,24 @@ __all__ = ["RedisClaimLock", "RedisLedger"]
 DEFAULT_NAMESPACE = "agent-saga"
 
 
-def _import_redis() -> Any:
-    try:
-        import redis.asyncio
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigurationError(
-            "recovery over Redis needs the redis client: pip install 'agent-saga[redis]'"
-        ) from exc
-    return redis
-
-
 class _RedisBase:
     """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
 
     SCRIPTS: dict[str, str] = {}
 
     def __init__(self, target: str | Any, namespace: str, socket_timeout: float) -> None:
-        redis = _import_redis()
+        redis = import_redis("recovery over Redis")
         if not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
         self._redis = redis
         self._ns = f"{{{namespace}}}:recovery"
         self._timeout = socket_timeout
-        if isinstance(target, str):
-            self._url: str | None = target
-            self.where = redact(target)
-            self._scrub = Scrubber(secrets_in(target))
-            self._fixed: Any = None
-        else:
-            self._url = None
-            kw = target.connection_pool.connection_kwargs
-            self.where = f"redis://{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
-            self._scrub = Scrubber([str(kw["password"])] if kw.get("password") else [])
-            self._fixed = target
+        self._target = Target.of(target)
+        self.where = self._target.where
+        self._url: str | None = target if isinstance(target, str) else None
+        self._fixed: Any = None if isinstance(target, str) else target
         self._clients: dict[int, tuple[Any, Any]] = {}
-        self._shas: dict[str, str] = {}
+        self._scripts: dict[tuple[int, str], Any] = {}
 
     def _client(self) -> Any:
         if self._fixed is not None:
@@ -84,33 +68,22 @@ class _RedisBase:
         loop = asyncio.get_running_loop()
         held = self._clients.get(id(loop))
         if held is None or held[0] is not loop:
-            client = self._redis.asyncio.Redis.from_url(
-                self._url, socket_timeout=self._timeout, socket_connect_timeout=self._timeout,
-            )
+            client = connect_async(self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
             held = self._clients[id(loop)] = (loop, client)
         return held[1]
 
     def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
-        text = self._scrub(f"{type(exc).__name__}: {exc}")
-        return ClaimStoreUnavailable(
-            f"Redis at {self.where} failed while {doing}: {text}; nothing was claimed or acted "
-            f"on, the next sweep retries"
-        )
+        return self._target.unavailable(
+            ClaimStoreUnavailable, f"Redis at {self.where} failed while {doing}: {self._target.error_text(exc)}; "
+            f"nothing was claimed or acted on, the next sweep retries", store=f"Redis at {self.where}")
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT)."""
         client = self._client()
-        script = self.SCRIPTS[name]
-        for attempt in (0, 1):
-            sha = self._shas.get(name)
-            if sha is None:
-                sha = self._shas[name] = await client.script_load(script)
-            try:
-                return await client.evalsha(sha, len(keys), *keys, *args)
-            except self._redis.exceptions.NoScriptError:
-                if attempt:
-                    raise
-                self._shas.pop(name, None)  # the server lost its cache: the script did not run
-        raise AssertionError("unreachable")
+        run = self._scripts.get((id(client), name))
+        if run is None:
+            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+        return await run(keys=keys, args=args, client=client)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}

@@ -89,6 +89,15 @@ class SagaResult:
         }
 
 
+def escalated_compensation(desc: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """What an escalation hands the human: the recorded descriptor (handler, kwargs,
+    description) and the idempotency key to call the handler with, so running it by hand
+    cannot apply it twice. None when the log recorded no compensation for the step."""
+    if desc is None:
+        return None
+    return {**desc, "idempotency_key": key}
+
+
 def _semantics(value: str) -> ActionSemantics:
     try:
         return ActionSemantics(value)
@@ -145,7 +154,7 @@ class Resolution:
             id=escalation_id(self.saga_id, sp.step_id), saga_id=self.saga_id, step_id=sp.step_id,
             tool=sp.tool, semantics=sp.semantics, kind=kind.value, reason=reason,
             outcome_unknown=sp.outcome_unknown, source=self.source, daemon=self.daemon_id,
-            ts=time.time(), compensation=compensation,
+            ts=time.time(), compensation=escalated_compensation(compensation, sp.key),
         )
         await self.ledger.escalate(esc)
         self.escalated.append(esc.id)
@@ -225,7 +234,7 @@ class Resolution:
         act = sp.action
         if act is Action.ALREADY:
             if sp.enqueue:
-                await self._enqueue(sp, sp.kind or EscalationKind.ESCALATED_BEFORE, sp.reason, None)
+                await self._enqueue(sp, sp.kind or EscalationKind.ESCALATED_BEFORE, sp.reason, sp.compensation)
             restored = sp.outcome in (RollbackOutcome.COMPENSATED, RollbackOutcome.NOTHING_TO_UNDO)
             return self._outcome(sp, sp.outcome, None if restored else sp.reason)
         if act is Action.NOTHING_TO_UNDO:

@@ -12,6 +12,8 @@ Invariants:
   last declared. Records a daemon wrote (payload ``recovered_by``) are not signs of life.
 - A lease record that cannot be read halts (``RecoveryHalted``): it is the one fact that
   says whether a live process would be touched.
+- Records of a type this version does not know are counted (``unknown_types``), never
+  dropped: the plan refuses a saga holding one, the report names them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..chain import RESERVED_SAGA
 from ..leases import DEFAULT_LEASE_SECONDS
-from ..records import TERMINAL_SAGA_TYPES, Record, RecordType
+from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
@@ -72,9 +74,12 @@ class LogScan:
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
-        #: yet queued for a human: the daemon drains this list into the escalation queue.
-        self.owner_partials: list[Record] = []
+        #: yet queued for a human, each with the saga's earlier records (whose compensation
+        #: descriptors the escalations carry): the daemon drains this list into the queue.
+        self.owner_partials: list[tuple[Record, list[Record]]] = []
         self.records_read = 0
+        #: record types this version does not know: type -> (count, where the first is)
+        self.unknown_types: dict[str, tuple[int, str]] = {}
 
     def feed_all(self, records: Iterable[Record]) -> None:
         for rec in records:
@@ -83,14 +88,17 @@ class LogScan:
     def feed(self, rec: Record) -> None:
         """Take one record, in log order."""
         self.records_read += 1
+        if rec.type not in KNOWN_TYPES:
+            n, first = self.unknown_types.get(rec.type, (0, where(rec)))
+            self.unknown_types[rec.type] = (n + 1, first)
         saga_id = rec.saga
         if saga_id == RESERVED_SAGA or saga_id in self.resolved:
             return
         if rec.type in TERMINAL_SAGA_TYPES:
-            self.in_flight.pop(saga_id, None)
+            done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
             if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
-                self.owner_partials.append(rec)
+                self.owner_partials.append((rec, done.records if done is not None else []))
             return
         view = self.in_flight.get(saga_id)
         if view is None:

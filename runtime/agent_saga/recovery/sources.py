@@ -11,13 +11,18 @@ dead process wrote; a fleet log: the daemon's own writer chain), so ``agent-saga
 and ``certify`` see the saga resolved.
 
 Invariants:
-- ``read_new`` returns each record once, in log order, with its payload in plaintext; a
-  torn final fragment is not a record and does not stop the read; a complete line that
-  cannot be decoded raises ``WALCorrupt``, an encrypted payload with no key for it
-  ``WALKeyMissing`` (either way the daemon halts: it never acts on an envelope).
+- ``read_new`` returns each record once, in log order, verified (``recovery.verified``:
+  digest, chain, sequence, attestations) and then decrypted. A record that fails, a line
+  that cannot be decoded, or an encrypted payload with no key for it raises (the daemon
+  halts: it never acts on what it has not verified, nor on an envelope). A torn final
+  fragment is not a record and does not stop the read.
+- When records left the log since the last read (a compaction), ``read_new`` reads the
+  whole log again and says so (``LogRead.from_start``): the caller starts over from it.
 - ``PathSource`` holds the file's writer lock only while resolutions are in hand and for
   at most ``writer_wait`` seconds of waiting: a live owner is never displaced, and a
   restarted owner waits at most one resolution for the lock.
+- A log file that cannot be opened, and a log that cannot be written, raise
+  ``LocationUnavailable`` naming the path (not a halt: the next sweep tries again).
 """
 
 from __future__ import annotations
@@ -29,31 +34,80 @@ import fcntl
 import os
 import time
 from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from ..audit.encryption import EncryptedWAL, PayloadEncryptor, decrypt_record
 from ..errors import ConfigurationError, WALCorrupt
 from ..records import Record, decode_line
 from ..wal.base import BaseWAL
-from .errors import RecoveryError
+from .errors import RecoveryError, RecoveryHalted, location_error
+from .verified import Item, Rescan, VerifiedReads
 
-__all__ = ["LogSource", "PathSource", "WALSource", "WriterBusy"]
+__all__ = ["LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"]
+
+_READ_ONLY_LOG_FIX = (
+    "Recovery writes its resolution records into the log itself (they continue its hash "
+    "chain), so the log must be writable where recovery runs; a read-only copy can only be "
+    "planned over (--dry-run), inspected and verified"
+)
 
 
 class WriterBusy(RecoveryError):
     """The log's writer lock is held by another live process (its owner or another daemon)."""
 
 
+@dataclass(frozen=True, slots=True)
+class LogRead:
+    """One ``read_new``: verified records in log order, payloads in plaintext.
+
+    ``from_start``: the whole log was read (the first read, or a re-read after records
+    left the log): the caller drops what it knew and starts over from these records.
+    """
+
+    records: list[Record]
+    from_start: bool
+
+
 class LogSource(abc.ABC):
-    """A log a daemon reads and resolves sagas in (see the module doc)."""
+    """A log a daemon reads and resolves sagas in (see the module doc).
+
+    A subclass fetches raw records (``_fetch``); this class verifies them
+    (``VerifiedReads``), re-reads the log whole when it must, and decrypts.
+    """
 
     description: str
     #: True if several processes write this log (a RedisWAL/PostgresWAL fleet log).
     fleet: bool = False
+    encryptor: PayloadEncryptor | None = None
+    _reads: VerifiedReads
 
     @abc.abstractmethod
-    async def read_new(self) -> list[Record]:
-        """Records appended since the last call, in log order."""
+    async def _fetch(self, from_start: bool) -> list[Item]:
+        """Raw ``(location, record-or-WALCorrupt)`` pairs appended since the last fetch (all
+        of them if ``from_start``). May raise ``Rescan`` (the log must be read whole)."""
+
+    @abc.abstractmethod
+    def _rewind(self) -> None:
+        """Forget the read position: the next ``_fetch`` starts at the log's beginning."""
+
+    async def read_new(self) -> LogRead:
+        """Records appended since the last call, verified, in log order (see the module doc)."""
+        from_start = not self._reads.started
+        whole_reads = 0
+        while True:
+            whole_reads += from_start
+            try:
+                items = await self._fetch(from_start)
+                records = await asyncio.to_thread(
+                    self._reads.check, items, whole=from_start, last_try=whole_reads >= 2
+                )
+            except Rescan:
+                self._rewind()
+                self._reads.restart()
+                from_start = True
+                continue
+            return LogRead([decrypt_record(r, self.encryptor) for r in records], from_start)
 
     @abc.abstractmethod
     def writer(self) -> contextlib.AbstractAsyncContextManager[BaseWAL]:
@@ -67,8 +121,9 @@ class LogSource(abc.ABC):
 class WALSource(LogSource):
     """An open ``BaseWAL``; the daemon appends to it directly. Not closed by the daemon.
 
-    Every payload read is checked: an encrypted one halts the daemon (``WALKeyMissing``)
-    unless the WAL decrypts it itself (wrap it in ``EncryptedWAL``).
+    Records are read from the backend as stored (for an ``EncryptedWAL``, from the WAL it
+    wraps), verified, then decrypted with the ``EncryptedWAL``'s key; an encrypted payload
+    in a WAL not wrapped so halts the daemon (``WALKeyMissing``).
     """
 
     def __init__(self, wal: BaseWAL) -> None:
@@ -76,18 +131,24 @@ class WALSource(LogSource):
 
         self.wal = wal
         inner = wal.inner if isinstance(wal, EncryptedWAL) else wal
+        self.encryptor = wal.encryptor if isinstance(wal, EncryptedWAL) else None
+        self._raw = inner
         self.fleet = not isinstance(inner, FileWAL)
         name = getattr(inner, "path", None) or getattr(inner, "name", None) or type(inner).__name__
         self.description = str(name)
+        self._reads = VerifiedReads(self.description)
         self._cursor = 0
 
-    async def read_new(self) -> list[Record]:
-        out: list[Record] = []
-        async for rec in self.wal.read_since(self._cursor):
-            out.append(decrypt_record(rec, None))  # an envelope still here: no key, halt
-        if out:
-            self._cursor = max(self._cursor, max(BaseWAL.cursor(r) for r in out))
+    async def _fetch(self, from_start: bool) -> list[Item]:
+        out: list[Item] = []
+        async for rec in self._raw.read_since(0 if from_start else self._cursor):
+            g = rec.extra.get("gseq")
+            out.append((f"{self.description} " + (f"gseq {g}" if g is not None else f"seq {rec.seq}"), rec))
+        self._cursor = max((BaseWAL.cursor(r) for _, r in out if isinstance(r, Record)), default=self._cursor)
         return out
+
+    def _rewind(self) -> None:
+        self._cursor = 0
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
@@ -120,26 +181,36 @@ class PathSource(LogSource):
         self.description = self.path
         self.writer_wait = writer_wait
         self._wal_options = wal_options
+        self._reads = VerifiedReads(self.path)
         self._offset = 0
         self._line = 0
         self._ino: int | None = None
-        self._last_seq = 0
         self._open_lock = asyncio.Lock()
         self._wal: BaseWAL | None = None
         self._refs = 0
 
-    def _read_new_sync(self) -> list[Record]:
+    def _open_log(self) -> Any:
         try:
-            f = open(self.path, "rb")
+            return open(self.path, "rb")
         except FileNotFoundError as exc:
-            raise ConfigurationError(f"WAL file {self.path!r} does not exist; check --wal-path") from exc
-        out: list[Record] = []
-        with f:
+            if self._reads.started or self._offset:
+                raise RecoveryHalted(
+                    f"WAL file {self.path!r} is gone (deleted or moved) after recovery read it; "
+                    f"recovery stopped without acting. Find out what happened to the log",
+                    location=self.path,
+                ) from exc
+            raise location_error(
+                exc, self.path, "the log", "Check the path (the log appears with the agent's first saga)", verb="read"
+            ) from exc
+        except OSError as exc:
+            raise location_error(exc, self.path, "the log", "Make the file readable by this process", verb="read") from exc
+
+    def _fetch_sync(self, from_start: bool) -> list[Item]:
+        out: list[Item] = []
+        with self._open_log() as f:
             st = os.fstat(f.fileno())
-            if self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
-                # Compaction swapped the file in (sequences are kept): read it again and
-                # skip what was already read.
-                self._offset, self._line = 0, 0
+            if not from_start and self._ino is not None and (st.st_ino != self._ino or st.st_size < self._offset):
+                raise Rescan(self.path)  # compaction swapped the file in (or it was cut): read it all
             self._ino = st.st_ino
             f.seek(self._offset)
             for line in f:
@@ -149,16 +220,19 @@ class PathSource(LogSource):
                 self._offset += len(line)
                 location = f"{self.path} line {self._line}"
                 if not line.strip():
-                    raise WALCorrupt(f"{location}: empty line inside the log", location=location)
-                rec = decode_line(line, location)
-                if rec.seq <= self._last_seq:
+                    out.append((location, WALCorrupt(f"{location}: empty line inside the log", location=location)))
                     continue
-                self._last_seq = rec.seq
-                out.append(decrypt_record(rec, self.encryptor))
+                try:
+                    out.append((location, decode_line(line, location)))
+                except WALCorrupt as exc:
+                    out.append((location, exc))
         return out
 
-    async def read_new(self) -> list[Record]:
-        return await asyncio.to_thread(self._read_new_sync)
+    async def _fetch(self, from_start: bool) -> list[Item]:
+        return await asyncio.to_thread(self._fetch_sync, from_start)
+
+    def _rewind(self) -> None:
+        self._offset, self._line, self._ino = 0, 0, None
 
     def _lock_free(self) -> bool:
         try:
@@ -176,7 +250,10 @@ class PathSource(LogSource):
     def _open_wal(self) -> BaseWAL:
         from ..wal.file import FileWAL
 
-        wal = FileWAL(self.path, **self._wal_options)
+        try:
+            wal = FileWAL(self.path, **self._wal_options)
+        except OSError as exc:
+            raise location_error(exc, self.path, "the log", _READ_ONLY_LOG_FIX) from exc
         return wal if self.encryptor is None else EncryptedWAL(wal, self.encryptor)
 
     async def _acquire(self) -> BaseWAL:

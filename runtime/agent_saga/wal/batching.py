@@ -19,6 +19,14 @@ It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
   ``WALError`` chained to the real error, with no password in any message. Whether the
   failed batch reached the server is unknown (in doubt); a new writer opened with the same
   writer id reads the server's tail and continues from what actually landed.
+- A stall fails the writer too: the first fence that passes its bound (``barrier``,
+  ``barrier_sync``, a BLOCK wait for room, ``close``) raises ``WALStalled`` and from then on
+  every waiter, append and fence raises ``WALStalled`` at once, chained to that first one;
+  nothing waits a second bound on a device already known to be wedged. Records still
+  queued are never written; the batch the flusher is stuck in is in doubt (if the device
+  comes back it lands, and fences up to it then return: they are true). ``close`` of a
+  stalled writer returns at once; the flusher releases the file or connection when the
+  write it is stuck in returns. (A compaction's own ``timeout`` is not a stall: it goes on.)
 - A record whose payload cannot be encoded becomes a ``RECORD_REJECTED`` record under the
   same ``seq`` (no gap) and its waiters get the encoding error.
 - ``compact()`` queues a request under the next ``seq``; the flusher runs it in log order,
@@ -123,6 +131,8 @@ class BatchingWAL(BaseWAL):
         self._tick = min(1.0, stall_timeout / 4)  # the watchdog's period
         self._wd_wake = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._flusher_done = False  # the flusher returned (under self._lock)
+        self._release_on_exit = False  # a stalled close() left the release to the flusher
 
     def _start(self, head: str, last_seq: int) -> None:
         """Begin after the subclass found the chain head (``last_seq`` 0 for a new chain)."""
@@ -175,14 +185,26 @@ class BatchingWAL(BaseWAL):
 
     # ------------------------------------------------------------------ writing
 
+    def _failure(self, what: str) -> WALError:
+        """The error for ``what`` on a failed writer, of the class of the first failure
+        (a stalled writer keeps raising ``WALStalled``), chained to it."""
+        kind = WALStalled if isinstance(self._failed, WALStalled) else WALError
+        err = kind(f"WAL {self.name}: {what}: {self._failed_msg}")
+        err.__cause__ = self._failed
+        return err
+
     def _refuse(self) -> None:
         # Called with self._lock held.
         if self._failed is not None:
-            raise WALError(
-                f"WAL {self.name} failed earlier and accepts no records: {self._failed_msg}; "
-                f"open a new {type(self).__name__} with the same writer id to continue from "
-                f"what the server holds"
-            ) from self._failed
+            state = "stalled" if isinstance(self._failed, WALStalled) else "failed"
+            how = (
+                "close it and open a new FileWAL on the file" if self.backend == "file"
+                else f"open a new {type(self).__name__} with the same writer id"
+            )
+            raise self._failure(
+                f"{state} earlier and accepts no records; {how} to continue from what the "
+                f"{'disk' if self.backend == 'file' else 'server'} holds"
+            )
         if self._closing:
             raise WALClosed(f"WAL {self.name} is closed; open a new {type(self).__name__} to append")
         if len(self._pending) >= self._max_pending:
@@ -218,20 +240,37 @@ class BatchingWAL(BaseWAL):
         while len(self._pending) >= self._max_pending:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise WALStalled(
+                stall = WALStalled(
                     f"WAL {self.name}: no room for a record within {self._stall_timeout}s "
                     f"(max_pending={self._max_pending}); the server may be wedged"
                 )
+                reqs = self._stall_locked(stall)
+                if reqs is not None:  # lock order _lock -> _wlock is the only one used
+                    self._fail_requests(reqs)
+                    self._wake(None)
+                raise stall
             self._space.wait(remaining)
             if self._failed is not None:
-                raise WALError(f"WAL {self.name} failed: {self._failed_msg}") from self._failed
+                raise self._failure("failed while this record waited for room")
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            with self._lock:
+                self._flusher_done = True
+                release = self._release_on_exit
+            if release:
+                self._release_quietly()
+
+    def _loop(self) -> None:
         while True:
             req: CompactionRequest | None = None
             batch: list[Record] = []
             with self._lock:
                 while True:
+                    if self._failed is not None:
+                        return  # stalled meanwhile: fail-stop, nothing more is written
                     pending = self._pending
                     if not pending:
                         if self._closing:
@@ -323,21 +362,54 @@ class BatchingWAL(BaseWAL):
 
     def _fail(self, exc: BaseException) -> None:
         msg = self._scrub(f"{type(exc).__name__}: {exc}")
-        err = WALError(f"WAL {self.name} failed: {msg}")
-        err.__cause__ = exc
         with self._lock:
-            self._failed = exc
-            self._failed_msg = msg
-            reqs = [x for x in self._pending if isinstance(x, CompactionRequest)]
-            if self._current is not None:
-                reqs.append(self._current)
-            self._pending.clear()
-            self._space.notify_all()
+            if self._failed is not None:
+                # Already stalled: the write it was stuck in ended badly. The first cause stays.
+                log.error("WAL %s: the write in doubt since the stall failed: %s", self.name, msg)
+                return
+            reqs = self._mark_failed_locked(exc, msg)
+        self._fail_requests(reqs)
+        log.error("WAL %s failed, refusing further records: %s", self.name, msg)
+        self._wake(None)
+
+    def _mark_failed_locked(self, exc: BaseException, msg: str) -> list[CompactionRequest]:
+        """Fail-stop (called with ``self._lock`` held): refuse from now on, drop the queue,
+        return the compaction requests to fail."""
+        self._failed = exc
+        self._failed_msg = msg
+        reqs = [x for x in self._pending if isinstance(x, CompactionRequest)]
+        if self._current is not None:
+            reqs.append(self._current)
+        self._pending.clear()
+        self._space.notify_all()
+        return reqs
+
+    def _fail_requests(self, reqs: list[CompactionRequest]) -> None:
+        err = self._failure("failed")
         for r in reqs:
             if not r.future.done():
                 r.future.set_exception(err)
-        log.error("WAL %s failed, refusing further records: %s", self.name, msg)
-        self._wake(None)
+
+    def _stall(self, stall: WALStalled) -> None:
+        """A fence passed its bound: the device or server is wedged. Fail-stop, so every
+        other waiter and every later call raises at once instead of waiting its own bound."""
+        with self._lock:
+            reqs = self._stall_locked(stall)
+        if reqs is not None:
+            self._fail_requests(reqs)
+            self._wake(None)
+
+    def _stall_locked(self, stall: WALStalled) -> list[CompactionRequest] | None:
+        if self._failed is not None:
+            return None
+        msg = self._scrub(str(stall))
+        own = f"WAL {self.name}: "
+        reqs = self._mark_failed_locked(stall, msg[len(own):] if msg.startswith(own) else msg)
+        log.error(
+            "WAL %s stalled, refusing further records (%d durable, the batch in flight is in "
+            "doubt): %s", self.name, self._durable_seq, self._failed_msg,
+        )
+        return reqs
 
     def _wake(self, durable: int | None) -> None:
         """Complete waiters up to ``durable`` (all of them, to raise, if None)."""
@@ -363,14 +435,13 @@ class BatchingWAL(BaseWAL):
         if exc is not None:
             raise WALError(f"WAL {self.name}: record seq {seq} was rejected: {exc}") from exc
         if self._failed is not None and seq > self._durable_seq:
-            raise WALError(
-                f"WAL {self.name}: the write of seq {seq} failed: {self._failed_msg}"
-            ) from self._failed
+            raise self._failure(f"seq {seq} is not durable and will not be written")
 
     def _stalled(self, seq: int, timeout: float) -> WALStalled:
         return WALStalled(
             f"WAL {self.name}: seq {seq} not durable within {timeout}s (durable up to "
-            f"{self._durable_seq}, {len(self._pending)} queued); the server may be wedged or unreachable"
+            f"{self._durable_seq}, {len(self._pending)} queued); the "
+            f"{'disk' if self.backend == 'file' else 'server'} may be wedged or unreachable"
         )
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
@@ -435,6 +506,9 @@ class BatchingWAL(BaseWAL):
                     loop.call_soon_threadsafe(_expire, fut, self._stalled, seq, limit)
                 except RuntimeError:
                     pass  # the loop is closed: nobody is waiting any more
+            if expired:
+                _, _, seq, limit = min(expired, key=lambda x: x[2])
+                self._stall(self._stalled(seq, limit))
 
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """``barrier`` for threads and synchronous code."""
@@ -451,7 +525,9 @@ class BatchingWAL(BaseWAL):
                 ev.set()
         limit = self._stall_timeout if timeout is None else timeout
         if not ev.wait(limit):
-            raise self._stalled(seq, limit)
+            stall = self._stalled(seq, limit)
+            self._stall(stall)
+            raise stall
         self._check(seq)
 
     # ------------------------------------------------------------------ compaction
@@ -513,13 +589,32 @@ class BatchingWAL(BaseWAL):
         with self._lock:
             self._closing = True
             self._work.notify()
+            if isinstance(self._failed, WALStalled) and not self._flusher_done:
+                # Stuck in a write on a wedged device: do not wait a second bound. The
+                # flusher releases the file or connection when that write returns.
+                self._release_on_exit = True
+                self._closed = True
+        if self._closed:
+            self._wd_wake.set()
+            _open_wals.discard(self)
+            self._wake(None)
+            raise self._failure("stalled before close; nothing queued was written")
         if self._flusher is not None:
             self._flusher.join(timeout)
             if self._flusher.is_alive():
-                raise WALStalled(
+                stall = WALStalled(
                     f"WAL {self.name}: close() could not write {len(self._pending)} queued "
                     f"records within {timeout}s; the server may be wedged"
                 )
+                self._stall(stall)
+                with self._lock:
+                    if not self._flusher_done:
+                        self._release_on_exit = True
+                        self._closed = True
+                if self._closed:
+                    self._wd_wake.set()
+                    _open_wals.discard(self)
+                    raise stall
         self._closed = True
         self._wd_wake.set()
         _open_wals.discard(self)
@@ -528,7 +623,13 @@ class BatchingWAL(BaseWAL):
         finally:
             self._wake(None)
         if self._failed is not None:
-            raise WALError(f"WAL {self.name} failed before close: {self._failed_msg}") from self._failed
+            raise self._failure("failed before close")
+
+    def _release_quietly(self) -> None:
+        try:
+            self._release()
+        except Exception as exc:  # noqa: BLE001 - the flusher's last act: report, do not raise
+            log.error("WAL %s: releasing after a stalled close failed: %s", self.name, self._scrub(str(exc)))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"

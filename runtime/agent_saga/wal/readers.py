@@ -129,22 +129,17 @@ class RedisLogReader(_SharedLogReader):
     """Every writer's stream under ``key`` (or only ``writer``'s)."""
 
     def __init__(self, url: str) -> None:
-        from .redis import DEFAULT_KEY, RedisLog, _import_redis
+        from .._redis import connect, import_redis
+        from .redis import DEFAULT_KEY, RedisLog
 
-        redis = _import_redis()
+        redis = import_redis("reading a RedisWAL")
         clean, mine = _split_query(url, ("key", "writer"))
         self._scrub = Scrubber(secrets_in(url))
         where = redact(clean)
         key = mine.get("key") or DEFAULT_KEY
         self.description = f"{where} key {key}"
         self._writer = mine.get("writer")
-        try:
-            self._client = redis.Redis.from_url(
-                clean, socket_timeout=10.0, socket_connect_timeout=10.0,
-                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-            )
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(f"{where} is not a usable Redis URL: {self._scrub(str(exc))}") from None
+        self._client = connect(clean, feature="reading a RedisWAL", socket_timeout=10.0)
         self._log = RedisLog(self._client, key, where)
         self._errors = (redis.RedisError,)
         try:

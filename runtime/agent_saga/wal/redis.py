@@ -13,8 +13,11 @@ Invariants:
   ``gseq`` (the entry id) and the ``writer`` (the stream) are stamped into
   ``Record.extra`` by the reader, never hashed.
 - A batch is one Lua script (``APPEND``), run atomically: check the fence, take ``n``
-  global sequences with one INCRBY, XADD the ``n`` records. With ``wait_replicas=N`` the
-  same round trip carries ``WAIT N timeout``. Group commit: one round trip per batch.
+  global sequences with one INCRBY, XADD the ``n`` records. Group commit: one round trip
+  per batch; with ``wait_replicas=N``, ``WAIT N timeout`` follows on the same connection
+  (the flusher's own: WAIT covers exactly the writes made on it). The scripts go through
+  redis-py's ``register_script`` (``agent_saga._redis``), which reloads a script the
+  server forgot (NOSCRIPT: it did not run, so re-sending is safe).
 - Fence: the script refuses a batch unless the stream still ends at the entry this writer
   last wrote. Two processes using one writer id, or a Redis that lost acknowledged
   entries, fail loudly instead of forking or silently re-growing the chain.
@@ -43,6 +46,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from .._redis import Target, connect, import_redis, script
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
@@ -55,21 +59,10 @@ from .compaction import (
     CompactionRequest,
     resolved_sagas,
 )
-from .urls import Scrubber, redact, secrets_in
 
 log = logging.getLogger("agent_saga.wal")
 
 DEFAULT_KEY = "agent-saga:wal"
-
-
-def _import_redis() -> Any:
-    try:
-        import redis
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ConfigurationError(
-            "RedisWAL needs the redis client: pip install 'agent-saga[redis]'"
-        ) from exc
-    return redis
 
 
 def _gseq_of(entry_id: bytes | str) -> int:
@@ -280,7 +273,7 @@ return g
         max_batch: int = 1000,
         fault_hook: FaultHook | None = None,
     ) -> None:
-        redis = _import_redis()
+        redis = import_redis("RedisWAL")
         if wait_replicas < 0:
             raise ConfigurationError(f"wait_replicas must be >= 0, got {wait_replicas}")
         if wait_timeout_ms < 1:
@@ -292,8 +285,8 @@ return g
         self.key = key
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
-        client, where, secret_list, self._owns_client = _make_client(redis, target, socket_timeout)
-        scrub = Scrubber(secret_list)
+        client, target_of, self._owns_client = _make_client(redis, target, socket_timeout)
+        where, scrub = target_of.where, target_of.scrub
         self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, redis.RedisError)
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
         self._client = client
@@ -309,17 +302,15 @@ return g
             max_batch=max_batch,
             fault_hook=fault_hook,
         )
-        self._conn: Any = None
+        self._flush_client: Any = None
         try:
             last_id, tail = self._log.tail(self.writer)
-            self._shas = {
-                "APPEND": client.script_load(self.APPEND),
-                "COMPACT": client.script_load(self.COMPACT),
-            }
             self.durability = self._probe_durability()
             # The flusher's own connection, held for the writer's life: no pool round trip
-            # per batch, and nothing else interleaves commands on it.
-            self._conn = client.connection_pool.get_connection()
+            # per batch, nothing else interleaves commands on it, and WAIT covers its writes.
+            self._flush_client = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+            self._scripts = {"APPEND": script(self._flush_client, self.APPEND),
+                             "COMPACT": script(self._flush_client, self.COMPACT)}
         except redis.RedisError as exc:
             self._close_client()
             raise WALError(
@@ -352,57 +343,39 @@ return g
             )
         return f"{base} [{server}]"
 
-    def _roundtrip(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Send ``commands`` in one write on the flusher's own connection; read every reply
-        (error replies as values, so the connection stays in step)."""
-        redis = _import_redis()
-        conn = self._conn
+    def _call(self, name: str, args: list[Any]) -> Any:
+        """Run the script ``name`` on the flusher's connection, then WAIT when configured."""
+        redis = import_redis("RedisWAL")
+        flusher = self._flush_client
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
-            out: list[Any] = []
-            for _ in commands:
-                try:
-                    out.append(conn.read_response())
-                except redis.exceptions.ResponseError as exc:
-                    out.append(exc)
-            return out
-        except BaseException:
-            conn.disconnect()
-            raise
-
-    def _call(self, script: str, args: list[Any]) -> Any:
-        """EVALSHA ``script`` (reloading it once on NOSCRIPT), plus WAIT when configured."""
-        redis = _import_redis()
-        for attempt in (0, 1):
-            cmd = ("EVALSHA", self._shas[script], len(self._keys), *self._keys, *args)
-            if self.wait_replicas:
-                out, acks = self._roundtrip(cmd, ("WAIT", self.wait_replicas, self.wait_timeout_ms))
-                if isinstance(acks, Exception):
-                    raise acks
-            else:
-                (out,), acks = self._roundtrip(cmd), None
-            if isinstance(out, redis.exceptions.NoScriptError) and attempt == 0:
-                # The script cache was flushed: the script did not run, re-sending is safe.
-                self._shas[script] = self._roundtrip(("SCRIPT", "LOAD", getattr(self, script)))[0]
-                continue
-            if isinstance(out, Exception):
-                if str(out).startswith("FENCED"):
+            try:
+                out = self._scripts[name](keys=self._keys, args=args, client=flusher)
+            except redis.exceptions.ResponseError as exc:
+                if str(exc).startswith("FENCED"):
                     raise WALError(
-                        f"WAL {self.name}: the stream ends at entry {str(out).split()[-1]}, not "
+                        f"WAL {self.name}: the stream ends at entry {str(exc).split()[-1]}, not "
                         f"{self._last_id} as this writer last wrote: another process writes with "
                         f"writer id {self.writer!r}, or Redis lost acknowledged entries (a "
                         f"restart without AOF). Nothing was written; open a new RedisWAL to "
                         f"continue from what Redis holds"
-                    ) from out
-                raise out
-            if acks is not None and int(acks) < self.wait_replicas:
-                raise WALStalled(
-                    f"WAL {self.name}: only {acks} of {self.wait_replicas} replicas acknowledged "
-                    f"within {self.wait_timeout_ms} ms; the batch is on the primary but not "
-                    f"replicated as required"
-                )
-            return out
-        raise AssertionError("unreachable")
+                    ) from exc
+                raise
+            acks = flusher.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms) \
+                if self.wait_replicas else None
+        except (WALError, redis.exceptions.ResponseError):
+            raise  # an error reply: the connection is in step
+        except BaseException:
+            conn = flusher.connection
+            if conn is not None:  # a reply may be pending on it: never reuse it in that state
+                conn.disconnect()
+            raise
+        if acks is not None and int(acks) < self.wait_replicas:
+            raise WALStalled(
+                f"WAL {self.name}: only {acks} of {self.wait_replicas} replicas acknowledged "
+                f"within {self.wait_timeout_ms} ms; the batch is on the primary but not "
+                f"replicated as required"
+            )
+        return out
 
     def _write_batch(self, sealed: Sealed) -> None:
         lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
@@ -443,11 +416,11 @@ return g
         return plan.report(req.seq), rec.hash
 
     def _close_client(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            self._conn = None
+        flusher = getattr(self, "_flush_client", None)
+        if flusher is not None:
+            self._flush_client = None
             try:
-                self._client.connection_pool.release(conn)
+                flusher.close()  # hands its connection back to the pool
             except Exception:  # noqa: BLE001 - releasing a broken connection
                 pass
         if self._owns_client:
@@ -472,22 +445,10 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, str, list[str], bool]:
-    """``(client, password-free name, secrets, owned)`` for a URL or a client."""
+def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, Target, bool]:
+    """``(client, its password-free target, owned)`` for a URL or a client."""
     if isinstance(target, str):
-        where = redact(target)
-        try:
-            client = redis.Redis.from_url(
-                target,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0),
-            )
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(
-                f"RedisWAL: {where} is not a usable Redis URL: {Scrubber(secrets_in(target))(str(exc))}"
-            ) from None
-        return client, where, list(secrets_in(target)), True
+        return connect(target, feature="RedisWAL", socket_timeout=socket_timeout), Target.of(target), True
     if isinstance(target, redis.asyncio.Redis):
         raise ConfigurationError(
             "RedisWAL takes a URL or a synchronous redis.Redis client: its private flusher "
@@ -497,9 +458,4 @@ def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, s
         raise ConfigurationError(
             f"RedisWAL takes a redis:// URL or a redis.Redis client, not {type(target).__name__}"
         )
-    kw = target.connection_pool.connection_kwargs
-    where = (
-        f"redis unix://{kw['path']}" if "path" in kw else f"redis://{kw.get('host')}:{kw.get('port')}/{kw.get('db', 0)}"
-    )
-    secret_list = [str(kw["password"])] if kw.get("password") else []
-    return target, where, secret_list, False
+    return target, Target.of(target), False

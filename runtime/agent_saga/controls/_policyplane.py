@@ -1,0 +1,353 @@
+"""The one policy-plane reader: documents of one kind, cached in memory and watched.
+
+The operator projects custom resources into Redis (docs/policy-plane.md); agents read
+them through a subclass of ``PolicyPlaneReader``. ``RedisSwitchStore`` (KillSwitch
+documents) and ``RedisLimitSource`` (BudgetLimit documents) are two; every reader shares
+the key schema, where ``P`` is the prefix (``agentsaga:v1``) and ``slug`` the kind's::
+
+    P:<slug>:index           SET     "<namespace>/<name>" of every document of the kind
+    P:<slug>:<ns>/<name>     STRING  the document (JSON, ``{"rev": n, "v": 1, ...}``)
+    P:rev                    STRING  change counter (INCR on every write, any kind)
+    P:events                 channel change notifications {"kind": ..., "id": ..., "op": ...}
+    P:synced                 HASH    the synced marker: one field per writer
+
+What the base does, so a reader only says how to read its documents:
+- Subscribe, then load. The watcher thread subscribes to ``P:events`` and waits for the
+  server's confirmation BEFORE it reads, so a change made between the two is never
+  missed; it reloads on every notification about its kind (or the marker, or one it
+  cannot read), and every ``heartbeat`` seconds runs ``_heartbeat``: by default the rev
+  backstop (re-read when ``P:rev`` moved: pub/sub delivers at most once and a reconnect
+  may miss messages).
+- One atomic read (``LUA_READ``): the index, the documents of the namespaces obeyed,
+  ``P:rev`` and the marker's fields, in one script, so a read never sees half a write.
+- The synced marker. A field this process has seen that is now missing means the server
+  lost its data (FLUSHALL, a restart without persistence): an empty index is then NOT
+  read as "nothing configured". ``data_lost`` says so until every field seen is back
+  (or the ``AUTHORITY`` field is, for a kind only that writer writes). A reader that has
+  never seen a field takes what it finds: an empty plane without a marker is a fresh
+  installation.
+- Failure bookkeeping: ``connected``, ``last_error`` (never with a password), ``reloads``,
+  ``writers_seen``; a failed read raises the reader's ``UNAVAILABLE`` error (a
+  ``StoreUnavailable``) and calls ``_on_lost``. What the reader then honours and for how
+  long (the grace window of the kill switch; the last limits, indefinitely) is its own.
+
+How a new reader plugs in (a SagaPolicy source, say) — subclass, set five class
+attributes and implement ``_apply``; ``start``, ``refresh``, ``close``, the watcher, the
+marker and the error handling come from the base::
+
+    class RedisSagaPolicySource(PolicyPlaneReader):
+        NAME = "RedisSagaPolicySource"   # how messages and status name the reader
+        KIND = "SagaPolicy"              # the notifications' "kind" this reader follows
+        SLUG = "sagapolicy"              # the key slug: P:sagapolicy:index, P:sagapolicy:<id>
+        UNAVAILABLE = SagaPolicyUnavailable   # a StoreUnavailable subclass
+        AUTHORITY = "operator"           # the only writer of the kind (None: several)
+
+        def _apply(self, docs):          # [(id, raw JSON)], sorted by id; no I/O, no raise
+            ...parse each, keep what can be read, swap the cached state atomically...
+
+    Optional hooks: ``_initial_state()`` (the cache before the first read),
+    ``_on_lost(error, first)`` (the read failed), ``_on_data_lost(missing,
+    first)`` (the marker went away), ``_on_restored(writers)`` (it is back), and
+    ``_heartbeat(client)`` (what proves the plane is current; the default compares rev).
+    ``THREAD_NAME`` names the watcher thread, ``UNREAD`` says in the start-up error what
+    the control does until it can read, ``DATA_LOST_SUFFIX`` ends the ``data_lost`` text.
+    The hot path of a reader reads its cached state only (one attribute), never Redis.
+
+Invariants:
+- Hooks run on the watcher thread or the caller of ``refresh``; they must not block.
+- ``redis`` is imported only when a client is made (``agent_saga._redis``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar
+
+from .._redis import Target, confirmed_subscription, connect, script
+from ..errors import ConfigurationError, StoreUnavailable
+
+__all__ = ["DEFAULT_PREFIX", "PolicyPlaneReader"]
+
+log = logging.getLogger("agent_saga.controls")
+
+DEFAULT_PREFIX = "agentsaga:v1"
+
+#: A ``rev`` no server holds: while the plane has lost its data, every heartbeat re-reads.
+_NEVER: Any = object()
+
+
+def about_kind(kind: str, data: Any) -> bool:
+    """Does a change notification concern documents of ``kind`` (or the synced marker)?
+    Unreadable ones are assumed to."""
+    try:
+        doc = json.loads(data)
+        found = doc.get("kind") if isinstance(doc, dict) else None
+    except (ValueError, TypeError):
+        return True
+    return not isinstance(found, str) or _norm(found) in (_norm(kind), "policyplane")
+
+
+def _norm(kind: str) -> str:
+    return kind.replace("-", "").replace("_", "").lower()
+
+
+class PolicyPlaneReader:
+    """Base of the policy-plane readers (see the module doc for how a reader plugs in).
+
+    ``url``: the policy plane (``redis://``; a password never reaches a message).
+    ``namespaces``: read only documents of these Kubernetes namespaces (default: all).
+    ``heartbeat``: seconds between ``_heartbeat`` runs. ``socket_timeout`` /
+    ``connect_timeout`` bound one round trip / one connection attempt.
+    """
+
+    NAME: ClassVar[str] = "PolicyPlaneReader"
+    KIND: ClassVar[str]
+    SLUG: ClassVar[str]
+    UNAVAILABLE: ClassVar[type[StoreUnavailable]] = StoreUnavailable
+    AUTHORITY: ClassVar[str | None] = None
+    THREAD_NAME: ClassVar[str] = "agent-saga-policy-plane"
+    UNREAD: ClassVar[str] = "the control refuses every call"
+    DATA_LOST_SUFFIX: ClassVar[str] = ""
+
+    # KEYS[1] the kind's index   KEYS[2] the change counter   KEYS[3] the synced marker
+    # ARGV[1] the documents' key prefix ("P:v1:<slug>:")   ARGV[2] "1": keep only the
+    # namespaces ARGV[3..] ("0": every namespace)
+    # One atomic read: {rev or nil, marker fields, ids, documents} (an id whose document
+    # is missing is left out). The document keys are derived from the index, as the
+    # operator writes them; on a Redis Cluster the "{agentsaga}" prefix puts them all in
+    # the index's slot.
+    LUA_READ = """
+local wanted = nil
+if ARGV[2] == '1' then
+  wanted = {}
+  for i = 3, #ARGV do wanted[ARGV[i]] = true end
+end
+local ids, docs = {}, {}
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if wanted == nil or wanted[string.match(id, '^[^/]*')] then
+    local doc = redis.call('GET', ARGV[1] .. id)
+    if doc then
+      ids[#ids + 1] = id
+      docs[#docs + 1] = doc
+    end
+  end
+end
+return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
+"""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespaces: Collection[str] | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        heartbeat: float = 1.0,
+        socket_timeout: float = 1.0,
+        connect_timeout: float = 1.0,
+    ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError(f"{self.NAME} needs a redis:// URL")
+        if isinstance(namespaces, str):
+            raise ConfigurationError(f"namespaces must be a collection of names, not the string {namespaces!r}")
+        if not 0 < heartbeat < math.inf:
+            raise ConfigurationError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+        self.url = url
+        self.prefix = prefix
+        self.namespaces: frozenset[str] | None = None if namespaces is None else frozenset(namespaces)
+        self.heartbeat = float(heartbeat)
+        self.index_key = f"{prefix}:{self.SLUG}:index"
+        self.rev_key = f"{prefix}:rev"
+        self.synced_key = f"{prefix}:synced"
+        self.channel = f"{prefix}:events"
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
+        self._target = Target.of(url)
+        self._scrub = self._target.scrub
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._client: Any = None
+        self._scripts: dict[tuple[int, str], Any] = {}
+        self._rev: Any = _NEVER
+        self.connected = False
+        self.last_error: str | None = None
+        self.reloads = 0
+        #: Writer fields of the synced marker seen by this process (never shrinks).
+        self.writers_seen: frozenset[str] = frozenset()
+        #: Set while the marker is missing after having been seen (data loss).
+        self.data_lost: str | None = None
+        self._initial_state()
+
+    def key(self, doc_id: str) -> str:
+        """The key of the document ``doc_id`` (``<namespace>/<name>``)."""
+        return f"{self.prefix}:{self.SLUG}:{doc_id}"
+
+    def describe(self) -> str:
+        """The reader's name for messages and status (never a password)."""
+        return f"{self.NAME}({self._target.where})"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Read now (blocking) and start the watcher thread (idempotent: a second caller
+        waits for the first read instead of seeing no state). A failed first read is
+        logged; until a read succeeds the reader's control fails closed."""
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            self._stop.clear()
+            try:
+                self.refresh()
+            except StoreUnavailable as exc:
+                log.error("%s; until it can be read, %s", exc.message, self.UNREAD)
+            thread = threading.Thread(target=self._watch, name=self.THREAD_NAME, daemon=True)
+            self._thread = thread
+            thread.start()
+
+    def refresh(self) -> None:
+        """Re-read every document now (blocking). Raises the reader's ``UNAVAILABLE``."""
+        self._load(self._main_client())
+
+    def close(self) -> None:
+        """Stop the watcher and close the connections."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5 + self._socket_timeout)
+        self._thread = None
+        client, self._client = self._client, None
+        self._scripts.clear()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def __enter__(self) -> PolicyPlaneReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ I/O
+    def _new_client(self) -> Any:
+        return connect(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+                       connect_timeout=self._connect_timeout)
+
+    def _main_client(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._new_client()
+        return self._client
+
+    def _script(self, client: Any, lua: str) -> Any:
+        """``lua`` registered once per client (redis-py reloads it on NOSCRIPT)."""
+        k = (id(client), lua)
+        s = self._scripts.get(k)
+        if s is None:
+            s = self._scripts[k] = script(client, lua)
+        return s
+
+    def _read(self, client: Any) -> tuple[Any, frozenset[str], list[tuple[str, Any]]]:
+        """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip."""
+        args = [f"{self.prefix}:{self.SLUG}:", "0" if self.namespaces is None else "1",
+                *sorted(self.namespaces or ())]
+        rev, fields, ids, raws = self._script(client, self.LUA_READ)(
+            keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client)
+        writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields or ())
+        docs = sorted(zip((i.decode() if isinstance(i, bytes) else str(i) for i in ids or ()), raws or (),
+                          strict=True))
+        return rev, writers, docs
+
+    def _unavailable(self, message: str, exc: BaseException | None = None) -> StoreUnavailable:
+        return self._target.unavailable(self.UNAVAILABLE, message, exc, store=self.describe())
+
+    def _load(self, client: Any) -> None:
+        """One read, then adopt it (or note the data loss). Raises ``UNAVAILABLE``."""
+        try:
+            rev, writers, docs = self._read(client)
+        except Exception as exc:
+            self._lost(exc)
+            raise self._unavailable(f"{self.describe()} could not be read", exc) from exc
+        missing = self.writers_seen - writers
+        if missing and (self.AUTHORITY is None or self.AUTHORITY not in writers):
+            self._marker_lost(missing)
+            return
+        self._apply(docs)
+        with self._lock:
+            restored, self.data_lost = self.data_lost, None
+            self.writers_seen |= writers
+            self._rev = rev
+            self.connected = True
+            self.reloads += 1
+        if restored is not None:
+            self._on_restored(writers)
+
+    def _marker_lost(self, missing: frozenset[str]) -> None:
+        with self._lock:
+            first = self.data_lost is None
+            self.connected = True
+            self.reloads += 1
+            self._rev = _NEVER  # re-read on every heartbeat until the marker is back
+            if first:
+                self.data_lost = (f"{self.describe()} lost its data: the policy plane's synced marker "
+                                  f"({self.synced_key}, writer {', '.join(sorted(missing))}) is gone "
+                                  f"(FLUSHALL, or a restart without persistence){self.DATA_LOST_SUFFIX}")
+        self._on_data_lost(missing, first)
+
+    def _lost(self, exc: BaseException) -> None:
+        with self._lock:
+            first = self.connected or self.last_error is None
+            self.connected = False
+            self.last_error = self._target.error_text(exc)
+        self._on_lost(self.last_error, first)
+
+    def _watch(self) -> None:
+        backoff = min(self.heartbeat, 0.2)
+        while not self._stop.is_set():
+            try:
+                # subscribed (and confirmed) before reading: no change is missed
+                with confirmed_subscription(
+                    self._new_client, self.channel, self._stop, max(self._socket_timeout, 1.0)
+                ) as (client, pubsub):
+                    self._load(client)
+                    next_beat = time.monotonic() + self.heartbeat
+                    while not self._stop.is_set():
+                        msg = pubsub.get_message(timeout=max(0.0, min(0.5, next_beat - time.monotonic())))
+                        if msg is not None and msg.get("type") == "message" and about_kind(self.KIND, msg.get("data")):
+                            self._load(client)
+                            next_beat = time.monotonic() + self.heartbeat
+                        elif time.monotonic() >= next_beat:
+                            self._heartbeat(client)
+                            next_beat = time.monotonic() + self.heartbeat
+            except Exception as exc:  # noqa: BLE001 - any failure is a lost plane: reconnect
+                if not self._stop.is_set():
+                    self._lost(exc)
+            self._stop.wait(backoff)
+
+    # ------------------------------------------------------------------ hooks
+    def _initial_state(self) -> None:
+        """Set up the cached state (nothing read yet: the control fails closed)."""
+
+    def _apply(self, docs: Sequence[tuple[str, Any]]) -> None:
+        """Adopt the documents just read (``(id, raw JSON)``, sorted by id)."""
+        raise NotImplementedError
+
+    def _heartbeat(self, client: Any) -> None:
+        """Every ``heartbeat`` seconds: the rev backstop (re-read when ``P:rev`` moved)."""
+        if self._rev is _NEVER or client.get(self.rev_key) != self._rev:
+            self._load(client)
+
+    def _on_lost(self, error: str, first: bool) -> None:
+        """A read failed with ``error`` (scrubbed); ``first`` since the last success."""
+
+    def _on_data_lost(self, missing: frozenset[str], first: bool) -> None:
+        """The marker fields ``missing`` are gone; ``data_lost`` says so."""
+
+    def _on_restored(self, writers: frozenset[str]) -> None:
+        """The marker is back after a data loss (every field seen, or the authority's)."""

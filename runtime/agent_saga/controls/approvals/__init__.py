@@ -1,0 +1,67 @@
+"""Approvals: a named human on the hook, durably, with escalation and expiry.
+
+    gate = PreFlightGate(approval_provider=ApprovalGateway(
+        store=RedisApprovalStore(url),          # FileApprovalStore() on one machine
+        notifier=WebhookNotifier(os.environ["SLACK_WEBHOOK"]), wal=wal,
+        policy=ApprovalPolicy(timeout=900, levels=(EscalationLevel(("@oncall",)),))))
+
+The layout every control shares (``agent_saga.controls``):
+
+    _model.py      ApprovalRequest and Decision (the two policy-plane documents), the
+                   action digest, and the gate's seam: ApprovalProvider, ApprovalOutcome
+    _store.py      the ApprovalStore protocol, its errors, decide_request
+    _local.py      FileApprovalStore: a directory on one machine
+    _redis.py      RedisApprovalStore: the policy plane, shared with the CLI and operator
+    _default.py    open_approval_store(url or directory); there is no process default
+    _gateway.py    ApprovalGateway: ask, escalate, wait, record (an ApprovalProvider)
+    _notifiers.py  Notifier, WebhookNotifier: how a human hears about a request
+
+Only this module is public.
+"""
+
+from ._default import open_approval_store
+from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
+from ._local import FileApprovalStore
+from ._model import (
+    ApprovalOutcome,
+    ApprovalProvider,
+    ApprovalRequest,
+    ApprovalState,
+    Decision,
+    action_digest,
+    request_id_for,
+)
+from ._notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
+from ._redis import RedisApprovalStore
+from ._store import (
+    ApprovalRefused,
+    ApprovalStore,
+    ApprovalStoreUnavailable,
+    decide_request,
+    resolve_id,
+)
+
+__all__ = [
+    "ApprovalGateway",
+    "ApprovalNotice",
+    "ApprovalOutcome",
+    "ApprovalPolicy",
+    "ApprovalProvider",
+    "ApprovalRefused",
+    "ApprovalRequest",
+    "ApprovalState",
+    "ApprovalStore",
+    "ApprovalStoreUnavailable",
+    "Decision",
+    "EscalationLevel",
+    "FileApprovalStore",
+    "Notifier",
+    "NotifierError",
+    "RedisApprovalStore",
+    "WebhookNotifier",
+    "action_digest",
+    "decide_request",
+    "open_approval_store",
+    "request_id_for",
+    "resolve_id",
+]

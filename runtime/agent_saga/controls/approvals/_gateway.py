@@ -1,0 +1,424 @@
+"""``ApprovalGateway``: a named human on the hook, durably (the gate's ``ApprovalProvider``).
+
+    gate = PreFlightGate(approval_provider=ApprovalGateway(
+        store=RedisApprovalStore(url),                # FileApprovalStore() on one machine
+        notifier=WebhookNotifier(os.environ["SLACK_WEBHOOK"]),
+        wal=wal,
+        policy=ApprovalPolicy(timeout=900, levels=(
+            EscalationLevel(targets=("@oncall",)),
+            EscalationLevel(targets=("@head-of-risk",), after_seconds=300))),
+    ))
+
+The life of one request (docs/approvals.md):
+1. Its id is derived from (saga, step, tool, rule). If the store already holds it (a
+   retried step, a restarted process), that request is used: nobody is asked twice.
+2. Otherwise it is written to the store, then APPROVAL_REQUESTED is made durable in the
+   WAL, and only then is the first level notified.
+3. The gateway waits for the decision to land in the store (written by the CLI, the
+   operator, a web hook: never by a connection into the agent), escalating level by
+   level when their ``after_seconds`` pass (APPROVAL_ESCALATED), until the deadline.
+4. Approved: the approval is consumed (single use) and APPROVAL_DECIDED is appended
+   with the approver, the note, the arguments and the time; a break-glass approval
+   writes APPROVAL_BREAK_GLASS with ``requires_review: true`` instead.
+
+Every other path denies, and says why in APPROVAL_DECIDED: denied by the human, the
+deadline passed (the request is marked Expired), the store cannot be reached, the
+notifier failed (the request is marked Denied by ``agent-saga``), the request holds
+other arguments than this call (an approval is bound to a digest of the tool, the exact
+policy arguments and the policy version), or its approval was already used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
+from ...errors import ConfigurationError, WALError
+from ...gates import GateDecision, StepRequest
+from ...wal.base import BaseWAL
+from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
+from ._notifiers import ApprovalNotice, Notifier
+from ._store import ApprovalStore, decide_request
+
+__all__ = ["ApprovalGateway", "ApprovalPolicy", "EscalationLevel"]
+
+log = logging.getLogger("agent_saga.controls")
+
+REQUESTED = "APPROVAL_REQUESTED"
+RESUMED = "APPROVAL_RESUMED"
+ESCALATED = "APPROVAL_ESCALATED"
+DECIDED = "APPROVAL_DECIDED"
+BREAK_GLASS = "APPROVAL_BREAK_GLASS"
+
+SYSTEM_APPROVER = "agent-saga"
+_HOST = f"{socket.gethostname()}:{os.getpid()}"
+_DISPLAY_MAX = 32
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationLevel:
+    """Whom to ask (``targets``: handles your notifier understands) and when, in
+    seconds after the request (``after_seconds``; 0 = at once)."""
+
+    targets: tuple[str, ...]
+    after_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.targets, str) or not self.targets or not all(
+            isinstance(t, str) and t.strip() for t in self.targets
+        ):
+            raise ConfigurationError(f"EscalationLevel targets must be a non-empty tuple of names, got {self.targets!r}")
+        object.__setattr__(self, "targets", tuple(self.targets))
+        a = self.after_seconds
+        if isinstance(a, bool) or not isinstance(a, int | float) or not 0 <= a < math.inf:
+            raise ConfigurationError(f"EscalationLevel after_seconds must be >= 0, got {a!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalPolicy:
+    """The mandatory deadline (``timeout`` seconds; expiry denies), the escalation chain,
+    and the policy ``version`` an approval is bound to (change it when the rules that
+    ask for approvals change, and earlier approvals stop matching)."""
+
+    timeout: float
+    levels: tuple[EscalationLevel, ...] = ()
+    version: str = "1"
+
+    def __post_init__(self) -> None:
+        t = self.timeout
+        if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t < math.inf:
+            raise ConfigurationError(
+                f"ApprovalPolicy timeout must be a positive number of seconds (a deadline is mandatory: "
+                f"an unanswered prompt would hold the saga open forever), got {t!r}"
+            )
+        levels = tuple(self.levels)
+        if not all(isinstance(lv, EscalationLevel) for lv in levels):
+            raise ConfigurationError("ApprovalPolicy levels must be EscalationLevel(...) values")
+        for a, b in zip(levels, levels[1:], strict=False):
+            if b.after_seconds < a.after_seconds:
+                raise ConfigurationError("ApprovalPolicy levels must be in order of after_seconds")
+        for lv in levels:
+            if lv.after_seconds >= t:
+                raise ConfigurationError(
+                    f"escalation to {lv.targets} after {lv.after_seconds:g}s never happens: the timeout is {t:g}s"
+                )
+        object.__setattr__(self, "levels", levels)
+        if not isinstance(self.version, str) or not self.version:
+            raise ConfigurationError("ApprovalPolicy version must be a non-empty string")
+
+
+class ApprovalGateway:
+    """Durable human approvals (implements ``ApprovalProvider``); see the module doc.
+
+    ``store``: where requests live (``FileApprovalStore``, ``RedisApprovalStore``).
+    ``notifier``: who is told (``None``: nobody; humans watch ``approvals list``).
+    ``wal``: where requests and decisions are recorded (required: an approval nobody can
+    audit is not an approval). ``poll``: seconds between reads of the store while
+    waiting. ``namespace`` / ``agent``: written into each request, so the operator can
+    mirror it as an ``Approval`` in that namespace (default ``$AGENT_SAGA_NAMESPACE``,
+    ``$POD_NAMESPACE`` or ``default``; ``$AGENT_SAGA_AGENT`` or the host name).
+    ``clock``: the time seam.
+    """
+
+    def __init__(
+        self,
+        store: ApprovalStore,
+        notifier: Notifier | None = None,
+        wal: BaseWAL | None = None,
+        policy: ApprovalPolicy | None = None,
+        *,
+        poll: float = 0.5,
+        namespace: str | None = None,
+        agent: str | None = None,
+        clock: ControlClock | None = None,
+    ) -> None:
+        if not isinstance(store, ApprovalStore):
+            raise ConfigurationError(f"store must be an approval store (FileApprovalStore(), RedisApprovalStore(url)), "
+                                     f"got {store!r}")
+        if notifier is not None and not callable(getattr(notifier, "notify", None)):
+            raise ConfigurationError(f"notifier must have async notify(notice), got {notifier!r}")
+        if not isinstance(wal, BaseWAL):
+            raise ConfigurationError("ApprovalGateway needs wal=: requests and decisions land in the hash-chained "
+                                     "WAL, so who approved what can be proven")
+        if policy is None:
+            raise ConfigurationError("ApprovalGateway needs policy=ApprovalPolicy(timeout=...): a deadline is mandatory")
+        if not isinstance(policy, ApprovalPolicy):
+            raise ConfigurationError(f"policy must be an ApprovalPolicy(...), got {policy!r}")
+        if not 0 < poll < math.inf:
+            raise ConfigurationError(f"poll must be a positive number of seconds, got {poll!r}")
+        self.store = store
+        self.notifier = notifier
+        self.wal = wal
+        self.policy = policy
+        self._poll = float(poll)
+        self._clock = clock or SYSTEM_CLOCK
+        self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
+            or "default"
+        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or socket.gethostname()
+
+    def __repr__(self) -> str:
+        return f"ApprovalGateway({self.store.describe()}, timeout={self.policy.timeout:g})"
+
+    # ------------------------------------------------------------------ provider
+    async def request_approval(self, request: StepRequest, verdict: GateDecision) -> ApprovalOutcome:
+        """Ask (or find the earlier request), wait for the decision, return it. Never
+        raises for a failure: every failure is a denial that says why."""
+        rule = verdict.decided_by or "approval"
+        if rule.startswith("rule:"):
+            rule = rule[len("rule:"):]  # as the Approval resource shows it: irreversible, limit:wire-ceiling
+        rid = request_id_for(request.saga_id, request.step_id, request.tool, rule)
+        digest = action_digest(request.tool, request.policy_args, self.policy.version)
+        try:
+            return await self._run(request, verdict, rid, rule, digest)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure path denies
+            why = f"the approval could not be completed ({type(exc).__name__}: {exc}); approvals fail closed"
+            await self._mark_denied(rid, why, digest)
+            return self._deny_locally(request, rid, digest, why)
+
+    async def _mark_denied(self, rid: str, why: str, digest: str = "") -> None:
+        """Best effort: a request this process gave up on must not be approved later."""
+        decision = Decision("Denied", SYSTEM_APPROVER, self._clock.time(), digest, why[:1024], _source())
+        try:
+            await asyncio.to_thread(self.store.decide, rid, decision)
+        except Exception as exc:  # noqa: BLE001 - denied either way
+            log.warning("could not mark approval request %s denied in %s (%s)", rid, self.store.describe(), exc)
+
+    async def _run(
+        self, request: StepRequest, verdict: GateDecision, rid: str, rule: str, digest: str
+    ) -> ApprovalOutcome:
+        found = await asyncio.to_thread(self.store.get, rid)
+        if found is None:
+            now = self._clock.time()
+            fresh = ApprovalRequest(
+                id=rid, saga_id=request.saga_id, step_id=request.step_id, tool=request.tool, rule=rule,
+                reason=verdict.reason[:1024], arguments_digest=digest, policy_version=self.policy.version,
+                requested_at=now, deadline=now + self.policy.timeout, display=_display(request.policy_args),
+                requested_by=_HOST, namespace=self.namespace, agent=self.agent,
+                semantics=str(getattr(request.semantics, "value", request.semantics)),
+                levels=tuple((lv.targets, float(lv.after_seconds)) for lv in self.policy.levels),
+            )
+            current, created = await asyncio.to_thread(self.store.create, fresh)
+            if created:
+                seq = self.wal.append(REQUESTED, request.saga_id, request.step_id, {
+                    **self._about(current), "policy_args": dict(request.policy_args),
+                    "levels": [{"targets": list(t), "after_seconds": a} for t, a in current.levels],
+                    "timeout": self.policy.timeout,
+                })
+                await self.wal.barrier(seq)  # durable before anyone is asked
+        else:
+            current = found
+            self.wal.append(RESUMED, request.saga_id, request.step_id, {
+                **self._about(current), "state": current.state,
+                "note": "the request already existed: nobody is asked again",
+            })
+        if current.arguments_digest != digest:
+            return self._record(request, current, False, SYSTEM_APPROVER, (
+                f"approval request {rid} was made for other arguments ({current.arguments_digest}), this call is "
+                f"{digest}: an approval covers exactly the action a human saw, so changing the arguments after "
+                f"approval is refused"), extra={"call_digest": digest})
+        return await self._wait(request, current)
+
+    async def _wait(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
+        rid = current.id
+        while True:
+            if current.state == "Approved":
+                return await self._consume(request, current)
+            if current.state == "Denied":
+                return self._record(request, current, False, current.approver or SYSTEM_APPROVER,
+                                    current.note or "denied")
+            if current.state == "Expired":
+                # Another process (the operator's expiry, a peer agent) saw the deadline
+                # first: the same answer and record as when this process expires it.
+                return self._record(request, current, False, SYSTEM_APPROVER,
+                                    f"the request expired at {format_instant(current.deadline)} unanswered: "
+                                    f"expiry denies", decision="Expired")
+            now = self._clock.time()
+            if now >= current.deadline:
+                return await self._expire(request, current, now)
+            failure = await self._escalate(request, current, now)
+            if failure is not None:
+                return failure
+            next_due = min([current.deadline] + [current.requested_at + a for i, (_, a) in enumerate(current.levels)
+                                                  if not current.escalated_to(i)])
+            wait = min(self._poll, next_due - now)
+            await self._clock.sleep(wait if wait > 0 else self._poll / 10)
+            latest = await asyncio.to_thread(self.store.get, rid)
+            if latest is None:
+                return self._deny_locally(request, rid, current.arguments_digest,
+                                          f"approval request {rid} disappeared from {self.store.describe()}")
+            current = latest
+
+    async def _escalate(self, request: StepRequest, current: ApprovalRequest, now: float) -> ApprovalOutcome | None:
+        for level, (targets, after_s) in enumerate(current.levels):
+            if current.escalated_to(level) or now < current.requested_at + after_s:
+                continue
+
+            made: list[ApprovalRequest] = []
+
+            def mark(r: ApprovalRequest, level: int = level, targets: tuple[str, ...] = targets,
+                     made: list[ApprovalRequest] = made) -> ApprovalRequest | None:
+                if r.decided or r.escalated_to(level):
+                    return None
+                made.append(replace(r, escalations=(*r.escalations, (level, targets, now))))
+                return made[-1]
+
+            after = await asyncio.to_thread(self.store.update, current.id, mark)
+            if after is None or not made or after != made[-1]:
+                if after is not None:
+                    current = after
+                continue  # decided meanwhile, or another waiter took this level (and notifies)
+            current = after
+            if level > 0:
+                self.wal.append(ESCALATED, request.saga_id, request.step_id, {
+                    "request_id": current.id, "level": level, "targets": list(targets),
+                    "after_seconds": after_s, "at": format_instant(now),
+                })
+            if self.notifier is None:
+                continue
+            notice = ApprovalNotice("escalated" if level else "requested", level, targets, current)
+            try:
+                await self.notifier.notify(notice)
+            except Exception as exc:  # noqa: BLE001 - a broken integration denies
+                why = (f"the notifier failed ({type(exc).__name__}: {exc}), so no human was asked at level "
+                       f"{level} ({', '.join(targets)}); a failed integration never authorises")
+                return await self._deny_in_store(request, current, why)
+        return None
+
+    async def _consume(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
+        decision = current.decision
+        assert decision is not None
+        if decision.arguments_digest and decision.arguments_digest != current.arguments_digest:
+            return self._record(request, current, False, SYSTEM_APPROVER, (
+                f"the approval by {decision.approver} was given for other arguments ({decision.arguments_digest}); "
+                f"an approval covers exactly the action a human saw"))
+        if decision.decided_at > current.deadline:
+            return self._record(request, current, False, SYSTEM_APPROVER,
+                                f"the approval by {decision.approver} came after the deadline "
+                                f"{format_instant(current.deadline)}; expiry denies")
+        if current.consumed_at is not None:
+            return self._record(request, current, False, SYSTEM_APPROVER, (
+                f"the approval of request {current.id} by {decision.approver} was already used "
+                f"({current.consumed_by}, {format_instant(current.consumed_at)}): an approval authorises one call, "
+                f"so a re-run of this step needs a new saga and a new approval"))
+        now = self._clock.time()
+        made: list[ApprovalRequest] = []
+
+        def consume(r: ApprovalRequest) -> ApprovalRequest | None:
+            if r.state != "Approved" or r.consumed_at is not None:
+                return None
+            made.append(replace(r, consumed_at=now, consumed_by=f"{_HOST} {request.step_id}"))
+            return made[-1]
+
+        after = await asyncio.to_thread(self.store.update, current.id, consume)
+        if after is None:
+            return self._deny_locally(request, current.id, current.arguments_digest,
+                                      f"approval request {current.id} disappeared from {self.store.describe()}")
+        if not made or after != made[-1]:
+            return self._record(request, after, False, SYSTEM_APPROVER,
+                                f"the approval of request {current.id} was used by another call; an approval "
+                                f"authorises one call")
+        return self._record(request, after, True, after.approver or "", after.note or "")
+
+    async def _expire(self, request: StepRequest, current: ApprovalRequest, now: float) -> ApprovalOutcome:
+        expired = Decision("Expired", SYSTEM_APPROVER, now, current.arguments_digest,
+                           f"no answer within {self.policy.timeout:g}s", _source())
+        after = await asyncio.to_thread(self.store.decide, current.id, expired)
+        if after is not None and after.decision is not None and not expired.same_as(after.decision):
+            return await self._wait(request, after)  # decided just in time
+        return self._record(request, after or current, False, SYSTEM_APPROVER,
+                            f"no answer within {self.policy.timeout:g}s (deadline "
+                            f"{format_instant(current.deadline)}): expiry denies", decision="Expired")
+
+    async def _deny_in_store(self, request: StepRequest, current: ApprovalRequest, why: str) -> ApprovalOutcome:
+        await self._mark_denied(current.id, why, current.arguments_digest)
+        return self._record(request, current, False, SYSTEM_APPROVER, why)
+
+    # ------------------------------------------------------------------ records
+    def _about(self, r: ApprovalRequest) -> dict[str, Any]:
+        return {
+            "request_id": r.id, "tool": r.tool, "rule": r.rule, "reason": r.reason, "digest": r.arguments_digest,
+            "policy_version": r.policy_version, "namespace": r.namespace, "requested_at": format_instant(r.requested_at),
+            "deadline": format_instant(r.deadline), "store": self.store.describe(),
+        }
+
+    def _record(
+        self, request: StepRequest, r: ApprovalRequest, approved: bool, approver: str, note: str,
+        *, decision: str | None = None, extra: dict[str, Any] | None = None,
+    ) -> ApprovalOutcome:
+        glass = approved and r.break_glass
+        payload: dict[str, Any] = {
+            **self._about(r),
+            "decision": decision or ("Approved" if approved else "Denied"),
+            "approver": approver, "note": note, "policy_args": dict(request.policy_args),
+            "decided_at": format_instant(r.decided_at if r.decided_at is not None else self._clock.time()),
+            "escalations": [{"level": lv, "targets": list(t), "at": format_instant(at)} for lv, t, at in r.escalations],
+        }
+        if extra:
+            payload.update(extra)
+        if glass:
+            payload["requires_review"] = True
+            payload["break_glass"] = True
+        try:
+            self.wal.append(BREAK_GLASS if glass else DECIDED, request.saga_id, request.step_id, payload)
+        except WALError as exc:
+            if approved:  # an approval nobody can prove is not an approval
+                return ApprovalOutcome(False, SYSTEM_APPROVER, f"the approval by {approver} could not be recorded "
+                                       f"in the WAL ({exc}); refused", r.id)
+            log.error("could not record the denial of approval request %s in the WAL (%s)", r.id, exc)
+        return ApprovalOutcome(approved, approver or None, note, r.id, glass)
+
+    def _deny_locally(self, request: StepRequest, rid: str, digest: str, why: str) -> ApprovalOutcome:
+        payload = {"request_id": rid, "tool": request.tool, "digest": digest, "decision": "Denied",
+                   "approver": SYSTEM_APPROVER, "note": why, "store": self.store.describe(),
+                   "policy_args": dict(request.policy_args), "decided_at": format_instant(self._clock.time())}
+        try:
+            self.wal.append(DECIDED, request.saga_id, request.step_id, payload)
+        except Exception as exc:  # noqa: BLE001 - denied either way
+            log.error("could not record the denial of approval request %s in the WAL (%s)", rid, exc)
+        return ApprovalOutcome(False, SYSTEM_APPROVER, why, rid)
+
+    # ------------------------------------------------------------------ answering
+    async def decide(
+        self, request_id: str, *, approved: bool, approver: str, note: str | None = None, break_glass: bool = False
+    ) -> ApprovalRequest:
+        """Record a human's decision from this process (what ``agent-saga approvals
+        approve/deny`` does from another). Raises ``ApprovalRefused`` (no approver, already
+        decided, expired) or ``ApprovalStoreUnavailable``."""
+        return await asyncio.to_thread(
+            decide_request, self.store, request_id, approved=approved, approver=approver,
+            now=self._clock.time(), note=note, break_glass=break_glass,
+        )
+
+    async def pending(self) -> Sequence[ApprovalRequest]:
+        """The requests still waiting for a human."""
+        return [r for r in await asyncio.to_thread(self.store.list) if r.state == "Pending"]
+
+
+def _source() -> str:
+    return f"agent:{_HOST}"
+
+
+def _display(args: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k in sorted(args)[:_DISPLAY_MAX]:
+        v = args[k]
+        out[str(k)] = (v if isinstance(v, str) else _json(v))[:1024]
+    return out
+
+
+def _json(v: Any) -> str:
+    import json
+
+    try:
+        return json.dumps(v, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return str(v)

@@ -1,0 +1,238 @@
+"""``RedisApprovalStore``: approval requests and decisions in the policy plane.
+
+Keys (``prefix`` default ``agentsaga:v1``, ``{agentsaga}:v1`` on a Redis Cluster; the
+schema of docs/policy-plane.md and docs/approvals.md, shared with the operator):
+
+    {prefix}:approval:request:<id>    STRING  the request (JSON), written by agents
+    {prefix}:approval:pending         ZSET    request id -> deadline (epoch seconds)
+    {prefix}:approval:decision:<id>   STRING  the decision (JSON), written once
+    {prefix}:rev                      STRING  change counter (INCR per decision)
+    {prefix}:events                   channel {"kind": "ApprovalRequest" | "ApprovalDecision",
+                                               "id": <request id>, "op": "put"}
+
+Invariants:
+- Requests change by compare-and-set of the whole document (``LUA_CAS``); decisions are
+  written only if none exists (``LUA_DECIDE``), which also takes the request out of the
+  pending set: two deciders never both win, and nothing overwrites a decision.
+- Documents are kept for the request's lifetime plus ``retention`` (the WAL keeps the
+  records for good).
+- ``redis`` is imported only when a client is made; a password never reaches a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from typing import Any
+
+from ..._redis import Target, connect, script
+from ...errors import ConfigurationError
+from ._model import ApprovalRequest, Decision
+from ._store import ApprovalStoreUnavailable, Change
+
+__all__ = ["RedisApprovalStore"]
+
+DEFAULT_PREFIX = "agentsaga:v1"
+
+
+class RedisApprovalStore:
+    """Requests in the policy plane, shared by every agent, the CLI and the operator
+    (see the module doc). Needs ``pip install agent-saga[redis]``."""
+
+    # KEYS[1] the request document, KEYS[2] the pending set
+    # ARGV[1] the document as the caller read it ('' : it must not exist yet)
+    # ARGV[2] the new document, ARGV[3] its time to live in ms, ARGV[4] the request id,
+    # ARGV[5] its deadline (epoch seconds), ARGV[6] the change channel
+    # Returns 1 when the swap happened, else the current document ('' if there is none):
+    # compare-the-document-then-act. A new request joins the pending set.
+    LUA_CAS = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then cur = '' end
+if cur ~= ARGV[1] then return cur end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if ARGV[1] == '' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4]) end
+redis.call('PUBLISH', ARGV[6], '{"v":1,"kind":"ApprovalRequest","id":"' .. ARGV[4] .. '","op":"put"}')
+return 1
+"""
+
+    # KEYS[1] the decision document, KEYS[2] the pending set, KEYS[3] the change counter
+    # ARGV[1] the decision without rev ('{...}'), ARGV[2] the request id, ARGV[3] its time
+    # to live in ms, ARGV[4] the change channel
+    # Written once: returns {1, doc} when this call wrote it, {0, doc} with the decision
+    # that was there first otherwise.
+    LUA_DECIDE = """
+local cur = redis.call('GET', KEYS[1])
+if cur then return {0, cur} end
+local rev = redis.call('INCR', KEYS[3])
+local doc = '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2)
+redis.call('SET', KEYS[1], doc, 'PX', ARGV[3])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('PUBLISH', ARGV[4], '{"rev":' .. rev .. ',"v":1,"kind":"ApprovalDecision","id":"' .. ARGV[2] .. '","op":"put"}')
+return {1, doc}
+"""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        retention: float = 7 * 86_400,
+        socket_timeout: float = 2.0,
+        connect_timeout: float = 1.0,
+    ) -> None:
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
+        self.url = url
+        self.prefix = prefix
+        self.pending_key = f"{prefix}:approval:pending"
+        self.rev_key = f"{prefix}:rev"
+        self.channel = f"{prefix}:events"
+        self.retention = retention
+        self._target = Target.of(url)
+        self._name = f"RedisApprovalStore({self._target.where})"
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def request_key(self, request_id: str) -> str:
+        return f"{self.prefix}:approval:request:{request_id}"
+
+    def decision_key(self, request_id: str) -> str:
+        return f"{self.prefix}:approval:decision:{request_id}"
+
+    def describe(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return self._name
+
+    # ------------------------------------------------------------------ I/O
+    def _redis(self) -> Any:
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = connect(self.url, feature="RedisApprovalStore",
+                                           socket_timeout=self._socket_timeout,
+                                           connect_timeout=self._connect_timeout)
+        return self._client
+
+    def _unavailable(self, what: str, exc: BaseException) -> ApprovalStoreUnavailable:
+        return self._target.unavailable(ApprovalStoreUnavailable, f"{self._name} failed during {what}", exc,
+                                        store=self._name)
+
+    def _script(self, what: str, lua: str, keys: tuple[str, ...], args: tuple[str, ...]) -> Any:
+        try:
+            client = self._redis()
+            run = self._scripts.get(lua)
+            if run is None:
+                run = self._scripts[lua] = script(client, lua)
+            return run(keys=keys, args=args, client=client)
+        except ConfigurationError:
+            raise
+        except Exception as exc:
+            raise self._unavailable(what, exc) from exc
+
+    def _ttl_ms(self, r: ApprovalRequest) -> str:
+        # the request's own lifetime plus the retention: independent of any clock
+        return str(max(1000, int((max(0.0, r.deadline - r.requested_at) + self.retention) * 1000)))
+
+    def _fetch(self, request_id: str) -> tuple[str | None, ApprovalRequest | None]:
+        """The raw request document and the merged view (one round trip)."""
+        try:
+            raw, raw_decision = self._redis().mget([self.request_key(request_id), self.decision_key(request_id)])
+        except Exception as exc:
+            raise self._unavailable("read", exc) from exc
+        if raw is None:
+            return None, None
+        text = raw.decode()
+        return text, self._merge(text, raw_decision)
+
+    def _merge(self, raw: str, raw_decision: bytes | None) -> ApprovalRequest:
+        try:
+            request = ApprovalRequest.from_json(raw)
+            decision = None if raw_decision is None else Decision.from_doc(json.loads(raw_decision))
+        except ValueError as exc:
+            raise ApprovalStoreUnavailable(f"{self._name}: unreadable approval document ({exc})",
+                                           store=self._name) from exc
+        return request.with_decision(decision)
+
+    def _cas(self, expected: str, new: ApprovalRequest) -> bool | str:
+        keys = (self.request_key(new.id), self.pending_key)
+        args = (expected, new.to_json(), self._ttl_ms(new), new.id, repr(new.deadline), self.channel)
+        reply = self._script("write", self.LUA_CAS, keys, args)
+        if reply == 1:
+            return True
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    # ------------------------------------------------------------------ the interface
+    def create(self, request: ApprovalRequest) -> tuple[ApprovalRequest, bool]:
+        reply = self._cas("", request)
+        if reply is True:
+            return request.with_decision(None), True
+        _, current = self._fetch(request.id)
+        if current is None:  # created and gone again (retention): never expected
+            raise ApprovalStoreUnavailable(f"{self._name}: approval {request.id} vanished", store=self._name)
+        return current, False
+
+    def get(self, request_id: str) -> ApprovalRequest | None:
+        return self._fetch(request_id)[1]
+
+    def update(self, request_id: str, change: Change) -> ApprovalRequest | None:
+        for _ in range(100):
+            raw, current = self._fetch(request_id)
+            if raw is None or current is None:
+                return None
+            new = change(current)
+            if new is None:
+                return current
+            if self._cas(raw, new) is True:
+                return new.with_decision(current.decision)
+            # someone else wrote in between: read again and apply the change to theirs
+        raise ApprovalStoreUnavailable(f"{self._name}: approval {request_id} keeps changing under us",
+                                       store=self._name)
+
+    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
+        raw, current = self._fetch(request_id)
+        if raw is None or current is None:
+            return None
+        if current.decided:
+            return current
+        doc = json.dumps(decision.to_doc(request_id, current.namespace), separators=(",", ":"))
+        keys = (self.decision_key(request_id), self.pending_key, self.rev_key)
+        _, stored = self._script("decide", self.LUA_DECIDE, keys,
+                                 (doc, request_id, self._ttl_ms(current), self.channel))
+        return self._merge(raw, stored)
+
+    def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
+        client = self._redis()
+        try:
+            if pending_only:
+                ids = [i.decode() for i in client.zrange(self.pending_key, 0, -1)]
+            else:
+                marker = f"{self.prefix}:approval:request:"
+                ids = sorted(k.decode()[len(marker):] for k in client.scan_iter(match=marker + "*", count=500))
+            if not ids:
+                return []
+            raws = client.mget([self.request_key(i) for i in ids])
+            decisions = client.mget([self.decision_key(i) for i in ids])
+        except Exception as exc:
+            raise self._unavailable("list", exc) from exc
+        out = []
+        for raw, raw_decision in zip(raws, decisions, strict=True):
+            if raw is None:
+                continue
+            with contextlib.suppress(ApprovalStoreUnavailable):
+                out.append(self._merge(raw.decode(), raw_decision))
+        if pending_only:
+            out = [r for r in out if not r.decided]
+        return sorted(out, key=lambda r: r.requested_at, reverse=True)
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        self._scripts.clear()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()

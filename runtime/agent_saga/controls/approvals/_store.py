@@ -1,0 +1,148 @@
+"""Where approval requests and decisions live while a human decides.
+
+``FileApprovalStore`` (one machine: a directory, ``_local``) and ``RedisApprovalStore``
+(the policy plane, ``_redis``) hold the two documents of ``_model``: the request, written and updated by agents, and
+the decision, written once by whoever decides. The agent that asked waits for the
+decision to land in the store; no connection into the agent is ever needed.
+
+Invariants:
+- ``decide`` writes a decision only if there is none: a decision, once made, is never
+  overwritten, whoever tries (the CLI, the operator, an agent giving up).
+- ``update`` changes the request document by compare-and-set (a lock file on disk, a
+  Lua script in Redis): two agents never both use one approval.
+- A store that cannot be reached raises ``ApprovalStoreUnavailable`` naming it; the
+  gateway then denies (approvals fail closed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from ...clocks import format_instant
+from ...errors import SagaError, StoreUnavailable
+from ._model import ApprovalRequest, Decision
+
+__all__ = [
+    "ApprovalRefused",
+    "ApprovalStore",
+    "ApprovalStoreUnavailable",
+    "Change",
+    "decide_request",
+    "resolve_id",
+]
+
+
+class ApprovalStoreUnavailable(StoreUnavailable):
+    """The approval store could not be read or written; ``store`` names it."""
+
+    def __init__(self, message: str, *, store: str) -> None:
+        super().__init__(message, store=store)
+
+
+class ApprovalRefused(SagaError):
+    """A decision that cannot be recorded: unknown id, already decided, expired, no
+    approver. The message says which and what to do."""
+
+
+Change = Callable[[ApprovalRequest], "ApprovalRequest | None"]
+
+
+@runtime_checkable
+class ApprovalStore(Protocol):
+    """Blocking primitives (the gateway calls them in a worker thread). Each raises
+    ``ApprovalStoreUnavailable`` when the store cannot be reached."""
+
+    def describe(self) -> str: ...
+
+    def create(self, request: ApprovalRequest) -> tuple[ApprovalRequest, bool]:
+        """Store ``request`` unless one with its id exists; return (the stored one, created)."""
+        ...
+
+    def get(self, request_id: str) -> ApprovalRequest | None:
+        """The request with its decision, if any."""
+        ...
+
+    def update(self, request_id: str, change: Change) -> ApprovalRequest | None:
+        """Apply ``change`` to the request document atomically (compare-and-set, retried on
+        a concurrent write); ``change`` returns the new request or ``None`` (no change).
+        Returns the request afterwards (``None`` if there is none)."""
+        ...
+
+    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
+        """Write ``decision`` unless the request already has one; return the request with
+        the decision that is stored now (``None`` if there is no such request)."""
+        ...
+
+    def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
+        """Requests, newest first (``pending_only``: those without a decision)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def decide_request(
+    store: ApprovalStore,
+    request_id: str,
+    *,
+    approved: bool,
+    approver: str,
+    now: float,
+    note: str | None = None,
+    break_glass: bool = False,
+    source: str = "",
+) -> ApprovalRequest:
+    """Record a human's decision on a pending request (the CLI, ``ApprovalGateway.decide``).
+
+    ``request_id`` may be a unique prefix. Raises ``ApprovalRefused`` for no approver, an
+    unknown or ambiguous id, a request already decided or past its deadline;
+    ``ApprovalStoreUnavailable`` if the store cannot be reached."""
+    approver = (approver or "").strip()
+    if not approver:
+        raise ApprovalRefused("an approval needs --approver NAME: an anonymous approval is an audit trail "
+                              "that proves nothing")
+    if break_glass and not (note or "").strip():
+        raise ApprovalRefused("a break-glass approval needs --note: why the normal chain was bypassed is what "
+                              "the review will ask")
+    full = resolve_id(store, request_id)
+    current = store.get(full)
+    if current is None:
+        raise ApprovalRefused(f"approval request {full} disappeared from {store.describe()}")
+    if current.decided:
+        raise ApprovalRefused(_already(current))
+    if now >= current.deadline:
+        raise ApprovalRefused(f"approval request {full} expired at {format_instant(current.deadline)} (expiry "
+                              f"denies); the agent must ask again")
+    mine = Decision("Approved" if approved else "Denied", approver, now, current.arguments_digest,
+                    (note or "").strip() or None, source or _source(), bool(break_glass and approved))
+    after = store.decide(full, mine)
+    if after is None or not mine.same_as(after.decision):
+        raise ApprovalRefused(_already(after or current))
+    return after
+
+
+def _already(r: ApprovalRequest) -> str:
+    who = f" by {r.approver}" if r.approver else ""
+    return f"approval request {r.id} was already {r.state.lower()}{who}; a decision cannot be changed"
+
+
+def _source() -> str:
+    import socket
+
+    return f"cli:{socket.gethostname()}:{os.getpid()}"
+
+
+def resolve_id(store: ApprovalStore, request_id: str) -> str:
+    """The full id of the request ``request_id`` names (a unique prefix is enough)."""
+    text = (request_id or "").strip().rstrip(".")
+    if not text:
+        raise ApprovalRefused("name the approval request: agent-saga approvals list shows the ids")
+    if store.get(text) is not None:
+        return text
+    matches = [r.id for r in store.list() if r.id.startswith(text)]
+    if not matches:
+        raise ApprovalRefused(f"no approval request {text!r} in {store.describe()} (see agent-saga approvals list)")
+    if len(matches) > 1:
+        raise ApprovalRefused(f"{text!r} matches {len(matches)} approval requests; give more of the id")
+    return matches[0]

@@ -1,0 +1,28 @@
+"""The circuit breaker: stop calling a dependency that keeps failing, then probe it.
+
+    set_breaker(CircuitBreaker(BreakerPolicy(failure_threshold=5, cool_down=30), wal=wal))
+
+The layout every control shares (``agent_saga.controls``), without a store: the
+breaker's state lives in the process by design (it fails open).
+
+    _model.py    BreakerPolicy, the circuit keys, what counts as a failure
+    _breaker.py  CircuitBreaker: the PreCheck the gate consults, fed by step outcomes
+    _default.py  the process-wide breaker (set_breaker / get_breaker)
+
+Only this module is public.
+"""
+
+from ._breaker import CircuitBreaker
+from ._default import get_breaker, set_breaker
+from ._model import BreakerPolicy, State, by_service, by_tool_name, counts_as_failure
+
+__all__ = [
+    "BreakerPolicy",
+    "CircuitBreaker",
+    "State",
+    "by_service",
+    "by_tool_name",
+    "counts_as_failure",
+    "get_breaker",
+    "set_breaker",
+]

@@ -1,0 +1,53 @@
+"""The pre-flight gate: the one decision before any side effect, where refusal is free.
+
+    gate = PreFlightGate(rules=[arg_exceeds("amount", 10_000)], limits=[BudgetLimit(...)],
+                         approval_provider=ApprovalGateway(...), checks=[kill_switch, breaker])
+
+Order: kill switch -> breaker -> limits -> rules -> approval; the first control that
+refuses ends it (see ``_gate`` for the invariants). The gate composes the other controls
+(``agent_saga.controls.limits``, ``.killswitch``, ``.breaker``, ``.approvals``); none of
+them imports the gate.
+
+    _gate.py         PreFlightGate: the stages, the engine's hooks, status
+    _reservation.py  Reservation: the debit made for one call, handed back on a refusal
+    _rules.py        per-call rules (arg_exceeds, tool_matches, tagged, rule(...))
+    _verdicts.py     PreFlightDecision: the verdict with its audit detail
+    (``PreCheck`` / ``CheckRefusal`` live in ``agent_saga.controls._checks``, below the
+    kill switch and the breaker that implement them; they are re-exported here.)
+
+Only this module is public.
+"""
+
+from .._checks import CheckRefusal, PreCheck
+from ._gate import PreFlightGate
+from ._rules import (
+    DEFAULT_RULES,
+    Rule,
+    RuleHit,
+    RuleUnreadable,
+    arg_exceeds,
+    irreversible_requires_human,
+    rule,
+    tagged,
+    tool_matches,
+)
+from ._verdicts import STAGES, PreFlightDecision, Stage, write_verdict
+
+__all__ = [
+    "DEFAULT_RULES",
+    "STAGES",
+    "CheckRefusal",
+    "PreCheck",
+    "PreFlightDecision",
+    "PreFlightGate",
+    "Rule",
+    "RuleHit",
+    "RuleUnreadable",
+    "Stage",
+    "arg_exceeds",
+    "irreversible_requires_human",
+    "rule",
+    "tagged",
+    "tool_matches",
+    "write_verdict",
+]

@@ -1,0 +1,485 @@
+"""PreFlightGate: the control that runs before any side effect, where refusal is free.
+
+One decision, in this order; the first control that refuses ends it:
+
+    1. kill switch   a halted tool or tag is refused before anything is spent (issue 6)
+    2. breaker       a dependency known to be down is refused before spending budget
+    3. limits        every applicable limit is checked and debited in ONE atomic store call
+    4. rules         per-call policy: IRREVERSIBLE requires a human, arg_exceeds, ...
+    5. approval      a named human is asked, only if a limit escalated or a rule asked
+
+Steps 1-2 are ``PreCheck`` objects passed as ``checks=``, ordered by their ``stage``;
+without ``checks=`` the gate uses the process-wide kill switch and breaker
+(``set_kill_switch``, ``set_breaker``), looked up at each decision. Each step is one
+method, named for what it does: ``_run_prechecks``, ``_reserve`` (the limits: a
+``Reservation`` that hands itself back on a refusal), ``_apply_rules``, ``_ask_human``.
+
+Hooks the engine calls on a gate that has them (``PreFlightGate`` does):
+- ``admit_saga`` when a saga starts: a DRAIN refuses it (``GateBlocked``) before
+  anything is written; a saga already running is never asked again.
+- ``on_outcome`` after a step the gate allowed has run: the breaker learns whether the
+  tool raised. Compensations never pass through the gate, so they neither wait for nor
+  feed the breaker.
+- ``quarantine_of`` when a saga leaves its scope with an exception: a quarantined saga
+  is frozen (SAGA_QUARANTINED), never rolled back automatically.
+
+Invariants:
+- Limits before rules, so a call already over budget never costs a human's attention.
+- A call a human approved is checked against the kill switch again before it runs: a
+  halt engaged while the human was deciding still stops it.
+- All-or-nothing across limits: a call refused by one limit debits none of them.
+- The debit made in step 3 is a reservation until the verdict is final: if a rule
+  refuses, the approver denies, no approver exists, or anything fails, it is handed back
+  (a refusal is the one outcome where we know the effect did not happen). Once the call
+  is allowed the debit is permanent: a failed, timed-out or compensated step keeps it.
+- Fails closed: an unreachable or failing store, an amount or scope key that cannot be
+  read, a rule or check that raises, an escalation or approval rule with no
+  ``approval_provider``, and a provider that raises or approves without naming a human
+  all BLOCK, with a reason that names the store, limit, argument or rule.
+- Over budget with ``escalate_to_human=True`` is REQUIRE_APPROVAL; nothing is reserved
+  while the human decides, and an approved call is then debited even over the maximum
+  (it is authorised spend), provided the limits that do not escalate still admit it.
+- Under ``saga_scope`` the engine writes the GATE_VERDICT record; pass ``wal=`` only when
+  calling ``decide`` yourself, and the gate writes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ...errors import ConfigurationError, GateBlocked
+from ...gates import StepRequest
+from ...wal.base import BaseWAL
+from .._checks import PRECHECK_ORDER, CheckRefusal, PreCheck, as_precheck
+from ..approvals import ApprovalOutcome, ApprovalProvider
+from ..breaker import get_breaker
+from ..killswitch import get_kill_switch
+from ..limits import (
+    ENV_LIMIT_STORE,
+    BudgetLimit,
+    Charge,
+    InProcessLimitStore,
+    LimitSource,
+    LimitSpec,
+    LimitStore,
+    LimitUnreadable,
+    LimitUsage,
+    RateLimit,
+    ScopeUnreadable,
+    get_limit_store,
+    peek_limit_store,
+    warn_if_fleet,
+)
+from ._reservation import GATE, Reservation, charges_doc, new_debit_id, over_reason, store_reason
+from ._rules import DEFAULT_RULES, Rule, RuleHit, RuleUnreadable
+from ._verdicts import PreFlightDecision, Stage, write_verdict
+
+__all__ = ["PreFlightGate"]
+
+log = logging.getLogger("agent_saga.controls")
+
+_STORE = "limit-store"
+_SOURCE = "limit-source"
+
+
+class PreFlightGate:
+    """The pre-flight gate (implements the engine's ``Gate`` protocol).
+
+    ``rules`` are evaluated after ``default_rules`` (by default ``irreversible``: an
+    IRREVERSIBLE step requires a human); pass ``default_rules=()`` to drop it.
+    ``limits`` are ``BudgetLimit`` / ``RateLimit``; they live in ``store`` (default: the
+    process-wide store, see ``set_limit_store``). ``approval_provider`` is asked when a
+    rule or an escalating limit requires a human; without one, such calls are refused.
+    ``checks`` are the kill switch and breaker (``PreCheck``). ``wal``: write each
+    verdict as GATE_VERDICT (only when not used by ``saga_scope``, which writes it).
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule] = (),
+        limits: Sequence[BudgetLimit | RateLimit] | LimitSource = (),
+        approval_provider: ApprovalProvider | None = None,
+        *,
+        default_rules: Sequence[Rule] = DEFAULT_RULES,
+        store: LimitStore | None = None,
+        checks: Sequence[PreCheck] | None = None,
+        wal: BaseWAL | None = None,
+    ) -> None:
+        self._rules: tuple[Rule, ...] = tuple(default_rules) + tuple(rules)
+        for r in self._rules:
+            if not isinstance(r, Rule):
+                raise ConfigurationError(
+                    f"PreFlightGate rules must be rules (arg_exceeds(...), rule(...), ...), got {r!r}"
+                )
+        # A LimitSource (RedisLimitSource): definitions read from the policy plane and
+        # reloaded when they change; the hot path takes its cached snapshot (no I/O).
+        self._source: LimitSource | None = limits if isinstance(limits, LimitSource) else None
+        self._limits: tuple[BudgetLimit | RateLimit, ...] = (
+            () if isinstance(limits, LimitSource) else tuple(limits))
+        seen: set[str] = set()
+        for lim in self._limits:
+            if not isinstance(lim, BudgetLimit | RateLimit):
+                raise ConfigurationError(f"PreFlightGate limits must be BudgetLimit or RateLimit, got {lim!r}")
+            if lim.name in seen:
+                raise ConfigurationError(
+                    f"two limits are named {lim.name!r}: a name identifies a limit's windows "
+                    f"in the store, so each limit needs its own"
+                )
+            seen.add(lim.name)
+        for c in checks or ():
+            if not isinstance(c, PreCheck) or c.stage not in PRECHECK_ORDER:
+                raise ConfigurationError(
+                    f"PreFlightGate checks must be PreCheck objects with stage 'kill_switch' or 'breaker', got {c!r}"
+                )
+        # None: the process-wide kill switch and breaker, looked up at each decision.
+        # ``_given`` is what the caller passed (``checks`` shows it); ``_prechecks`` the
+        # same checks as PreChecks, every hook declared (``as_precheck``).
+        self._given: tuple[PreCheck, ...] | None = (
+            None if checks is None else tuple(sorted(checks, key=lambda c: PRECHECK_ORDER[c.stage]))
+        )
+        self._prechecks: tuple[PreCheck, ...] | None = (
+            None if self._given is None else tuple(as_precheck(c) for c in self._given))
+        if approval_provider is not None and not callable(getattr(approval_provider, "request_approval", None)):
+            raise ConfigurationError(
+                f"approval_provider must implement request_approval(request, verdict), got {approval_provider!r}"
+            )
+        self._approval = approval_provider
+        if store is not None and not isinstance(store, LimitStore):
+            raise ConfigurationError(f"store must be a limit store (InProcessLimitStore(), RedisLimitStore(url)), got {store!r}")
+        self._store = store
+        self._wal = wal
+        self._specs = tuple(lim.spec() for lim in self._limits)
+        self._declared_in: LimitStore | None = None
+        self._declared_version = 0
+        if self._limits or self._source is not None:
+            effective = store if store is not None else peek_limit_store()
+            if isinstance(effective, InProcessLimitStore) or (effective is None and not os.environ.get(ENV_LIMIT_STORE)):
+                warn_if_fleet("InProcessLimitStore")
+
+    # ------------------------------------------------------------------ introspection
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        """The rules, in the order they are evaluated (``default_rules`` first)."""
+        return self._rules
+
+    @property
+    def limits(self) -> tuple[BudgetLimit | RateLimit, ...]:
+        """The limits in force now (a limit source's current definitions)."""
+        return self._current()[0]
+
+    def _current(self) -> tuple[tuple[BudgetLimit | RateLimit, ...], tuple[LimitSpec, ...], int]:
+        if self._source is None:
+            return self._limits, self._specs, 0
+        snap = self._source.snapshot()
+        return snap.limits, snap.specs, snap.version
+
+    @property
+    def store(self) -> LimitStore:
+        """The store this gate's limits live in (the process-wide one unless given)."""
+        return self._store if self._store is not None else get_limit_store()
+
+    async def usage(self) -> list[LimitUsage]:
+        """Each non-empty window of this gate's limits. Raises ``LimitStoreUnavailable``."""
+        return await self.store.usage(self._current()[1])
+
+    def status(self) -> dict[str, Any]:
+        """The gate's configuration for ``AgentKit.status()`` (JSON): rules, limits, the
+        store, the approver. Window use needs the store: ``await gate.usage()``."""
+        store = self._store if self._store is not None else peek_limit_store()
+        return {
+            "rules": [r.name for r in self._rules],
+            "limits": [s.to_doc() for s in self._current()[1]],
+            "limit_source": self._source.describe() if self._source is not None else None,
+            # The source's own state (RedisLimitSource: "data_lost" while the policy plane
+            # has lost its data and the last known definitions are kept).
+            "limit_source_status": _source_status(self._source),
+            "store": store.describe() if store is not None else "default (not created yet)",
+            "approval_provider": type(self._approval).__name__ if self._approval is not None else None,
+            "checks": _names(self),
+        }
+
+    @property
+    def checks(self) -> tuple[PreCheck, ...]:
+        """The pre-checks consulted now: those given, else the process-wide kill switch
+        and breaker (``set_kill_switch``, ``set_breaker``)."""
+        return self._given if self._given is not None else _process_wide()
+
+    def _consulted(self) -> tuple[PreCheck, ...]:
+        """``checks`` with every hook declared (raises if the process-wide ones cannot be
+        set up)."""
+        return self._prechecks if self._prechecks is not None else _process_wide()
+
+    # ------------------------------------------------------------------ engine hooks
+    async def admit_saga(self, saga_id: str, name: str | None, tags: tuple[str, ...]) -> None:
+        """Called by ``saga_scope`` before a saga starts: raise ``GateBlocked`` if a check
+        refuses new sagas (a DRAIN, or a kill switch that fails closed). Nothing has been
+        written yet; a saga already running is never asked again."""
+        try:
+            checks = self._consulted()
+        except Exception as exc:  # noqa: BLE001 - a control that cannot be set up refuses
+            raise GateBlocked(f"saga {saga_id} not started: the gate's controls could not be set up "
+                              f"({type(exc).__name__}: {exc})", reason=str(exc), decided_by=GATE,
+                              saga_id=saga_id) from exc
+        for check in checks:
+            try:
+                refusal = await check.admission(saga_id, tags)
+            except Exception as exc:  # noqa: BLE001 - a check that breaks refuses
+                refusal = CheckRefusal(f"saga {saga_id} not started: {check.stage.replace('_', ' ')} "
+                                       f"{check.name} failed ({type(exc).__name__}: {exc})")
+            if refusal is not None:
+                reason = refusal.reason if isinstance(refusal, CheckRefusal) else str(refusal)
+                raise GateBlocked(reason, reason=reason, decided_by=check.name, saga_id=saga_id)
+
+    def quarantine_of(self, saga_id: str) -> dict[str, Any] | None:
+        """The quarantine in force on ``saga_id`` (the lever as JSON), or ``None``. Asked by
+        ``saga_scope`` before rolling a saga back: a quarantined saga is never rolled
+        back automatically. Never raises (a check that cannot answer is ``None``)."""
+        try:
+            checks = self._consulted()
+        except Exception:  # noqa: BLE001
+            return None
+        for check in checks:
+            try:
+                lever = check.quarantine_of(saga_id)
+            except Exception as exc:  # noqa: BLE001 - unknown is not quarantined: rollback is the default
+                log.warning("could not ask %s whether saga %s is quarantined (%s: %s)",
+                            check.name, saga_id, type(exc).__name__, exc)
+                continue
+            if lever is not None:
+                describe = getattr(lever, "describe", None)
+                doc = describe() if callable(describe) else lever
+                return dict(doc) if isinstance(doc, Mapping) else {"lever": str(doc)}
+        return None
+
+    def on_outcome(self, request: StepRequest, ok: bool, error: BaseException | None) -> None:
+        """Called by the engine after a step this gate allowed has run: ``ok`` False if it
+        raised (``error``). Feeds the breaker; never raises."""
+        for check in self._consulted():
+            try:
+                check.on_outcome(request, ok, error)
+            except Exception as exc:  # noqa: BLE001 - feedback must never break a step
+                log.warning("%s could not record the outcome of %s (%s: %s)",
+                            check.name, request.step_id, type(exc).__name__, exc)
+
+    # ------------------------------------------------------------------ the decision
+    async def decide(self, request: StepRequest) -> PreFlightDecision:
+        """Decide whether ``request`` may run (see the module doc for the order and the
+        guarantees). Never raises for a refusal: the refusal is the returned verdict."""
+        decision = await self._decide(request)
+        if self._wal is not None:
+            write_verdict(self._wal, request, decision)
+        return decision
+
+    async def _decide(self, request: StepRequest) -> PreFlightDecision:
+        try:
+            checks = self._consulted()
+        except Exception as exc:  # noqa: BLE001 - a control that cannot be set up refuses
+            return _block("kill_switch", GATE, f"the gate's controls could not be set up "
+                          f"({type(exc).__name__}: {exc}); the call is refused", {})
+        refused = await self._run_prechecks(checks, request)  # 1-2. kill switch, breaker
+        if refused is not None:
+            return refused
+        decision = await self._after_prechecks(request, checks)
+        if not decision.allowed:
+            for check in checks:  # e.g. a breaker's trial call that will not run after all
+                try:
+                    check.on_refused(request)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("%s.on_refused failed (%s: %s)", check.name, type(exc).__name__, exc)
+        return decision
+
+    async def _run_prechecks(
+        self, checks: Sequence[PreCheck], request: StepRequest, stages: tuple[str, ...] = ("kill_switch", "breaker")
+    ) -> PreFlightDecision | None:
+        """1-2. The first pre-check (of ``stages``) that refuses ``request``, as a BLOCK."""
+        for check in checks:
+            if check.stage not in stages:
+                continue
+            try:
+                refusal = await check.check(request)
+            except Exception as exc:  # noqa: BLE001 - a check that breaks refuses
+                return _block(check.stage, check.name, f"{check.stage.replace('_', ' ')} {check.name} failed "
+                              f"({type(exc).__name__}: {exc}); the call is refused", {})
+            if refusal is None:
+                continue
+            if isinstance(refusal, CheckRefusal):
+                return _block(check.stage, check.name, refusal.reason, dict(refusal.detail))
+            return _block(check.stage, check.name, str(refusal), {})
+        return None
+
+    async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck]) -> PreFlightDecision:
+        reserved = await self._reserve(request)
+        if isinstance(reserved, PreFlightDecision):
+            return reserved
+        try:
+            return await self._judge(request, reserved, checks)
+        except BaseException:
+            await reserved.refund()  # a refusal is the one outcome where the effect did not happen
+            raise
+
+    async def _reserve(self, request: StepRequest) -> Reservation | PreFlightDecision:
+        """3. Price the call against every applicable limit and debit all of them in one
+        store call: the reservation, or the refusal (nothing debited)."""
+        if self._source is not None:
+            snap = self._source.snapshot()
+            if not snap.usable:
+                return _block("limits", _SOURCE, (
+                    f"limit definitions from {self._source.describe()} could not be loaded ({snap.problem}); "
+                    f"limits fail closed: every call is refused until they can be read"
+                ), {"source": self._source.describe()})
+            limits, specs, version = snap.limits, snap.specs, snap.version
+        else:
+            limits, specs, version = self._limits, self._specs, 0
+        charges: list[Charge] = []
+        for lim in limits:
+            if not lim.applies_to(request):
+                continue
+            try:
+                charges.append(lim.charge(request))
+            except (LimitUnreadable, ScopeUnreadable) as exc:
+                arg = exc.arg
+                return _block("limits", "limit:" + lim.name, (
+                    f"limit {lim.name} cannot read policy argument {arg!r} of {request.tool}: "
+                    f"{exc.why}. Limits fail closed: pass {arg!r} in policy_args, or name the "
+                    f"tools the limit polices with tools=[...]"
+                ), {"limit": lim.name, "arg": arg})
+        if not charges:
+            return Reservation()
+        store = self.store
+        res = Reservation(charges, store, new_debit_id())
+        try:
+            if self._declared_in is not store or self._declared_version != version:
+                await store.declare(specs)
+                self._declared_in, self._declared_version = store, version
+            result = await store.debit(charges, res.debit_id)
+        except Exception as exc:  # noqa: BLE001 - any store failure refuses (fail closed)
+            return _block("limits", _STORE, store_reason(store, exc), {
+                "store": store.describe(), "debit_id": res.debit_id, "debited": False,
+                "charges": charges_doc(charges, None),
+            })
+        res.detail = {"store": store.describe(), "debit_id": res.debit_id, "charges": charges_doc(charges, result)}
+        if result.ok:
+            res.reserved = True
+            return res
+        hard = [i for i in result.over if not charges[i].escalate_to_human]
+        if hard:
+            first = hard[0]
+            res.detail["debited"] = False
+            return _block("limits", "limit:" + charges[first].limit,
+                          over_reason(charges[first], result.used[first], request), res.detail)
+        res.escalated = result.over
+        return res
+
+    async def _judge(self, request: StepRequest, res: Reservation, checks: Sequence[PreCheck]) -> PreFlightDecision:
+        """4-5. The rules, then a human if a rule or an escalating limit asks for one."""
+        blocked, asks = self._apply_rules(request)
+        if blocked is not None:
+            name, hit = blocked
+            res.detail["rules"] = [{"rule": name, "verdict": "BLOCK", "reason": hit.reason}]
+            return await res.refuse("BLOCK", "rules", "rule:" + name, hit.reason)
+        if not asks and not res.escalated:
+            return res.allow()
+        return await self._ask_human(request, res, asks, checks)
+
+    def _apply_rules(self, request: StepRequest) -> tuple[tuple[str, RuleHit] | None, list[tuple[str, RuleHit]]]:
+        """4. ``(the first rule that blocks, or None; the rules that ask for a human)``.
+        A rule that cannot read the call, or raises, blocks (rules fail closed)."""
+        asks: list[tuple[str, RuleHit]] = []
+        for r in self._rules:
+            try:
+                hit = r.evaluate(request)
+            except RuleUnreadable as exc:
+                hit = RuleHit("BLOCK", f"rule {r.name} cannot read {request.tool}'s arguments: {exc}; rules fail closed")
+            except Exception as exc:  # noqa: BLE001 - a rule that breaks refuses
+                hit = RuleHit("BLOCK", f"rule {r.name} failed ({type(exc).__name__}: {exc}); rules fail closed")
+            if hit is None:
+                continue
+            if hit.verdict == "BLOCK":
+                return (r.name, hit), asks
+            asks.append((r.name, hit))
+        return None, asks
+
+    async def _ask_human(self, request: StepRequest, res: Reservation, asks: list[tuple[str, RuleHit]],
+                         checks: Sequence[PreCheck]) -> PreFlightDecision:
+        """5. Ask the approval provider, naming the first cause (limits come before rules)
+        and listing them all; only a named yes approves."""
+        detail = res.detail
+        causes: list[tuple[str, str]] = []
+        for i in res.escalated:
+            c = res.charges[i]
+            used = float(detail["charges"][i]["used"])
+            causes.append(("limit:" + c.limit, over_reason(c, used, request) + "; it escalates to a human"))
+        for name, hit in asks:
+            causes.append(("rule:" + name, hit.reason))
+        if asks:
+            detail["rules"] = [{"rule": n, "verdict": h.verdict, "reason": h.reason} for n, h in asks]
+        decided_by, reason = causes[0][0], "; ".join(c[1] for c in causes)
+        stage: Stage = "limits" if res.escalated else "rules"
+        if self._approval is None:
+            why = "an exhausted budget with no approver" if res.escalated else "a call that needs a human with no approver"
+            return await res.refuse("BLOCK", stage, decided_by,
+                                    f"{reason}: a human must approve and this gate has no approval_provider "
+                                    f"({why} is refused)")
+        pending = PreFlightDecision("REQUIRE_APPROVAL", reason, decided_by, False, stage, None, dict(detail))
+        try:
+            outcome = await self._approval.request_approval(request, pending)
+        except Exception as exc:  # noqa: BLE001 - a failed integration never authorises
+            return await res.refuse("BLOCK", "approval", "approval",
+                                    f"{reason}; the approval request failed ({type(exc).__name__}: {exc}), "
+                                    f"so the call is refused")
+        if not isinstance(outcome, ApprovalOutcome):
+            return await res.refuse("BLOCK", "approval", "approval",
+                                    f"{reason}; the approval provider returned {type(outcome).__name__}, not an "
+                                    f"ApprovalOutcome, so the call is refused")
+        detail["approval"] = outcome.to_doc()
+        approver = (outcome.approver or "").strip()
+        if not outcome.approved:
+            who = f"denied by {approver}" if approver else "denied"
+            note = f": {outcome.note}" if outcome.note else ""
+            return await res.refuse("REQUIRE_APPROVAL", "approval", decided_by, f"{reason}; {who}{note}", outcome)
+        if not approver:
+            return await res.refuse("BLOCK", "approval", decided_by,
+                                    f"{reason}; the approval names no approver, and an anonymous approval "
+                                    f"proves nothing, so the call is refused", outcome)
+        # A halt engaged while the human was deciding still stops the call.
+        recheck = [c for c in checks if c.recheck_after_approval]
+        halted = await self._run_prechecks(recheck, request, ("kill_switch",)) if recheck else None
+        if halted is not None:
+            detail.update(halted.detail)
+            return await res.refuse("BLOCK", "kill_switch", halted.decided_by,
+                                    f"approved by {approver}, but meanwhile {halted.reason}", outcome)
+        refused = await res.debit_escalated(request, approver, outcome)
+        if refused is not None:
+            return refused
+        note = f": {outcome.note}" if outcome.note else ""
+        glass = " (break-glass)" if outcome.break_glass else ""
+        return res.allow("REQUIRE_APPROVAL", f"{reason}; approved by {approver}{glass}{note}", decided_by,
+                         "approval", outcome)
+
+
+def _process_wide() -> tuple[PreCheck, ...]:
+    """The process-wide kill switch and breaker, those that are set."""
+    return tuple(c for c in (get_kill_switch(), get_breaker()) if c is not None)
+
+
+def _names(gate: PreFlightGate) -> list[str] | str:
+    try:
+        return [f"{c.stage}:{c.name}" for c in gate.checks]
+    except Exception as exc:  # noqa: BLE001 - status must say what is wrong, not raise
+        return f"unavailable ({type(exc).__name__}: {exc})"
+
+
+def _block(stage: Stage, decided_by: str, reason: str, detail: dict[str, Any]) -> PreFlightDecision:
+    return PreFlightDecision("BLOCK", reason, decided_by, False, stage, None, detail)
+
+
+def _source_status(source: LimitSource | None) -> dict[str, Any] | None:
+    """A limit source's ``status()`` if it has one (``LimitSource`` does not require it)."""
+    reader = getattr(source, "status", None)
+    if not callable(reader):
+        return None
+    detail = reader()
+    return dict(detail) if isinstance(detail, dict) else {"value": repr(detail)}

@@ -1,0 +1,416 @@
+"""RedisLimitStore: limit windows shared by a fleet, and surviving a restart.
+
+The check-and-debit of every limit a call touches is ONE Lua script, so it is atomic
+across every process that shares the server: GET-then-SET would let two pods both read
+$49k, both decide $1k fits, and both spend. The scripts go through redis-py's
+``register_script`` (``agent_saga._redis``): called by SHA (EVALSHA), loaded again by
+redis-py when a server that lost its script cache (restart, SCRIPT FLUSH) answers NOSCRIPT.
+
+Key schema (all keys of one namespace share the hash tag ``{<namespace>}``, so a Redis
+Cluster keeps them on one shard and the multi-key script stays legal):
+
+    {ns}:limits:totals   HASH  "<limit>:<scope key>" -> the window's total now, and
+                               "#<limit>:<scope key>" -> the number of debits in it;
+                               "@next" -> when the log's first member leaves (µs)
+    {ns}:limits:log      ZSET  per debit and window length, one member
+                               "<debit id>" + "\n<amount> <limit>:<scope key>" for each
+                               charge, scored by the time (µs, server clock) at which
+                               they leave their window
+    {ns}:limits:defs     HASH  limit name -> definition JSON (v = 1)
+
+Scoring a debit by its expiry rather than its creation lets one log serve windows of
+every length: every call trims it with one range query (``score <= now``), and a call
+writes one ZADD and one HSET whatever the number of limits and scopes it touches. An idle
+scope leaves nothing behind: its total is deleted with its last entry, so a total is
+reset exactly (no floating-point residue) when its window empties.
+
+Invariants:
+- Time is the Redis server's clock (``TIME`` inside the script): pods with skewed
+  clocks cannot widen or narrow a window.
+- Keys never expire: a log shrinks as calls (or ``agent-saga status``) trim it. Run
+  the server with ``maxmemory-policy noeviction``: an evicted log would forget spend.
+- Every failure to reach the server raises ``LimitStoreUnavailable`` naming this store;
+  the gate refuses the call. The scripts are idempotent on the debit id, so the one
+  reconnect-and-retry the client makes cannot debit twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from ..._redis import Target, connect_async, import_redis, is_timeout, script
+from ...errors import ConfigurationError
+from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
+from ._store import LimitStoreUnavailable
+
+__all__ = ["RedisLimitStore"]
+
+
+class RedisLimitStore:
+    """Limit windows in Redis (``pip install agent-saga[redis]``); see the module doc.
+
+    ``url`` is a ``redis://`` or ``rediss://`` URL. ``namespace`` separates deployments
+    sharing one server. ``socket_timeout`` bounds how long a check may wait for the
+    server before the gate refuses the call; ``max_connections`` bounds the connections
+    per event loop, and a call waits at most ``pool_timeout`` for one. ``retries`` is the
+    number of reconnect-and-repeat attempts after a connection error (0 or 1). ``client``
+    injects a ready ``redis.asyncio.Redis`` (used as is, bound to its event loop) instead
+    of one created per event loop from ``url``.
+    """
+
+    # Shared by the scripts below. ARGV[3] of a debit or refund is the call's charges,
+    # one line each: "<forced 0|1> <window µs> <amount> <max_total> <field>". The charges
+    # of one window length are one log member "<debit id>(\n<amount> <field>)+" scored
+    # by the time they leave their window (server time + window), so one log serves
+    # windows of every length and trim() is a single range query: it drops the members
+    # whose time has come and hands their amounts back to the totals (per window, field
+    # "<limit>:<scope key>" holds the total and "#<limit>:<scope key>" the number of
+    # entries; both are deleted with the last entry, so a total never keeps a
+    # floating-point residue).
+    _LUA_COMMON = """
+local function parse(id, spec)
+  -- charges of equal window share one member: one log entry per window length per call
+  local forced, win, amount, maxv, field, slot = {}, {}, {}, {}, {}, {}
+  local member, order = {}, {}
+  local n = 0
+  for f, w, a, m, fld in string.gmatch(spec, '(%d) (%d+) (%S+) (%S+) ([^\\n]+)') do
+    n = n + 1
+    forced[n], win[n], amount[n], maxv[n], field[n] = f, w, a, m, fld
+    local g = slot[w]
+    if not g then
+      g = #order + 1
+      slot[w], order[g], member[g] = g, w, id
+    end
+    member[g] = member[g] .. '\\n' .. a .. ' ' .. fld
+  end
+  return n, forced, win, amount, maxv, field, member, order
+end
+
+local function take(totals, fld, k, sum)
+  local v = redis.call('HMGET', totals, fld, '#' .. fld)
+  local c = tonumber(v[2] or '0') - k
+  if c <= 0 then
+    redis.call('HDEL', totals, fld, '#' .. fld)
+  else
+    local left = tonumber(v[1] or '0') - sum
+    if left < 0 then left = 0 end
+    redis.call('HSET', totals, fld, left, '#' .. fld, c)
+  end
+end
+
+local function trim(totals, log, now)
+  local gone = redis.call('ZRANGEBYSCORE', log, '-inf', now)
+  if #gone == 0 then return end
+  local dn, da = {}, {}
+  for _, m in ipairs(gone) do
+    for a, fld in string.gmatch(m, '\\n(%S+) ([^\\n]+)') do
+      dn[fld] = (dn[fld] or 0) + 1
+      da[fld] = (da[fld] or 0) + tonumber(a)
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', log, '-inf', now)
+  for fld, k in pairs(dn) do take(totals, fld, k, da[fld]) end
+end
+
+-- trim, then note when the log's first member will leave (field "@next" of the totals):
+-- until then a debit has nothing to trim and skips the range query.
+local function trim_all(totals, log, now)
+  trim(totals, log, now)
+  local first = redis.call('ZRANGE', log, 0, 0, 'WITHSCORES')
+  if #first > 0 then
+    redis.call('HSET', totals, '@next', first[2])
+  else
+    redis.call('HDEL', totals, '@next')
+  end
+end
+"""
+
+    # KEYS[1]  the totals: HASH, "<limit>:<scope key>" -> total, "#<limit>:..." -> entries
+    # KEYS[2]  the debit log: ZSET, members (see above) scored by their expiry (µs)
+    # ARGV[1]  the debit id (unique per gate decision)
+    # ARGV[2]  "1" when this call repeats one whose reply was lost (check the id first)
+    # ARGV[3]  the charges (see above)
+    # Returns 1 (debited), 2 (an earlier attempt already debited it), or the string
+    # "used_1,...,used_n|over,..." when nothing was debited (used: each window's total,
+    # %.17g; over: 0-based indices of the charges that did not fit). All-or-nothing:
+    # trimming is housekeeping and happens either way; debits only if every charge fits.
+    LUA_DEBIT = _LUA_COMMON + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local totals, log = KEYS[1], KEYS[2]
+local n, forced, win, amount, maxv, field, member, order = parse(ARGV[1], ARGV[3])
+if ARGV[2] == '1' and redis.call('ZSCORE', log, member[1]) then return 2 end
+local q = {'@next'}
+for i = 1, n do
+  q[2 * i] = field[i]
+  q[2 * i + 1] = '#' .. field[i]
+end
+local vals = redis.call('HMGET', totals, unpack(q))
+local nxt = tonumber(vals[1] or '0')
+if now >= nxt then
+  trim_all(totals, log, now)
+  vals = redis.call('HMGET', totals, unpack(q))
+  nxt = tonumber(vals[1] or '0')
+  if nxt == 0 then nxt = math.huge end
+end
+local cnt, tots, over = {}, {}, {}
+for i = 1, n do
+  tots[i], cnt[i] = tonumber(vals[2 * i] or '0'), tonumber(vals[2 * i + 1] or '0')
+  if forced[i] ~= '1' and tots[i] + tonumber(amount[i]) > tonumber(maxv[i]) then over[#over + 1] = i - 1 end
+end
+if #over > 0 then
+  local used = {}
+  for i = 1, n do used[i] = string.format('%.17g', tots[i]) end
+  return table.concat(used, ',') .. '|' .. table.concat(over, ',')
+end
+local z, hs = {}, {}
+for g = 1, #order do
+  local expiry = now + tonumber(order[g])
+  z[2 * g - 1] = expiry
+  z[2 * g] = member[g]
+  if expiry < nxt then nxt = expiry end
+end
+for i = 1, n do
+  hs[4 * i - 3] = field[i]
+  hs[4 * i - 2] = tots[i] + tonumber(amount[i])  -- a number: Redis writes it exactly
+  hs[4 * i - 1] = '#' .. field[i]
+  hs[4 * i] = cnt[i] + 1
+end
+hs[4 * n + 1] = '@next'
+hs[4 * n + 2] = nxt
+redis.call('ZADD', log, unpack(z))
+redis.call('HSET', totals, unpack(hs))
+return 1
+"""
+
+    # KEYS     as LUA_DEBIT
+    # ARGV[1]  the debit id to hand back; ARGV[3] its charges, exactly as debited
+    # Removes exactly the members that debit wrote and takes their amounts off the
+    # totals; a second refund (or a refund of a debit that never happened) finds none.
+    LUA_REFUND = _LUA_COMMON + """
+local totals, log = KEYS[1], KEYS[2]
+local n, forced, win, amount, maxv, field, member, order = parse(ARGV[1], ARGV[3])
+local removed = {}
+for g = 1, #order do removed[order[g]] = redis.call('ZREM', log, member[g]) == 1 end
+for i = 1, n do
+  if removed[win[i]] then take(totals, field[i], 1, tonumber(amount[i])) end
+end
+return 1
+"""
+
+    # KEYS     as LUA_DEBIT
+    # Trims the log exactly as LUA_DEBIT does, then returns HGETALL of the totals.
+    LUA_USAGE = _LUA_COMMON + """
+local t = redis.call('TIME')
+trim_all(KEYS[1], KEYS[2], tonumber(t[1]) * 1000000 + tonumber(t[2]))
+return redis.call('HGETALL', KEYS[1])
+"""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        namespace: str = "agent-saga",
+        socket_timeout: float = 2.0,
+        connect_timeout: float = 1.0,
+        retries: int = 1,
+        max_connections: int = 64,
+        pool_timeout: float = 5.0,
+        client: Any = None,
+    ) -> None:
+        if client is None and not url:
+            raise ConfigurationError(
+                "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
+                "redis.asyncio client (client=...)"
+            )
+        if not namespace or any(c in namespace for c in "{}\n"):
+            raise ConfigurationError(f"namespace {namespace!r} must be non-empty without braces or newlines")
+        self._target = Target.of(url if url else client)
+        self.url = url or self._target.where
+        self._name = f"RedisLimitStore({_safe_url(self.url)})"
+        self.namespace = namespace
+        self._prefix = "{" + namespace + "}:limits:"
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
+        self._retries = retries
+        self._max_connections = max_connections
+        self._pool_timeout = pool_timeout
+        self._fixed: tuple[Any, dict[str, Any]] | None = None if client is None else (client, {})
+        self._heads: dict[tuple[float, float], tuple[int, str]] = {}
+        self._keys = (self._prefix + "totals", self._prefix + "log")
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary())
+
+    # ------------------------------------------------------------------ naming
+    def describe(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"RedisLimitStore({_safe_url(self.url)!r}, namespace={self.namespace!r})"
+
+
+    @property
+    def defs_key(self) -> str:
+        return self._prefix + "defs"
+
+    # ------------------------------------------------------------------ public API
+    def _charges_arg(self, charges: Sequence[Charge], force: frozenset[int]) -> str:
+        """The charges, one line each (see ``_LUA_COMMON``)."""
+        heads = self._heads
+        lines = []
+        for i, c in enumerate(charges):
+            head = heads.get((c.window, c.max_total))
+            if head is None:
+                head = heads[(c.window, c.max_total)] = (int(c.window * 1_000_000), format_amount(c.max_total))
+            lines.append(f"{'1' if i in force else '0'} {head[0]} {format_amount(c.amount)} {head[1]} {c.limit}:{c.key}")
+        return "\n".join(lines)
+
+    async def debit(
+        self, charges: Sequence[Charge], debit_id: str, force: frozenset[int] = frozenset()
+    ) -> DebitResult:
+        if not charges:
+            return DebitResult(True, ())
+        spec = self._charges_arg(charges, force)
+        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec),
+                                 retry_args=(debit_id, "1", spec))
+        if reply == 1 or reply == 2:
+            return DebitResult(True, (), (), reply == 2)
+        used, over = reply.decode().split("|")
+        return DebitResult(False, tuple(float(u) for u in used.split(",")), tuple(int(i) for i in over.split(",")))
+
+    async def refund(self, charges: Sequence[Charge], debit_id: str) -> None:
+        if not charges:
+            return
+        args = (debit_id, "0", self._charges_arg(charges, frozenset()))
+        await self._call("refund", self.LUA_REFUND, self._keys, args, retry_args=args)
+
+    async def declare(self, specs: Sequence[LimitSpec]) -> None:
+        if not specs:
+            return
+        mapping = {s.name: s.to_json() for s in specs}
+        await self._io("declare", lambda c: c.hset(self.defs_key, mapping=mapping))
+
+    async def definitions(self) -> list[LimitSpec]:
+        """The limits declared in this namespace by any process (for ``agent-saga status``)."""
+        import json
+
+        raw = await self._io("read definitions", lambda c: c.hgetall(self.defs_key))
+        out = []
+        for _, doc in sorted(raw.items()):
+            try:
+                out.append(LimitSpec.from_doc(json.loads(doc)))
+            except (ValueError, KeyError, TypeError):
+                continue  # a definition written by a newer version: not ours to show
+        return out
+
+    async def usage(self, specs: Sequence[LimitSpec] | None = None) -> list[LimitUsage]:
+        wanted = await self.definitions() if specs is None else list(specs)
+        if not wanted:
+            return []
+        flat = await self._call("usage", self.LUA_USAGE, self._keys, ())
+        pairs = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
+        rows: dict[str, list[tuple[str, int, float]]] = {}
+        for fld, total in pairs.items():
+            if fld.startswith(("#", "@")):
+                continue
+            name, _, scope = fld.partition(":")
+            rows.setdefault(name, []).append((scope, int(pairs.get("#" + fld, "0")), float(total)))
+        out: list[LimitUsage] = []
+        for s in wanted:
+            for scope, count, total in sorted(rows.get(s.name, ())):
+                out.append(LimitUsage(s.name, s.kind, scope, total, s.max_total, s.window, count, None))
+        return out
+
+    async def ping(self) -> None:
+        """Raise ``LimitStoreUnavailable`` unless the server answers."""
+        await self._io("ping", lambda c: c.ping())
+
+    async def aclose(self) -> None:
+        """Close the connections this store opened on the running event loop."""
+        loop = asyncio.get_running_loop()
+        held = self._clients.pop(loop, None)
+        if held is not None:
+            await held[0].aclose(close_connection_pool=True)
+
+    # ------------------------------------------------------------------ I/O
+    def _client(self) -> Any:
+        return self._bound()[0]
+
+    def _bound(self) -> tuple[Any, dict[str, Any]]:
+        """``(client, its registered scripts)`` for the running event loop."""
+        if self._fixed is not None:
+            return self._fixed
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(loop)
+        if held is None:
+            # A bounded pool that queues a burst instead of refusing it ("Too many
+            # connections"); waiting longer than pool_timeout refuses the call. The
+            # client itself never retries: _call does, flagging the repeat.
+            client = connect_async(self.url, feature="RedisLimitStore", socket_timeout=self._socket_timeout,
+                                   connect_timeout=self._connect_timeout, max_connections=self._max_connections,
+                                   pool_timeout=self._pool_timeout)
+            held = self._clients[loop] = (client, {})
+        return held
+
+    async def _call(
+        self,
+        what: str,
+        lua: str,
+        keys: Sequence[str],
+        args: Sequence[str],
+        retry_args: Sequence[str] | None = None,
+    ) -> Any:
+        """Run the script ``lua`` (EVALSHA; redis-py reloads it on NOSCRIPT).
+
+        A connection or timeout error is retried once, with ``retry_args`` (the debit
+        script then checks whether the first attempt already landed). The client itself
+        never retries: only this method knows that a repeat must be flagged as one.
+        """
+        errors = import_redis("RedisLimitStore").exceptions
+        client, scripts = self._bound()
+        run = scripts.get(lua)
+        if run is None:
+            run = scripts[lua] = script(client, lua)
+        for attempt in range(2):
+            try:
+                return await run(keys=keys, args=args, client=client)
+            except (errors.ConnectionError, errors.TimeoutError) as exc:
+                if attempt == 0 and retry_args is not None and self._retries > 0:
+                    args = retry_args
+                    continue
+                raise self._unavailable(what, exc) from exc
+            except Exception as exc:
+                raise self._unavailable(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _io(self, what: str, op: Any) -> Any:
+        client = self._client()
+        try:
+            return await op(client)
+        except Exception as exc:
+            raise self._unavailable(what, exc) from exc
+
+    def _unavailable(self, what: str, exc: BaseException) -> LimitStoreUnavailable:
+        errors = import_redis("RedisLimitStore").exceptions
+        unknown = is_timeout(exc)
+        if isinstance(exc, errors.ConnectionError | OSError) and not unknown:
+            state = "is unreachable"
+        elif unknown:
+            state = "did not answer in time"
+        else:
+            state = "failed"
+        return self._target.unavailable(LimitStoreUnavailable, f"limit store {self.describe()} {state} during {what}",
+                                        exc, store=self.describe(), outcome_unknown=unknown)
+
+
+def _safe_url(url: str) -> str:
+    """The URL without a password, for messages and status (``redis://***@host``)."""
+    if "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user + ':***@' if user else '***@'}{host}"
