@@ -56,6 +56,7 @@ from chart_helpers import (
     docs,
     dump,
     expand,
+    labelled,
     of_kind,
     pod_specs,
 )
@@ -189,14 +190,6 @@ def _existing(kube: KubeCluster, manifest: str) -> list[str]:
     return kube.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=manifest).stdout.split()
 
 
-def _labelled(kube: KubeCluster, release: str) -> list[str]:
-    """Every object anywhere labelled with the release (namespaced and cluster-scoped)."""
-    kinds = kube.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
-    kinds = [k for k in kinds if k not in ("events", "events.events.k8s.io")]
-    return kube.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={release}",
-                        "-o", "name", "--ignore-not-found").stdout.split()
-
-
 def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namespace: str) -> None:
     ns, rel = kube_namespace, release_name()
     apps = client.AppsV1Api(cluster.api_client())
@@ -207,7 +200,7 @@ def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namesp
     expected = helm.render(rel, ns)
     created = _existing(cluster, manifest)
     assert len(created) == len(expected) == len(docs(manifest)), created
-    assert sorted(_labelled(cluster, rel)) == sorted(created)
+    assert sorted(labelled(cluster, rel)) == sorted(created)
 
     # A changed value changes the object; a value that drops an object deletes it.
     helm.run("upgrade", rel, str(CHART), "--namespace", ns, "--reuse-values",
@@ -223,7 +216,7 @@ def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namesp
 
     helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
     assert _existing(cluster, manifest) == []
-    assert _labelled(cluster, rel) == []
+    assert labelled(cluster, rel) == []
     assert helm.run("list", "--namespace", ns, "--all", "-q").stdout.split() == []
     # The CRDs stay, as Helm documents (crds/ is never deleted by helm).
     for crd in docs_in(CHART_CRDS):
@@ -239,7 +232,7 @@ def test_in_chart_redis_password_survives_an_upgrade(cluster: KubeCluster, helm:
     helm.run("upgrade", rel, str(CHART), "--namespace", ns, "--values", values, "--set", "recoveryd.replicas=2")
     assert core.read_namespaced_secret(f"{rel}-redis", ns).data["redis-password"] == before
     helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
-    assert _labelled(cluster, rel) == []
+    assert labelled(cluster, rel) == []
 
 
 # --------------------------------------------------------------------------- RBAC
