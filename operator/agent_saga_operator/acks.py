@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from agent_saga.heartbeat import (
     AGENTS_CHANNEL,
@@ -81,17 +81,21 @@ class Tracked:
 
     @property
     def id(self) -> str:
+        """``namespace/name``: the key heartbeats name the resource by."""
         return f"{self.namespace}/{self.name}"
 
 
 @dataclass(frozen=True, slots=True)
 class Tally:
+    """How many agents a resource governs, how many applied it, and who still lags."""
+
     matched: int
     acknowledged: int
     lagging: tuple[str, ...] = ()
     acked_by: tuple[str, ...] = ()
 
     def to_status(self) -> dict[str, Any]:
+        """The ``status.agents`` block (lagging and acknowledging names capped)."""
         lagging = list(self.lagging[:MAX_NAMES])
         if len(self.lagging) > MAX_NAMES:
             lagging.append(f"... and {len(self.lagging) - MAX_NAMES} more")
@@ -215,6 +219,7 @@ class AckAggregator:
 
     @property
     def prefix(self) -> str:
+        """The policy-plane key prefix heartbeats are read under."""
         return f"{self.ctx.config.key_prefix}:v1"
 
     async def step(self) -> None:
@@ -254,6 +259,7 @@ class AckAggregator:
                     self.ctx.tracked.pop((t.kind, t.id), None)
                     return
                 raise
+            obj = cast(dict[str, Any], obj)
             meta = obj.get("metadata") or {}
             if meta.get("uid") != t.uid or int(meta.get("generation") or 0) != t.generation:
                 return  # a newer generation: its reconciliation tracks it anew
@@ -317,7 +323,7 @@ def _event(obj: Mapping[str, Any], old: Any, new: Any) -> None:
     try:
         import kopf
 
-        kopf.event(dict(obj), type="Normal" if after["status"] == "True" else "Warning",
+        kopf.event(cast(Any, dict(obj)), type="Normal" if after["status"] == "True" else "Warning",
                    reason=str(after["reason"]), message=str(after.get("message", "")))
     except Exception as exc:  # noqa: BLE001 - an Event is a courtesy; status is the record
         log.debug("could not post an Event for %s: %s", (obj.get("metadata") or {}).get("name"), exc)

@@ -36,6 +36,7 @@ ENV_NAMESPACE = "AGENT_SAGA_NAMESPACE"
 
 
 def register(sub: Any) -> None:
+    """Add ``agent-saga policy check|skeleton`` to the CLI."""
     p = sub.add_parser("policy", help="check a SagaPolicy file, or write a skeleton from the recorded tool surface")
     psub = p.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
 

@@ -20,7 +20,12 @@ The layout every control shares (``agent_saga.controls``):
 Only this module is public.
 """
 
-from ._default import APPROVAL_STORES, get_approval_provider, open_approval_store, set_approval_provider
+from ._default import (
+    APPROVAL_STORES,
+    get_approval_provider,
+    open_approval_store,
+    set_approval_provider,
+)
 from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
 from ._local import FileApprovalStore
 from ._model import (

@@ -30,7 +30,7 @@ def load_policy_text(text: str, *, source: str = "<policy>") -> SagaPolicy:
         doc: Any = json.loads(text)
     except ValueError:
         try:
-            import yaml  # type: ignore[import-untyped]
+            import yaml
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise PolicyError("", f"{source} is not JSON, and reading YAML needs PyYAML: pip install pyyaml "
                               f"(or write the policy as JSON)") from exc
