@@ -1,6 +1,6 @@
 """KillSwitch: halt, drain or quarantine, from ``kubectl apply``.
 
-The four levers of the brief's "Kill switch and quarantine": HALT refuses new side
+The four levers of the kill switch: HALT refuses new side
 effects (everywhere, or for a tool glob or a tag), DRAIN starts no new sagas but lets
 running ones finish, QUARANTINE freezes one saga (no rollback: a human decides), and a
 TTL lifts any of them on its own.
@@ -118,7 +118,7 @@ class KillSwitch(Resource):
         kind="KillSwitch",
         plural="killswitches",
         short_names=("ks",),
-        description="Halt, drain or quarantine agents fleet-wide (the brief's kill switch).",
+        description="Halt, drain or quarantine agents fleet-wide (the kill switch).",
         columns=(
             PrinterColumn("Action", "string", ".spec.action"),
             PrinterColumn("Scope", "string", ".status.scope"),
