@@ -15,7 +15,7 @@ told otherwise):
                     the BudgetLimit definitions                  set_limit_store / set_limit_source
     approvals       ApprovalGateway(RedisApprovalStore(url), namespace, agent)   set_approval_provider
     SagaPolicy      RedisPolicySource(url, agent, [ns], grace)                   set_policy_source
-    WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_KEY)                        set_default_wal
+    WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_STREAM)                      set_default_wal
     heartbeat       HeartbeatWriter: what this process applied, for the operator's status
 
 Invariants:

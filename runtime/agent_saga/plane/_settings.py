@@ -7,7 +7,7 @@
                                           matches and what status names (default: the host name)
     AGENT_SAGA_SWITCH_GRACE 30            seconds the kill switch honours its last known levers
                                           while the plane is unreachable, then fails closed
-    AGENT_SAGA_WAL_KEY      agent-saga:wal   optional: the process-wide WAL is a RedisWAL on
+    AGENT_SAGA_WAL_STREAM   agent-saga:wal   optional: the process-wide WAL is a RedisWAL on
                                           the plane under this key (recoveryd reads it)
     AGENT_SAGA_KEY_PREFIX   agentsaga     the policy plane's key prefix (as the operator's)
     AGENT_SAGA_HEARTBEAT_INTERVAL 2       seconds between heartbeats
@@ -48,7 +48,7 @@ ENV_REDIS_URL = "AGENT_SAGA_REDIS_URL"
 ENV_NAMESPACE = "AGENT_SAGA_NAMESPACE"
 ENV_AGENT = "AGENT_SAGA_AGENT"
 ENV_GRACE = "AGENT_SAGA_SWITCH_GRACE"
-ENV_WAL_KEY = "AGENT_SAGA_WAL_KEY"
+ENV_WAL_STREAM = "AGENT_SAGA_WAL_STREAM"
 ENV_KEY_PREFIX = "AGENT_SAGA_KEY_PREFIX"
 ENV_HEARTBEAT = "AGENT_SAGA_HEARTBEAT_INTERVAL"
 
@@ -143,7 +143,7 @@ class PlaneSettings:
         prefix = (env.get(ENV_KEY_PREFIX) or "agentsaga").strip()
         if not prefix or any(c.isspace() for c in prefix):
             raise ConfigurationError(f"{ENV_KEY_PREFIX}={prefix!r} must be a key prefix without spaces")
-        wal_key = (env.get(ENV_WAL_KEY) or "").strip() or None
+        wal_key = (env.get(ENV_WAL_STREAM) or "").strip() or None
         return cls(url, namespace, agent, grace=_seconds(env, ENV_GRACE, DEFAULT_GRACE, zero_ok=True),
                    key_prefix=prefix, heartbeat_interval=_seconds(env, ENV_HEARTBEAT, DEFAULT_HEARTBEAT, zero_ok=False),
                    wal_key=wal_key)
