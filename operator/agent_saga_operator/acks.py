@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -43,7 +42,9 @@ from typing import Any, cast
 from agent_saga.heartbeat import (
     AGENTS_CHANNEL,
     Heartbeat,
+    decode_heartbeats,
     heartbeat_index_key,
+    heartbeat_key,
     served_namespaces_key,
 )
 
@@ -192,19 +193,9 @@ async def read_fleet(client: Any, prefix: str, *, now: float | None = None) -> F
            for m in await client.zrangebyscore(index, int(now * 1000), "+inf")]
     if not ids:
         return Fleet((), now)
-    raws = await client.mget([f"{prefix}:agent:{i}" for i in ids])
-    beats, problems = [], []
-    for id_, raw in zip(ids, raws, strict=True):
-        if raw is None:
-            continue
-        try:
-            hb = Heartbeat.from_doc(json.loads(raw))
-        except ValueError as exc:
-            problems.append(f"{id_}: {exc}")
-            continue
-        if hb.alive(now):
-            beats.append(hb)
-    return Fleet(tuple(sorted(beats, key=lambda b: b.id)), now, tuple(problems))
+    raws = await client.mget([heartbeat_key(prefix, i) for i in ids])
+    beats, problems = decode_heartbeats(ids, raws, now)
+    return Fleet(tuple(beats), now, tuple(problems))
 
 
 @dataclass(slots=True)

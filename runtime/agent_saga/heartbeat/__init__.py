@@ -10,6 +10,7 @@ from ._model import (
     HEARTBEAT_VERSION,
     AppliedRef,
     Heartbeat,
+    decode_heartbeats,
     heartbeat_index_key,
     heartbeat_key,
     read_heartbeats,
@@ -26,6 +27,7 @@ __all__ = [
     "HeartbeatWriter",
     "heartbeat_index_key",
     "heartbeat_key",
+    "decode_heartbeats",
     "read_heartbeats",
     "served_namespaces_key",
 ]

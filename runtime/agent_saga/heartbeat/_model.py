@@ -33,6 +33,7 @@ __all__ = [
     "Heartbeat",
     "heartbeat_index_key",
     "heartbeat_key",
+    "decode_heartbeats",
     "read_heartbeats",
     "served_namespaces_key",
 ]
@@ -181,6 +182,12 @@ def read_heartbeats(client: Any, prefix: str, *, now: float | None = None) -> tu
     ids = [m.decode() if isinstance(m, bytes) else str(m)
            for m in client.zrangebyscore(heartbeat_index_key(prefix), int(now * 1000), "+inf")]
     raws = client.mget([heartbeat_key(prefix, i) for i in ids]) if ids else []
+    return decode_heartbeats(ids, raws, now)
+
+
+def decode_heartbeats(ids: list[str], raws: list[Any], now: float) -> tuple[list[Heartbeat], list[str]]:
+    """The live heartbeats among the documents ``raws`` (read for ``ids``; ``None``: gone),
+    sorted by id, and the problems met (unreadable documents, skipped)."""
     beats, problems = [], []
     for id_, raw in zip(ids, raws, strict=True):
         if raw is None:
