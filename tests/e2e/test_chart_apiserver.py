@@ -177,9 +177,10 @@ def test_notes_tell_the_next_commands(cluster: KubeCluster, helm: Helm, kube_nam
     assert "without a password" in notes  # the default values have no Redis secret
     # One setting wires an agent pod: the env block agents copy (tests/e2e/test_plane_agents.py runs it).
     for line in ("- name: AGENT_SAGA_REDIS_URL", "- name: AGENT_SAGA_NAMESPACE",
-                 "valueFrom: {fieldRef: {fieldPath: metadata.namespace}}", "- name: AGENT_SAGA_AGENT"):
+                 "valueFrom: {fieldRef: {fieldPath: metadata.namespace}}", "- name: AGENT_SAGA_AGENT",
+                 "- name: AGENT_SAGA_WAL_STREAM"):
         assert line in notes, line
-    assert "kubectl wait --for=condition=Acknowledged killswitch/halt-wire-send" in notes
+    assert f"kubectl -n {kube_namespace} wait --for=condition=Acknowledged killswitch/halt-wire-send" in notes
     trial = helm.run("install", release_name(), str(CHART), "--dry-run=server", "--namespace", kube_namespace,
                      "--values", str(CHART / "ci" / "inchart-redis-values.yaml")).stdout
     assert "NOT FOR PRODUCTION" in trial.split("NOTES:", 1)[1]

@@ -94,7 +94,7 @@ def test_notes_commands_work_as_printed(ready_release: Release, agents: Agents, 
                 out = _ran(command, env)
             outputs[command.strip().split("\n")[0]] = out
     printed = "\n".join(outputs)
-    for expected in ("get pods", "logs -l", "apply -n", "get killswitches", "delete killswitch", "get approvals -A",
+    for expected in ("get pods", "logs -l", "apply -n", "wait --for=condition=Acknowledged", "get killswitches", "delete killswitch", "get approvals -A",
                      "agent-saga approvals approve", "apply --server-side -f crds/"):
         assert expected in printed, f"NOTES has no `{expected}` command: {commands}"
     pods_out = next(o for c, o in outputs.items() if "get pods" in c)
