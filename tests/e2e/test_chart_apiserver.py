@@ -277,14 +277,20 @@ def _baseline(kube: KubeCluster, namespace: str) -> set[Rule]:
     return _rules(kube, f"system:serviceaccount:{namespace}:nobody-{secrets.token_hex(3)}", namespace)
 
 
+# The kinds the operator reads one object of (see templates/_operator-rbac.tpl).
+READ_BACK = ("killswitches", "sagapolicies", "approvals", "modelroutes")
+
+
 def operator_needs(peering: str, peering_kind: str) -> set[Rule]:
     """The operator's needs, one rule per verb (see templates/_operator-rbac.tpl)."""
     need: set[Rule] = set()
     for plural in CR_PLURALS:
         need |= {("agentsaga.dev", plural, "", v) for v in ("list", "watch", "patch")}
         need.add(("agentsaga.dev", f"{plural}/status", "", "patch"))
-    # The approval bridge: mirrors requests into Approvals, re-reads one to reflect a decision.
-    need |= {("agentsaga.dev", "approvals", "", v) for v in ("get", "create")}
+    # The approval bridge mirrors requests into Approvals and re-reads one to reflect a
+    # decision; the acknowledgement writer re-reads what it patches from heartbeats.
+    need |= {("agentsaga.dev", plural, "", "get") for plural in READ_BACK}
+    need.add(("agentsaga.dev", "approvals", "", "create"))
     need.add(("", "events", "", "create"))
     need |= {("kopf.dev", peering_kind, "", v) for v in ("list", "watch")}
     need.add(("kopf.dev", peering_kind, peering, "patch"))
@@ -301,7 +307,7 @@ def _assert_operator_denied_the_dangerous(kube: KubeCluster, user: str, ns: str)
         ("get", "coordination.k8s.io", "leases", ns, ""), ("create", "coordination.k8s.io", "leases", ns, ""),
         ("create", "agentsaga.dev", "killswitches", ns, ""), ("delete", "agentsaga.dev", "killswitches", ns, ""),
         ("update", "agentsaga.dev", "killswitches", ns, ""), ("update", "agentsaga.dev", "approvals", ns, "status"),
-        ("create", "agentsaga.dev", "budgetlimits", ns, ""), ("get", "agentsaga.dev", "killswitches", ns, ""),
+        ("create", "agentsaga.dev", "budgetlimits", ns, ""), ("get", "agentsaga.dev", "budgetlimits", ns, ""),
         ("delete", "agentsaga.dev", "approvals", ns, ""), ("update", "agentsaga.dev", "approvals", ns, ""),
         ("delete", "", "events", ns, ""), ("list", "", "events", ns, ""),
         ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", ""),
@@ -332,8 +338,8 @@ def test_rbac_cluster_wide_operator_can_exactly_what_it_needs(
                 assert _allowed(cluster, op, verb, "agentsaga.dev", plural)
             assert _allowed(cluster, op, "patch", "agentsaga.dev", plural, other, name="x")
             assert _allowed(cluster, op, "patch", "agentsaga.dev", plural, other, name="x", subresource="status")
-            mirrored = plural == "approvals"  # only the approval bridge reads one object and creates
-            assert _allowed(cluster, op, "get", "agentsaga.dev", plural, other, name="x") is mirrored
+            assert _allowed(cluster, op, "get", "agentsaga.dev", plural, other, name="x") is (plural in READ_BACK)
+            mirrored = plural == "approvals"  # only the approval bridge creates
             assert _allowed(cluster, op, "create", "agentsaga.dev", plural, other) is mirrored
         assert _allowed(cluster, op, "create", "", "events", other)
         assert _allowed(cluster, op, "patch", "kopf.dev", "clusterkopfpeerings", name=rel)
