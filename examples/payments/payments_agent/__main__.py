@@ -7,17 +7,16 @@ A payment is one saga: ``payments.charge`` (undone by ``payments.refund``, from 
 halts ``wire.send``: every payment is then refused at that step and its charge refunded.
 A payout is IRREVERSIBLE: it waits for a human (``kubectl get approvals``).
 
-Environment (the Deployment in docs/install.md sets it):
-  AGENT_SAGA_REDIS_URL      the policy-plane Redis: this agent's WAL (RedisWAL, key
-                            agent-saga:wal, which recoveryd sweeps) and the bank's books
-  AGENT_SAGA_SWITCH_STORE, AGENT_SAGA_SWITCH_GRACE   the kill switch every gate obeys
-  AGENT_SAGA_LIMIT_STORE    budgets and rate limits
-  AGENT_SAGA_APPROVAL_STORE where approval requests are written
-  POD_NAME, POD_NAMESPACE   who asks for an approval, and the namespace its Approval is in
+Environment (examples/payments/deployment.yaml sets it, as the chart's NOTES print it):
+  AGENT_SAGA_REDIS_URL      the policy plane: kill switch, budgets, approvals, SagaPolicies
+  AGENT_SAGA_NAMESPACE      whose KillSwitches, BudgetLimits and SagaPolicies apply
+  AGENT_SAGA_AGENT          the agent's name (payments-agent)
+  AGENT_SAGA_WAL_STREAM     this agent's WAL: a RedisWAL stream recoveryd sweeps
+                            (agent-saga:wal), which also holds the bank's books
+  POD_NAME                  names this process in status and in its Approvals
   PAYMENTS_PORT             HTTP port (8080)
   PAYMENTS_INTERVAL         seconds between background payments (1; 0: none)
   PAYMENTS_LEASE_SECONDS    an orphaned saga is taken over this long after its agent died (10)
-  PAYMENTS_APPROVAL_TIMEOUT seconds a payout waits for a human (900)
 
 HTTP (JSON bodies and answers):
   GET  /healthz   200 once the WAL and the bank answer
@@ -46,20 +45,17 @@ from typing import Any
 import payments_compensators as books
 from agent_saga import (
     ActionSemantics,
-    ApprovalGateway,
-    ApprovalPolicy,
     Compensation,
     PreFlightGate,
-    RedisApprovalStore,
     RedisWAL,
     SagaRefused,
     current_step_id,
+    get_default_wal,
     idempotency_key,
     saga_scope,
 )
 
 log = logging.getLogger("payments_agent")
-WAL_KEY = "agent-saga:wal"
 
 
 def _env_float(name: str, default: float) -> float:
@@ -74,16 +70,16 @@ class Agent:
     """The sagas, run on one asyncio loop; the HTTP threads submit to it."""
 
     def __init__(self) -> None:
-        url = os.environ.get("AGENT_SAGA_REDIS_URL", "").strip()
-        approvals = os.environ.get("AGENT_SAGA_APPROVAL_STORE", "").strip() or url
-        if not url:
+        if not os.environ.get("AGENT_SAGA_REDIS_URL", "").strip():
             raise SystemExit("set AGENT_SAGA_REDIS_URL (redis://[:password@]host:6379/0): the policy-plane Redis")
         self.lease = _env_float("PAYMENTS_LEASE_SECONDS", 10.0)
-        self.wal = RedisWAL(url, key=WAL_KEY)
-        self.gate = PreFlightGate(approval_provider=ApprovalGateway(
-            RedisApprovalStore(approvals), wal=self.wal,
-            policy=ApprovalPolicy(timeout=_env_float("PAYMENTS_APPROVAL_TIMEOUT", 900.0)),
-            namespace=os.environ.get("POD_NAMESPACE") or None, agent=os.environ.get("POD_NAME") or None))
+        # Every control from the environment (the policy plane); the process-wide WAL is
+        # the plane's RedisWAL (AGENT_SAGA_WAL_STREAM), which the approval records share.
+        self.gate = PreFlightGate()
+        self.wal = get_default_wal()
+        if not isinstance(self.wal, RedisWAL):
+            raise SystemExit("set AGENT_SAGA_WAL_STREAM (agent-saga:wal): recoveryd sweeps that stream, and the "
+                             "root filesystem is read-only")
         self.stats: Counter[str] = Counter()
         self.last: dict[str, Any] = {}
         self.payouts: dict[str, dict[str, Any]] = {}
