@@ -34,7 +34,7 @@ EXPECTED = {
     "build_consistency", "certify_log", "decrypting", "encryptor_from_env", "redact_records",
     "verify_consistency",
     # recovery
-    "RecoveryDaemon", "RecoveryHalted", "reconciler",
+    "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",

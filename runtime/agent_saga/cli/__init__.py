@@ -16,6 +16,7 @@ from . import (
     approval_commands,
     audit_commands,
     policy_commands,
+    reconcile_commands,
     recover_commands,
     status_commands,
     switch_commands,
@@ -23,8 +24,8 @@ from . import (
 )
 
 _MODULES = (
-    wal_commands, status_commands, audit_commands, recover_commands, switch_commands, approval_commands,
-    policy_commands,
+    wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
+    approval_commands, policy_commands,
 )
 
 
