@@ -71,7 +71,7 @@ def test_every_error_derives_from_saga_error() -> None:
 
 def test_importing_the_runtime_loads_only_the_standard_library() -> None:
     code = (
-        "import sys; import agent_saga, agent_saga.cli; "
+        "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors; "
         "third = sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
         "- {'agent_saga', '__main__', '_virtualenv', '__editable___agent_saga_0_1_0_finder'}); "
         "print(','.join(m for m in third if not m.startswith('_')))"
@@ -83,7 +83,7 @@ def test_importing_the_runtime_loads_only_the_standard_library() -> None:
 PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
-    "agent_saga.controls.limits", "agent_saga.recovery", "agent_saga.wal",
+    "agent_saga.controls.limits", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
 )
 
 
