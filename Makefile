@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane stripe-mock dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ demo-cluster: install system-deps control-plane
 
 # Everything: unit, integration (real Redis + PostgreSQL) and e2e (real kube-apiserver +
 # etcd) suites. The first run builds the control plane (~6 min on 2 cores, cached after).
-test: install system-deps control-plane
+test: install system-deps control-plane stripe-mock
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # redis-server and PostgreSQL from Debian (no-op when present). See docs/control-plane.md.
@@ -40,6 +40,11 @@ system-deps:
 # ~/.cache/agent-saga/bin (once; KUBEBUILDER_ASSETS / TEST_ASSET_* binaries win).
 control-plane:
 	bash hack/build-control-plane.sh
+
+# stripe-mock (the Stripe connector's conformance server) built from its Go module into
+# ~/.cache/agent-saga/bin (once; TEST_ASSET_STRIPE_MOCK wins). A failed build fails here.
+stripe-mock:
+	bash hack/build-control-plane.sh stripe-mock
 
 # A local control plane + Redis for a person; prints the `export KUBECONFIG=...` lines.
 dev-cluster: install system-deps control-plane

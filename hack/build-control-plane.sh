@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (once) and cache the local control plane's binaries from their Go modules:
-#   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm.
+#   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm; and, on request,
+#   stripe-mock (github.com/stripe/stripe-mock, the Stripe connector's conformance server).
 #
 # Versions are pinned in hack/versions.env. Binaries land in
 #   ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/bin/<name>-<version>/<name>
@@ -9,8 +10,8 @@
 #   KUBEBUILDER_ASSETS=<dir with etcd, kube-apiserver[, kubectl]>  (envtest's name)
 #   TEST_ASSET_ETCD / TEST_ASSET_KUBE_APISERVER / TEST_ASSET_KUBECTL / TEST_ASSET_HELM
 #
-# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm ...]
-#   With no component names, builds all of them.
+# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|stripe-mock ...]
+#   With no component names, builds etcd, kube and helm.
 #
 # Why scratch modules: `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.Y.Z` is refused
 # because k8s.io/kubernetes's go.mod replaces its k8s.io/<staging> modules with ./staging
@@ -39,8 +40,9 @@ for arg in "$@"; do
     case "$arg" in
         --print-paths) PRINT_PATHS=1 ;;
         etcd|kube|helm) COMPONENTS+=("$arg") ;;
+        stripe-mock) COMPONENTS+=(stripe_mock) ;;
         -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument: $arg (expected etcd, kube, helm or --print-paths)" ;;
+        *) die "unknown argument: $arg (expected etcd, kube, helm, stripe-mock or --print-paths)" ;;
     esac
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(etcd kube helm)
@@ -49,6 +51,7 @@ ETCD_BIN="$BIN_ROOT/etcd-$ETCD_VERSION/etcd"
 KUBE_APISERVER_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kube-apiserver"
 KUBECTL_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kubectl"
 HELM_BIN="$BIN_ROOT/helm-$HELM_VERSION/helm"
+STRIPE_MOCK_BIN="$BIN_ROOT/stripe-mock-$STRIPE_MOCK_VERSION/stripe-mock"
 
 # A user-supplied binary (envtest's variables) replaces the cached one.
 user_asset() {  # $1 = TEST_ASSET_* variable name, $2 = file name inside KUBEBUILDER_ASSETS
@@ -256,6 +259,27 @@ EOF
     mv -f "$out/helm.tmp" "$HELM_BIN"
 }
 
+# ----------------------------------------------------------------------------- stripe-mock
+build_stripe_mock() {
+    if [ -n "${TEST_ASSET_STRIPE_MOCK:-}" ]; then
+        [ -x "$TEST_ASSET_STRIPE_MOCK" ] || die "TEST_ASSET_STRIPE_MOCK=$TEST_ASSET_STRIPE_MOCK is not an executable file"
+        log "stripe-mock: using $TEST_ASSET_STRIPE_MOCK (user-supplied)"; return
+    fi
+    if [ -x "$STRIPE_MOCK_BIN" ]; then log "stripe-mock $STRIPE_MOCK_VERSION: cached at $STRIPE_MOCK_BIN"; return; fi
+    need_go
+    local dir="$BUILD_ROOT/stripe-mock-$STRIPE_MOCK_VERSION" out
+    out="$(dirname "$STRIPE_MOCK_BIN")"
+    scratch_module "$dir" agent-saga.local/build/stripe-mock <<EOF
+require github.com/stripe/stripe-mock $STRIPE_MOCK_VERSION
+EOF
+    mkdir -p "$out"
+    # timed_build dies (with the log's tail) when the build fails; the hint says how to fix it.
+    log "if this fails: the Go module proxy must be reachable (GOPROXY=$("$GO" env GOPROXY)), or set TEST_ASSET_STRIPE_MOCK to a stripe-mock binary"
+    (cd "$dir" && timed_build stripe-mock "$STRIPE_MOCK_VERSION" "$out" \
+        "$GO" build -ldflags "-s -w" -o "$out/stripe-mock.tmp" github.com/stripe/stripe-mock)
+    mv -f "$out/stripe-mock.tmp" "$STRIPE_MOCK_BIN"
+}
+
 # One build at a time per cache (two `make test` runs at once would otherwise race).
 exec 9>"$CACHE/.build.lock"
 if command -v flock >/dev/null 2>&1; then
@@ -269,4 +293,5 @@ if [ $PRINT_PATHS = 1 ]; then
     printf 'kube-apiserver=%s\n' "$(user_asset TEST_ASSET_KUBE_APISERVER kube-apiserver || echo "$KUBE_APISERVER_BIN")"
     printf 'kubectl=%s\n' "$(user_asset TEST_ASSET_KUBECTL kubectl || echo "$KUBECTL_BIN")"
     printf 'helm=%s\n' "$(user_asset TEST_ASSET_HELM helm || echo "$HELM_BIN")"
+    printf 'stripe-mock=%s\n' "${TEST_ASSET_STRIPE_MOCK:-$STRIPE_MOCK_BIN}"
 fi

@@ -298,7 +298,7 @@ async def update(saga: Any, *, credential_ref: str, table: str, key: Mapping[str
     args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "key": dict(key), "values": dict(values)}
     return await saga.execute(  # type: ignore[no-any-return]
         "postgres.update", ActionSemantics.COMPENSABLE, lambda: update_row(**args),
-        lambda r: Compensation(
+        lambda r: None if r is None else Compensation(
             handler="postgres.restore_row", description=f"restore {table} {r['key']}",
             kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "before": r["before"], "after": r["after"], "xmin": r["xmin"]},
         ),
@@ -311,7 +311,7 @@ async def insert(saga: Any, *, credential_ref: str, table: str, values: Mapping[
     args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "values": dict(values)}
     return await saga.execute(  # type: ignore[no-any-return]
         "postgres.insert", ActionSemantics.COMPENSABLE, lambda: insert_row(**args),
-        lambda r: Compensation(
+        lambda r: None if r is None else Compensation(
             handler="postgres.delete_inserted_row", description=f"delete inserted {table} {r['key']}",
             kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "xmin": r["xmin"]},
         ),
@@ -324,7 +324,7 @@ async def delete(saga: Any, *, credential_ref: str, table: str, key: Mapping[str
     args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "key": dict(key)}
     return await saga.execute(  # type: ignore[no-any-return]
         "postgres.delete", ActionSemantics.COMPENSABLE, lambda: delete_row(**args),
-        lambda r: Compensation(
+        lambda r: None if r is None else Compensation(
             handler="postgres.reinsert_row", description=f"reinsert {table} {r['key']}",
             kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "row": r["row"]},
         ),
