@@ -71,7 +71,8 @@ def test_every_error_derives_from_saga_error() -> None:
 
 def test_importing_the_runtime_loads_only_the_standard_library() -> None:
     code = (
-        "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors; "
+        "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors, agent_saga.connectors.stripe, "
+        "agent_saga.connectors.salesforce; "
         "third = sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
         "- {'agent_saga', '__main__', '_virtualenv', '__editable___agent_saga_0_1_0_finder'}); "
         "print(','.join(m for m in third if not m.startswith('_')))"
