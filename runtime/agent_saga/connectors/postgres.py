@@ -293,40 +293,37 @@ def observe_reinsert(*, credential_ref: str, table: str, key: Mapping[str, Any],
 
 
 # ------------------------------------------------------------------------- saga steps
-async def update(saga: Any, *, credential_ref: str, table: str, key: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
-    """``update_row`` as a COMPENSABLE saga step (tool ``postgres.update``)."""
-    args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "key": dict(key), "values": dict(values)}
+_STEPS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
+    # tool: (forward call, compensation handler, the result fields its kwargs take)
+    "postgres.update": (update_row, "postgres.restore_row", ("key", "before", "after", "xmin")),
+    "postgres.insert": (insert_row, "postgres.delete_inserted_row", ("key", "xmin")),
+    "postgres.delete": (delete_row, "postgres.reinsert_row", ("key", "row")),
+}
+
+
+async def _step(saga: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    forward, handler, carried = _STEPS[tool]
+    base = {"credential_ref": args["credential_ref"], "table": args["table"]}
     return await saga.execute(  # type: ignore[no-any-return]
-        "postgres.update", ActionSemantics.COMPENSABLE, lambda: update_row(**args),
+        tool, ActionSemantics.COMPENSABLE, lambda: forward(**args),
         lambda r: None if r is None else Compensation(
-            handler="postgres.restore_row", description=f"restore {table} {r['key']}",
-            kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "before": r["before"], "after": r["after"], "xmin": r["xmin"]},
+            handler=handler, description=f"{handler} {args['table']} {r['key']}",
+            kwargs={**base, **{k: r[k] for k in carried}},
         ),
         policy_args=args,
     )
+
+
+async def update(saga: Any, *, credential_ref: str, table: str, key: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """``update_row`` as a COMPENSABLE saga step (tool ``postgres.update``)."""
+    return await _step(saga, "postgres.update", {"credential_ref": credential_ref, "table": table, "key": dict(key), "values": dict(values)})
 
 
 async def insert(saga: Any, *, credential_ref: str, table: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """``insert_row`` as a COMPENSABLE saga step (tool ``postgres.insert``)."""
-    args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "values": dict(values)}
-    return await saga.execute(  # type: ignore[no-any-return]
-        "postgres.insert", ActionSemantics.COMPENSABLE, lambda: insert_row(**args),
-        lambda r: None if r is None else Compensation(
-            handler="postgres.delete_inserted_row", description=f"delete inserted {table} {r['key']}",
-            kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "xmin": r["xmin"]},
-        ),
-        policy_args=args,
-    )
+    return await _step(saga, "postgres.insert", {"credential_ref": credential_ref, "table": table, "values": dict(values)})
 
 
 async def delete(saga: Any, *, credential_ref: str, table: str, key: Mapping[str, Any]) -> dict[str, Any]:
     """``delete_row`` as a COMPENSABLE saga step (tool ``postgres.delete``)."""
-    args: dict[str, Any] = {"credential_ref": credential_ref, "table": table, "key": dict(key)}
-    return await saga.execute(  # type: ignore[no-any-return]
-        "postgres.delete", ActionSemantics.COMPENSABLE, lambda: delete_row(**args),
-        lambda r: None if r is None else Compensation(
-            handler="postgres.reinsert_row", description=f"reinsert {table} {r['key']}",
-            kwargs={"credential_ref": credential_ref, "table": table, "key": r["key"], "row": r["row"]},
-        ),
-        policy_args=args,
-    )
+    return await _step(saga, "postgres.delete", {"credential_ref": credential_ref, "table": table, "key": dict(key)})

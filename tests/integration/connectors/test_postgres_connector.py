@@ -188,3 +188,15 @@ async def test_a_saga_rolls_back_through_the_handler_and_the_log_holds_only_the_
     assert row(db) == ("open", "42.50", "n")
     text = (tmp_path / "w").read_text()
     assert "postgres.restore_row" in text and REF in text and PASSWORD not in text
+
+
+async def test_insert_and_delete_steps_roll_back_lifo(db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    wal = FileWAL(tmp_path / "w")
+    with pytest.raises(RuntimeError):
+        async with saga_scope(wal) as saga:
+            await pg.insert(saga, credential_ref=REF, table=T, values={"tenant": "t9", "id": 1, "status": "new"})
+            await pg.delete(saga, credential_ref=REF, table=T, key={"tenant": "t2", "id": 7})
+            assert row(db, "t9", 1) is not None and row(db, "t2") is None
+            raise RuntimeError("abort")
+    wal.close()
+    assert row(db, "t9", 1) is None and row(db, "t2") == ("open", "1.00", "n")
