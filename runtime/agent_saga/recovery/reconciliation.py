@@ -82,7 +82,8 @@ class Finding:
         """One line for a human, e.g. ``[DRIFT] stripe.charge: ...``."""
         tag = {"CONFIRMED": "OK", "DRIFT": "DRIFT", "UNVERIFIABLE": "UNVERIFIABLE"}[self.verdict.value]
         c = self.check
-        return f"[{tag}] {c.tool}: {self.message} (saga {c.saga_id}, step {c.step_id}, reconciler {self.reconciler or '-'})"
+        live = ", IN_FLIGHT" if c.saga_status == "IN_FLIGHT" else ""
+        return f"[{tag}] {c.tool}: {self.message} (saga {c.saga_id}{live}, step {c.step_id}, reconciler {self.reconciler or '-'})"
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``agent-saga reconcile --json``)."""
@@ -186,10 +187,11 @@ async def run_checks(
     next_at = time.monotonic()
     for check in checks:
         if interval:
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the rate limit: spacing calls to the provider
-            next_at = max(next_at, time.monotonic()) + interval
+            # The rate limit: calls start at least 1/rate apart (the loop may wake a little
+            # early, so wait until the monotonic clock says so).
+            while (delay := next_at - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
+                await asyncio.sleep(delay)
+            next_at = time.monotonic() + interval
         report.findings.append(await _one(check, timeout, ex))
     return report
 

@@ -132,6 +132,8 @@ async def test_a_rolled_back_charge_reconciles_clean_until_the_refund_is_undone(
     assert await asyncio.to_thread(main, argv) == 0, capsys.readouterr().out
     ledger.unrefund(c["id"])  # the refund is voided at the provider after the 200
     assert await asyncio.to_thread(main, argv) == 1
-    assert "[DRIFT] stripe.charge: the log says COMPENSATED but the effect is still standing" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "[DRIFT] stripe.charge: the log says COMPENSATED but the effect is still standing" in out
+    assert "IN_FLIGHT" not in out  # the saga closed ROLLED_BACK
     text = (tmp_path / "w").read_text()
     assert "stripe.refund" in text and API_KEY not in text

@@ -21,7 +21,7 @@ from recovery_support import desc, write_orphan
 
 LEDGER: dict[str, dict[str, Any]] = {}  # charge id -> {"refunded": bool|None, "amount": int}
 CALLED: list[float] = []
-NAMES = ("test.rp.refund", "test.rp.charge", "test.rp.raises", "test.rp.slow")
+NAMES = ("test.rp.refund", "test.rp.charge", "test.rp.raises", "test.rp.slow", "test.rp.stamp")
 
 
 @pytest.fixture(autouse=True)
@@ -31,7 +31,6 @@ def _reconcilers() -> Iterator[None]:
 
     @reconciler("test.rp.refund")
     def observe_refund(*, charge_id: str, **_: Any) -> Observation:
-        CALLED.append(time.monotonic())
         c = LEDGER[charge_id]
         return Observation(reversed_=c["refunded"], exists=True, detail=c.get("status", ""), amount=c["amount"])
 
@@ -41,6 +40,11 @@ def _reconcilers() -> Iterator[None]:
         if c is None:
             return Observation(exists=False)
         return Observation(exists=True, reversed_=c["refunded"], amount=c["amount"])
+
+    @reconciler("test.rp.stamp")
+    async def stamp(**_: Any) -> Observation:  # on the loop: the time a call started
+        CALLED.append(time.monotonic())
+        return Observation(reversed_=True, exists=True)
 
     @reconciler("test.rp.raises")
     def raises(**_: Any) -> Observation:
@@ -79,7 +83,7 @@ def test_a_refund_acknowledged_but_not_applied_is_drift(tmp_path: Path, capsys: 
     code, out = run(capsys, "--wal-path", str(tmp_path / "w"))
     assert code == 1
     assert "[DRIFT] pay.charge: the log says COMPENSATED but the effect is still standing" in out
-    assert "saga s, step s/0, reconciler test.rp.refund" in out and "amount=500" in out
+    assert "saga s, IN_FLIGHT, step s/0, reconciler test.rp.refund" in out and "amount=500" in out  # no terminal record yet
 
 
 def test_the_timed_out_charge_that_landed_is_drift(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -132,6 +136,7 @@ def test_json_names_saga_step_handler_and_observation(tmp_path: Path, capsys: py
     assert (f["saga"], f["step"], f["tool"], f["handler"], f["reconciler"], f["verdict"], f["check"]) == (
         "s", "s/0", "pay.charge", "test.rp.refund", "test.rp.refund", "DRIFT", "undone")
     assert f["observed"] == {"reversed": False, "exists": True, "detail": "succeeded", "amount": 500}
+    assert f["saga_status"] == "IN_FLIGHT"
 
 
 def test_since_leaves_older_sagas_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -145,8 +150,7 @@ def test_since_leaves_older_sagas_out(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_the_rate_limit_spaces_the_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(3):
-        compensated(tmp_path / "w", f"s{i}", f"ch_{i}")
-        LEDGER[f"ch_{i}"] = {"refunded": True, "amount": 1}
+        compensated(tmp_path / "w", f"s{i}", f"ch_{i}", "test.rp.stamp")
     code, _ = run(capsys, "--wal-path", str(tmp_path / "w"), "--rate", "20")
     assert code == 0 and len(CALLED) == 3
     assert all(b - a >= 0.05 for a, b in zip(CALLED, CALLED[1:], strict=False))  # a floor, not a speed
