@@ -6,8 +6,7 @@
 #   docker build --target recoveryd -t ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0 .
 #
 # Each target is a python:3.11-slim runtime holding one virtualenv (/opt/venv) with the
-# package installed with that target's extras only ("operator", or "recoveryd" and
-# "connectors", so recoveryd.imports can name agent_saga.connectors.*): no
+# package installed with that target's extra only ("operator" or "recoveryd"): no
 # compiler, no pip cache, no source tree. Processes run as UID/GID 65532 (non-root; the
 # chart's securityContext sets the same and a read-only root filesystem). Bytecode is
 # compiled at build time, so nothing is written at run time but /tmp (an emptyDir).
@@ -16,9 +15,12 @@
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm   # -> sha256:...
 #   docker build --build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:... ...
 # Your compensators and reconcilers (recoveryd.imports) go into an image built FROM the
-# recoveryd one: `FROM ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0` + `RUN pip install ...`.
+# recoveryd one: `FROM ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0`, `USER 0:0`,
+# `RUN pip install ...`, `USER 65532:65532` (examples/payments/Dockerfile does exactly that).
 #
-# Not built in this repository's CI: there is no container engine there (docs/install.md).
+# Any Debian 12 image with python3, python3-venv and python-is-python3 works as the base:
+# the test suite builds both targets with buildah over one made from a Debian root
+# filesystem, offline (hack/build-images.sh), and runs them on a real node.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 
@@ -43,9 +45,9 @@ RUN python -m venv /opt/venv \
 
 FROM build-base AS build-recoveryd
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-compile ".[recoveryd,connectors]" \
+ && /opt/venv/bin/pip install --no-compile ".[recoveryd]" \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib \
- && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app, agent_saga.connectors.stripe, agent_saga.connectors.postgres, agent_saga.connectors.salesforce"
+ && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app"
 
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime
