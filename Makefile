@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ demo-cluster: install system-deps control-plane
 # Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
-test: install system-deps control-plane node
+test: install system-deps control-plane stripe-mock node
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 # redis-server, PostgreSQL and the node's packages (containerd, runc, CNI plugins,
@@ -42,6 +42,11 @@ system-deps:
 # ~/.cache/agent-saga/bin (once; KUBEBUILDER_ASSETS / TEST_ASSET_* binaries win).
 control-plane:
 	bash hack/build-control-plane.sh
+
+# stripe-mock (the Stripe connector's conformance server) built from its Go module into
+# ~/.cache/agent-saga/bin (once; TEST_ASSET_STRIPE_MOCK wins). A failed build fails here.
+stripe-mock:
+	bash hack/build-control-plane.sh stripe-mock
 
 # The single-node cluster's binaries (kubelet, kube-controller-manager, kube-scheduler,
 # kube-proxy, CoreDNS; Go modules) and images (buildah over a Debian base), in parallel;

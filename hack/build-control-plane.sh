@@ -2,7 +2,8 @@
 # Build (once) and cache the local control plane's binaries from their Go modules:
 #   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm;
 #   on request, the single-node cluster's too: kubelet, kube-controller-manager,
-#   kube-scheduler, kube-proxy (`node`, same k8s.io/kubernetes version) and CoreDNS.
+#   kube-scheduler, kube-proxy (`node`, same k8s.io/kubernetes version) and CoreDNS; and stripe-mock
+#   (github.com/stripe/stripe-mock, the Stripe connector's conformance server).
 #
 # Versions are pinned in hack/versions.env. Binaries land in
 #   ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/bin/<name>-<version>/<name>
@@ -13,9 +14,9 @@
 #   (and TEST_ASSET_KUBELET / _KUBE_CONTROLLER_MANAGER / _KUBE_SCHEDULER / _KUBE_PROXY /
 #   _COREDNS for the node)
 #
-# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|node|coredns ...]
+# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|node|coredns|stripe-mock ...]
 #   With no component names, builds etcd, kube and helm (what `make control-plane` needs);
-#   `make node` adds node and coredns.
+#   `make node` adds node and coredns, `make stripe-mock` stripe-mock.
 #
 # Why scratch modules: `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.Y.Z` is refused
 # because k8s.io/kubernetes's go.mod replaces its k8s.io/<staging> modules with ./staging
@@ -44,8 +45,9 @@ for arg in "$@"; do
     case "$arg" in
         --print-paths) PRINT_PATHS=1 ;;
         etcd|kube|helm|node|coredns) COMPONENTS+=("$arg") ;;
+        stripe-mock) COMPONENTS+=(stripe_mock) ;;
         -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument: $arg (expected etcd, kube, helm, node, coredns or --print-paths)" ;;
+        *) die "unknown argument: $arg (expected etcd, kube, helm, node, coredns, stripe-mock or --print-paths)" ;;
     esac
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(etcd kube helm)
@@ -57,6 +59,7 @@ HELM_BIN="$BIN_ROOT/helm-$HELM_VERSION/helm"
 KUBE_BIN_DIR="$BIN_ROOT/kube-$KUBE_VERSION"
 NODE_COMMANDS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 COREDNS_BIN="$BIN_ROOT/coredns-$COREDNS_VERSION/coredns"
+STRIPE_MOCK_BIN="$BIN_ROOT/stripe-mock-$STRIPE_MOCK_VERSION/stripe-mock"
 
 # A user-supplied binary (envtest's variables) replaces the cached one.
 user_asset() {  # $1 = TEST_ASSET_* variable name, $2 = file name inside KUBEBUILDER_ASSETS
@@ -295,6 +298,27 @@ build_coredns() {
     build_one coredns "$COREDNS_VERSION" "$COREDNS_BIN" github.com/coredns/coredns github.com/coredns/coredns "-s -w"
 }
 
+# ----------------------------------------------------------------------------- stripe-mock
+build_stripe_mock() {
+    if [ -n "${TEST_ASSET_STRIPE_MOCK:-}" ]; then
+        [ -x "$TEST_ASSET_STRIPE_MOCK" ] || die "TEST_ASSET_STRIPE_MOCK=$TEST_ASSET_STRIPE_MOCK is not an executable file"
+        log "stripe-mock: using $TEST_ASSET_STRIPE_MOCK (user-supplied)"; return
+    fi
+    if [ -x "$STRIPE_MOCK_BIN" ]; then log "stripe-mock $STRIPE_MOCK_VERSION: cached at $STRIPE_MOCK_BIN"; return; fi
+    need_go
+    local dir="$BUILD_ROOT/stripe-mock-$STRIPE_MOCK_VERSION" out
+    out="$(dirname "$STRIPE_MOCK_BIN")"
+    scratch_module "$dir" agent-saga.local/build/stripe-mock <<EOF
+require github.com/stripe/stripe-mock $STRIPE_MOCK_VERSION
+EOF
+    mkdir -p "$out"
+    # timed_build dies (with the log's tail) when the build fails; the hint says how to fix it.
+    log "if this fails: the Go module proxy must be reachable (GOPROXY=$("$GO" env GOPROXY)), or set TEST_ASSET_STRIPE_MOCK to a stripe-mock binary"
+    (cd "$dir" && timed_build stripe-mock "$STRIPE_MOCK_VERSION" "$out" \
+        "$GO" build -ldflags "-s -w" -o "$out/stripe-mock.tmp" github.com/stripe/stripe-mock)
+    mv -f "$out/stripe-mock.tmp" "$STRIPE_MOCK_BIN"
+}
+
 # One build at a time per cache (two `make test` runs at once would otherwise race).
 exec 9>"$CACHE/.build.lock"
 if command -v flock >/dev/null 2>&1; then
@@ -312,4 +336,5 @@ if [ $PRINT_PATHS = 1 ]; then
         printf '%s=%s\n' "$c" "$(user_asset "$(asset_var "$c")" "$c" || echo "$KUBE_BIN_DIR/$c")"
     done
     printf 'coredns=%s\n' "$(user_asset TEST_ASSET_COREDNS coredns || echo "$COREDNS_BIN")"
+    printf 'stripe-mock=%s\n' "${TEST_ASSET_STRIPE_MOCK:-$STRIPE_MOCK_BIN}"
 fi

@@ -114,7 +114,7 @@ from .idempotency import idempotency_key
 from .kit import AgentKit
 from .plane import connect_policy_plane
 from .records import Record, RecordType
-from .recovery import RecoveryDaemon, RecoveryHalted, reconciler
+from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
 from .retry import RetryPolicy
 from .rollback import RollbackOutcome, RollbackReport, StepOutcome
 from .scope import saga_scope
@@ -183,6 +183,7 @@ __all__ = [
     "NotSerializable",
     "Notifier",
     "NotifierError",
+    "Observation",
     "PayloadEncryptor",
     "PostgresWAL",
     "PreCheck",

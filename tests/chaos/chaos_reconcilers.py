@@ -6,15 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_saga import Compensation
+from agent_saga import Compensation, Observation
 from agent_saga.recovery import reconciler
 from chaos_bank import Bank
 
 
 @reconciler("chaos.charge")
-def find_charge(policy_args: dict[str, Any], idempotency_key: str) -> Compensation | None:
-    bank = policy_args["bank"]
+def find_charge(*, bank: str, idempotency_key: str, **_: Any) -> Observation:
     charge = Bank(bank).find_charge(idempotency_key)
     if charge is None:
-        return None
-    return Compensation(handler="chaos.refund", kwargs={"bank": bank, "charge_id": charge["id"]})
+        return Observation(exists=False, detail="no charge under the forward key")
+    state = Bank(bank).state()[charge["id"]]
+    return Observation(
+        exists=True, reversed_=bool(state.applied), amount=charge["amount"], detail=charge["id"],
+        compensation=Compensation(handler="chaos.refund", kwargs={"bank": bank, "charge_id": charge["id"]}),
+    )

@@ -34,7 +34,7 @@ EXPECTED = {
     "build_consistency", "certify_log", "decrypting", "encryptor_from_env", "redact_records",
     "verify_consistency",
     # recovery
-    "RecoveryDaemon", "RecoveryHalted", "reconciler",
+    "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",
@@ -71,7 +71,8 @@ def test_every_error_derives_from_saga_error() -> None:
 
 def test_importing_the_runtime_loads_only_the_standard_library() -> None:
     code = (
-        "import sys; import agent_saga, agent_saga.cli; "
+        "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors, agent_saga.connectors.stripe, "
+        "agent_saga.connectors.salesforce; "
         "third = sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
         "- {'agent_saga', '__main__', '_virtualenv', '__editable___agent_saga_0_1_0_finder'}); "
         "print(','.join(m for m in third if not m.startswith('_')))"
@@ -83,7 +84,7 @@ def test_importing_the_runtime_loads_only_the_standard_library() -> None:
 PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
-    "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal",
+    "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
 )
 
 MCP_EXPECTED = {

@@ -17,6 +17,7 @@ from . import (
     audit_commands,
     mcp_commands,
     policy_commands,
+    reconcile_commands,
     recover_commands,
     status_commands,
     switch_commands,
@@ -24,8 +25,8 @@ from . import (
 )
 
 _MODULES = (
-    wal_commands, status_commands, audit_commands, recover_commands, switch_commands, approval_commands,
-    policy_commands, mcp_commands,
+    wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
+    approval_commands, policy_commands, mcp_commands,
 )
 
 

@@ -33,7 +33,7 @@ from .errors import (
 from .ledger import Escalation, FileLedger, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
 from .plan import Action, SagaPlan, StepPlan, plan_saga
 from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
-from .reconcilers import get_reconciler, reconciler, registered_reconcilers
+from .reconcilers import Observation, get_reconciler, reconciler, registered_reconcilers
 from .recordtypes import (
     RECOVERY_STARTED,
     SAGA_QUARANTINE_LIFTED,
@@ -83,6 +83,7 @@ __all__ = [
     "WALSource",
     "WriterBusy",
     "escalation_id",
+    "Observation",
     "get_reconciler",
     "lift_quarantine",
     "open_claim_lock",

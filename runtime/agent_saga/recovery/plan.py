@@ -353,10 +353,11 @@ def _plan_step(
     # The outcome is unknown: the process died in the forward call, or it timed out.
     if f.reconciled is not None:
         p = f.reconciled.payload or {}
-        if not p.get("happened"):
+        if not p.get("happened") or p.get("reversed") is True:
             return StepPlan(
                 **base, action=Action.NOTHING_TO_UNDO, outcome=RollbackOutcome.NOTHING_TO_UNDO,
-                reason="a reconciler found that it did not happen", outcome_unknown=True,
+                reason="a reconciler found that it did not happen" if not p.get("happened") else "a reconciler found it already reversed",
+                outcome_unknown=True,
             )
         if f.semantics == "IRREVERSIBLE":
             return escalate(EscalationKind.IRREVERSIBLE, "IRREVERSIBLE and it happened (reconciled)", RollbackOutcome.NOT_UNDOABLE)

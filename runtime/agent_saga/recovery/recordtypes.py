@@ -5,7 +5,7 @@ do not know them, such as ``history.fold``, pass over them):
 
     RECOVERY_STARTED        {recovered_by, claim, owner_last_seen_us, lease_seconds}
                             a daemon took the saga over after its lease expired
-    STEP_RECONCILED         {tool, happened, compensation, recovered_by}
+    STEP_RECONCILED         {tool, happened, reversed, observation, compensation, recovered_by}
                             a reconciler decided a dangling step's outcome
     SAGA_QUARANTINED        {reason, by}   freeze the saga: recovery skips it, a human decides
     SAGA_QUARANTINE_LIFTED  {reason, by}   release it

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clocks import SYSTEM_CLOCK, Clock
-from ..compensation import coerce_compensation, get_compensator
+from ..compensation import get_compensator
 from ..context import saga_id_var, step_id_var
 from ..errors import HandlerNotRegistered, SagaError
 from ..executor import ToolExecutor
@@ -47,7 +47,7 @@ from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from .ledger import Escalation, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
 from .plan import Action, SagaPlan, StepPlan
-from .reconcilers import get_reconciler
+from .reconcilers import coerce_observation, get_reconciler
 from .recordtypes import RECOVERED_BY, RECOVERY_STARTED, STEP_RECONCILED, EscalationKind
 from .scan import SagaView
 
@@ -262,8 +262,8 @@ class Resolution:
         self.check_claim()
         key = sp.forward_key or idempotency_key(self.saga_id, sp.step_id, FORWARD_SCOPE)
         try:
-            raw = await call(fn, {"policy_args": sp.policy_args}, key, self.executor, self.timeout)
-            comp = coerce_compensation(raw, sp.tool)
+            obs = coerce_observation(await call(fn, sp.policy_args or {}, key, self.executor, self.timeout), sp.tool)
+            comp = obs.undo(sp.tool) if obs.exists and obs.reversed_ is not True else None
         except Expired:
             return await self._escalate(sp, EscalationKind.RECONCILE_FAILED, f"the reconciler did not answer within {self.timeout}s")
         except Exception as exc:  # noqa: BLE001 - it cannot tell: a human decides
@@ -271,21 +271,32 @@ class Resolution:
             return await self._escalate(
                 sp, EscalationKind.RECONCILE_FAILED, f"the reconciler raised {err['error_type']}: {err['message']}"
             )
-        if comp is None:
+        seen = obs.to_dict()
+        if obs.exists is None:
+            return await self._escalate(
+                sp, EscalationKind.OUTCOME_UNKNOWN, f"the reconciler could not tell whether it happened ({seen['detail'] or 'no detail'})"
+            )
+        if not obs.exists or obs.reversed_ is True:
+            reason = "a reconciler found that it did not happen" if not obs.exists else "a reconciler found it already reversed"
+            self._append(STEP_RECONCILED, sp.step_id, {"tool": sp.tool, "happened": obs.exists, "reversed": obs.reversed_, "observation": seen})
             self._append(
                 R.COMPENSATION_SKIPPED.value, sp.step_id,
-                {**self._base(sp), "outcome": "NOTHING_TO_UNDO", "reason": "a reconciler found that it did not happen", "reconciled": True},
+                {**self._base(sp), "outcome": "NOTHING_TO_UNDO", "reason": reason, "reconciled": True},
             )
             return self._outcome(sp, RollbackOutcome.NOTHING_TO_UNDO)
+        if sp.semantics == ActionSemantics.IRREVERSIBLE.value:
+            self._append(STEP_RECONCILED, sp.step_id, {"tool": sp.tool, "happened": True, "observation": seen, "compensation": None})
+            return await self._escalate(sp, EscalationKind.IRREVERSIBLE, "IRREVERSIBLE and it happened (reconciled)", RollbackOutcome.NOT_UNDOABLE)
+        if comp is None or comp.handler is None:
+            return await self._escalate(
+                sp, EscalationKind.NOT_REPLAYABLE,
+                f"it happened and still stands ({seen['detail'] or 'no detail'}), but the reconciler named no compensation handler to undo it",
+            )
         try:
             desc = comp.descriptor()
         except SagaError as exc:
             return await self._escalate(sp, EscalationKind.NOT_REPLAYABLE, f"the reconciler's compensation is not replayable: {exc.message}")
-        if comp.handler is None:
-            return await self._escalate(sp, EscalationKind.NOT_REPLAYABLE, "the reconciler returned a compensation with no handler")
-        self._append(STEP_RECONCILED, sp.step_id, {"tool": sp.tool, "happened": True, "compensation": desc})
-        if sp.semantics == ActionSemantics.IRREVERSIBLE.value:
-            return await self._escalate(sp, EscalationKind.IRREVERSIBLE, "IRREVERSIBLE and it happened (reconciled)", RollbackOutcome.NOT_UNDOABLE)
+        self._append(STEP_RECONCILED, sp.step_id, {"tool": sp.tool, "happened": True, "observation": seen, "compensation": desc})
         return await self._compensate(sp, desc, done, resumed=False)
 
     async def _compensate(self, sp: StepPlan, desc: dict[str, Any], done: set[str], *, resumed: bool) -> StepOutcome:

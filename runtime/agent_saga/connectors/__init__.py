@@ -1,0 +1,27 @@
+"""Reference connectors: Stripe, PostgreSQL and Salesforce.
+
+Each module registers its compensators and reconcilers when it is imported, so the agent,
+the recovery daemon and ``agent-saga reconcile`` get the same handlers by importing the
+same module::
+
+    import agent_saga.connectors.stripe
+    import agent_saga.connectors.postgres       # needs psycopg 3 (extra: postgres)
+    import agent_saga.connectors.salesforce
+
+Nothing here is imported by ``import agent_saga``, and this package imports none of the
+connector modules: a process pays for (and needs the client libraries of) only the
+connectors it uses.
+
+Credentials never enter the log: connectors take ``credential_ref="stripe_prod"`` and
+resolve it at use time through the process's resolver::
+
+    from agent_saga.connectors import set_credential_resolver
+    set_credential_resolver(lambda ref: vault.read(f"agents/{ref}"))
+"""
+
+from __future__ import annotations
+
+from ..credentials import resolve_credential, set_credential_resolver
+from ._common import Indeterminate
+
+__all__ = ["Indeterminate", "resolve_credential", "set_credential_resolver"]
