@@ -51,7 +51,7 @@ def test_killswitch_scopes_and_document() -> None:
     assert killswitch_doc(ks(), WHO) == killswitch_doc(ks(), WHO)  # no clock inside
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("1h30m", 5400), ("60s", 60), ("2m5s", 125)])
+@pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("1h30m", 5400), ("60s", 60), ("2m5s", 125), ("1d", 86400), ("7d", 604800), ("1d12h", 129600)])
 def test_durations(text: str, seconds: int) -> None:
     assert duration_seconds(text) == seconds
 
