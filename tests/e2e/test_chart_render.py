@@ -26,6 +26,7 @@ from chart_helpers import (
 )
 
 VALUE_SETS: list[tuple[str, list[Path]]] = [("default", [])] + [(p.stem, [p]) for p in CI_VALUES]
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 @pytest.fixture(scope="module")
 def renders(helm: Helm) -> dict[str, list[dict[str, Any]]]:
-    return {name: helm.render("rel", "agent-saga", values) for name, values in VALUE_SETS}
+    # Rendered for a cluster that serves the Prometheus Operator's ServiceMonitor.
+    return {name: helm.render("rel", "agent-saga", values, api_versions=(SERVICE_MONITOR_API,))
+            for name, values in VALUE_SETS}
 
 
 def test_ci_values_cover_every_option() -> None:
@@ -291,12 +294,23 @@ def test_rbac_covers_exactly_the_generated_crds(renders: dict[str, list[dict[str
     assert {"clusterkopfpeerings", "kopfpeerings"} <= plurals["kopf.dev"]
 
 
+def test_service_monitors_only_where_the_cluster_serves_them(helm: Helm) -> None:
+    """metrics.serviceMonitor.enabled on a cluster without the Prometheus Operator renders
+    no ServiceMonitor (helm install would fail on its unknown kind), and NOTES say so."""
+    full = [CHART / "ci" / "full-values.yaml"]
+    assert not of_kind(helm.render("rel", "agent-saga", full), "ServiceMonitor")
+    assert len(of_kind(helm.render("rel", "agent-saga", full, api_versions=(SERVICE_MONITOR_API,)),
+                       "ServiceMonitor")) == 2
+
+
 # --------------------------------------------------------------------------- refusals
 BAD_VALUES = [
     (["operator.replica=2"], "additional properties 'replica' not allowed"),
     (["unknownTopLevel=1"], "additional properties 'unknownTopLevel' not allowed"),
-    (["redis.password=hunter2"], "additional properties 'password' not allowed"),
-    (["redis.auth.password=hunter2"], "additional properties 'password' not allowed"),
+    # A password as a value is refused with the way to pass one (a Secret).
+    (["redis.password=hunter2"], "is not a value"),
+    (["redis.password=hunter2"], "set redis.auth.existingSecret=agent-saga-redis"),
+    (["redis.auth.password=hunter2"], "create secret generic agent-saga-redis"),
     (["operator.logLevel=TRACE"], "logLevel"),
     (["redis.inChart.appendFsync=sometimes"], "appendFsync"),
     (["recoveryd.podAntiAffinityPreset=maybe"], "podAntiAffinityPreset"),
