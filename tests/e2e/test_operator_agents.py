@@ -22,6 +22,7 @@ import redis
 from agent_process import AgentProcess
 from agent_saga_operator.models import GROUP, VERSION
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from example_manifests import in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
@@ -102,7 +103,7 @@ def get(kube: KubeCluster, ns: str, plural: str, name: str) -> dict[str, Any]:
 
 def apply(kube: KubeCluster, ns: str, manifest: dict[str, Any] | Path) -> None:
     if isinstance(manifest, Path):
-        kube.kubectl("apply", "-n", ns, "-f", str(manifest))
+        kube.kubectl("apply", "-n", ns, "-f", "-", input=in_namespace(manifest, ns))
     else:
         kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
 
@@ -138,7 +139,7 @@ def test_kill_switch_halts_drains_and_quarantines_running_agents(
     refused = until_call(agent, False, operator, tool="wire.send", amount=1)
     assert "fraud pattern" in refused["error"], refused
     assert agent.send("call", tool="ledger.post", amount=1)["ok"]
-    crds.kubectl("delete", "-n", ns, "-f", str(ROOT / "examples/k8s/killswitch.yaml"))
+    crds.kubectl("delete", "-n", ns, "-f", "-", input=in_namespace(ROOT / "examples/k8s/killswitch.yaml", ns))
     until_call(agent, True, operator, tool="wire.send", amount=1)
 
     # Drain: the running saga finishes its steps; new sagas are refused.

@@ -18,6 +18,7 @@ import redis
 from agent_saga_operator.handlers import FINALIZER
 from agent_saga_operator.models import API_VERSION, GROUP, KINDS, VERSION
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from example_manifests import EXAMPLES, in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
@@ -224,7 +225,6 @@ def test_the_synced_marker_comes_back_with_the_resync_and_agents_hold_the_halt_m
     assert "synced marker" in operator.log()
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 
 
 #: With no agent running, what each example's status honestly says: a SagaPolicy nothing
@@ -236,7 +236,7 @@ def test_examples_apply_cleanly_and_become_ready(crds: KubeCluster, ns: str, ope
                                                  r: redis.Redis) -> None:
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert {f.name for f in files} >= {"killswitch.yaml", "budget.yaml", "policy.yaml", "modelroute.yaml"}
-    out = crds.kubectl("apply", "-n", ns, *(a for f in files for a in ("-f", str(f)))).stdout
+    out = crds.kubectl("apply", "-n", ns, "-f", "-", input="---\n".join(in_namespace(f, ns) for f in files)).stdout
     objects = [line.split()[0] for line in out.splitlines() if line.strip()]
     assert len(objects) == 7, out  # 4 BudgetLimits, 1 each of the others
     for ref in objects:

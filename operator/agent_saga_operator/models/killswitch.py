@@ -134,8 +134,8 @@ class KillSwitch(Resource):
         kind="KillSwitch",
         plural="killswitches",
         short_names=("ks",),
-        description="Halt, drain or quarantine agents fleet-wide (the kill switch). Agents obey the "
-        "KillSwitches of the namespaces they read (AgentKit policy_namespaces, AGENT_SAGA_POLICY_NAMESPACES).",
+        description="Halt, drain or quarantine agents fleet-wide (the kill switch). It governs the agents "
+        "that read its namespace (AGENT_SAGA_NAMESPACE, by default the agent pod's namespace).",
         columns=(
             PrinterColumn("Action", "string", ".spec.action"),
             PrinterColumn("Scope", "string", ".status.scope"),
