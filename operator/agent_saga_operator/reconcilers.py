@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent_saga.controls.limits import display_amount
+
 from .acks import Tracked, desired_status
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
@@ -56,7 +58,7 @@ def _synced(rev: int, what: str) -> Cond:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+    return display_amount(x)
 
 
 def _follow(ctx: Context, t: Tracked) -> tuple[dict[str, Any], tuple[Cond, ...]]:
