@@ -58,6 +58,8 @@ __all__ = ["FINALIZER", "build_registry", "reconcile", "reflect_approval"]
 log = logging.getLogger("agent_saga_operator")
 
 FINALIZER = f"{GROUP}/projection"
+#: Who Events name as their source (`kubectl describe`'s "From").
+REPORTING_COMPONENT = "agent-saga-operator"
 ANNOTATION_PREFIX = GROUP
 _PROJECTED_KINDS = ("KillSwitch", "BudgetLimit", "SagaPolicy", "ModelRoute")
 
@@ -208,12 +210,38 @@ async def reflect_approval(ctx: Context, api: Any, namespace: str, name: str) ->
     generation = int(meta.get("generation") or 0)
     model = SPEC_MODELS["Approval"].model_validate(dict(obj.get("spec") or {}))
     outcome = await reconcile_approval(ctx, model, Identity.from_meta(meta), status, now)  # type: ignore[arg-type]
-    diff, _, _ = _status_patch(status, outcome, generation, now)
+    diff, old_ready, new_ready = _status_patch(status, outcome, generation, now)
     if diff:
         await asyncio.to_thread(api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, "approvals",
                                 name, {"status": diff})
         metrics.RECONCILES.labels("Approval", "reflect", "ok").inc()
+        if new_ready is not None and changed(old_ready, new_ready):
+            # The same Event a kubectl decision gets (Approved / Denied / Expired), for a
+            # decision made with the CLI or by the agent's expiry. Posted directly: the
+            # bridge runs outside kopf's handlers, where kopf.event has no queue.
+            await asyncio.to_thread(post_event, api.api_client, obj, new_ready)
     return True
+
+
+def post_event(api_client: Any, obj: Mapping[str, Any], cond: Mapping[str, Any]) -> None:
+    """A core/v1 Event about ``obj`` for condition ``cond``, as kopf.event posts them
+    (Normal when the condition is True, else Warning; reported by the operator)."""
+    from kubernetes import client
+
+    meta = obj["metadata"]
+    now = _now()
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+        involved_object=client.V1ObjectReference(
+            api_version=obj.get("apiVersion"), kind=obj.get("kind"), name=meta["name"],
+            namespace=meta["namespace"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion")),
+        type="Normal" if cond["status"] == "True" else "Warning",
+        reason=str(cond["reason"]), message=str(cond.get("message", ""))[:1024],
+        source=client.V1EventSource(component=REPORTING_COMPONENT),
+        reporting_component=REPORTING_COMPONENT, reporting_instance=REPORTING_COMPONENT,
+        first_timestamp=now, last_timestamp=now, event_time=now, action="Reconcile", count=1,
+    )
+    client.CoreV1Api(api_client).create_namespaced_event(meta["namespace"], event)
 
 
 def _api_client(config: OperatorConfig) -> Any:
@@ -280,6 +308,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.networking.connect_timeout = config.watch_connect_timeout
         # Events only for what a human cares about (posted explicitly), not every log line.
         settings.posting.level = logging.WARNING
+        # `kubectl describe` / `kubectl get events` name the operator, not the framework.
+        settings.posting.reporting_component = REPORTING_COMPONENT
         settings.peering.name = config.peering_name
         settings.peering.standalone = config.standalone
         settings.peering.priority = config.priority
