@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between reads of pending approval requests (notifications act at once)")
     p.add_argument("--ack-interval", type=float, default=float(_env("AGENT_SAGA_ACK_INTERVAL", "1") or 1),
                    help="seconds between reads of agent heartbeats into status (notifications act at once)")
+    p.add_argument("--approval-ttl-after-finished", type=float, metavar="SECONDS",
+                   default=float(_env("AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED", "0") or 0),
+                   help="delete an Approval this many seconds after it was approved, denied or expired, like a "
+                   "Job's ttlSecondsAfterFinished; 0 keeps them (env AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED)")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"),
                    help="DEBUG, INFO, WARNING (env AGENT_SAGA_LOG_LEVEL)")
     return p
@@ -102,6 +106,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
     if min(args.resync_interval, args.usage_interval, args.approval_poll_interval, args.ack_interval) <= 0:
         p.error("--resync-interval, --usage-interval, --approval-poll-interval and --ack-interval must be positive")
+    if args.approval_ttl_after_finished < 0:
+        p.error("--approval-ttl-after-finished must be 0 (keep finished Approvals) or a positive number of seconds")
     return args
 
 
@@ -135,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_client_timeout=args.watch_timeout + 30,
         approval_poll_interval=args.approval_poll_interval,
         ack_interval=args.ack_interval,
+        approval_ttl_after_finished=args.approval_ttl_after_finished,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

@@ -16,7 +16,8 @@ For each kind (``build_registry``):
                                      are reflected through ``reflect_approval``;
                                      starts the synced marker (``marker.SyncMarker``) and
                                      the acknowledgement tally (``acks.AckAggregator``):
-                                     agent heartbeats become Acknowledged / Ready
+                                     agent heartbeats become Acknowledged / Ready; with
+                                     a TTL, the Approval janitor (``janitor``)
     probe                            /healthz reports Redis reachability (never fails on it)
 
 Invariants:
@@ -48,6 +49,7 @@ from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
 from .config import Context, OperatorConfig
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
+from .janitor import ApprovalJanitor
 from .marker import SyncMarker
 from .models import GROUP, KINDS, VERSION, BudgetLimitSpec, KillSwitchSpec
 from .projection import ProjectionUnavailable
@@ -333,6 +335,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo["marker"] = asyncio.create_task(marker.run(stop), name="synced-marker")
         acks = AckAggregator(ctx, api_client, interval=config.ack_interval)
         memo["acks"] = asyncio.create_task(acks.run(stop), name="acknowledgements")
+        if config.approval_ttl_after_finished > 0:
+            janitor = ApprovalJanitor(api_client, config.approval_ttl_after_finished, config.namespaces)
+            memo["janitor"] = asyncio.create_task(janitor.run(stop), name="approval-janitor")
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -340,7 +345,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if running is not None:
             _, stop, task, api_client = running
             stop.set()
-            for t in (task, memo.get("marker"), memo.get("acks")):
+            for t in (task, memo.get("marker"), memo.get("acks"), memo.get("janitor")):
                 if t is None:
                     continue
                 try:

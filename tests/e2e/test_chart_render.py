@@ -294,6 +294,23 @@ def test_rbac_covers_exactly_the_generated_crds(renders: dict[str, list[dict[str
     assert {"clusterkopfpeerings", "kopfpeerings"} <= plurals["kopf.dev"]
 
 
+def test_approval_ttl_grants_delete_on_approvals_only(helm: Helm) -> None:
+    """operator.approvalTtlSecondsAfterFinished > 0 passes the TTL and grants delete on
+    approvals (the janitor removes finished ones); 0, the default, grants no delete."""
+    def deletes(objs: list[dict[str, Any]]) -> set[str]:
+        role = one(objs, "ClusterRole", "operator")
+        return {res for r in role["rules"] if "delete" in r["verbs"] for res in r["resources"]}
+
+    default = helm.render("rel", "agent-saga")
+    assert deletes(default) == set()
+    assert not [a for a in one(default, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+                if a.startswith("--approval-ttl-after-finished")]
+    ttl = helm.render("rel", "agent-saga", sets=["operator.approvalTtlSecondsAfterFinished=604800"])
+    assert deletes(ttl) == {"approvals"}
+    args = one(ttl, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--approval-ttl-after-finished=604800" in args
+
+
 def test_service_monitors_only_where_the_cluster_serves_them(helm: Helm) -> None:
     """metrics.serviceMonitor.enabled on a cluster without the Prometheus Operator renders
     no ServiceMonitor (helm install would fail on its unknown kind), and NOTES say so."""

@@ -305,3 +305,41 @@ def test_a_standby_replica_does_not_double_process(
         assert 'kind="KillSwitch"' not in standby.metrics()
     assert active.proc is not None and active.proc.poll() is not None
     assert standby.proc is not None and standby.proc.poll() is not None
+
+
+def _approval(name: str, deadline: str, **decision: str) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "Approval", "metadata": {"name": name}, "spec": {
+        "requestId": name, "tool": "wire.send", "sagaId": "saga-1", "stepId": "s1", "rule": "irreversible",
+        "argumentsDigest": "sha256:" + "ab" * 32, "requestedAt": "2026-07-01T12:00:00Z", "deadline": deadline,
+        **decision}}
+
+
+def test_finished_approvals_are_deleted_after_their_ttl(
+    crds: KubeCluster, ns: str, fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    """--approval-ttl-after-finished: a decided Approval is deleted that long after its
+    decision (like a Job's ttlSecondsAfterFinished); a pending one stays."""
+    op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
+                         extra_args=["--standalone", "--health-host", "127.0.0.1",
+                                     "--approval-ttl-after-finished", "1"])
+    with op:
+        op.wait_ready()
+        custom = api(crds)
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals",
+                                               _approval("pending-one", "2099-01-01T00:00:00Z"))
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals", _approval(
+            "decided-one", "2099-01-01T00:00:00Z", decision="Approved", approver="risk@corp"))
+        decided = wait_status(crds, ns, "approvals", "decided-one", "Approved", op,
+                              lambda o: (o.get("status") or {}).get("phase") == "Approved")
+        assert decided["status"]["decidedAt"]
+
+        def gone() -> bool | None:
+            try:
+                get(crds, ns, "approvals", "decided-one")
+            except ApiException as e:
+                return True if e.status == 404 else None
+            return None
+        poll(gone, timeout=DEADLINE, what="the decided Approval deleted after its TTL")
+        assert "deleted finished Approval" in op.log()
+        # The pending one is never a janitor's business.
+        assert (get(crds, ns, "approvals", "pending-one").get("status") or {}).get("phase") == "Pending"

@@ -7,7 +7,9 @@ the whole cluster, a Role per watched namespace otherwise). What each rule is fo
   observedGeneration, revision).
 - approvals also: create (the approval bridge mirrors each runtime request into an
   Approval named after it) and get (it re-reads one to reflect a decision made with the
-  CLI). No update or delete on any kind, and no get or create on the others.
+  CLI); delete only with operator.approvalTtlSecondsAfterFinished > 0 (finished
+  Approvals are removed after it). No update on any kind, no delete on the others, and
+  no get or create on the others.
 - events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
 - kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
   object (its keep-alive record in status).
@@ -23,6 +25,11 @@ kopf peering replaces leader-election leases.
 - apiGroups: ["agentsaga.dev"]
   resources: ["approvals"]
   verbs: ["get", "create"]
+{{- if gt (int $root.Values.operator.approvalTtlSecondsAfterFinished) 0 }}
+- apiGroups: ["agentsaga.dev"]
+  resources: ["approvals"]
+  verbs: ["delete"]
+{{- end }}
 - apiGroups: ["agentsaga.dev"]
   resources: ["killswitches/status", "budgetlimits/status", "sagapolicies/status", "approvals/status", "modelroutes/status"]
   verbs: ["patch"]
