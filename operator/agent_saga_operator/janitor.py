@@ -62,20 +62,23 @@ class ApprovalJanitor:
 
     def _list(self) -> list[dict[str, Any]]:
         if not self.namespaces:
-            return list(self.api.list_cluster_custom_object(GROUP, VERSION, "approvals")["items"])
+            listed: Any = self.api.list_cluster_custom_object(GROUP, VERSION, "approvals")
+            return list(listed["items"])
         items: list[dict[str, Any]] = []
         for ns in self.namespaces:
-            items += self.api.list_namespaced_custom_object(GROUP, VERSION, ns, "approvals")["items"]
+            listed = self.api.list_namespaced_custom_object(GROUP, VERSION, ns, "approvals")
+            items += listed["items"]
         return items
 
     def _delete(self, obj: Mapping[str, Any]) -> bool:
+        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         meta = obj["metadata"]
         try:
             self.api.delete_namespaced_custom_object(
                 GROUP, VERSION, meta["namespace"], "approvals", meta["name"],
-                body={"preconditions": {"uid": meta["uid"]}})
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])))
         except ApiException as e:
             if e.status in (404, 409):  # already gone, or a new object under that name
                 return False
