@@ -24,8 +24,9 @@ Invariants:
 - Status is written through the status subresource and only when it changed; Ready and
   Synced follow ``conditions.set_condition`` (transition time kept unless the status
   flips); ``observedGeneration`` is the generation just reconciled.
-- An Event is posted on every Ready transition (status or reason changed), Warning when
-  Ready is not True, and on deletion.
+- An Event is posted on every Ready transition (status or reason changed), on a spec
+  edit that changes what Ready says (a new scope), Warning when Ready is not True, and on
+  deletion.
 - A Redis failure sets Synced=False/RedisUnavailable and raises ``TemporaryError`` so
   kopf retries; an unenforceable spec sets Ready=False/Invalid and is not retried.
 """
@@ -85,8 +86,12 @@ def _status_patch(
     return diff, find(status.get("conditions"), READY), find(conds, READY)
 
 
-def _emit(body: kopf.Body, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-    if new is None or not changed(old, new):
+def _emit(body: kopf.Body, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+          *, edited: bool = False) -> None:
+    """An Event for a Ready transition; with ``edited`` (a spec change) also when only the
+    message changed (a KillSwitch re-scoped from tool:a to tool:b stays Engaged)."""
+    if new is None or not (changed(old, new) or (edited and old is not None and old.get("message") != new.get(
+            "message"))):
         return
     kopf.event(body, type="Normal" if new["status"] == "True" else "Warning",
                reason=str(new["reason"]), message=str(new.get("message", "")))
@@ -133,7 +138,7 @@ async def reconcile(
         diff, old_ready, new_ready = _status_patch(status, outcome, generation, now)
         for k, v in diff.items():
             patch.status[k] = v
-        _emit(body, old_ready, new_ready)
+        _emit(body, old_ready, new_ready, edited=trigger == "update")
         if outcome.rev:
             metrics.PROJECTIONS.labels(kind, "put" if outcome.engaged is not False else "delete").inc()
             metrics.observe_lag(kind, meta, now)

@@ -143,6 +143,9 @@ def test_killswitch_is_projected_updated_and_removed(
     assert note == {"rev": obj["status"]["revision"], "v": 1, "kind": "KillSwitch",
                     "id": f"{ns}/halt-wires", "op": "put"}
     sub.close()
+    # The edit posts an Event too (still Engaged, now for the new scope).
+    poll(lambda: [m for t, rs, m in events_for(crds, ns, "halt-wires") if rs == "Engaged" and "stripe.*" in m],
+         timeout=DEADLINE, what="an Event for the new scope")
 
     # The periodic resync writes nothing when nothing changed (the revision stays).
     rev = obj["status"]["revision"]
