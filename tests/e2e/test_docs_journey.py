@@ -10,7 +10,8 @@ at a real Redis. The working directory holds what the docs assume: the repositor
 
 What is read:
 - docs/install.md: every indented or fenced code block. A fenced `yaml` block whose first
-  line is `# FILE` is written to FILE (the values file); every other line is a command, a
+  line is `# FILE` is written to FILE (the values file); a fenced block in another
+  non-shell language (a `dockerfile`) is shown, not run; every other line is a command, a
   comment, or the continuation of a command ending in `\\`. A line the journey does not
   recognise as one of the programs a reader runs fails the test (nothing is dropped silently).
 - README.md: the quick start's `make` lines and the `$ ` lines of its console blocks.
@@ -48,7 +49,11 @@ from fixtures.redis_server import RedisServer
 INSTALL = REPO_ROOT / "docs" / "install.md"
 README = REPO_ROOT / "README.md"
 SKIP = re.compile(r"#.*\(not run in the docs test: (?P<why>.+)\)\s*$")
-PROGRAMS = ("kubectl", "helm", "make", "docker", "agent-saga", "agent-saga-operator", "pip", ".venv/bin/python")
+PROGRAMS = ("kubectl", "helm", "make", "docker", "kind", "bash", "agent-saga", "agent-saga-operator", "pip",
+            ".venv/bin/python")
+#: Fenced blocks in these languages are commands; another language (dockerfile) is shown,
+#: not run; yaml with a "# FILE" first line is written to FILE.
+SHELL_LANGS = ("", "console", "bash", "sh", "shell")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 
 
@@ -110,7 +115,7 @@ def install_steps() -> list[Step]:
             if fence.group("lang") == "yaml":
                 assert first.startswith("# "), f"docs/install.md:{body[0][0]}: a yaml block without '# FILE' first"
                 steps.append(Step(f"docs/install.md:{body[0][0]}", file=(first[2:].strip(), text), section=section))
-            else:
+            elif fence.group("lang") in SHELL_LANGS:
                 steps += _commands(body, "docs/install.md", section)
         elif line.startswith("    ") and (i == 0 or not lines[i - 1].strip()):
             block: list[tuple[int, str]] = []

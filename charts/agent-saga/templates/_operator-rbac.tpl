@@ -5,11 +5,14 @@ the whole cluster, a Role per watched namespace otherwise). What each rule is fo
 - agentsaga.dev kinds: list + watch (kopf's watch streams), patch (finalizer and kopf's
   progress annotations, merge- and JSON-patch); .../status: patch (conditions,
   observedGeneration, revision).
+- get on every kind but budgetlimits: the acknowledgement writer re-reads a KillSwitch,
+  SagaPolicy or ModelRoute for its resourceVersion before it patches what the agents'
+  heartbeats show (Acknowledged, ACKED), and the approval bridge re-reads an Approval to
+  reflect a decision made with the CLI.
 - approvals also: create (the approval bridge mirrors each runtime request into an
-  Approval named after it) and get (it re-reads one to reflect a decision made with the
-  CLI); delete only with operator.approvalTtlSecondsAfterFinished > 0 (finished
-  Approvals are removed after it). No update on any kind, no delete on the others, and
-  no get or create on the others.
+  Approval named after it); delete only with operator.approvalTtlSecondsAfterFinished > 0
+  (finished Approvals are removed that long after their decision). No update on any kind,
+  no delete on the others, and no create on the others.
 - events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
 - kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
   object (its keep-alive record in status).
@@ -23,8 +26,11 @@ kopf peering replaces leader-election leases.
   resources: ["killswitches", "budgetlimits", "sagapolicies", "approvals", "modelroutes"]
   verbs: ["list", "watch", "patch"]
 - apiGroups: ["agentsaga.dev"]
+  resources: ["killswitches", "sagapolicies", "approvals", "modelroutes"]
+  verbs: ["get"]
+- apiGroups: ["agentsaga.dev"]
   resources: ["approvals"]
-  verbs: ["get", "create"]
+  verbs: ["create"]
 {{- if gt (int $root.Values.operator.approvalTtlSecondsAfterFinished) 0 }}
 - apiGroups: ["agentsaga.dev"]
   resources: ["approvals"]

@@ -159,7 +159,8 @@ def test_rbac_names_every_generated_crd() -> None:
     assert plurals and granted == (
         {(p, v) for p in plurals for v in ("list", "watch", "patch")}
         | {(f"{p}/status", "patch") for p in plurals}
-        | {("approvals", "get"), ("approvals", "create")}
+        | {(p, "get") for p in ("killswitches", "sagapolicies", "approvals", "modelroutes")}
+        | {("approvals", "create")}
         # only with operator.approvalTtlSecondsAfterFinished > 0 (test_chart_render.py checks)
         | {("approvals", "delete")})
 
