@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench"), str(REPO / "operator"), str(REPO / "runtime")]
 
@@ -169,8 +171,10 @@ def main() -> int:
         limit = {"apiVersion": "agentsaga.dev/v1alpha1", "kind": "BudgetLimit", "metadata": {"name": "ledger-spend"},
                  "spec": {"kind": "Budget", "arg": "amount", "maxTotal": 100000, "window": "1h",
                           "tools": ["ledger.*"]}}
-        out = kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(limit)).stdout
-        shell("kubectl apply -f budget.yaml   # at most 100,000 per hour on ledger.*, for the whole fleet", out)
+        (work / "budget.yaml").write_text(yaml.safe_dump(limit, sort_keys=False))
+        out = kube.kubectl("apply", "-n", NS, "-f", str(work / "budget.yaml")).stdout
+        shell(f"kubectl apply -n {NS} -f budget.yaml   # at most 100,000 per hour on ledger.*, for the whole fleet",
+              out)
         api = client.CustomObjectsApi(kube.api_client())
         def spent() -> bool:
             o = cast(dict[str, Any], api.get_namespaced_custom_object("agentsaga.dev", "v1alpha1", NS,
@@ -178,7 +182,8 @@ def main() -> int:
             return bool((o.get("status") or {}).get("used", 0) > 0)
         wait(spent, "BudgetLimit status showing spend")
         time.sleep(1.5)  # let a little spend accumulate, for the table
-        shell("kubectl get budgetlimits", kube.kubectl("get", "budgetlimits", "-n", NS, "-o", "wide").stdout)
+        shell(f"kubectl get budgetlimits -n {NS} -o wide",
+              kube.kubectl("get", "budgetlimits", "-n", NS, "-o", "wide").stdout)
         say("every agent debits the same Redis windows atomically; the operator reads the spend back")
         say()
 
@@ -188,18 +193,19 @@ def main() -> int:
                          "requestedBy": "soc@corp"}}
         for ag in agents:
             ag.drain()
-        t = time.monotonic()
-        out = kube.kubectl("apply", "-n", NS, "-f", "-", input=json.dumps(halt)).stdout
-        shell("kubectl apply -f killswitch.yaml   # Halt ledger.* for every agent", out)
+        (work / "killswitch.yaml").write_text(yaml.safe_dump(halt, sort_keys=False))
+        out = kube.kubectl("apply", "-n", NS, "-f", str(work / "killswitch.yaml")).stdout
+        t = time.monotonic()  # kubectl has returned: the object is stored
+        shell(f"kubectl apply -n {NS} -f killswitch.yaml   # Halt ledger.* for every agent", out)
         refusals = [ag.next_event(lambda e: e["event"] == "refused") for ag in agents]
         say(f"all {N_AGENTS} agents refuse within {(time.monotonic() - t) * 1000:.0f} ms of kubectl returning; "
             f"for example:")
         say(refusals[0]["reason"], agents[0].name)
-        shell("kubectl get killswitches", kube.kubectl("get", "killswitches", "-n", NS).stdout)
+        shell(f"kubectl get killswitches -n {NS}", kube.kubectl("get", "killswitches", "-n", NS).stdout)
         say("a refused step spends nothing: the kill switch is checked before the limits")
         time.sleep(1.0)
         out = kube.kubectl("delete", "-n", NS, "killswitch", "halt-ledger").stdout
-        shell("kubectl delete killswitch halt-ledger", out)
+        shell(f"kubectl delete killswitch halt-ledger -n {NS}", out)
         for ag in agents:
             ag.drain()
             ag.next_event(lambda e: e["event"] == "committed")

@@ -96,7 +96,7 @@ async def main() -> None:
                     await asyncio.sleep(0.25)
             say(agent=name, event="committed", saga=saga.saga_id)
         except GateBlocked as e:
-            say(agent=name, event="refused", reason=str(e).split(": ", 1)[-1][:160])
+            say(agent=name, event="refused", reason=str(e).split(": ", 1)[-1])
             await asyncio.sleep(0.5)
 
 

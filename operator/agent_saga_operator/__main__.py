@@ -18,7 +18,29 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "parse_args"]
+__all__ = ["build_parser", "main", "parse_args"]
+
+EPILOG = """examples:
+  # in a cluster (the chart runs this): the service account's token, every namespace
+  agent-saga-operator --redis-url redis://:PASSWORD@redis:6379/0
+
+  # outside the cluster (a laptop, CI): your kubeconfig, one namespace, no peering
+  agent-saga-operator --kubeconfig ~/.kube/config --redis-url redis://127.0.0.1:6379/0 \\
+      --namespace payments --standalone
+
+docs/install.md ("Running the operator outside the cluster") and docs/env.md."""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag's default after its help (never a URL's: it may carry a password from the
+    environment); the examples kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        hidden = action.default is None or isinstance(action.default, bool) or action.dest == "redis_url"
+        if hidden or action.default is argparse.SUPPRESS or "%(default)" in text:
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -26,12 +48,15 @@ def _env(name: str, default: str | None = None) -> str | None:
     return value or default
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The operator's command line (``agent-saga-operator --help``)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The operator's command line (``agent-saga-operator --help`` shows every default)."""
     p = argparse.ArgumentParser(
         prog="agent-saga-operator",
-        description="Reconcile agent-saga custom resources (KillSwitch, BudgetLimit, SagaPolicy, "
-        "Approval, ModelRoute) into the Redis policy plane.",
+        description="Reconcile agent-saga custom resources (KillSwitch, BudgetLimit, SagaPolicy,\n"
+        "Approval, ModelRoute) into the Redis policy plane. A flag's default comes from the\n"
+        "environment variable named in its help, else it is the value shown.",
+        epilog=EPILOG,
+        formatter_class=_Formatter,
     )
     p.add_argument("--redis-url", default=_env("AGENT_SAGA_REDIS_URL"),
                    help="the policy plane: redis://host:6379/0 (env AGENT_SAGA_REDIS_URL)")
@@ -64,12 +89,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds between reads of pending approval requests (notifications act at once)")
     p.add_argument("--ack-interval", type=float, default=float(_env("AGENT_SAGA_ACK_INTERVAL", "1") or 1),
                    help="seconds between reads of agent heartbeats into status (notifications act at once)")
-    p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
+    p.add_argument("--approval-ttl-after-finished", type=float, metavar="SECONDS",
+                   default=float(_env("AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED", "0") or 0),
+                   help="delete an Approval this many seconds after it was approved, denied or expired, like a "
+                   "Job's ttlSecondsAfterFinished; 0 keeps them (env AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED)")
+    p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"),
+                   help="DEBUG, INFO, WARNING (env AGENT_SAGA_LOG_LEVEL)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The operator's command line, parsed and checked."""
+    p = build_parser()
     args = p.parse_args(argv)
     if not args.redis_url:
         p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
     if min(args.resync_interval, args.usage_interval, args.approval_poll_interval, args.ack_interval) <= 0:
         p.error("--resync-interval, --usage-interval, --approval-poll-interval and --ack-interval must be positive")
+    if args.approval_ttl_after_finished < 0:
+        p.error("--approval-ttl-after-finished must be 0 (keep finished Approvals) or a positive number of seconds")
     return args
 
 
@@ -103,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_client_timeout=args.watch_timeout + 30,
         approval_poll_interval=args.approval_poll_interval,
         ack_interval=args.ack_interval,
+        approval_ttl_after_finished=args.approval_ttl_after_finished,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

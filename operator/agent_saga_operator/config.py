@@ -41,6 +41,8 @@ class OperatorConfig:
     approval_poll_interval: float = 2.0
     marker_interval: float = 2.0
     ack_interval: float = 1.0
+    #: Seconds after which a finished Approval is deleted (0: kept forever).
+    approval_ttl_after_finished: float = 0.0
 
     @property
     def clusterwide(self) -> bool:

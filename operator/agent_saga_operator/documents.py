@@ -34,6 +34,7 @@ from .models import (
     ModelRouteSpec,
     SagaPolicySpec,
 )
+from .models._base import DURATION_UNITS
 from .models.budgetlimit import LimitScope
 
 __all__ = [
@@ -98,16 +99,16 @@ def _envelope(kind: str, who: Identity) -> dict[str, Any]:
 
 
 def duration_seconds(text: str) -> int:
-    """``24h`` / ``1h30m`` / ``60s`` in seconds (the schema's pattern, already checked)."""
+    """``1d`` / ``24h`` / ``1h30m`` / ``60s`` in seconds (the schema's pattern, already checked)."""
     total, num = 0, ""
     for ch in text:
         if ch.isdigit():
             num += ch
             continue
-        total += int(num) * {"h": 3600, "m": 60, "s": 1}[ch]
+        total += int(num) * DURATION_UNITS[ch]
         num = ""
     if num or total <= 0:
-        raise InvalidSpec(f"duration {text!r} is not like 24h, 1h30m or 60s")
+        raise InvalidSpec(f"duration {text!r} is not like 1d, 24h, 1h30m or 60s")
     return total
 
 

@@ -16,15 +16,17 @@ For each kind (``build_registry``):
                                      are reflected through ``reflect_approval``;
                                      starts the synced marker (``marker.SyncMarker``) and
                                      the acknowledgement tally (``acks.AckAggregator``):
-                                     agent heartbeats become Acknowledged / Ready
+                                     agent heartbeats become Acknowledged / Ready; with
+                                     a TTL, the Approval janitor (``janitor``)
     probe                            /healthz reports Redis reachability (never fails on it)
 
 Invariants:
 - Status is written through the status subresource and only when it changed; Ready and
   Synced follow ``conditions.set_condition`` (transition time kept unless the status
   flips); ``observedGeneration`` is the generation just reconciled.
-- An Event is posted on every Ready transition (status or reason changed), Warning when
-  Ready is not True, and on deletion.
+- An Event is posted on every Ready transition (status or reason changed), on a spec
+  edit that changes what Ready says (a new scope), Warning when Ready is not True, and on
+  deletion.
 - A Redis failure sets Synced=False/RedisUnavailable and raises ``TemporaryError`` so
   kopf retries; an unenforceable spec sets Ready=False/Invalid and is not retried.
 """
@@ -48,6 +50,7 @@ from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
 from .config import Context, OperatorConfig
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
+from .janitor import ApprovalJanitor
 from .marker import SyncMarker
 from .models import GROUP, KINDS, VERSION, BudgetLimitSpec, KillSwitchSpec
 from .projection import ProjectionUnavailable
@@ -58,6 +61,8 @@ __all__ = ["FINALIZER", "build_registry", "reconcile", "reflect_approval"]
 log = logging.getLogger("agent_saga_operator")
 
 FINALIZER = f"{GROUP}/projection"
+#: Who Events name as their source (`kubectl describe`'s "From").
+REPORTING_COMPONENT = "agent-saga-operator"
 ANNOTATION_PREFIX = GROUP
 _PROJECTED_KINDS = ("KillSwitch", "BudgetLimit", "SagaPolicy", "ModelRoute")
 
@@ -81,8 +86,12 @@ def _status_patch(
     return diff, find(status.get("conditions"), READY), find(conds, READY)
 
 
-def _emit(body: kopf.Body, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
-    if new is None or not changed(old, new):
+def _emit(body: kopf.Body, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+          *, edited: bool = False) -> None:
+    """An Event for a Ready transition; with ``edited`` (a spec change) also when only the
+    message changed (a KillSwitch re-scoped from tool:a to tool:b stays Engaged)."""
+    if new is None or not (changed(old, new) or (edited and old is not None and old.get("message") != new.get(
+            "message"))):
         return
     kopf.event(body, type="Normal" if new["status"] == "True" else "Warning",
                reason=str(new["reason"]), message=str(new.get("message", "")))
@@ -129,7 +138,7 @@ async def reconcile(
         diff, old_ready, new_ready = _status_patch(status, outcome, generation, now)
         for k, v in diff.items():
             patch.status[k] = v
-        _emit(body, old_ready, new_ready)
+        _emit(body, old_ready, new_ready, edited=trigger == "update")
         if outcome.rev:
             metrics.PROJECTIONS.labels(kind, "put" if outcome.engaged is not False else "delete").inc()
             metrics.observe_lag(kind, meta, now)
@@ -208,12 +217,38 @@ async def reflect_approval(ctx: Context, api: Any, namespace: str, name: str) ->
     generation = int(meta.get("generation") or 0)
     model = SPEC_MODELS["Approval"].model_validate(dict(obj.get("spec") or {}))
     outcome = await reconcile_approval(ctx, model, Identity.from_meta(meta), status, now)  # type: ignore[arg-type]
-    diff, _, _ = _status_patch(status, outcome, generation, now)
+    diff, old_ready, new_ready = _status_patch(status, outcome, generation, now)
     if diff:
         await asyncio.to_thread(api.patch_namespaced_custom_object_status, GROUP, VERSION, namespace, "approvals",
                                 name, {"status": diff})
         metrics.RECONCILES.labels("Approval", "reflect", "ok").inc()
+        if new_ready is not None and changed(old_ready, new_ready):
+            # The same Event a kubectl decision gets (Approved / Denied / Expired), for a
+            # decision made with the CLI or by the agent's expiry. Posted directly: the
+            # bridge runs outside kopf's handlers, where kopf.event has no queue.
+            await asyncio.to_thread(post_event, api.api_client, obj, new_ready)
     return True
+
+
+def post_event(api_client: Any, obj: Mapping[str, Any], cond: Mapping[str, Any]) -> None:
+    """A core/v1 Event about ``obj`` for condition ``cond``, as kopf.event posts them
+    (Normal when the condition is True, else Warning; reported by the operator)."""
+    from kubernetes import client
+
+    meta = obj["metadata"]
+    now = _now()
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+        involved_object=client.V1ObjectReference(
+            api_version=obj.get("apiVersion"), kind=obj.get("kind"), name=meta["name"],
+            namespace=meta["namespace"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion")),
+        type="Normal" if cond["status"] == "True" else "Warning",
+        reason=str(cond["reason"]), message=str(cond.get("message", ""))[:1024],
+        source=client.V1EventSource(component=REPORTING_COMPONENT),
+        reporting_component=REPORTING_COMPONENT, reporting_instance=REPORTING_COMPONENT,
+        first_timestamp=now, last_timestamp=now, event_time=now, action="Reconcile", count=1,
+    )
+    client.CoreV1Api(api_client).create_namespaced_event(meta["namespace"], event)
 
 
 def _api_client(config: OperatorConfig) -> Any:
@@ -280,6 +315,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.networking.connect_timeout = config.watch_connect_timeout
         # Events only for what a human cares about (posted explicitly), not every log line.
         settings.posting.level = logging.WARNING
+        # `kubectl describe` / `kubectl get events` name the operator, not the framework.
+        settings.posting.reporting_component = REPORTING_COMPONENT
         settings.peering.name = config.peering_name
         settings.peering.standalone = config.standalone
         settings.peering.priority = config.priority
@@ -303,6 +340,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         memo["marker"] = asyncio.create_task(marker.run(stop), name="synced-marker")
         acks = AckAggregator(ctx, api_client, interval=config.ack_interval)
         memo["acks"] = asyncio.create_task(acks.run(stop), name="acknowledgements")
+        if config.approval_ttl_after_finished > 0:
+            janitor = ApprovalJanitor(api_client, config.approval_ttl_after_finished, config.namespaces)
+            memo["janitor"] = asyncio.create_task(janitor.run(stop), name="approval-janitor")
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(memo: kopf.Memo, **_: Any) -> None:
@@ -310,7 +350,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if running is not None:
             _, stop, task, api_client = running
             stop.set()
-            for t in (task, memo.get("marker"), memo.get("acks")):
+            for t in (task, memo.get("marker"), memo.get("acks"), memo.get("janitor")):
                 if t is None:
                     continue
                 try:

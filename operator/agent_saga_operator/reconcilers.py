@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from agent_saga.controls.limits import display_amount
+
 from .acks import Tracked, desired_status
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
@@ -56,7 +58,7 @@ def _synced(rev: int, what: str) -> Cond:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+    return display_amount(x)
 
 
 def _follow(ctx: Context, t: Tracked) -> tuple[dict[str, Any], tuple[Cond, ...]]:
@@ -190,21 +192,36 @@ def _stored_time(stored: Mapping[str, Any], fallback: datetime) -> str:
         return rfc3339(fallback)
 
 
+def shown_approver(phase: str, stored: Mapping[str, Any]) -> str | None:
+    """Who ``status.approver`` (the APPROVER column) names: the human who decided; nobody
+    for an expiry (the runtime records its own name as the expiring party, not a human)."""
+    return None if phase == "Expired" else (stored.get("approver") or None)
+
+
+def conflict_outcome(phase: str, message: str, conflict: str, fields: dict[str, Any]) -> Outcome:
+    """A decision that lost to one already in the policy plane: Ready follows the phase
+    that is in force (what the saga acts on) and says the other decision was not written;
+    Synced=False, reason Conflict, says this object's own decision is not the stored one."""
+    lost = f"{message}. {conflict}: this object's decision was not written"
+    ready = Cond(READY, "True" if phase == "Approved" else "False", Reason.CONFLICT, lost)
+    return Outcome(ready, Cond(SYNCED, "False", Reason.CONFLICT, conflict), fields)
+
+
 def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "") -> Outcome:
     """The status of an Approval whose decision is the one stored in the policy plane
     (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry)."""
     decision = str(stored.get("decision") or "").lower()
     phase = _PHASES.get(decision, "Denied")
-    approver = stored.get("approver") or None
+    approver = shown_approver(phase, stored)
     source = str(stored.get("source") or "")
     fields: dict[str, Any] = {"phase": phase, "decidedAt": _stored_time(stored, now), "approver": approver,
                               "source": source or None}
     by = f" by {approver}" if approver else ""
     where = f" (source {source})" if source else ""
     if conflict:
-        return Outcome(Cond(READY, "False", Reason.CONFLICT, f"{conflict}; the saga acts on that one. "
-                            f"This object's decision was not written."),
-                       Cond(SYNCED, "False", Reason.CONFLICT, conflict), fields)
+        said = {"Approved": f"approved{by}{where}: the saga may proceed",
+                "Expired": "the deadline passed without an answer: expiry denies"}
+        return conflict_outcome(phase, said.get(phase, f"denied{by}{where}: the saga is refused"), conflict, fields)
     synced = Cond(SYNCED, "True", Reason.PROJECTED, f"the decision{where} is in the policy plane")
     if phase == "Approved":
         return Outcome(Cond(READY, "True", Reason.APPROVED, f"approved{by}{where}: the saga may proceed"),

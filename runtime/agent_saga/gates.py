@@ -207,9 +207,11 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> Ga
             lever=lever, reason=decision.reason, decided_by=decision.decided_by,
             saga_id=saga_id, step_id=step_id, tool=tool,
         )
+    reason = decision.reason or "no reason given"
+    # Said once: a control's own reason (the kill switch, the breaker) may already say it.
+    tail = "" if "nothing was executed" in reason else "; nothing was executed"
     raise GateBlocked(
-        f"step {step_id} ({tool}) refused by the gate ({decision.verdict}{by}): "
-        f"{decision.reason or 'no reason given'}; nothing was executed",
+        f"step {step_id} ({tool}) refused by the gate ({decision.verdict}{by}): {reason}{tail}",
         reason=decision.reason, decided_by=decision.decided_by,
         saga_id=saga_id, step_id=step_id, tool=tool,
     ) from failure

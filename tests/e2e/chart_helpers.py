@@ -51,8 +51,13 @@ class Helm:
         return proc
 
     def template(self, release: str = "rel", namespace: str = "agent-saga", values: Sequence[Path] = (),
-                 sets: Sequence[str] = (), check: bool = True) -> subprocess.CompletedProcess[str]:
+                 sets: Sequence[str] = (), check: bool = True,
+                 api_versions: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+        """``helm template``; ``api_versions`` (group/version/Kind) are what the cluster serves
+        besides the built-in kinds (``.Capabilities.APIVersions``)."""
         args = ["template", release, str(CHART), "--namespace", namespace]
+        for api in api_versions:
+            args += ["--api-versions", api]
         for v in values:
             args += ["--values", str(v)]
         for s in sets:
@@ -61,9 +66,9 @@ class Helm:
         return self.run(*args, check=check)
 
     def render(self, release: str = "rel", namespace: str = "agent-saga", values: Sequence[Path] = (),
-               sets: Sequence[str] = ()) -> list[dict[str, Any]]:
+               sets: Sequence[str] = (), api_versions: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The rendered templates (not crds/) as a list of objects."""
-        return docs(self.template(release, namespace, values, sets).stdout)
+        return docs(self.template(release, namespace, values, sets, api_versions=api_versions).stdout)
 
 
 def docs(text: str) -> list[dict[str, Any]]:

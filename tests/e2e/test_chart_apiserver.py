@@ -184,6 +184,13 @@ def test_notes_tell_the_next_commands(cluster: KubeCluster, helm: Helm, kube_nam
     trial = helm.run("install", release_name(), str(CHART), "--dry-run=server", "--namespace", kube_namespace,
                      "--values", str(CHART / "ci" / "inchart-redis-values.yaml")).stdout
     assert "NOT FOR PRODUCTION" in trial.split("NOTES:", 1)[1]
+    # Asked for ServiceMonitors on a cluster without the Prometheus Operator: none are
+    # created (the install would fail on the unknown kind) and NOTES say why.
+    monitored = helm.run("install", release_name(), str(CHART), "--dry-run=server", "--namespace", kube_namespace,
+                         "--set", "metrics.serviceMonitor.enabled=true").stdout
+    manifest, notes = monitored.split("NOTES:", 1)
+    assert "kind: ServiceMonitor" not in manifest
+    assert "no ServiceMonitor was created" in " ".join(notes.split())
 
 
 # --------------------------------------------------------------------------- lifecycle

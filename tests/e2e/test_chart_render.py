@@ -26,6 +26,7 @@ from chart_helpers import (
 )
 
 VALUE_SETS: list[tuple[str, list[Path]]] = [("default", [])] + [(p.stem, [p]) for p in CI_VALUES]
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,9 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
 
 @pytest.fixture(scope="module")
 def renders(helm: Helm) -> dict[str, list[dict[str, Any]]]:
-    return {name: helm.render("rel", "agent-saga", values) for name, values in VALUE_SETS}
+    # Rendered for a cluster that serves the Prometheus Operator's ServiceMonitor.
+    return {name: helm.render("rel", "agent-saga", values, api_versions=(SERVICE_MONITOR_API,))
+            for name, values in VALUE_SETS}
 
 
 def test_ci_values_cover_every_option() -> None:
@@ -291,12 +294,40 @@ def test_rbac_covers_exactly_the_generated_crds(renders: dict[str, list[dict[str
     assert {"clusterkopfpeerings", "kopfpeerings"} <= plurals["kopf.dev"]
 
 
+def test_approval_ttl_grants_delete_on_approvals_only(helm: Helm) -> None:
+    """operator.approvalTtlSecondsAfterFinished > 0 passes the TTL and grants delete on
+    approvals (the janitor removes finished ones); 0, the default, grants no delete."""
+    def deletes(objs: list[dict[str, Any]]) -> set[str]:
+        role = one(objs, "ClusterRole", "operator")
+        return {res for r in role["rules"] if "delete" in r["verbs"] for res in r["resources"]}
+
+    default = helm.render("rel", "agent-saga")
+    assert deletes(default) == set()
+    assert not [a for a in one(default, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+                if a.startswith("--approval-ttl-after-finished")]
+    ttl = helm.render("rel", "agent-saga", sets=["operator.approvalTtlSecondsAfterFinished=604800"])
+    assert deletes(ttl) == {"approvals"}
+    args = one(ttl, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--approval-ttl-after-finished=604800" in args
+
+
+def test_service_monitors_only_where_the_cluster_serves_them(helm: Helm) -> None:
+    """metrics.serviceMonitor.enabled on a cluster without the Prometheus Operator renders
+    no ServiceMonitor (helm install would fail on its unknown kind), and NOTES say so."""
+    full = [CHART / "ci" / "full-values.yaml"]
+    assert not of_kind(helm.render("rel", "agent-saga", full), "ServiceMonitor")
+    assert len(of_kind(helm.render("rel", "agent-saga", full, api_versions=(SERVICE_MONITOR_API,)),
+                       "ServiceMonitor")) == 2
+
+
 # --------------------------------------------------------------------------- refusals
 BAD_VALUES = [
     (["operator.replica=2"], "additional properties 'replica' not allowed"),
     (["unknownTopLevel=1"], "additional properties 'unknownTopLevel' not allowed"),
-    (["redis.password=hunter2"], "additional properties 'password' not allowed"),
-    (["redis.auth.password=hunter2"], "additional properties 'password' not allowed"),
+    # A password as a value is refused with the way to pass one (a Secret).
+    (["redis.password=hunter2"], "is not a value"),
+    (["redis.password=hunter2"], "set redis.auth.existingSecret=agent-saga-redis"),
+    (["redis.auth.password=hunter2"], "create secret generic agent-saga-redis"),
     (["operator.logLevel=TRACE"], "logLevel"),
     (["redis.inChart.appendFsync=sometimes"], "appendFsync"),
     (["recoveryd.podAntiAffinityPreset=maybe"], "podAntiAffinityPreset"),

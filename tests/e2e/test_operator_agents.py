@@ -22,6 +22,7 @@ import redis
 from agent_process import AgentProcess
 from agent_saga_operator.models import GROUP, VERSION
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from example_manifests import in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
@@ -102,9 +103,16 @@ def get(kube: KubeCluster, ns: str, plural: str, name: str) -> dict[str, Any]:
 
 def apply(kube: KubeCluster, ns: str, manifest: dict[str, Any] | Path) -> None:
     if isinstance(manifest, Path):
-        kube.kubectl("apply", "-n", ns, "-f", str(manifest))
+        kube.kubectl("apply", "-n", ns, "-f", "-", input=in_namespace(manifest, ns))
     else:
         kube.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
+
+
+def approval_events(kube: KubeCluster, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    """The Events about Approval ``name`` with ``reason`` (newest last)."""
+    out = kube.kubectl("get", "events", "-n", ns, "-o", "json",
+                       "--field-selector", f"involvedObject.kind=Approval,involvedObject.name={name}").stdout
+    return [e for e in json.loads(out)["items"] if e["reason"] == reason]
 
 
 def switch(name: str, action: str, scope: dict[str, str] | None = None) -> dict[str, Any]:
@@ -138,7 +146,7 @@ def test_kill_switch_halts_drains_and_quarantines_running_agents(
     refused = until_call(agent, False, operator, tool="wire.send", amount=1)
     assert "fraud pattern" in refused["error"], refused
     assert agent.send("call", tool="ledger.post", amount=1)["ok"]
-    crds.kubectl("delete", "-n", ns, "-f", str(ROOT / "examples/k8s/killswitch.yaml"))
+    crds.kubectl("delete", "-n", ns, "-f", "-", input=in_namespace(ROOT / "examples/k8s/killswitch.yaml", ns))
     until_call(agent, True, operator, tool="wire.send", amount=1)
 
     # Drain: the running saga finishes its steps; new sagas are refused.
@@ -244,6 +252,26 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
         return st if st.get("phase") == "Approved" and st.get("approver") == "cfo@corp" else None
     st = poll(reflected, timeout=DEADLINE, what="CLI decision reflected in status")
     assert st["source"].startswith("cli")
+    # ... with the Event a kubectl decision gets, posted by the operator (not "kopf").
+    for approval, approver in ((second, "cfo@corp"), (name, "risk@corp")):
+        event = poll(lambda a=approval: approval_events(crds, ns, a, "Approved"), timeout=DEADLINE,
+                     what=f"an Approved Event for {approval}")[0]
+        assert approver in event["message"] and event["type"] == "Normal", event
+        assert event["source"]["component"] == "agent-saga-operator", event
+    # A kubectl decision made after the CLI's loses: the phase is the CLI's, and Ready
+    # follows that phase (True: the saga proceeds), saying the other was not written.
+    crds.kubectl("patch", "-n", ns, "approval", second, "--type=merge", "-p",
+                 json.dumps({"spec": {"decision": "Denied", "approver": "late@corp"}}))
+
+    def conflicted() -> dict[str, Any] | None:
+        o = get(crds, ns, "approvals", second)
+        conds = {c["type"]: c for c in (o.get("status") or {}).get("conditions", [])}
+        return o if conds.get("Synced", {}).get("reason") == "Conflict" else None
+    lost = poll(conflicted, timeout=DEADLINE, what="the late kubectl decision reported as a Conflict")["status"]
+    ready = {c["type"]: c for c in lost["conditions"]}["Ready"]
+    assert lost["phase"] == "Approved" and lost["approver"] == "cfo@corp", lost
+    assert ready["status"] == "True" and ready["reason"] == "Conflict", ready
+    assert "approved by cfo@corp" in ready["message"] and "was not written" in ready["message"], ready
 
     # 4. Operator killed and restarted while a request is pending: no duplicate.
     operator.kill()
@@ -268,6 +296,11 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
             assert sorted(names) == sorted({name, second, third}), names   # no duplicates
             out = crds.kubectl("get", "approvals", "-n", ns).stdout
             assert "Expired" in out and "risk@corp" in out and "cfo@corp" in out, out
+            # An expiry has no approver: the column is empty, not the runtime's name.
+            expired_obj = get(crds, ns, "approvals", third)
+            assert "approver" not in expired_obj["status"], expired_obj["status"]
+            row = crds.kubectl("get", "approval", third, "-n", ns, "--no-headers").stdout.split()
+            assert row[3] == "Expired" and row[4].startswith(expired_obj["spec"]["deadline"][:19]), row
         finally:
             op3.stop()
     finally:

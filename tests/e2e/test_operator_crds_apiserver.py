@@ -81,13 +81,20 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("bad-enum", "KillSwitch", {**GOOD_KS, "action": "Stop"}, ("spec.action", "Unsupported value", "Halt")),
     ("missing-reason", "KillSwitch", {k: v for k, v in GOOD_KS.items() if k != "reason"},
      ("spec.reason", "Required value")),
-    ("blank-reason", "KillSwitch", {**GOOD_KS, "reason": "   "}, ("spec.reason",)),
+    ("blank-reason", "KillSwitch", {**GOOD_KS, "reason": "   "}, ("spec.reason", "sentence saying why, not blank")),
     ("missing-requested-by", "KillSwitch", {k: v for k, v in GOOD_KS.items() if k != "requestedBy"},
      ("spec.requestedBy", "Required value")),
-    ("malformed-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire send"}}, ("spec.scope.tool", "should match")),
-    ("bracket-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire.[ab"}}, ("spec.scope.tool",)),
+    ("malformed-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire send"}},
+     ("spec.scope.tool", '"wire send"', "must be a tool name or glob", "no spaces", "e.g. wire.send")),
+    ("bracket-glob", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire.[ab"}}, ("spec.scope.tool", "no spaces or brackets")),
     ("two-scopes", "KillSwitch", {**GOOD_KS, "scope": {"tool": "wire.send", "tag": "eu"}},
-     ("spec.scope", "at most one of tool, tag or sagaId")),
+     ("spec.scope", "more than one of tool, tag and sagaId", "keep exactly one")),
+    # A blank scope is not a global halt: one empty field must not stop the fleet.
+    ("empty-scope", "KillSwitch", {**GOOD_KS, "scope": {}},
+     ("spec.scope", "scope is empty", "remove scope entirely for a global switch")),
+    ("blank-tool-scope", "KillSwitch", {**GOOD_KS, "scope": {"tool": None}},
+     ("spec.scope", "scope is empty", "set one of them")),
+    ("empty-string-tool-scope", "KillSwitch", {**GOOD_KS, "scope": {"tool": ""}}, ("spec.scope.tool", "at least 1")),
     ("quarantine-no-saga", "KillSwitch", {**GOOD_KS, "action": "Quarantine"},
      ("spec.scope", "set scope.sagaId")),
     ("halt-with-saga", "KillSwitch", {**GOOD_KS, "scope": {"sagaId": "saga-1"}},
@@ -103,10 +110,15 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
      ("spec.maxTotal", "kind Budget")),
     ("rate-escalates", "BudgetLimit", {"kind": "Rate", "window": "60s", "maxCalls": 20, "escalateToHuman": True},
      ("spec.escalateToHuman",)),
-    ("bad-window", "BudgetLimit", {**GOOD_BUDGET, "window": "1 day"}, ("spec.window",)),
+    ("bad-window", "BudgetLimit", {**GOOD_BUDGET, "window": "1 day"},
+     ("spec.window", '"1 day"', "d, h, m and s", "e.g. 1d, 24h, 1h30m or 60s")),
+    ("ms-window", "BudgetLimit", {**GOOD_BUDGET, "window": "500ms"}, ("spec.window", '"500ms"', "ms is not supported")),
     ("zero-window", "BudgetLimit", {**GOOD_BUDGET, "window": "0s"}, ("spec.window", "at least 1s")),
     ("bad-kind", "BudgetLimit", {**GOOD_BUDGET, "kind": "Spend"}, ("spec.kind", "Unsupported value")),
-    ("malformed-limit-glob", "BudgetLimit", {**GOOD_BUDGET, "tools": ["stripe *"]}, ("spec.tools[0]",)),
+    ("malformed-limit-glob", "BudgetLimit", {**GOOD_BUDGET, "tools": ["stripe *"]},
+     ("spec.tools[0]", '"stripe *"', "tool name or glob")),
+    ("malformed-by-arg", "BudgetLimit", {**GOOD_BUDGET, "scope": {"byArgs": ["customer id"]}},
+     ("spec.scope.byArgs[0]", "argument name", "e.g. amount or customer_id")),
     ("compensable-without-inverse", "SagaPolicy", {"tools": {"stripe__create_charge": {"semantics": "COMPENSABLE"}}},
      ("spec.tools[stripe__create_charge].compensate", "must declare its inverse")),
     ("irreversible-with-inverse", "SagaPolicy",
@@ -118,7 +130,12 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
      ("spec.tools", "exact names")),
     ("bad-json-path", "SagaPolicy",
      {"tools": {"c": {"semantics": "COMPENSABLE", "compensate": {"tool": "r", "args": {"charge": "id"}}}}},
-     ("spec.tools.c.compensate.args.charge", "should match")),
+     ("spec.tools[c].compensate.args[charge]", '"id"', "a path starting at $", "e.g. $.id")),
+    ("bad-policy-arg-path", "SagaPolicy", {"tools": {"c": {"semantics": "REVERSIBLE", "policyArgs": {"amount": "amount"}}}},
+     ("spec.tools[c].policyArgs[amount]", "a path starting at $")),
+    ("bad-handler", "SagaPolicy",
+     {"tools": {"c": {"semantics": "COMPENSABLE", "compensate": {"handler": "stripe refund"}}}},
+     ("spec.tools[c].compensate.handler", "@compensator", "e.g. stripe.refund")),
     ("rule-two-conditions", "SagaPolicy",
      {"rules": [{"name": "r", "tagged": "eu", "toolMatches": ["wire.*"]}]}, ("spec.rules[0]", "exactly one condition")),
     ("undeclared-forward", "SagaPolicy", {"undeclaredTools": "Forward"}, ("spec.undeclaredTools", "Unsupported value")),
@@ -128,10 +145,16 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("decision-without-approver", "Approval", approval_spec(decision="Approved"),
      ("spec.approver", "needs an approver")),
     ("bad-digest", "Approval", approval_spec(argumentsDigest="md5:00"), ("spec.argumentsDigest",)),
+    ("blank-approver", "Approval", approval_spec(decision="Approved", approver=" risk@corp"),
+     ("spec.approver", "starting with a non-blank character")),
     ("unknown-preferred-host", "ModelRoute",
      {"hosts": [{"name": "local-7b", "endpoint": "http://127.0.0.1:8080/v1", "model": "m",
                  "capabilities": {"contextTokens": 2048}}], "preference": ["frontier"]},
-     ("spec.preference", "must name a host")),
+     ("spec.preference", "preference names frontier", "not the name of a host in hosts", "add that host")),
+    ("bad-credential-ref", "ModelRoute",
+     {"hosts": [{"name": "h", "endpoint": "http://a.example", "model": "m", "capabilities": {"contextTokens": 1},
+                 "credentialRef": "sk-Live_Key"}]},
+     ("spec.hosts[0].credentialRef", "name of a Secret", "never the key itself")),
     ("duplicate-host", "ModelRoute",
      {"hosts": [{"name": "h", "endpoint": "http://a", "model": "m", "capabilities": {"contextTokens": 1}},
                 {"name": "h", "endpoint": "http://b", "model": "m", "capabilities": {"contextTokens": 1}}]},
@@ -140,7 +163,7 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
      ("spec.decision", "together with decision")),
     ("bad-endpoint", "ModelRoute",
      {"hosts": [{"name": "h", "endpoint": "ftp://x", "model": "m", "capabilities": {"contextTokens": 1}}]},
-     ("spec.hosts[0].endpoint",)),
+     ("spec.hosts[0].endpoint", '"ftp://x"', "http:// or https://")),
 ]
 
 
@@ -160,6 +183,8 @@ def test_valid_objects_are_accepted_and_defaulted(crds: KubeCluster, ns: str) ->
     apply(crds, ns, obj("KillSwitch", "q", {**GOOD_KS, "action": "Quarantine", "scope": {"sagaId": "saga-8f3c"}}))
     apply(crds, ns, obj("KillSwitch", "drain", {**GOOD_KS, "action": "Drain", "scope": {"tag": "eu"}, "ttlSeconds": 600}))
     apply(crds, ns, obj("BudgetLimit", "daily", GOOD_BUDGET))
+    apply(crds, ns, obj("BudgetLimit", "weekly", {**GOOD_BUDGET, "window": "7d"}))
+    apply(crds, ns, obj("BudgetLimit", "mixed", {**GOOD_BUDGET, "window": "1d12h"}))
     got = api.get_namespaced_custom_object(GROUP, VERSION, ns, "budgetlimits", "daily")
     assert got["spec"]["escalateToHuman"] is False  # defaulted by the API server
     apply(crds, ns, obj("BudgetLimit", "velocity", {"kind": "Rate", "maxCalls": 20, "window": "1m",
@@ -214,6 +239,12 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
     assert header.split() == ["NAME", "ACTION", "SCOPE", "ENGAGED", "ACKED", "EXPIRES", "READY", "AGE"]
     # EXPIRES is blank without a TTL.
     assert row.split()[:6] == ["cols", "Halt", "tool:wire.send", "true", "2/3", "True"]
+    # A TTL's expiry prints as the time it lifts (a "date" column would show a future
+    # time as <invalid>).
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "killswitches", "cols", {"status": {
+        "expiresAt": "2099-07-01T12:00:00Z"}})
+    row = crds.kubectl("get", "killswitches", "-n", ns, "cols").stdout.splitlines()[1]
+    assert row.split()[5] == "2099-07-01T12:00:00Z", row
     wide = crds.kubectl("get", "ks", "-n", ns, "cols", "-o", "wide").stdout
     assert "REASON" in wide and "fraud pattern" in wide and "agents refuse tool:wire.send" in wide
 
@@ -231,3 +262,6 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
     ):
         header = crds.kubectl("get", plural, "-n", ns, "cols").stdout.splitlines()[0]
         assert header.split() == cols, (plural, header)
+    # The deadline prints as written, future or past.
+    row = crds.kubectl("get", "approvals", "-n", ns, "cols").stdout.splitlines()[1]
+    assert "2026-07-01T12:15:00Z" in row.split(), row

@@ -18,6 +18,7 @@ import redis
 from agent_saga_operator.handlers import FINALIZER
 from agent_saga_operator.models import API_VERSION, GROUP, KINDS, VERSION
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from example_manifests import EXAMPLES, in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
@@ -142,6 +143,9 @@ def test_killswitch_is_projected_updated_and_removed(
     assert note == {"rev": obj["status"]["revision"], "v": 1, "kind": "KillSwitch",
                     "id": f"{ns}/halt-wires", "op": "put"}
     sub.close()
+    # The edit posts an Event too (still Engaged, now for the new scope).
+    poll(lambda: [m for t, rs, m in events_for(crds, ns, "halt-wires") if rs == "Engaged" and "stripe.*" in m],
+         timeout=DEADLINE, what="an Event for the new scope")
 
     # The periodic resync writes nothing when nothing changed (the revision stays).
     rev = obj["status"]["revision"]
@@ -224,7 +228,6 @@ def test_the_synced_marker_comes_back_with_the_resync_and_agents_hold_the_halt_m
     assert "synced marker" in operator.log()
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 
 
 #: With no agent running, what each example's status honestly says: a SagaPolicy nothing
@@ -236,7 +239,7 @@ def test_examples_apply_cleanly_and_become_ready(crds: KubeCluster, ns: str, ope
                                                  r: redis.Redis) -> None:
     files = sorted(EXAMPLES.glob("*.yaml"))
     assert {f.name for f in files} >= {"killswitch.yaml", "budget.yaml", "policy.yaml", "modelroute.yaml"}
-    out = crds.kubectl("apply", "-n", ns, *(a for f in files for a in ("-f", str(f)))).stdout
+    out = crds.kubectl("apply", "-n", ns, "-f", "-", input="---\n".join(in_namespace(f, ns) for f in files)).stdout
     objects = [line.split()[0] for line in out.splitlines() if line.strip()]
     assert len(objects) == 7, out  # 4 BudgetLimits, 1 each of the others
     for ref in objects:
@@ -305,3 +308,41 @@ def test_a_standby_replica_does_not_double_process(
         assert 'kind="KillSwitch"' not in standby.metrics()
     assert active.proc is not None and active.proc.poll() is not None
     assert standby.proc is not None and standby.proc.poll() is not None
+
+
+def _approval(name: str, deadline: str, **decision: str) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "Approval", "metadata": {"name": name}, "spec": {
+        "requestId": name, "tool": "wire.send", "sagaId": "saga-1", "stepId": "s1", "rule": "irreversible",
+        "argumentsDigest": "sha256:" + "ab" * 32, "requestedAt": "2026-07-01T12:00:00Z", "deadline": deadline,
+        **decision}}
+
+
+def test_finished_approvals_are_deleted_after_their_ttl(
+    crds: KubeCluster, ns: str, fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    """--approval-ttl-after-finished: a decided Approval is deleted that long after its
+    decision (like a Job's ttlSecondsAfterFinished); a pending one stays."""
+    op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
+                         extra_args=["--standalone", "--health-host", "127.0.0.1",
+                                     "--approval-ttl-after-finished", "1"])
+    with op:
+        op.wait_ready()
+        custom = api(crds)
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals",
+                                               _approval("pending-one", "2099-01-01T00:00:00Z"))
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals", _approval(
+            "decided-one", "2099-01-01T00:00:00Z", decision="Approved", approver="risk@corp"))
+        decided = wait_status(crds, ns, "approvals", "decided-one", "Approved", op,
+                              lambda o: (o.get("status") or {}).get("phase") == "Approved")
+        assert decided["status"]["decidedAt"]
+
+        def gone() -> bool | None:
+            try:
+                get(crds, ns, "approvals", "decided-one")
+            except ApiException as e:
+                return True if e.status == 404 else None
+            return None
+        poll(gone, timeout=DEADLINE, what="the decided Approval deleted after its TTL")
+        assert "deleted finished Approval" in op.log()
+        # The pending one is never a janitor's business.
+        assert (get(crds, ns, "approvals", "pending-one").get("status") or {}).get("phase") == "Pending"

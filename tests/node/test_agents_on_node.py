@@ -2,7 +2,7 @@
 (examples/payments/deployment.yaml) running sagas against the chart's in-cluster Redis,
 and the recovery fleet behind them.
 
-- `kubectl apply -f examples/k8s/killswitch.yaml`: every agent pod refuses wire.send;
+- the example KillSwitch (examples/k8s/killswitch.yaml, moved to the agents' namespace): every agent pod refuses wire.send;
   deleting it, every pod sends again;
 - an agent pod force-deleted in the middle of a saga: a recoveryd pod refunds its charge,
   exactly once (the bank's own count of refund requests, not a balance), and no sweep of
@@ -19,10 +19,20 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import yaml
 from agent_saga import RedisWAL
 from node_support import REPO_ROOT, Agents, Release, bank, pod_http, poll
 
 KILLSWITCH = REPO_ROOT / "examples" / "k8s" / "killswitch.yaml"
+
+
+def killswitch_in(namespace: str) -> str:
+    """The example KillSwitch moved to ``namespace`` (the example names the namespace its
+    reader's agents read, payments; these agents run in the release's)."""
+    obj = yaml.safe_load(KILLSWITCH.read_text())
+    assert obj["metadata"]["namespace"] == "payments", obj["metadata"]
+    obj["metadata"]["namespace"] = namespace
+    return yaml.safe_dump(obj, sort_keys=False)
 DONE = "{agent-saga}:recovery:done"  # recoveryd's ledger (keyNamespace agent-saga)
 ATTEMPTS = "{agent-saga}:recovery:attempts"
 
@@ -45,7 +55,7 @@ def test_every_agent_obeys_the_kill_switch(agents: Agents) -> None:
     for p in pods:
         poll(lambda p=p: agents.stats(p)["ok"] > before[p]["ok"], what=f"{p} running sagas")
         assert sends(agents, p)
-    rel.kubectl("apply", "-f", str(KILLSWITCH))
+    rel.kubectl("apply", "-f", "-", input=killswitch_in(rel.namespace))
     try:
         for p in pods:
             poll(lambda p=p: refused(agents, p), what=f"{p} refusing wire.send")
@@ -55,7 +65,7 @@ def test_every_agent_obeys_the_kill_switch(agents: Agents) -> None:
             last = agents.stats(p)["last"]
             assert last["kind"] == "GateBlocked" and "fraud pattern on outbound wires" in last["error"], last
     finally:
-        rel.kubectl("delete", "-f", str(KILLSWITCH), "--wait=true")
+        rel.kubectl("delete", "-f", "-", "--wait=true", input=killswitch_in(rel.namespace))
     for p in pods:
         poll(lambda p=p: sends(agents, p), what=f"{p} sending again")
 

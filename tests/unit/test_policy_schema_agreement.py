@@ -121,6 +121,7 @@ CASES: list[tuple[str, Any]] = [
     ("path with index", with_((*T, "compensate", "args", "charge"), "$.items[0].id")),
     ("path not a string", with_((*T, "compensate", "args", "charge"), 3)),
     ("path too long", with_((*T, "compensate", "args", "charge"), "$" + ".a" * 128)),
+    ("path of 129 characters", with_((*T, "compensate", "args", "charge"), "$" + ".a" * 64)),
     ("33 args", with_((*T, "policyArgs"), {f"a{i}": "$.x" for i in range(33)})),
     ("policy args null", with_((*T, "policyArgs"), None)),
     ("require approval a string", with_(("tools", "wire.send", "requireApproval"), "yes")),

@@ -112,6 +112,9 @@ are checked here and fail the render naming the value to set.
 {{- end -}}
 
 {{- define "agent-saga.redis.validate" -}}
+{{- if or (hasKey .Values.redis "password") (hasKey .Values.redis.auth "password") -}}
+{{- fail "redis.password (or redis.auth.password) is not a value (a password in values ends up in the release Secret and in helm get values): put it in a Secret, kubectl -n NAMESPACE create secret generic agent-saga-redis --from-literal=redis-password=PASSWORD, and set redis.auth.existingSecret=agent-saga-redis (docs/install.md, Install)" -}}
+{{- end -}}
 {{- if and .Values.redis.inChart.enabled .Values.redis.auth.existingSecret -}}
 {{- fail "redis.inChart.enabled=true generates its own password Secret: leave redis.auth.existingSecret empty (or use your own Redis with redis.inChart.enabled=false)" -}}
 {{- end -}}
@@ -203,4 +206,15 @@ plus the comma-separated URLs kept in recoveryd.wal.existingSecret (PostgreSQL, 
 {{- fail "recoveryd has no log to recover: set recoveryd.wal.redisKeys (RedisWAL keys on the policy-plane Redis) or recoveryd.wal.existingSecret + recoveryd.wal.urlsKey (comma-separated WAL URLs)" -}}
 {{- end -}}
 {{- join "," $urls -}}
+{{- end -}}
+
+{{/*
+ServiceMonitors are rendered only where the Prometheus Operator's CRD is served: asked for
+(metrics.serviceMonitor.enabled) on a cluster without it, the install still succeeds and
+NOTES.txt says why there is no ServiceMonitor. "true" or empty.
+*/}}
+{{- define "agent-saga.serviceMonitor.render" -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor") -}}
+true
+{{- end -}}
 {{- end -}}

@@ -62,6 +62,9 @@ spec:
         - --resync-interval={{ $o.resyncInterval }}
         - --usage-interval={{ $o.usageInterval }}
         - --approval-poll-interval={{ $o.approvalPollInterval }}
+        {{- if gt (int $o.approvalTtlSecondsAfterFinished) 0 }}
+        - --approval-ttl-after-finished={{ $o.approvalTtlSecondsAfterFinished }}
+        {{- end }}
         - --health-port={{ $o.ports.health }}
         - --metrics-port={{ $o.ports.metrics }}
         - --log-level={{ $o.logLevel }}

@@ -10,7 +10,9 @@ the whole cluster, a Role per watched namespace otherwise). What each rule is fo
   heartbeats show (Acknowledged, ACKED), and the approval bridge re-reads an Approval to
   reflect a decision made with the CLI.
 - approvals also: create (the approval bridge mirrors each runtime request into an
-  Approval named after it). No update or delete on any kind, and no create on the others.
+  Approval named after it); delete only with operator.approvalTtlSecondsAfterFinished > 0
+  (finished Approvals are removed that long after their decision). No update on any kind,
+  no delete on the others, and no create on the others.
 - events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
 - kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
   object (its keep-alive record in status).
@@ -29,6 +31,11 @@ kopf peering replaces leader-election leases.
 - apiGroups: ["agentsaga.dev"]
   resources: ["approvals"]
   verbs: ["create"]
+{{- if gt (int $root.Values.operator.approvalTtlSecondsAfterFinished) 0 }}
+- apiGroups: ["agentsaga.dev"]
+  resources: ["approvals"]
+  verbs: ["delete"]
+{{- end }}
 - apiGroups: ["agentsaga.dev"]
   resources: ["killswitches/status", "budgetlimits/status", "sagapolicies/status", "approvals/status", "modelroutes/status"]
   verbs: ["patch"]

@@ -31,44 +31,111 @@ API_VERSION = f"{GROUP}/{VERSION}"
 CATEGORY = "agentsaga"
 
 # ---------------------------------------------------------------- constrained strings
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """A string pattern the API server checks with a CEL rule whose message says what is
+    wrong and how to write it, instead of OpenAPI's bare ``should match '^...$'``.
+
+    pydantic still validates the pattern (``StringConstraints``, which must come first in
+    the ``Annotated``); the generated schema keeps min/max length (the CEL cost bound) and
+    replaces ``pattern`` by a ``self.matches(...)`` rule with that message, which the API
+    server prints after the field's path and value (``spec.scope.tool: Invalid value: ...``).
+    """
+
+    pattern: str
+    #: What the value must be, and an example: "a tool name or glob such as wire.send".
+    expected: str
+    #: An equivalent, shorter RE2 pattern for the API server (its CEL cost grows with the
+    #: pattern's length); default: ``pattern``.
+    cel_pattern: str | None = None
+    #: More rules on the same value (checked after the pattern).
+    also: tuple[dict[str, str], ...] = ()
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+        schema = dict(handler(core_schema))
+        schema.pop("pattern", None)
+        # The API server prints the path and the value before the message
+        # (spec.scope.tool: Invalid value: "wire send": must be ...).
+        rule = cel(f"self.matches({cel_str(self.cel_pattern or self.pattern)})", "must be " + self.expected)
+        schema["x-kubernetes-validations"] = [*schema.get("x-kubernetes-validations", ()), rule, *self.also]
+        return schema
+
+
+def cel_str(text: str) -> str:
+    """A CEL string literal of ``text`` (raw, so a regex's backslashes stay as written)."""
+    quote = "'" if '"' in text else '"'
+    if quote in text:
+        raise ValueError(f"cannot quote {text!r} for CEL")
+    return "r" + quote + text + quote
+
+
 #: A tool name or shell-style glob over tool names: ``wire.send``, ``stripe.*``,
 #: ``stripe__create_charge``. Letters, digits, ``_ . - : /`` and the wildcards ``*``
 #: and ``?``; no spaces, no brackets (character classes are not supported).
 TOOL_GLOB_PATTERN = r"^[A-Za-z0-9_*?][A-Za-z0-9_.:/*?-]*$"
-ToolGlob = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_GLOB_PATTERN)]
+ToolGlob = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_GLOB_PATTERN),
+          Explained(TOOL_GLOB_PATTERN, "a tool name or glob of letters, digits, _ . - : / and the wildcards * ? "
+                       "(no spaces or brackets), e.g. wire.send or stripe.*")]
 
 #: An exact tool name (a SagaPolicy declares tools one by one, no wildcards).
 TOOL_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:/-]*$"
-ToolName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_NAME_PATTERN)]
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_NAME_PATTERN),
+          Explained(TOOL_NAME_PATTERN, "an exact tool name of letters, digits and _ . - : / (no wildcards, no spaces), "
+                       "e.g. stripe__create_refund")]
 
 #: A saga tag (``eu``, ``team:payments``).
 TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
-Tag = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=TAG_PATTERN)]
+Tag = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=TAG_PATTERN),
+          Explained(TAG_PATTERN, "a tag of letters, digits and _ . : / -, starting with a letter or "
+                  "digit, e.g. eu or team:payments")]
 
 #: A saga id as the runtime writes it (``saga-8f3c``, a UUID, ``checkout_402``).
 SAGA_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
-SagaId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=SAGA_ID_PATTERN)]
+SagaId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=SAGA_ID_PATTERN),
+          Explained(SAGA_ID_PATTERN, "a saga id as agent-saga inspect prints it (letters, digits, "
+                     "_ . : -), e.g. saga-8f3c")]
 
 #: A policy argument name (``amount``, ``customer_id``).
 ARG_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
-ArgName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=ARG_PATTERN)]
+ArgName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=ARG_PATTERN),
+          Explained(ARG_PATTERN, "an argument name of letters, digits and _ . -, starting with a "
+                      "letter or _, e.g. amount or customer_id")]
 
-#: A duration in Go's notation restricted to hours, minutes and seconds: ``24h``,
-#: ``1h30m``, ``60s``.
-DURATION_PATTERN = r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
-Duration = Annotated[str, StringConstraints(min_length=2, max_length=32, pattern=DURATION_PATTERN)]
+#: A duration: whole days, hours, minutes and seconds, largest first: ``1d``, ``24h``,
+#: ``1h30m``, ``60s``. Milliseconds are not supported (windows are at least 1s).
+DURATION_PATTERN = r"^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+DURATION_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+DURATION_EXPECTED = ("a duration in whole d, h, m and s, largest first, e.g. 1d, 24h, 1h30m or 60s "
+                     "(ms is not supported)")
+Duration = Annotated[str, StringConstraints(min_length=2, max_length=32, pattern=DURATION_PATTERN),
+                     Explained(DURATION_PATTERN, DURATION_EXPECTED)]
 
 #: A person or system that answers for an action (``soc@corp``, ``ci@corp``).
-Principal = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^\S.*$")]
+Principal = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^\S.*$"),
+          Explained(r"^\S.*$", "who answers for it, starting with a non-blank character, "
+                        "e.g. soc@corp")]
 
 #: A human sentence (a reason, a note): at least one non-blank character.
-Sentence = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^\s*\S[\s\S]*$")]
+Sentence = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=r"^\s*\S[\s\S]*$"),
+          Explained(r"^\s*\S[\s\S]*$", "a sentence saying why, not blank, "
+                       "e.g. fraud pattern on wire.send")]
 
 #: An agent name or glob over agent names (``AgentKit(name=...)``).
-AgentGlob = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_GLOB_PATTERN)]
+AgentGlob = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=TOOL_GLOB_PATTERN),
+          Explained(TOOL_GLOB_PATTERN, "an agent name (AgentKit(name=...)) or a glob of them, "
+                        "e.g. payments-agent or payments-*")]
 
 #: A CamelCase condition reason, as cert-manager writes them.
 REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+def cel_explained(rule: str, message_expression: str, *, field_path: str | None = None,
+                  reason: str | None = None) -> dict[str, str]:
+    """A CEL rule whose message is a CEL expression (it can quote the offending value)."""
+    out = cel(rule, "", field_path=field_path, reason=reason)
+    del out["message"]
+    out["messageExpression"] = message_expression
+    return out
 
 
 def cel(rule: str, message: str, *, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
@@ -116,7 +183,7 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 class Condition(CRDModel):
-    """One condition, as cert-manager writes them (a map keyed by ``type``)."""
+    """One condition (the list is a map keyed by type)."""
 
     type: str = Field(max_length=64, pattern=r"^[A-Z][A-Za-z0-9]*$", description="Ready, Synced, Engaged, ...")
     status: ConditionStatus

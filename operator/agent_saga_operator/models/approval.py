@@ -22,6 +22,7 @@ from pydantic import Field, StringConstraints
 from ._base import (
     BaseStatus,
     CRDModel,
+    Explained,
     KindInfo,
     Principal,
     PrinterColumn,
@@ -39,9 +40,13 @@ Decision = Literal["Approved", "Denied"]
 Phase = Literal["Pending", "Approved", "Denied", "Expired"]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
-RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=REQUEST_ID_PATTERN)]
+RequestId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=REQUEST_ID_PATTERN),
+                     Explained(REQUEST_ID_PATTERN, "a request id as agent-saga approvals list prints it, "
+                               "e.g. af83c011")]
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
-Digest = Annotated[str, StringConstraints(min_length=71, max_length=71, pattern=DIGEST_PATTERN)]
+Digest = Annotated[str, StringConstraints(min_length=71, max_length=71, pattern=DIGEST_PATTERN),
+                  Explained(DIGEST_PATTERN, "sha256: and 64 lowercase hex digits (the operator writes it "
+                            "from the agent's request)")]
 DisplayValue = Annotated[str, StringConstraints(max_length=1024)]
 
 
@@ -127,7 +132,7 @@ class Approval(Resource):
             PrinterColumn("Saga", "string", ".spec.sagaId"),
             PrinterColumn("Phase", "string", ".status.phase"),
             PrinterColumn("Approver", "string", ".status.approver"),
-            PrinterColumn("Deadline", "date", ".spec.deadline"),
+            PrinterColumn("Deadline", "string", ".spec.deadline", "No answer by then denies it (UTC)"),
             PrinterColumn("Rule", "string", ".spec.rule", priority=1),
             *ready_columns(),
         ),

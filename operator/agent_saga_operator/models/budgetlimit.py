@@ -8,21 +8,23 @@ reads the window's use back into ``status``.
 
 Rules the API server enforces: Budget needs ``arg`` and ``maxTotal`` (and takes no
 ``maxCalls``); Rate needs ``maxCalls`` (and takes neither ``arg``, ``maxTotal`` nor
-``escalateToHuman``); ``maxTotal`` is positive; the window is at least one second.
+``escalateToHuman``); ``maxTotal`` is positive; the window is a duration in d/h/m/s of at least one second.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from ._base import (
+    DURATION_EXPECTED,
+    DURATION_PATTERN,
     ArgName,
     BaseStatus,
     CRDModel,
-    Duration,
+    Explained,
     KindInfo,
     PrinterColumn,
     Resource,
@@ -33,6 +35,12 @@ from ._base import (
 )
 
 LimitKindName = Literal["Budget", "Rate"]
+
+#: A sliding window: a duration of at least one second (a non-zero digit: every unit is
+#: at least a second).
+Window = Annotated[str, StringConstraints(min_length=2, max_length=32, pattern=DURATION_PATTERN),
+                   Explained(DURATION_PATTERN, DURATION_EXPECTED,
+                             also=(cel("self.matches('[1-9]')", "window must be at least 1s (1d, 24h, 1h30m, 60s)"),))]
 
 
 class LimitScope(CRDModel):
@@ -77,11 +85,8 @@ class BudgetLimitSpec(CRDModel):
         default=None, gt=0, description="The most the window may sum to (Budget), e.g. 50000."
     )
     max_calls: int | None = Field(default=None, ge=1, description="The most calls per window (Rate).")
-    window: Duration = Field(
-        description="The sliding window: 24h, 1h30m, 60s.",
-        json_schema_extra=validations(
-            cel("duration(self) >= duration('1s')", "window must be at least 1s (24h, 1h30m, 60s)")
-        ),
+    window: Window = Field(
+        description="The sliding window in whole d, h, m and s, largest first: 1d, 24h, 1h30m, 60s.",
     )
     scope: LimitScope | None = Field(default=None, description="Which calls share one window; absent: global.")
     tools: list[ToolGlob] | None = Field(

@@ -7,7 +7,8 @@ TTL lifts any of them on its own.
 
 Rules the API server enforces:
 - ``reason`` and ``requestedBy`` are required: who stopped the fleet, and why.
-- ``scope`` names at most one of ``tool``, ``tag``, ``sagaId``; none means global.
+- ``scope``, when present, names exactly one of ``tool``, ``tag``, ``sagaId``; a global
+  switch omits ``scope`` (an empty or blank scope is refused, never read as global).
 - Quarantine needs ``scope.sagaId`` and ``scope.sagaId`` is only for Quarantine.
 - Drain is global or by tag (it is about starting sagas, not calling tools).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from ._base import (
     AgentsStatus,
@@ -32,6 +33,7 @@ from ._base import (
     Tag,
     ToolGlob,
     cel,
+    cel_explained,
     ready_columns,
     validations,
 )
@@ -40,13 +42,17 @@ KillSwitchAction = Literal["Halt", "Drain", "Quarantine"]
 
 
 class KillSwitchScope(CRDModel):
-    """What the switch applies to. Empty: everything (global)."""
+    """What the switch applies to: exactly one of tool, tag or sagaId. To stop everything,
+    omit scope (an empty scope is refused: one blank field must not halt the fleet)."""
 
     model_config = CRDModel.model_config | {
         "json_schema_extra": validations(
-            cel(
-                "(has(self.tool) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.sagaId) ? 1 : 0) <= 1",
-                "scope names at most one of tool, tag or sagaId (none means global)",
+            cel_explained(
+                "(has(self.tool) ? 1 : 0) + (has(self.tag) ? 1 : 0) + (has(self.sagaId) ? 1 : 0) == 1",
+                "(has(self.tool) || has(self.tag) || has(self.sagaId)) "
+                "? 'scope names more than one of tool, tag and sagaId: keep exactly one (one switch per scope)' "
+                ": 'scope is empty (a blank tool, tag or sagaId): set one of them, or remove scope entirely "
+                "for a global switch'",
             )
         )
     }
@@ -54,6 +60,14 @@ class KillSwitchScope(CRDModel):
     tool: ToolGlob | None = Field(default=None, description="A tool name or glob: wire.send, stripe.*")
     tag: Tag | None = Field(default=None, description="Sagas carrying this tag: eu")
     saga_id: SagaId | None = Field(default=None, description="One saga (Quarantine only).")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> KillSwitchScope:
+        """What the CEL rule says to the API server (an object stored before it existed
+        is refused here, never read as a global halt)."""
+        if sum(v is not None for v in (self.tool, self.tag, self.saga_id)) != 1:
+            raise ValueError("scope names exactly one of tool, tag or sagaId; omit scope for a global switch")
+        return self
 
 
 class KillSwitchSpec(CRDModel):
@@ -86,7 +100,9 @@ class KillSwitchSpec(CRDModel):
         description="Halt: refuse new side effects. Drain: start no new sagas, let running ones "
         "finish. Quarantine: freeze one saga (never rolled back automatically)."
     )
-    scope: KillSwitchScope | None = Field(default=None, description="What it applies to; absent means global.")
+    scope: KillSwitchScope | None = Field(
+        default=None, description="What it applies to: one of tool, tag or sagaId. Absent: everything (global)."
+    )
     reason: Sentence = Field(description="Why (lands in the WAL with every refusal).")
     requested_by: Principal = Field(description="Who asked for it (soc@corp).")
     ttl_seconds: int | None = Field(
@@ -118,13 +134,14 @@ class KillSwitch(Resource):
         kind="KillSwitch",
         plural="killswitches",
         short_names=("ks",),
-        description="Halt, drain or quarantine agents fleet-wide (the kill switch).",
+        description="Halt, drain or quarantine agents fleet-wide (the kill switch). It governs the agents "
+        "that read its namespace (AGENT_SAGA_NAMESPACE, by default the agent pod's namespace).",
         columns=(
             PrinterColumn("Action", "string", ".spec.action"),
             PrinterColumn("Scope", "string", ".status.scope"),
             PrinterColumn("Engaged", "boolean", ".status.engaged"),
             PrinterColumn("Acked", "string", ".status.acked", "Agents applying it / agents it governs"),
-            PrinterColumn("Expires", "date", ".status.expiresAt"),
+            PrinterColumn("Expires", "string", ".status.expiresAt", "When its TTL lifts it (UTC)"),
             PrinterColumn("By", "string", ".spec.requestedBy", priority=1),
             PrinterColumn("Reason", "string", ".spec.reason", priority=1),
             *ready_columns(),

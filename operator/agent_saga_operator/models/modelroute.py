@@ -18,20 +18,32 @@ from ._base import (
     AgentGlob,
     BaseStatus,
     CRDModel,
+    Explained,
     KindInfo,
     PrinterColumn,
     Resource,
-    cel,
+    cel_explained,
     ready_columns,
     validations,
 )
 
 CostClass = Literal["Free", "Low", "Medium", "High"]
 HOST_NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
-HostName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=HOST_NAME_PATTERN)]
-Endpoint = Annotated[str, StringConstraints(min_length=8, max_length=2048, pattern=r"^https?://[^\s]+$")]
-ModelName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^\S+$")]
-SecretName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")]
+HostName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=HOST_NAME_PATTERN),
+                    Explained(HOST_NAME_PATTERN, "a host name of lowercase letters, digits, . and -, "
+                              "e.g. local-7b")]
+ENDPOINT_PATTERN = r"^https?://[^\s]+$"
+Endpoint = Annotated[str, StringConstraints(min_length=8, max_length=2048, pattern=ENDPOINT_PATTERN),
+                    Explained(ENDPOINT_PATTERN, "an http:// or https:// base URL without spaces, "
+                              "e.g. http://127.0.0.1:8080/v1")]
+MODEL_NAME_PATTERN = r"^\S+$"
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=MODEL_NAME_PATTERN),
+                     Explained(MODEL_NAME_PATTERN, "the model id the endpoint serves, without spaces, "
+                               "e.g. llama-3.1-8b-instruct")]
+SECRET_NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
+SecretName = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN),
+                      Explained(SECRET_NAME_PATTERN, "the name of a Secret in this namespace (lowercase "
+                                "letters, digits, . and -), e.g. openai-api-key; never the key itself")]
 
 
 class Capabilities(CRDModel):
@@ -75,8 +87,11 @@ class ModelRouteSpec(CRDModel):
 
     model_config = CRDModel.model_config | {
         "json_schema_extra": validations(
-            cel("!has(self.preference) || self.preference.all(p, self.hosts.exists(h, h.name == p))",
-                "every preference entry must name a host in hosts", field_path=".preference"),
+            cel_explained(
+                "!has(self.preference) || self.preference.all(p, self.hosts.exists(h, h.name == p))",
+                "'preference names ' + self.preference.filter(p, !self.hosts.exists(h, h.name == p))[0]"
+                " + ', which is not the name of a host in hosts: add that host, or remove it from preference'",
+                field_path=".preference"),
         )
     }
 

@@ -32,6 +32,7 @@ from ._base import (
     ArgName,
     BaseStatus,
     CRDModel,
+    Explained,
     KindInfo,
     PrinterColumn,
     Resource,
@@ -67,11 +68,17 @@ Undeclared = Annotated[Literal["Refuse", "RequireApproval", "Allow"], _choice("R
 #: Where an argument comes from: ``$.id`` (a path into the forward result, for an
 #: inverse) or ``$.amount`` (into the call's arguments, for policy_args). The runtime's
 #: JSONPath subset, as one pattern.
-JsonPath = Annotated[str, StringConstraints(min_length=1, max_length=256, pattern=JSON_PATH_PATTERN)]
-HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=HANDLER_PATTERN.pattern)]
+JsonPath = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=JSON_PATH_PATTERN),
+                    Explained(JSON_PATH_PATTERN, "a path starting at $ with .name and [index] steps, "
+                              "e.g. $.id or $.items[0].id (no filters, no wildcards)",
+                              cel_pattern=r"^\$(\.[A-Za-z_][\w-]*|\[\d+\])*$")]
+HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=HANDLER_PATTERN.pattern),
+                       Explained(HANDLER_PATTERN.pattern, "the name a handler is registered under with "
+                                 "@compensator (letters, digits, . _ : / -), e.g. stripe.refund")]
 
 RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
-RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN)]
+RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN),
+                    Explained(RULE_NAME_PATTERN, "a rule name of letters, digits and . _ : -, e.g. big-wires")]
 
 
 class Inverse(CRDModel):
@@ -97,7 +104,7 @@ class Inverse(CRDModel):
 
 
 class ToolPolicy(CRDModel):
-    """One tool's declaration, as in the policy file's ``tools`` map."""
+    """One tool's declaration, as in the policy file's tools map."""
 
     model_config = CRDModel.model_config | {
         "json_schema_extra": validations(
@@ -123,7 +130,7 @@ class ToolPolicy(CRDModel):
 
 
 class ArgExceeds(CRDModel):
-    """The call's policy argument ``arg`` is above ``threshold``."""
+    """Matches when the call's policy argument arg is above threshold."""
 
     arg: ArgName
     threshold: float = Field(strict=True, allow_inf_nan=False, description="Matches above this value.")

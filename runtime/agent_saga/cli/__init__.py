@@ -15,6 +15,7 @@ from ..errors import SagaError
 from . import (
     approval_commands,
     audit_commands,
+    help_text,
     mcp_commands,
     policy_commands,
     reconcile_commands,
@@ -34,11 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``agent-saga`` command line."""
     parser = argparse.ArgumentParser(
         prog="agent-saga",
-        description="The accountable runtime for AI agents: inspect and verify write-ahead logs.",
+        description="The accountable runtime for AI agents, from the command line: verify, inspect,\n"
+        "recover and audit write-ahead logs; halt, drain or quarantine agents; answer approval\n"
+        "requests; check policies; read the controls' live state. `agent-saga COMMAND --help`\n"
+        "shows each command with examples.",
+        epilog="examples:\n"
+        "  agent-saga verify --wal-path ./agent-saga.wal\n"
+        "  agent-saga halt --scope tool:wire.send --reason 'fraud pattern' --by soc@corp\n"
+        "  agent-saga approvals list\n"
+        "  agent-saga status",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _MODULES:
         module.register(sub)
+    help_text.document(parser)
     return parser
 
 

@@ -149,7 +149,7 @@ def register(sub: Any) -> None:
         q.add_argument("--json", action="store_true")
 
     q = asub.add_parser("list", help="requests waiting for a human (--all: every request)")
-    q.add_argument("--all", action="store_true")
+    q.add_argument("--all", action="store_true", help="also decided and expired requests")
     common(q)
     q.set_defaults(handler=cmd_list)
 

@@ -176,7 +176,8 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=cmd_verify_checkpoint)
 
     p = sub.add_parser("keygen", help="make a checkpoint signing key or a WAL encryption key")
-    p.add_argument("kind", choices=["checkpoint", "wal"])
+    p.add_argument("kind", choices=["checkpoint", "wal"],
+                   help="checkpoint: an Ed25519 signing key pair; wal: a WAL encryption key")
     p.add_argument("--out", help="checkpoint: the private key file to create (KEY and KEY.pub)")
     p.add_argument("--kid", help="wal: the key id (default: a fingerprint)")
     p.set_defaults(handler=cmd_keygen)

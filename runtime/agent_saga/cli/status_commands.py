@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..controls.limits import ENV_LIMIT_STORE, LimitSpec, LimitUsage
+from ..controls.limits import ENV_LIMIT_STORE, LimitSpec, LimitUsage, display_amount
 
 __all__ = ["StatusSection", "register_section"]
 
@@ -82,11 +82,13 @@ def _limits_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help=f"the RedisLimitStore to read (default: ${ENV_LIMIT_STORE}, else $AGENT_SAGA_REDIS_URL)",
     )
-    p.add_argument("--namespace", default="agent-saga", help="the store's namespace (default: agent-saga)")
+    p.add_argument("--limit-store-namespace", "--namespace", dest="namespace", default="agent-saga",
+                   help="the RedisLimitStore's key namespace, as the agents' (default: agent-saga; "
+                   "a Redis key prefix, not a Kubernetes namespace)")
 
 
 def _num(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
+    return display_amount(x)
 
 
 def _window(seconds: float) -> str:

@@ -29,3 +29,11 @@ def test_status_fails_closed_when_the_limit_store_is_unreachable(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["limits"]["ok"] is False
     assert f"RedisLimitStore({url}) is unreachable" in doc["limits"]["error"]
+
+
+def test_amounts_are_shown_without_rounding_small_ones_away():
+    """A max of 0.0001 is never shown as "0.00" (refusals, status, the operator's Ready)."""
+    from agent_saga.controls.limits import display_amount
+
+    assert [display_amount(x) for x in (50_000, 12.5, 0.0001, 0.25, 1234.567, 0)] == [
+        "50,000", "12.50", "0.0001", "0.25", "1,234.57", "0"]

@@ -114,10 +114,17 @@ def test_values_yaml_sets_every_required_key() -> None:
 
 
 def test_no_password_value_exists() -> None:
-    # Passwords come from Secrets: no key in the schema may hold one.
-    keys = [p for p, _ in walk(schema())] + [
-        f"{p}/{k}" for p, n in walk(schema()) for k in n.get("properties", {})]
-    assert not [k for k in keys if re.search(r"/(password|token|secretValue)$", k, re.I)], keys
+    # Passwords come from Secrets: no key in the schema may hold one. redis.password and
+    # redis.auth.password are declared only so that the render can refuse them with the
+    # way to pass a password (test_chart_render.py: "is not a value ... existingSecret").
+    refusals = {"/properties/redis/password", "/properties/redis/properties/auth/password"}
+    nodes = {f"{p}/{k}": sub for p, n in walk(schema()) for k, sub in n.get("properties", {}).items()}
+    keys = [p for p, _ in walk(schema())] + list(nodes)
+    holders = [k for k in keys if re.search(r"/(password|token|secretValue)$", k, re.I)]
+    assert set(holders) <= refusals, holders
+    for k in holders:
+        assert set(nodes[k]) == {"description"} and nodes[k]["description"].startswith("Not accepted"), k
+        assert "redis.auth.existingSecret" in nodes[k]["description"], k
 
 
 def test_templates_are_named_component_kind() -> None:
@@ -153,7 +160,9 @@ def test_rbac_names_every_generated_crd() -> None:
         {(p, v) for p in plurals for v in ("list", "watch", "patch")}
         | {(f"{p}/status", "patch") for p in plurals}
         | {(p, "get") for p in ("killswitches", "sagapolicies", "approvals", "modelroutes")}
-        | {("approvals", "create")})
+        | {("approvals", "create")}
+        # only with operator.approvalTtlSecondsAfterFinished > 0 (test_chart_render.py checks)
+        | {("approvals", "delete")})
 
 
 def test_chart_app_version_is_the_package_version() -> None:

@@ -87,3 +87,33 @@ def test_models_read_specs_as_kubernetes_stores_them() -> None:
         BudgetLimitSpec.model_validate({"kind": "Budget", "arg": "amount", "maxTotal": -1, "window": "1h"})
     with pytest.raises(ValidationError):
         KillSwitchSpec.model_validate({"action": "Halt", "reason": "r", "requestedBy": "x", "surprise": 1})
+
+
+@pytest.mark.parametrize("scope", [{}, {"tool": None}, {"tool": "wire.send", "tag": "eu"}])
+def test_a_killswitch_scope_names_exactly_one_target(scope: dict[str, object]) -> None:
+    """An empty scope is refused by the model too (an object stored before the CEL rule
+    existed is Invalid, never a global halt)."""
+    with pytest.raises(ValidationError, match="exactly one of tool, tag or sagaId; omit scope for a global"):
+        KillSwitchSpec.model_validate({"action": "Halt", "scope": scope, "reason": "r", "requestedBy": "x"})
+
+
+def test_every_pattern_has_an_explained_cel_rule_instead_of_a_bare_regex() -> None:
+    """No spec field is checked by a bare OpenAPI pattern (the API server would answer
+    "should match '^...$'"): each has a CEL rule whose message says what to write."""
+    bare: list[str] = []
+
+    def walk(node: dict[str, object], path: str) -> None:
+        if "pattern" in node:
+            bare.append(path)
+        for rule in node.get("x-kubernetes-validations", ()):  # type: ignore[attr-defined]
+            assert rule.get("message") or rule.get("messageExpression"), (path, rule)
+        for name, sub in (node.get("properties") or {}).items():  # type: ignore[attr-defined]
+            walk(sub, f"{path}.{name}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                walk(node[key], f"{path}[]")  # type: ignore[arg-type]
+
+    for model in KINDS:
+        walk(crdgen.crd_for(model)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"],
+             f"{model.info.kind}.spec")
+    assert bare == []

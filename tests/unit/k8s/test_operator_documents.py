@@ -28,6 +28,7 @@ from agent_saga_operator.models import (
     SagaPolicySpec,
 )
 from agent_saga_operator.projection import Keys, limits_from_documents, scope_from_name
+from pydantic import ValidationError
 
 WHO = Identity("payments", "x", "uid-1", 4, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
 ENVELOPE = {"v": 1, "id": "payments/x", "namespace": "payments", "name": "x", "uid": "uid-1", "generation": 4}
@@ -39,7 +40,10 @@ def ks(**kw: object) -> KillSwitchSpec:
 
 def test_killswitch_scopes_and_document() -> None:
     assert killswitch_scope(ks()) == "global"
-    assert killswitch_scope(ks(scope={})) == "global"
+    # An empty scope is refused, never read as a global halt (one blank field must not stop
+    # the fleet; a global switch omits scope).
+    with pytest.raises(ValidationError, match="exactly one of tool, tag or sagaId"):
+        ks(scope={})
     assert killswitch_scope(ks(scope={"tool": "stripe.*"})) == "tool:stripe.*"
     assert killswitch_scope(ks(scope={"tag": "eu"})) == "tag:eu"
     assert killswitch_scope(ks(action="Quarantine", scope={"sagaId": "saga-8f3c"})) == "saga:saga-8f3c"
@@ -51,7 +55,7 @@ def test_killswitch_scopes_and_document() -> None:
     assert killswitch_doc(ks(), WHO) == killswitch_doc(ks(), WHO)  # no clock inside
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("1h30m", 5400), ("60s", 60), ("2m5s", 125)])
+@pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("1h30m", 5400), ("60s", 60), ("2m5s", 125), ("1d", 86400), ("7d", 604800), ("1d12h", 129600)])
 def test_durations(text: str, seconds: int) -> None:
     assert duration_seconds(text) == seconds
 

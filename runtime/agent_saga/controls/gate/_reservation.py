@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from ...gates import StepRequest
 from ..approvals import ApprovalOutcome
-from ..limits import Charge, DebitResult, LimitStore, LimitStoreUnavailable
+from ..limits import Charge, DebitResult, LimitStore, LimitStoreUnavailable, display_amount
 from ._verdicts import PreFlightDecision, Stage
 
 __all__ = ["Reservation", "charges_doc", "new_debit_id", "over_reason", "store_reason"]
@@ -125,10 +125,6 @@ class Reservation:
         return None
 
 
-def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.2f}"
-
-
 def store_reason(store: LimitStore, exc: BaseException) -> str:
     """Why a call is refused when ``store`` failed with ``exc`` (budgets fail closed)."""
     if isinstance(exc, LimitStoreUnavailable):
@@ -146,9 +142,9 @@ def over_reason(c: Charge, used: float, request: StepRequest) -> str:
     scope = "" if c.key == "*" else f" for {c.key}"
     window = _window_text(c.window)
     if c.kind == "rate":
-        return f"rate limit {c.limit}{scope} reached: {_fmt(used)} of {_fmt(c.max_total)} calls in the last {window}"
-    return (f"limit {c.limit}{scope} would be exceeded: {_fmt(used)} of {_fmt(c.max_total)} used in the last "
-            f"{window}, this call needs {_fmt(c.amount)}")
+        return f"rate limit {c.limit}{scope} reached: {display_amount(used)} of {display_amount(c.max_total)} calls in the last {window}"
+    return (f"limit {c.limit}{scope} would be exceeded: {display_amount(used)} of {display_amount(c.max_total)} used in the last "
+            f"{window}, this call needs {display_amount(c.amount)}")
 
 
 def _window_text(seconds: float) -> str:

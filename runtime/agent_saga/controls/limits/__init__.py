@@ -42,6 +42,7 @@ from ._model import (
     LimitUnreadable,
     LimitUsage,
     RateLimit,
+    display_amount,
     format_amount,
 )
 from ._redis import RedisLimitStore
@@ -80,6 +81,7 @@ __all__ = [
     "by_tool",
     "combine",
     "fleet_signs",
+    "display_amount",
     "format_amount",
     "get_limit_store",
     "global_scope",

@@ -41,6 +41,7 @@ __all__ = [
     "LimitUnreadable",
     "LimitUsage",
     "RateLimit",
+    "display_amount",
     "format_amount",
 ]
 
@@ -168,6 +169,14 @@ class LimitUsage:
             "entries": self.entries,
             "frees_in": self.frees_in,
         }
+
+
+def display_amount(amount: float) -> str:
+    """An amount for a person: ``50,000``, ``12.50``, ``0.0001`` (never rounded to ``0.00``)."""
+    x = float(amount)
+    if x.is_integer():
+        return f"{x:,.0f}"
+    return f"{x:,.2f}" if abs(x) >= 1 else f"{x:.4g}"
 
 
 def format_amount(amount: float) -> str:

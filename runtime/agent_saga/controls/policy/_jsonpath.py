@@ -35,7 +35,7 @@ __all__ = ["JSON_PATH_PATTERN", "JsonPath", "JsonPathError", "JsonPathMissing", 
 JSON_PATH_PATTERN = r"^\$(\.[A-Za-z_][A-Za-z0-9_-]*|\[[0-9]+\])*$"
 _FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _INDEX = re.compile(r"\[([0-9]+)\]")
-MAX_LENGTH = 256
+MAX_LENGTH = 128
 # The types a call's arguments and a result arrive as (an exact type test is far cheaper
 # than an ABC isinstance on the hot path; other Mappings and Sequences still work).
 _MAPS = (dict, MappingProxyType)

@@ -123,6 +123,7 @@ async def test_the_kill_switch_comes_before_limits_and_approvals(wal):
             await saga.execute("wire.send", I, lambda: None, policy_args={"amount": 10})
     assert info.value.decided_by == "kill-switch" and "fraud pattern" in info.value.reason
     assert "soc@corp" in info.value.reason and "agent-saga resume --scope tool:wire.send" in info.value.reason
+    assert str(info.value).count("nothing was executed") == 1, str(info.value)  # said once
     assert asked == [] and await gate.usage() == [], "no budget spent, no human woken"
     verdict = next(r for r in read(wal, saga.saga_id) if r.type == "GATE_VERDICT")
     assert verdict.payload["stage"] == "kill_switch"
@@ -343,3 +344,18 @@ async def test_the_process_wide_switch_is_used_by_gates_built_without_checks(wal
         assert (await PreFlightGate(default_rules=(), checks=[]).decide(req("wire.send"))).allowed
     finally:
         set_kill_switch(prev)
+
+
+def test_the_documented_redis_setup_opens_a_store_with_its_grace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/killswitch.md's export line, as written, gives a working store (a URL without a
+    grace window would refuse every call)."""
+    import re
+    from pathlib import Path
+
+    from agent_saga.controls.killswitch import open_switch_store
+
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "killswitch.md").read_text()
+    (url,) = re.findall(r"export AGENT_SAGA_SWITCH_STORE='([^']+)'", doc)
+    monkeypatch.delenv("AGENT_SAGA_SWITCH_GRACE", raising=False)
+    store = open_switch_store(url, warn=False)
+    assert store.grace == 30.0  # type: ignore[attr-defined]

@@ -1,0 +1,176 @@
+"""What ``agent-saga COMMAND --help`` says beyond the flags: a description and examples.
+
+Kept in one table so every subcommand has both (``tests/unit/cli/test_cli_help.py`` fails
+for a command without them, or a flag without help). ``document(parser)`` applies the
+table to the parser ``build_parser`` made; the examples are printed as written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+__all__ = ["COMMANDS", "document"]
+
+#: command path -> (description, examples). Examples are shell lines; a "# ..." suffix says
+#: what it does.
+COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "verify": (
+        "Check a write-ahead log's hash chain. Exit 0 only if every record links to the one "
+        "before it (nothing altered, removed or reordered).",
+        ("agent-saga verify --wal-path ./agent-saga.wal",
+         "agent-saga verify --wal-url 'redis://:PASSWORD@redis:6379/0?key=agent-saga:wal' --json"),
+    ),
+    "inspect": (
+        "List the sagas in a log with their status and dangling steps (a step started but "
+        "never finished: what recovery would act on).",
+        ("agent-saga inspect --wal-path ./agent-saga.wal",
+         "agent-saga inspect --wal-path ./agent-saga.wal --saga checkout_402   # one saga, its steps"),
+    ),
+    "status": (
+        "The live posture of the controls, read from their stores: the kill switch's engaged "
+        "levers, each limit's use in its window, and the agents on the policy plane. Exit 1 "
+        "if a store cannot be read. The circuit breaker's state lives in each agent process "
+        "(AgentKit.status()), so it has no section here.",
+        ("agent-saga status                      # the stores AGENT_SAGA_REDIS_URL names",
+         "agent-saga status --redis-url redis://redis:6379/0 --json"),
+    ),
+    "export": (
+        "Write a WORM audit bundle of a log: the records, a manifest and SHA256SUMS.",
+        ("agent-saga export --wal-path ./agent-saga.wal --out ./audit-2026-07",),
+    ),
+    "verify-bundle": (
+        "Re-check an exported audit bundle: checksums, the hash chain and the manifest.",
+        ("agent-saga verify-bundle ./audit-2026-07",),
+    ),
+    "certify": (
+        "Prove every committed effect in a log was compensated or is terminal. Exit 1 otherwise.",
+        ("agent-saga certify --wal-path ./agent-saga.wal || exit 1",),
+    ),
+    "redact": (
+        "Erase records' payloads (a GDPR erasure); the hash chain still verifies.",
+        ("agent-saga redact --wal-path ./agent-saga.wal --seq 1234 --reason ERASURE-77",
+         "agent-saga redact --wal-path ./agent-saga.wal --saga checkout_402 --reason ERASURE-78"),
+    ),
+    "audit-root": (
+        "The Merkle root over a log, to publish (a later disclosure proof is checked against it).",
+        ("agent-saga audit-root --wal-path ./agent-saga.wal --out root.json",),
+    ),
+    "prove": (
+        "A disclosure proof for one saga's records, or a consistency proof that the log "
+        "extends an earlier root.",
+        ("agent-saga prove --wal-path ./agent-saga.wal --saga checkout_402 --out proof.json",
+         "agent-saga prove --wal-path ./agent-saga.wal --from-size 1200 --out cons.json"),
+    ),
+    "verify-proof": (
+        "Check a disclosure or consistency proof against published roots.",
+        ("agent-saga verify-proof proof.json --root root.json",
+         "agent-saga verify-proof cons.json --old-root root-june.json --root root-july.json"),
+    ),
+    "checkpoint": (
+        "Sign the log's current head with Ed25519, so a later truncation is detectable.",
+        ("agent-saga checkpoint --wal-path ./agent-saga.wal --key ./checkpoint.key --out cp-0042.json",),
+    ),
+    "verify-checkpoint": (
+        "Check that a log still extends a signed checkpoint (nothing was cut off).",
+        ("agent-saga verify-checkpoint --wal-path ./agent-saga.wal --checkpoint cp-0042.json "
+         "--pubkey ./checkpoint.key.pub",),
+    ),
+    "keygen": (
+        "Make a checkpoint signing key pair, or a WAL encryption key (printed for AGENT_SAGA_WAL_KEY).",
+        ("agent-saga keygen checkpoint --out ./checkpoint.key   # and ./checkpoint.key.pub",
+         "agent-saga keygen wal --kid 2026-07"),
+    ),
+    "recover": (
+        "Run one recovery sweep over a log (finish or compensate what a dead process left "
+        "half done, from verified records only), or read and close the human escalation queue.",
+        ("agent-saga recover --wal-path ./agent-saga.wal --import myapp.handlers --dry-run",
+         "agent-saga recover --wal-path ./agent-saga.wal --escalations",
+         "agent-saga recover --wal-path ./agent-saga.wal --resolve-escalation ID --by ops@corp "
+         "--note 'refunded by hand'"),
+    ),
+    "halt": (
+        "Engage a HALT (refuse new side effects) or, with --drain, a DRAIN (start no new "
+        "sagas) on a scope, in the kill switch store agents read.",
+        ("agent-saga halt --scope tool:wire.send --reason 'fraud pattern' --by soc@corp",
+         "agent-saga halt --drain --reason 'deploying' --by ci@corp --ttl 10m"),
+    ),
+    "quarantine": (
+        "Freeze one saga: its next step is refused and it is never rolled back automatically "
+        "(a human decides).",
+        ("agent-saga quarantine saga-8f3c --reason 'suspected duplicate charges' --by soc@corp",),
+    ),
+    "resume": (
+        "Lift the levers engaged on a scope, or one lever by its id.",
+        ("agent-saga resume --scope tool:wire.send --by soc@corp",
+         "agent-saga resume --id payments/halt-wire-send --by soc@corp"),
+    ),
+    "approvals": (
+        "List the approval requests agents are waiting on, and approve or deny one. The "
+        "decision lands in the approval store, where the waiting agent sees it.",
+        ("agent-saga approvals list",
+         "agent-saga approvals approve af83c011 --approver risk@corp --note 'verified by phone'"),
+    ),
+    "approvals list": (
+        "The requests waiting for a human (--all: decided and expired ones too).",
+        ("agent-saga approvals list",
+         "agent-saga approvals list --all --json --store redis://redis:6379/0"),
+    ),
+    "approvals approve": (
+        "Approve one request, as a named approver. Refused once it is decided or past its deadline.",
+        ("agent-saga approvals approve af83c011 --approver risk@corp --note 'verified by phone'",
+         "agent-saga approvals approve af83c011 --approver cfo@corp --break-glass --note 'system down'"),
+    ),
+    "approvals deny": (
+        "Deny one request, as a named approver: the waiting step is refused.",
+        ("agent-saga approvals deny af83c011 --approver risk@corp --note 'not this one'",),
+    ),
+    "policy": (
+        "Check a SagaPolicy file, or write a skeleton from the tool surface agents recorded.",
+        ("agent-saga policy check examples/k8s/policy.yaml",
+         "agent-saga policy skeleton -n payments --agent payments-agent -o payments-policy.yaml"),
+    ),
+    "policy check": (
+        "Validate a policy file (JSON, or a SagaPolicy manifest) as agents and the operator "
+        "would; exit 1 with the field and the fix if it is refused.",
+        ("agent-saga policy check examples/k8s/policy.yaml",
+         "agent-saga policy check saga-policy.json"),
+    ),
+    "policy skeleton": (
+        "Write a SagaPolicy listing every tool agents were seen calling, each IRREVERSIBLE "
+        "with a TODO: the safe start for a review.",
+        ("agent-saga policy skeleton -n payments --agent payments-agent -o payments-policy.yaml",),
+    ),
+}
+
+#: Help of flags many subcommands share, where a subcommand gives none.
+_SHARED_FLAG_HELP = {"--json": "print JSON instead of text"}
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples printed as written."""
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    out: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            out.update(action.choices)
+    return out
+
+
+def document(parser: argparse.ArgumentParser, path: str = "") -> None:
+    """Give every subcommand of ``parser`` its description and examples (``COMMANDS``)."""
+    for name, sub in _subparsers(parser).items():
+        key = f"{path} {name}".strip()
+        if key in COMMANDS:
+            description, examples = COMMANDS[key]
+            sub.description = textwrap.fill(description, 88)
+            sub.epilog = "examples:\n" + "\n".join("  " + e for e in examples)
+            sub.formatter_class = _Formatter
+        for action in sub._actions:
+            if action.help is None:
+                for flag in action.option_strings:
+                    if flag in _SHARED_FLAG_HELP:
+                        action.help = _SHARED_FLAG_HELP[flag]
+        document(sub, key)
