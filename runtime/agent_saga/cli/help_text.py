@@ -125,6 +125,24 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Deny one request, as a named approver: the waiting step is refused.",
         ("agent-saga approvals deny af83c011 --approver risk@corp --note 'not this one'",),
     ),
+    "reconcile": (
+        "Ask each effect's @reconciler what the external system says, ignoring what the log "
+        "concluded: compensated steps really undone, in-doubt steps landed or not. Exit 0 clean, "
+        "1 drift, 3 something could not be verified (never counted as clean), 2 bad usage.",
+        ("agent-saga reconcile --wal-path ./agent-saga.wal --import agent_saga.connectors.stripe",
+         "agent-saga reconcile --wal-url 'redis://:PASSWORD@redis:6379/0?key=agent-saga:wal' "
+         "--import agent_saga.connectors.postgres --since 24h --rate 5 --json"),
+    ),
+    "mcp": (
+        "Run an MCP server behind the gate and the WAL, for an agent you cannot change: every "
+        "tools/call passes the kill switch, breaker, limits, rules and approvals and is a saga "
+        "step; undeclared tools are refused; COMPENSABLE calls are undone when the session "
+        "fails. Everything else is forwarded verbatim.",
+        ("agent-saga mcp --policy saga-policy.json --name payments -- python -m my_mcp_server",
+         "agent-saga mcp --observe --emit-policy payments-policy.yaml -- python -m my_mcp_server",
+         "agent-saga mcp --listen 127.0.0.1:8931 --upstream http://127.0.0.1:9000/mcp "
+         "--policy-from-plane payments/payments-mcp"),
+    ),
     "policy": (
         "Check a SagaPolicy file, or write a skeleton from the tool surface agents recorded.",
         ("agent-saga policy check examples/k8s/policy.yaml",
