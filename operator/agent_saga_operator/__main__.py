@@ -64,6 +64,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds between reads of pending approval requests (notifications act at once)")
     p.add_argument("--ack-interval", type=float, default=float(_env("AGENT_SAGA_ACK_INTERVAL", "1") or 1),
                    help="seconds between reads of agent heartbeats into status (notifications act at once)")
+    p.add_argument("--approval-signing-key", type=Path, default=_env("AGENT_SAGA_APPROVAL_SIGNING_KEY"),
+                   help="Ed25519 private key (PEM) to sign approval decisions with; its public key is published "
+                        "for agents (env AGENT_SAGA_APPROVAL_SIGNING_KEY)")
+    p.add_argument("--approval-keys", type=Path, default=_env("AGENT_SAGA_APPROVAL_KEYS"),
+                   help="more trusted approver public keys to publish: a PEM file or a directory of them, e.g. "
+                        "the keys approvers sign CLI decisions with (env AGENT_SAGA_APPROVAL_KEYS)")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
     args = p.parse_args(argv)
     if not args.redis_url:
@@ -103,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch_client_timeout=args.watch_timeout + 30,
         approval_poll_interval=args.approval_poll_interval,
         ack_interval=args.ack_interval,
+        approval_signing_key=args.approval_signing_key,
+        approval_keys=args.approval_keys,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

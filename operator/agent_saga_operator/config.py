@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
+from agent_saga.controls.approvals import DecisionSigner, TrustedKeys
 from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 
-__all__ = ["Context", "OperatorConfig", "UsageReader"]
+__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +42,29 @@ class OperatorConfig:
     approval_poll_interval: float = 2.0
     marker_interval: float = 2.0
     ack_interval: float = 1.0
+    #: The Ed25519 private key (PEM) the operator signs approval decisions with.
+    approval_signing_key: Path | None = None
+    #: More trusted approver public keys (a PEM file or a directory) to publish to agents:
+    #: the keys of approvers who sign with ``agent-saga approvals approve --signing-key``.
+    approval_keys: Path | None = None
 
     @property
     def clusterwide(self) -> bool:
         """True when no namespace is named: the operator watches every namespace."""
         return not self.namespaces
+
+
+def approval_keys(config: OperatorConfig) -> tuple[DecisionSigner | None, dict[str, str]]:
+    """The signer and the keys to publish that ``config`` names (``ConfigurationError``
+    naming the file for a missing or malformed key)."""
+    signer = None if config.approval_signing_key is None else DecisionSigner.from_file(config.approval_signing_key)
+    trusted = TrustedKeys(source="the operator's approver keys")
+    if config.approval_keys is not None:
+        trusted.update(TrustedKeys.from_path(config.approval_keys))
+    published = {kid: trusted.pem(kid) for kid in trusted.key_ids}
+    if signer is not None:
+        published[signer.key_id] = signer.public_pem()
+    return signer, published
 
 
 class UsageReader:
@@ -104,13 +123,20 @@ class Context:
     #: heartbeats (KillSwitch, SagaPolicy, ModelRoute), and the status last written for each.
     tracked: dict[tuple[str, str], Any] = field(default_factory=dict)
     acks_written: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: Signs every decision the operator writes (``None``: unsigned; see docs/approvals.md).
+    signer: DecisionSigner | None = None
+    #: The approver public keys published for agents (key id -> PEM): the signer's and
+    #: ``approval_keys``.
+    published_keys: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:
         """The context of a running operator: its projector and limit store for ``config``."""
         projector = Projector(config.redis_url, prefix=config.key_prefix)
         store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace)
-        return cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
+        ctx = cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
+        ctx.signer, ctx.published_keys = approval_keys(config)
+        return ctx
 
     async def aclose(self) -> None:
         """Close the Redis connections this context opened."""

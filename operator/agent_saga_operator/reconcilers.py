@@ -237,6 +237,8 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     decided_at = datetime.fromisoformat(prior) if isinstance(prior, str) else now
     expired = spec.decision is None or decided_at > spec.deadline
     doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired)
+    if ctx.signer is not None:  # the agent checks this signature before it acts on an approval
+        doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp())
     try:
         rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
     except DecisionConflict as e:
