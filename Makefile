@@ -80,6 +80,7 @@ bench: install system-deps
 	$(PY) bench/bench_wal.py
 	$(PY) bench/bench_limits.py
 	$(PY) bench/bench_killswitch.py
+	$(PY) bench/bench_approvals.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -70,6 +70,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--approval-keys", type=Path, default=_env("AGENT_SAGA_APPROVAL_KEYS"),
                    help="more trusted approver public keys to publish: a PEM file or a directory of them, e.g. "
                         "the keys approvers sign CLI decisions with (env AGENT_SAGA_APPROVAL_KEYS)")
+    p.add_argument("--approver-admission", default=_env("AGENT_SAGA_APPROVER_ADMISSION"),
+                   help="name of the ValidatingAdmissionPolicy (and binding) that makes spec.approver the "
+                        "requesting user; when it is in force, decisions record the approver as authenticated")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"), help="DEBUG, INFO, WARNING")
     args = p.parse_args(argv)
     if not args.redis_url:
@@ -111,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ack_interval=args.ack_interval,
         approval_signing_key=args.approval_signing_key,
         approval_keys=args.approval_keys,
+        approver_admission=args.approver_admission or None,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

@@ -14,7 +14,7 @@ from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 
-__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys"]
+__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys", "check_admission"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,9 @@ class OperatorConfig:
     ack_interval: float = 1.0
     #: The Ed25519 private key (PEM) the operator signs approval decisions with.
     approval_signing_key: Path | None = None
+    #: The ValidatingAdmissionPolicy (and binding) that makes ``spec.approver`` the
+    #: requesting user; checked at startup (``check_admission``).
+    approver_admission: str | None = None
     #: More trusted approver public keys (a PEM file or a directory) to publish to agents:
     #: the keys of approvers who sign with ``agent-saga approvals approve --signing-key``.
     approval_keys: Path | None = None
@@ -65,6 +68,25 @@ def approval_keys(config: OperatorConfig) -> tuple[DecisionSigner | None, dict[s
     if signer is not None:
         published[signer.key_id] = signer.public_pem()
     return signer, published
+
+
+def check_admission(api_client: Any, name: str) -> str | None:
+    """Why the approver admission policy ``name`` is not in force (``None``: it is): the
+    policy must exist and its binding of the same name must deny (``validationActions``
+    with ``Deny``)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.AdmissionregistrationV1Api(api_client)
+    try:
+        api.read_validating_admission_policy(name)
+        binding = api.read_validating_admission_policy_binding(name)
+    except ApiException as e:
+        return f"ValidatingAdmissionPolicy/binding {name} cannot be read ({e.status} {e.reason})"
+    spec = binding.spec
+    if spec is None or spec.policy_name != name or "Deny" not in (spec.validation_actions or []):
+        return f"ValidatingAdmissionPolicyBinding {name} does not bind {name} with validationActions [Deny]"
+    return None
 
 
 class UsageReader:
@@ -128,6 +150,9 @@ class Context:
     #: The approver public keys published for agents (key id -> PEM): the signer's and
     #: ``approval_keys``.
     published_keys: dict[str, str] = field(default_factory=dict)
+    #: The approver admission policy was found in force at startup (``check_admission``):
+    #: a decision's ``spec.approver`` is then the user the API server authenticated.
+    admission: bool = False
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:
