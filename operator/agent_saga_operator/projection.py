@@ -316,6 +316,21 @@ return rev
         await self._io("hset", lambda: self.client.hset(self.keys.approval_keys, mapping=dict(keys)))
         return True
 
+    async def preload_scripts(self) -> int:
+        """``SCRIPT LOAD`` the runtime's scripts the server does not hold (agents whose ACL
+        forbids loading scripts can then run them by SHA); how many were loaded."""
+        import hashlib
+
+        from agent_saga.plane import agent_scripts
+
+        texts = agent_scripts()
+        shas = [hashlib.sha1(t.encode()).hexdigest() for t in texts]  # noqa: S324 - Redis names scripts by SHA-1
+        have = await self._io("script exists", lambda: self.client.script_exists(*shas))
+        missing = [t for t, ok in zip(texts, have, strict=True) if not ok]
+        for t in missing:
+            await self._io("script load", lambda t=t: self.client.script_load(t))
+        return len(missing)
+
     async def get_decision(self, request_id: str) -> dict[str, Any] | None:
         """The decision stored for ``request_id``, or ``None``."""
         raw = await self._io("get", lambda: self.client.get(self.keys.decision(request_id)))

@@ -5,7 +5,8 @@ real Redis and real agent processes.
   user the API server authenticated; naming someone else, deciding without the approver
   role, impersonating an approver, or a break-glass decision without the break-glass role
   are refused. Legitimate approvers decide as themselves.
-- Signatures (the operator with a signing key, agents that pick up the published key):
+- Signatures (the operator with a signing key, an agent with a least-privilege Redis
+  credential that picks up the published key):
   a kubectl approval is signed and proceeds; an ``approved`` decision written straight
   into Redis with the agent's credential, and an old signed decision replayed onto a new
   request, are ignored, and those requests expire (deny).
@@ -13,8 +14,10 @@ real Redis and real agent processes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +27,7 @@ from typing import Any, cast
 import pytest
 import redis
 from agent_saga.audit.checkpoints import generate_signing_key
+from agent_saga.plane import acl_rules, acl_setuser, agent_scripts
 from agent_saga_operator.models import GROUP, VERSION
 from agent_saga_operator.testing import OperatorProcess, poll
 from chart_helpers import CHART, Helm, docs
@@ -152,7 +156,16 @@ def test_agents_act_only_on_signed_decisions(
     op, _ = signed_operator
     r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
     keys = poll(lambda: r.hgetall("agentsaga:v1:approval:keys"), timeout=DEADLINE, what="the operator's key published")
-    agent = Agent(fresh_redis.url, ns, tmp_path / "agent", approval_timeout=6.0)
+    # The agent runs with a least-privilege credential: it may run only the scripts the
+    # operator loaded (forget them all: the operator loads them again on its next pass).
+    user, password = f"agent-{secrets.token_hex(3)}", secrets.token_hex(12)
+    r.execute_command(*acl_setuser(user, acl_rules("agent"), password=password))
+    agent_url = fresh_redis.url.replace("redis://", f"redis://{user}:{password}@")
+    r.script_flush()
+    poll(lambda: all(r.script_exists(*(hashlib.sha1(t.encode()).hexdigest() for t in agent_scripts()))),
+         timeout=DEADLINE, what="the operator loads the agents' scripts again")
+    agent = Agent(agent_url, ns, tmp_path / "agent", approval_timeout=6.0)
+    as_agent = redis.Redis.from_url(agent_url, decode_responses=True)
     try:
         # Legitimate: kubectl approves; the operator signs; the agent verifies and proceeds.
         waiting = agent.submit("call", name="wire-ok", tool="wire.final", semantics="IRREVERSIBLE", amount=1)
@@ -177,10 +190,11 @@ def test_agents_act_only_on_signed_decisions(
                        timeout=DEADLINE, what="two requests pending")
         a, b = cast(list[str], pending)
         req_a = json.loads(r.get(f"agentsaga:v1:approval:request:{a}") or "{}")
-        r.set(f"agentsaga:v1:approval:decision:{a}", json.dumps({
+        # With the agent's own credential (it may write decisions: it expires its requests).
+        as_agent.set(f"agentsaga:v1:approval:decision:{a}", json.dumps({
             "v": 1, "kind": "ApprovalDecision", "requestId": a, "argumentsDigest": req_a["argumentsDigest"],
             "decision": "approved", "approver": "cfo@corp", "decidedAt": req_a["requestedAt"], "source": "agent"}))
-        r.set(f"agentsaga:v1:approval:decision:{b}", json.dumps({**signed, "rev": 99}))
+        as_agent.set(f"agentsaga:v1:approval:decision:{b}", json.dumps({**signed, "rev": 99}))
         for ticket in (forged, replayed):
             refused = agent.wait(ticket, timeout=DEADLINE)
             assert not refused["ok"] and "expiry denies" in refused["error"] and "ignored" in refused["error"], refused
@@ -197,4 +211,6 @@ def test_agents_act_only_on_signed_decisions(
         assert not refused["ok"] and "not signed" in refused["error"], refused
     finally:
         agent.close()
+        as_agent.close()
+        r.execute_command("ACL", "DELUSER", user)
         r.close()

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..errors import SagaError
 from . import (
+    acl_commands,
     approval_commands,
     audit_commands,
     policy_commands,
@@ -24,7 +25,7 @@ from . import (
 
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, switch_commands, approval_commands,
-    policy_commands,
+    policy_commands, acl_commands,
 )
 
 
