@@ -214,8 +214,10 @@ def test_without_the_preloaded_scripts_an_agent_fails_closed_and_the_operator_lo
 def test_bad_acl_arguments_name_the_fix() -> None:
     with pytest.raises(ConfigurationError, match="not one of agent, approver, operator"):
         acl_rules("root")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="<namespace>/<name>"):
+    with pytest.raises(ConfigurationError, match="<namespace>/<pod>"):
         acl_rules("agent", agent="payments-*")
+    with pytest.raises(ConfigurationError, match="wal_keys are for the agent role"):
+        acl_rules("approver", wal_keys=("agent-saga:wal",))
 
 
 def test_the_cli_prints_the_acl_user_redis_accepts(fresh_redis: RedisServer, capsys) -> None:
@@ -234,3 +236,27 @@ def test_the_cli_prints_the_acl_user_redis_accepts(fresh_redis: RedisServer, cap
     finally:
         admin.execute_command("ACL", "DELUSER", "payments-1")
         admin.close()
+
+
+def test_an_agent_appends_to_its_wal_and_cannot_delete_a_record(users: Users) -> None:
+    from agent_saga.wal.redis import RedisWAL
+
+    op = redis.Redis.from_url(users.make("operator"))
+    preload_scripts(op)
+    key = f"acl-wal-{secrets.token_hex(3)}"
+    url = users.make("agent", wal_keys=(key,))
+    wal = RedisWAL(url, key=key, writer="payments-1")
+    seq = wal.append("SAGA_STARTED", "s-1", None, {"tool": "wire.send"})
+    wal.barrier_sync(seq)
+    wal.close()
+    agent = redis.Redis.from_url(url)
+    stream = f"{key}:w:payments-1"
+    (entry_id, _), = agent.xrange(stream)
+    # Rows: rewrite the log (delete, trim or drop the stream).
+    noperm(lambda: agent.xdel(stream, entry_id))
+    noperm(lambda: agent.xtrim(stream, maxlen=0))
+    noperm(lambda: agent.delete(stream))
+    noperm(lambda: agent.set(f"{key}:gseq", "0"))
+    assert len(agent.xrange(stream)) == 1
+    agent.close()
+    op.close()

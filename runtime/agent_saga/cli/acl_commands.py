@@ -22,7 +22,8 @@ __all__ = ["register"]
 
 
 def cmd_acl(args: argparse.Namespace) -> int:
-    rules = acl_rules(args.role, prefix=args.key_prefix, limit_namespace=args.limit_namespace, agent=args.agent)
+    rules = acl_rules(args.role, prefix=args.key_prefix, limit_namespace=args.limit_namespace, agent=args.agent,
+                      wal_keys=tuple(args.wal_key or ()))
     if args.json:
         print(json.dumps(rules))
         return 0
@@ -38,6 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--user", default=None, help="the ACL user name (default: agent-saga-ROLE)")
     p.add_argument("--agent", default=None, metavar="NAMESPACE/POD",
                    help="agent only: the one pod whose heartbeat this credential may write (default: any)")
+    p.add_argument("--wal-key", action="append", default=None, metavar="KEY",
+                   help="agent only: a RedisWAL key the agent appends to (agent-saga:wal; repeatable)")
     p.add_argument("--key-prefix", default="agentsaga", help="the policy plane's key prefix (default: agentsaga)")
     p.add_argument("--limit-namespace", default="agent-saga",
                    help="the limit store's namespace (default: agent-saga)")

@@ -11,7 +11,8 @@ at startup and after the server lost its data.
 
 What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's hash tag):
 
-    agent      P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
+    agent      its RedisWAL streams (append only, with ``wal_keys``);
+               P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
                denial), P:v1:rev; its own heartbeat P:v1:agent:<ns>/<pod>.* (+ the index);
                P:v1:surface:<ns>/* (+ index); {L}:limits:totals, :log, :defs (debits);
                publish on P:v1:events and P:v1:agents:events. No DEL except its own
@@ -41,7 +42,7 @@ ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
 
 _READS = ("+@connection", "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
           "+hmget", "+hkeys", "+hexists", "+hlen", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+smembers",
-          "+sismember", "+scard", "+strlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
+          "+sismember", "+scard", "+strlen", "+xrange", "+xrevrange", "+xlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
           "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists")
 
 
@@ -51,24 +52,33 @@ def acl_rules(
     prefix: str = "agentsaga",
     limit_namespace: str = "agent-saga",
     agent: str | None = None,
+    wal_keys: Sequence[str] = (),
 ) -> list[str]:
     """The ACL rules of ``role`` (``agent``, ``approver``, ``operator``) for the policy
     plane under ``prefix`` and the limit store ``limit_namespace``. ``agent`` (an agent
     role only): ``<namespace>/<name>``, the only heartbeat and surface it may write;
-    ``None`` lets the credential write any agent's (one credential shared by a fleet)."""
+    ``None`` lets the credential write any agent's (one credential shared by a fleet).
+    ``wal_keys``: the ``key`` of each RedisWAL the agent appends to (``agent-saga:wal``):
+    it may append (``XADD``), never delete or trim a record."""
     if role not in ROLES:
         raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
     if not prefix or any(c in prefix for c in " *?[]"):
         raise ConfigurationError(f"key prefix {prefix!r} must be non-empty without spaces or glob characters")
     if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]")):
-        raise ConfigurationError(f"agent {agent!r}: give <namespace>/<name> (no glob characters), agents only")
+        raise ConfigurationError(f"agent {agent!r}: give <namespace>/<pod> (no glob characters), agents only")
     p, lim = f"{prefix}:v1", f"{{{limit_namespace}}}:limits"
     # EVALSHA needs read-write access to the keys it declares, so it has a selector of its
     # own: it runs only scripts already loaded (no EVAL, no SCRIPT LOAD), and every command
     # such a script runs is checked again against the rules below (reads everywhere,
     # writes only where a selector allows them).
-    base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*",
-            f"(~{p}:* ~{lim}:* +evalsha)"]
+    if role != "agent" and wal_keys:
+        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends)")
+    if any(not k or any(c in k for c in " *?[]") for k in wal_keys):
+        raise ConfigurationError(f"wal_keys {list(wal_keys)!r}: give each RedisWAL key, without glob characters")
+    wal_read = [f"%R~{k}:*" for k in wal_keys]
+    wal_any = "".join(f" ~{k}:*" for k in wal_keys)
+    base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*", *wal_read,
+            f"(~{p}:* ~{lim}:*{wal_any} +evalsha)"]
     if role == "operator":
         return ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, "+@read", "+@write", "+@pubsub",
                 "+@transaction", "+script|load", "+publish", "-@dangerous", "+info", f"~{p}:*", f"~{lim}:*",
@@ -85,6 +95,8 @@ def acl_rules(
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
         f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        *(["+wait"] if wal_keys else []),
+        *(f"({_keys(f'{k}:w:*', f'{k}:gseq', f'{k}:writers')} +xadd +incrby +sadd)" for k in wal_keys),
     ]
 
 
@@ -102,18 +114,19 @@ def acl_setuser(user: str, rules: Sequence[str], *, password: str | None = None)
 
 def agent_scripts() -> list[str]:
     """Every Lua script an agent process runs (approvals, limits, heartbeat, the policy
-    plane's reader, the kill switch's writes and the policy surface)."""
+    plane's reader, the kill switch's writes, the policy surface and RedisWAL appends)."""
     from ..controls._policyplane import PolicyPlaneReader
     from ..controls.approvals import RedisApprovalStore
     from ..controls.killswitch import RedisSwitchStore
     from ..controls.limits import RedisLimitStore
     from ..controls.policy._surface import LUA_RECORD
     from ..heartbeat._writer import HeartbeatWriter
+    from ..wal.redis import RedisWAL
 
     return [RedisApprovalStore.LUA_CAS, RedisApprovalStore.LUA_DECIDE, RedisLimitStore.LUA_DEBIT,
             RedisLimitStore.LUA_REFUND, RedisLimitStore.LUA_USAGE, HeartbeatWriter.LUA_BEAT,
             HeartbeatWriter.LUA_GONE, PolicyPlaneReader.LUA_READ, RedisSwitchStore.LUA_PUT,
-            RedisSwitchStore.LUA_DELETE, LUA_RECORD]
+            RedisSwitchStore.LUA_DELETE, LUA_RECORD, RedisWAL.APPEND]
 
 
 def preload_scripts(client: Any, scripts: Iterable[str] | None = None) -> int:
