@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from agent_saga.plane import acl_rules, acl_setuser
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
 from chart_helpers import (
     CHART,
@@ -676,8 +677,9 @@ def test_in_chart_redis_command_requires_its_password(helm: Helm, tmp_path: Path
     data.mkdir()
     script = (c["args"][0].replace("/tmp/", f"{scratch}/").replace("--dir /data", f"--dir {data}")
               .replace("--port 6379", f"--port {port}").replace("exec redis-server", f"exec {redis_bin}"))
-    password = secrets.token_hex(20)
-    env = {"PATH": f"{redis_bin.parent}:{os.environ.get('PATH', '')}", "REDIS_PASSWORD": password}
+    password, agent_pw, approver_pw = secrets.token_hex(20), secrets.token_hex(20), secrets.token_hex(20)
+    env = {"PATH": f"{redis_bin.parent}:{os.environ.get('PATH', '')}", "REDIS_PASSWORD": password,
+           "AGENT_PASSWORD": agent_pw, "APPROVER_PASSWORD": approver_pw}
     proc = subprocess.Popen([*c["command"], script], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
     try:
@@ -692,6 +694,28 @@ def test_in_chart_redis_command_requires_its_password(helm: Helm, tmp_path: Path
         anonymous.close()
         authed = redis.Redis(port=port, password=password)
         assert authed.ping() is True
+        # The least-privilege users: the agent reads the policy plane and cannot write a
+        # kill switch document; the approver (the CLI) can.
+        authed.set("agentsaga:v1:killswitch:ns/halt", "{}")
+        agent = redis.Redis(port=port, username="agent-saga-agent", password=agent_pw)
+        assert agent.get("agentsaga:v1:killswitch:ns/halt") == b"{}"
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            agent.delete("agentsaga:v1:killswitch:ns/halt")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            agent.eval("return 1", 0)
+        approver = redis.Redis(port=port, username="agent-saga-approver", password=approver_pw)
+        assert approver.set("agentsaga:v1:killswitch:ns/halt", "{}") is True
+        rules = {u.split(" ", 2)[1]: u for u in (x.decode() for x in authed.execute_command("ACL", "LIST"))}
+        assert set(rules) == {"default", "agent-saga-agent", "agent-saga-approver"}
+        # ... exactly the runtime's rules (with the chart's RedisWAL keys), as Redis normalises them.
+        for role, kw in (("agent", {"wal_keys": ("agent-saga:wal",)}), ("approver", {})):
+            authed.execute_command(*acl_setuser(f"probe-{role}", acl_rules(role, **kw), password=secrets.token_hex(8)))
+            probe = next(x.decode() for x in authed.execute_command("ACL", "LIST") if x.startswith(b"user probe-"
+                                                                                                  + role.encode()))
+            strip = lambda line: " ".join(t for t in line.split(" ")[2:] if not t.startswith("#"))  # noqa: E731
+            assert strip(probe) == strip(rules[f"agent-saga-{role}"]), role
+        for c in (agent, approver):
+            c.close()
         authed.close()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

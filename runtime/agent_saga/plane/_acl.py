@@ -75,10 +75,8 @@ def acl_rules(
         raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends)")
     if any(not k or any(c in k for c in " *?[]") for k in wal_keys):
         raise ConfigurationError(f"wal_keys {list(wal_keys)!r}: give each RedisWAL key, without glob characters")
-    wal_read = [f"%R~{k}:*" for k in wal_keys]
-    wal_any = "".join(f" ~{k}:*" for k in wal_keys)
-    base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*", *wal_read,
-            f"(~{p}:* ~{lim}:*{wal_any} +evalsha)"]
+    base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*",
+            f"(~{p}:* ~{lim}:* +evalsha)"]
     if role == "operator":
         return ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, "+@read", "+@write", "+@pubsub",
                 "+@transaction", "+script|load", "+publish", "-@dangerous", "+info", f"~{p}:*", f"~{lim}:*",
@@ -95,9 +93,15 @@ def acl_rules(
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
         f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
-        *(["+wait"] if wal_keys else []),
-        *(f"({_keys(f'{k}:w:*', f'{k}:gseq', f'{k}:writers')} +xadd +incrby +sadd)" for k in wal_keys),
+        *(rule for k in wal_keys for rule in wal_append_rules(k)),
     ]
+
+
+def wal_append_rules(key: str) -> list[str]:
+    """The agent's rules for one RedisWAL ``key``: read it, run the append script on it,
+    append (``XADD``), never delete or trim."""
+    return [f"%R~{key}:*", f"(~{key}:* +evalsha)", f"({_keys(f'{key}:w:*', f'{key}:gseq', f'{key}:writers')} "
+            f"+xadd +incrby +sadd)", "+wait"]
 
 
 def _keys(*patterns: str) -> str:
