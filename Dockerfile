@@ -15,9 +15,12 @@
 #   docker buildx imagetools inspect python:3.11.13-slim-bookworm   # -> sha256:...
 #   docker build --build-arg PYTHON_IMAGE=python:3.11.13-slim-bookworm@sha256:... ...
 # Your compensators and reconcilers (recoveryd.imports) go into an image built FROM the
-# recoveryd one: `FROM ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0` + `RUN pip install ...`.
+# recoveryd one: `FROM ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0`, `USER 0:0`,
+# `RUN pip install ...`, `USER 65532:65532` (examples/payments/Dockerfile does exactly that).
 #
-# Not built in this repository's CI: there is no container engine there (docs/install.md).
+# Any Debian 12 image with python3, python3-venv and python-is-python3 works as the base:
+# the test suite builds both targets with buildah over one made from a Debian root
+# filesystem, offline (hack/build-images.sh), and runs them on a real node.
 
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 

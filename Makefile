@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench clean crds system-deps control-plane dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,12 +27,14 @@ demo: install
 demo-cluster: install system-deps control-plane
 	@$(PY) hack/demo_cluster.py
 
-# Everything: unit, integration (real Redis + PostgreSQL) and e2e (real kube-apiserver +
-# etcd) suites. The first run builds the control plane (~6 min on 2 cores, cached after).
-test: install system-deps control-plane
+# Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
+# etcd) and node (a real single-node cluster running the chart's pods) suites. The first
+# run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
+test: install system-deps control-plane node
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-# redis-server and PostgreSQL from Debian (no-op when present). See docs/control-plane.md.
+# redis-server, PostgreSQL and the node's packages (containerd, runc, CNI plugins,
+# iptables, buildah, mmdebstrap) from Debian (no-op when present). See docs/control-plane.md.
 system-deps:
 	bash hack/install-system-deps.sh
 
@@ -40,6 +42,21 @@ system-deps:
 # ~/.cache/agent-saga/bin (once; KUBEBUILDER_ASSETS / TEST_ASSET_* binaries win).
 control-plane:
 	bash hack/build-control-plane.sh
+
+# The single-node cluster's binaries (kubelet, kube-controller-manager, kube-scheduler,
+# kube-proxy, CoreDNS; Go modules) and images (buildah over a Debian base), in parallel;
+# cached in ~/.cache/agent-saga. See docs/control-plane.md, "The single-node cluster".
+node: system-deps
+	bash hack/build-control-plane.sh node coredns & build=$$!; \
+	bash hack/build-images.sh >/dev/null; wait $$build
+
+# A real single-node cluster for a person (the one the node suite runs); prints the
+# `export KUBECONFIG=...` line. Stop it with `make cluster-down`.
+cluster: install system-deps control-plane node
+	@$(PY) hack/cluster.py up
+
+cluster-down:
+	@if [ -x $(PY) ]; then $(PY) hack/cluster.py down; else $(PYTHON) hack/cluster.py down; fi
 
 # A local control plane + Redis for a person; prints the `export KUBECONFIG=...` lines.
 dev-cluster: install system-deps control-plane
@@ -81,6 +98,10 @@ bench: install system-deps
 	$(PY) bench/bench_limits.py
 	$(PY) bench/bench_killswitch.py
 	$(PY) bench/bench_approvals.py
+
+# kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
+bench-node: install system-deps control-plane node
+	$(PY) bench/bench_node.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

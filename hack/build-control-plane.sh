@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build (once) and cache the local control plane's binaries from their Go modules:
-#   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm.
+#   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm;
+#   on request, the single-node cluster's too: kubelet, kube-controller-manager,
+#   kube-scheduler, kube-proxy (`node`, same k8s.io/kubernetes version) and CoreDNS.
 #
 # Versions are pinned in hack/versions.env. Binaries land in
 #   ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/bin/<name>-<version>/<name>
@@ -8,9 +10,12 @@
 # second when everything is cached. Binaries the user supplies win and are never built:
 #   KUBEBUILDER_ASSETS=<dir with etcd, kube-apiserver[, kubectl]>  (envtest's name)
 #   TEST_ASSET_ETCD / TEST_ASSET_KUBE_APISERVER / TEST_ASSET_KUBECTL / TEST_ASSET_HELM
+#   (and TEST_ASSET_KUBELET / _KUBE_CONTROLLER_MANAGER / _KUBE_SCHEDULER / _KUBE_PROXY /
+#   _COREDNS for the node)
 #
-# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm ...]
-#   With no component names, builds all of them.
+# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|node|coredns ...]
+#   With no component names, builds etcd, kube and helm (what `make control-plane` needs);
+#   `make node` adds node and coredns.
 #
 # Why scratch modules: `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.Y.Z` is refused
 # because k8s.io/kubernetes's go.mod replaces its k8s.io/<staging> modules with ./staging
@@ -38,9 +43,9 @@ COMPONENTS=()
 for arg in "$@"; do
     case "$arg" in
         --print-paths) PRINT_PATHS=1 ;;
-        etcd|kube|helm) COMPONENTS+=("$arg") ;;
-        -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument: $arg (expected etcd, kube, helm or --print-paths)" ;;
+        etcd|kube|helm|node|coredns) COMPONENTS+=("$arg") ;;
+        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown argument: $arg (expected etcd, kube, helm, node, coredns or --print-paths)" ;;
     esac
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(etcd kube helm)
@@ -49,6 +54,9 @@ ETCD_BIN="$BIN_ROOT/etcd-$ETCD_VERSION/etcd"
 KUBE_APISERVER_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kube-apiserver"
 KUBECTL_BIN="$BIN_ROOT/kube-$KUBE_VERSION/kubectl"
 HELM_BIN="$BIN_ROOT/helm-$HELM_VERSION/helm"
+KUBE_BIN_DIR="$BIN_ROOT/kube-$KUBE_VERSION"
+NODE_COMMANDS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
+COREDNS_BIN="$BIN_ROOT/coredns-$COREDNS_VERSION/coredns"
 
 # A user-supplied binary (envtest's variables) replaces the cached one.
 user_asset() {  # $1 = TEST_ASSET_* variable name, $2 = file name inside KUBEBUILDER_ASSETS
@@ -190,23 +198,13 @@ EOF
     mv -f "$out/etcd.tmp" "$ETCD_BIN"
 }
 
-# ------------------------------------------------------------------ kube-apiserver, kubectl
-build_kube() {
-    local want_apiserver=1 want_kubectl=1 p
-    if p=$(user_asset TEST_ASSET_KUBE_APISERVER kube-apiserver); then
-        log "kube-apiserver: using $p (user-supplied)"; want_apiserver=0
-    elif [ -x "$KUBE_APISERVER_BIN" ]; then
-        log "kube-apiserver $KUBE_VERSION: cached at $KUBE_APISERVER_BIN"; want_apiserver=0
-    fi
-    if p=$(user_asset TEST_ASSET_KUBECTL kubectl); then
-        log "kubectl: using $p (user-supplied)"; want_kubectl=0
-    elif [ -x "$KUBECTL_BIN" ]; then
-        log "kubectl $KUBE_VERSION: cached at $KUBECTL_BIN"; want_kubectl=0
-    fi
-    [ $want_apiserver = 1 ] || [ $want_kubectl = 1 ] || return 0
+# --------------------------------------------------------------- k8s.io/kubernetes commands
+# The scratch module every k8s.io/kubernetes command is built in (one go.mod, one go.sum,
+# one build cache: the node's commands reuse most of the apiserver's compiled packages).
+KUBE_MODULE_DIR="$BUILD_ROOT/kube-$KUBE_VERSION"
+kube_module() {
     need_go
-    local dir="$BUILD_ROOT/kube-$KUBE_VERSION" out modfile staging pkgs=()
-    out="$(dirname "$KUBE_APISERVER_BIN")"
+    local modfile staging
     modfile="$("$GO" env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod"
     if [ ! -f "$modfile" ]; then
         (cd "$BUILD_ROOT" && GOFLAGS= "$GO" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null) \
@@ -219,8 +217,13 @@ build_kube() {
         printf 'require k8s.io/kubernetes %s\n\nreplace (\n' "$KUBE_VERSION"
         for m in $staging; do printf '\t%s => %s %s\n' "$m" "$m" "$KUBE_STAGING_VERSION"; done
         printf ')\n'
-    } | scratch_module "$dir" agent-saga.local/build/kube
-    local major minor rest
+    } | scratch_module "$KUBE_MODULE_DIR" agent-saga.local/build/kube
+}
+
+# `go build` the k8s.io/kubernetes commands named into $KUBE_BIN_DIR, version-stamped.
+build_kube_commands() {  # $1 = log label, rest = command names
+    local label="$1"; shift
+    local major minor rest pkgs=() c f
     major="${KUBE_VERSION#v}"; major="${major%%.*}"
     rest="${KUBE_VERSION#v*.}"; minor="${rest%%.*}"
     local ld="-s -w" pkg
@@ -228,32 +231,68 @@ build_kube() {
         ld="$ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
         ld="$ld -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%FT%TZ)"
     done
-    [ $want_apiserver = 1 ] && pkgs+=(k8s.io/kubernetes/cmd/kube-apiserver)
-    [ $want_kubectl = 1 ] && pkgs+=(k8s.io/kubernetes/cmd/kubectl)
-    mkdir -p "$out/.tmp"
-    # One `go build` for both commands: they share most packages, so the second is cheap.
-    (cd "$dir" && timed_build kube "$KUBE_VERSION" "$out" \
-        "$GO" build -ldflags "$ld" -o "$out/.tmp/" "${pkgs[@]}")
-    for f in "$out"/.tmp/*; do mv -f "$f" "$out/$(basename "$f")"; done
-    rmdir "$out/.tmp"
+    for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+    kube_module
+    mkdir -p "$KUBE_BIN_DIR/.tmp"
+    # One `go build` for all of them: they share most packages, so each extra one is cheap.
+    (cd "$KUBE_MODULE_DIR" && timed_build "$label" "$KUBE_VERSION" "$KUBE_BIN_DIR" \
+        "$GO" build -ldflags "$ld" -o "$KUBE_BIN_DIR/.tmp/" "${pkgs[@]}")
+    for f in "$KUBE_BIN_DIR"/.tmp/*; do mv -f "$f" "$KUBE_BIN_DIR/$(basename "$f")"; done
+    rmdir "$KUBE_BIN_DIR/.tmp"
 }
 
-# ------------------------------------------------------------------------------------ helm
-build_helm() {
-    if p=$(user_asset TEST_ASSET_HELM helm); then log "helm: using $p (user-supplied)"; return; fi
-    if [ -x "$HELM_BIN" ]; then log "helm $HELM_VERSION: cached at $HELM_BIN"; return; fi
+# TEST_ASSET_<NAME> of a command (kube-apiserver -> TEST_ASSET_KUBE_APISERVER).
+asset_var() { local v="${1^^}"; printf 'TEST_ASSET_%s' "${v//-/_}"; }
+
+# Those of the commands named that are neither user-supplied nor cached, one per line.
+wanted_kube_commands() {
+    local c p
+    for c in "$@"; do
+        if p=$(user_asset "$(asset_var "$c")" "$c"); then log "$c: using $p (user-supplied)"
+        elif [ -x "$KUBE_BIN_DIR/$c" ]; then log "$c $KUBE_VERSION: cached at $KUBE_BIN_DIR/$c"
+        else echo "$c"; fi
+    done
+}
+
+# ------------------------------------------------------------------ kube-apiserver, kubectl
+build_kube() {
+    local want
+    mapfile -t want < <(wanted_kube_commands kube-apiserver kubectl)
+    [ ${#want[@]} -eq 0 ] || build_kube_commands kube "${want[@]}"
+}
+
+# ------------------------------------------- kubelet, controller-manager, scheduler, proxy
+# The node's commands, from the same k8s.io/kubernetes version as the API server.
+build_node() {
+    local want
+    mapfile -t want < <(wanted_kube_commands "${NODE_COMMANDS[@]}")
+    [ ${#want[@]} -eq 0 ] || build_kube_commands node "${want[@]}"
+}
+
+# ------------------------------------------------------------------------ helm, CoreDNS
+# A command from a module that needs no replace directives: a scratch module requiring it.
+build_one() {  # $1 = name, $2 = version, $3 = binary, $4 = module, $5 = package, $6 = ldflags
+    local name="$1" version="$2" bin="$3" module="$4" pkg="$5" ld="$6" p
+    if p=$(user_asset "$(asset_var "$name")" "$name"); then log "$name: using $p (user-supplied)"; return; fi
+    if [ -x "$bin" ]; then log "$name $version: cached at $bin"; return; fi
     need_go
-    local dir="$BUILD_ROOT/helm-$HELM_VERSION" out
-    out="$(dirname "$HELM_BIN")"
-    scratch_module "$dir" agent-saga.local/build/helm <<EOF
-require helm.sh/helm/v3 $HELM_VERSION
-EOF
+    local dir="$BUILD_ROOT/$name-$version" out
+    out="$(dirname "$bin")"
+    printf 'require %s %s\n' "$module" "$version" | scratch_module "$dir" "agent-saga.local/build/$name"
     mkdir -p "$out"
-    local ld="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-    ld="$ld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-    (cd "$dir" && timed_build helm "$HELM_VERSION" "$out" \
-        "$GO" build -ldflags "$ld" -o "$out/helm.tmp" helm.sh/helm/v3/cmd/helm)
-    mv -f "$out/helm.tmp" "$HELM_BIN"
+    (cd "$dir" && timed_build "$name" "$version" "$out" \
+        "$GO" build -ldflags "$ld" -o "$out/$name.tmp" "$pkg")
+    mv -f "$out/$name.tmp" "$bin"
+}
+
+build_helm() {
+    build_one helm "$HELM_VERSION" "$HELM_BIN" helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm \
+        "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+}
+
+# Cluster DNS for the node.
+build_coredns() {
+    build_one coredns "$COREDNS_VERSION" "$COREDNS_BIN" github.com/coredns/coredns github.com/coredns/coredns "-s -w"
 }
 
 # One build at a time per cache (two `make test` runs at once would otherwise race).
@@ -269,4 +308,8 @@ if [ $PRINT_PATHS = 1 ]; then
     printf 'kube-apiserver=%s\n' "$(user_asset TEST_ASSET_KUBE_APISERVER kube-apiserver || echo "$KUBE_APISERVER_BIN")"
     printf 'kubectl=%s\n' "$(user_asset TEST_ASSET_KUBECTL kubectl || echo "$KUBECTL_BIN")"
     printf 'helm=%s\n' "$(user_asset TEST_ASSET_HELM helm || echo "$HELM_BIN")"
+    for c in "${NODE_COMMANDS[@]}"; do
+        printf '%s=%s\n' "$c" "$(user_asset "$(asset_var "$c")" "$c" || echo "$KUBE_BIN_DIR/$c")"
+    done
+    printf 'coredns=%s\n' "$(user_asset TEST_ASSET_COREDNS coredns || echo "$COREDNS_BIN")"
 fi

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Install the Debian packages the integration tests need: redis-server and postgresql.
-# Idempotent and fast: when both are present it touches neither apt nor the network.
+# Install the Debian packages the tests need: redis-server and postgresql (integration),
+# and for the single-node cluster (tests/node/, `make cluster`): containerd, runc and the
+# CNI plugins (the container runtime), iptables and conntrack (kube-proxy), buildah (builds
+# the images from the Dockerfile) and mmdebstrap (the Debian root filesystem they start
+# from). Idempotent and fast: when all are present it touches neither apt nor the network.
 #
-# The packages' own services (redis on 6379, the "main" PostgreSQL cluster on 5432) are
-# not started here: the tests start private servers on free ports (tests/fixtures/).
+# The packages' own services (redis on 6379, the "main" PostgreSQL cluster on 5432, a
+# system containerd) are not started here: the tests start private ones (tests/fixtures/).
 set -euo pipefail
 
 log() { printf '[system-deps] %s\n' "$*" >&2; }
@@ -17,11 +20,20 @@ have_postgres() {
     command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1
 }
 have_tools() { command -v setpriv >/dev/null 2>&1 && command -v flock >/dev/null 2>&1; }
+# The node: each package's command, as the fixtures look for it (tests/fixtures/binaries.py).
+NODE_PACKAGES=(
+    "containerd:containerd" "runc:runc" "containernetworking-plugins:/usr/lib/cni/bridge"
+    "iptables:iptables" "conntrack:conntrack" "buildah:buildah" "mmdebstrap:mmdebstrap"
+)
+have() { case "$1" in /*) [ -x "$1" ] ;; *) command -v "$1" >/dev/null 2>&1 ;; esac; }
 
 missing=()
 have_redis || missing+=(redis-server)
 have_postgres || missing+=(postgresql)
 have_tools || missing+=(util-linux)
+for entry in "${NODE_PACKAGES[@]}"; do
+    have "${entry#*:}" || missing+=("${entry%%:*}")
+done
 # PostgreSQL refuses root: as root the fixtures run it as the `postgres` user, which the
 # postgresql package creates.
 if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1 && [ -z "${AGENT_SAGA_PG_USER:-}" ]; then
@@ -29,7 +41,7 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1 && [ -z "${AGENT_SAGA_PG_
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    log "redis-server and postgresql already installed"
+    log "redis-server, postgresql and the node's packages already installed"
     exit 0
 fi
 
@@ -67,4 +79,7 @@ log "installing: ${missing[*]}"
 
 have_redis || { log "redis-server still missing after apt-get install"; exit 1; }
 have_postgres || { log "PostgreSQL (initdb, pg_ctl) still missing after apt-get install"; exit 1; }
+for entry in "${NODE_PACKAGES[@]}"; do
+    have "${entry#*:}" || { log "${entry#*:} still missing after apt-get install ${entry%%:*}"; exit 1; }
+done
 log "done"

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 from fixtures.binaries import REPO_ROOT, require_asset
+from fixtures.controlplane import KubeCluster
 
 CHART = REPO_ROOT / "charts" / "agent-saga"
 CHART_CRDS = CHART / "crds"
@@ -122,3 +123,11 @@ def container_env(container: dict[str, Any], secrets: dict[tuple[str, str], str]
         else:
             env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
     return env
+
+
+def labelled(kube: KubeCluster, release: str) -> list[str]:
+    """Every object anywhere labelled with the release (namespaced and cluster-scoped)."""
+    kinds = kube.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
+    kinds = [k for k in kinds if k not in ("events", "events.events.k8s.io")]
+    return kube.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={release}",
+                        "-o", "name", "--ignore-not-found").stdout.split()

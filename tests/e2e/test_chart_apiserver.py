@@ -57,6 +57,7 @@ from chart_helpers import (
     docs,
     dump,
     expand,
+    labelled,
     of_kind,
     pod_specs,
 )
@@ -177,9 +178,10 @@ def test_notes_tell_the_next_commands(cluster: KubeCluster, helm: Helm, kube_nam
     assert "without a password" in notes  # the default values have no Redis secret
     # One setting wires an agent pod: the env block agents copy (tests/e2e/test_plane_agents.py runs it).
     for line in ("- name: AGENT_SAGA_REDIS_URL", "- name: AGENT_SAGA_NAMESPACE",
-                 "valueFrom: {fieldRef: {fieldPath: metadata.namespace}}", "- name: AGENT_SAGA_AGENT"):
+                 "valueFrom: {fieldRef: {fieldPath: metadata.namespace}}", "- name: AGENT_SAGA_AGENT",
+                 "- name: AGENT_SAGA_WAL_STREAM"):
         assert line in notes, line
-    assert "kubectl wait --for=condition=Acknowledged killswitch/halt-wire-send" in notes
+    assert f"kubectl -n {kube_namespace} wait --for=condition=Acknowledged killswitch/halt-wire-send" in notes
     trial = helm.run("install", release_name(), str(CHART), "--dry-run=server", "--namespace", kube_namespace,
                      "--values", str(CHART / "ci" / "inchart-redis-values.yaml")).stdout
     assert "NOT FOR PRODUCTION" in trial.split("NOTES:", 1)[1]
@@ -188,14 +190,6 @@ def test_notes_tell_the_next_commands(cluster: KubeCluster, helm: Helm, kube_nam
 # --------------------------------------------------------------------------- lifecycle
 def _existing(kube: KubeCluster, manifest: str) -> list[str]:
     return kube.kubectl("get", "-f", "-", "--ignore-not-found", "-o", "name", input=manifest).stdout.split()
-
-
-def _labelled(kube: KubeCluster, release: str) -> list[str]:
-    """Every object anywhere labelled with the release (namespaced and cluster-scoped)."""
-    kinds = kube.kubectl("api-resources", "--verbs=list", "-o", "name").stdout.split()
-    kinds = [k for k in kinds if k not in ("events", "events.events.k8s.io")]
-    return kube.kubectl("get", ",".join(kinds), "-A", "-l", f"app.kubernetes.io/instance={release}",
-                        "-o", "name", "--ignore-not-found").stdout.split()
 
 
 def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namespace: str) -> None:
@@ -208,7 +202,7 @@ def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namesp
     expected = helm.render(rel, ns)
     created = _existing(cluster, manifest)
     assert len(created) == len(expected) == len(docs(manifest)), created
-    assert sorted(_labelled(cluster, rel)) == sorted(created)
+    assert sorted(labelled(cluster, rel)) == sorted(created)
 
     # A changed value changes the object; a value that drops an object deletes it.
     helm.run("upgrade", rel, str(CHART), "--namespace", ns, "--reuse-values",
@@ -224,7 +218,7 @@ def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namesp
 
     uninstall(helm, cluster, rel, ns)
     assert _existing(cluster, manifest) == []
-    assert _labelled(cluster, rel) == []
+    assert labelled(cluster, rel) == []
     assert helm.run("list", "--namespace", ns, "--all", "-q").stdout.split() == []
     # The CRDs stay, as Helm documents (crds/ is never deleted by helm).
     for crd in docs_in(CHART_CRDS):
@@ -243,7 +237,7 @@ def test_in_chart_redis_password_survives_an_upgrade(cluster: KubeCluster, helm:
     # The operator's approval signing key too: agents keep trusting the same key.
     assert core.read_namespaced_secret(f"{rel}-approval-signing", ns).data["signing-key.pem"] == signing
     uninstall(helm, cluster, rel, ns)
-    assert _labelled(cluster, rel) == []
+    assert labelled(cluster, rel) == []
 
 
 # --------------------------------------------------------------------------- RBAC
@@ -310,14 +304,20 @@ def uninstall(helm: Helm, kube: KubeCluster, rel: str, ns: str, *, check: bool =
     poll(admitted, timeout=DEADLINE, what=f"the approver admission policy of {rel} no longer enforced")
 
 
+# The kinds the operator reads one object of (see templates/_operator-rbac.tpl).
+READ_BACK = ("killswitches", "sagapolicies", "approvals", "modelroutes")
+
+
 def operator_needs(peering: str, peering_kind: str) -> set[Rule]:
     """The operator's needs, one rule per verb (see templates/_operator-rbac.tpl)."""
     need: set[Rule] = set()
     for plural in CR_PLURALS:
         need |= {("agentsaga.dev", plural, "", v) for v in ("list", "watch", "patch")}
         need.add(("agentsaga.dev", f"{plural}/status", "", "patch"))
-    # The approval bridge: mirrors requests into Approvals, re-reads one to reflect a decision.
-    need |= {("agentsaga.dev", "approvals", "", v) for v in ("get", "create")}
+    # The approval bridge mirrors requests into Approvals and re-reads one to reflect a
+    # decision; the acknowledgement writer re-reads what it patches from heartbeats.
+    need |= {("agentsaga.dev", plural, "", "get") for plural in READ_BACK}
+    need.add(("agentsaga.dev", "approvals", "", "create"))
     need.add(("", "events", "", "create"))
     need |= {("kopf.dev", peering_kind, "", v) for v in ("list", "watch")}
     need.add(("kopf.dev", peering_kind, peering, "patch"))
@@ -334,7 +334,7 @@ def _assert_operator_denied_the_dangerous(kube: KubeCluster, user: str, ns: str)
         ("get", "coordination.k8s.io", "leases", ns, ""), ("create", "coordination.k8s.io", "leases", ns, ""),
         ("create", "agentsaga.dev", "killswitches", ns, ""), ("delete", "agentsaga.dev", "killswitches", ns, ""),
         ("update", "agentsaga.dev", "killswitches", ns, ""), ("update", "agentsaga.dev", "approvals", ns, "status"),
-        ("create", "agentsaga.dev", "budgetlimits", ns, ""), ("get", "agentsaga.dev", "killswitches", ns, ""),
+        ("create", "agentsaga.dev", "budgetlimits", ns, ""), ("get", "agentsaga.dev", "budgetlimits", ns, ""),
         ("delete", "agentsaga.dev", "approvals", ns, ""), ("update", "agentsaga.dev", "approvals", ns, ""),
         ("delete", "", "events", ns, ""), ("list", "", "events", ns, ""),
         ("create", "apiextensions.k8s.io", "customresourcedefinitions", "", ""),
@@ -366,8 +366,8 @@ def test_rbac_cluster_wide_operator_can_exactly_what_it_needs(
                 assert _allowed(cluster, op, verb, "agentsaga.dev", plural)
             assert _allowed(cluster, op, "patch", "agentsaga.dev", plural, other, name="x")
             assert _allowed(cluster, op, "patch", "agentsaga.dev", plural, other, name="x", subresource="status")
-            mirrored = plural == "approvals"  # only the approval bridge reads one object and creates
-            assert _allowed(cluster, op, "get", "agentsaga.dev", plural, other, name="x") is mirrored
+            assert _allowed(cluster, op, "get", "agentsaga.dev", plural, other, name="x") is (plural in READ_BACK)
+            mirrored = plural == "approvals"  # only the approval bridge creates
             assert _allowed(cluster, op, "create", "agentsaga.dev", plural, other) is mirrored
         assert _allowed(cluster, op, "create", "", "events", other)
         assert _allowed(cluster, op, "patch", "kopf.dev", "clusterkopfpeerings", name=rel)

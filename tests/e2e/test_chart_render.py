@@ -280,7 +280,9 @@ def test_the_recoveryd_cli_accepts_what_the_chart_passes(
 def test_in_chart_redis_is_marked_not_for_production(renders: dict[str, list[dict[str, Any]]]) -> None:
     objs = renders["inchart-redis-values"]
     secret = one(objs, "Secret", "redis")
-    assert set(secret["data"]) == {"redis-password"} and len(secret["data"]["redis-password"]) > 40
+    # The default user's password, and the least-privilege ACL users' (agents, the approvers' CLI).
+    assert set(secret["data"]) == {"redis-password", "agent-password", "approver-password"}
+    assert all(len(v) > 40 for v in secret["data"].values())
     redis = one(objs, "Deployment", "redis")
     assert "not-for-production" in str(redis["metadata"]["annotations"])
     op = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]

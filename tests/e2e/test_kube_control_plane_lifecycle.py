@@ -5,9 +5,7 @@ Each test starts its own, separate instance (not the session's `kube`), so it ca
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.controlplane import ControlPlane, KubeCluster, have_local_binaries, wait_gone
-from fixtures.procs import pid_alive, port_open
+from fixtures.procs import pid_alive, port_open, sigkilled_owner
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -79,21 +77,8 @@ def test_killed_owner_takes_the_control_plane_with_it(tmp_path: Path) -> None:
         time.sleep(600)
         """
     )
-    owner = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert owner.stdout is not None
-        line = owner.stdout.readline()
-        assert line, f"owner failed to start a control plane: {owner.stderr.read() if owner.stderr else ''}"
-        info = json.loads(line)
+    with sigkilled_owner(script) as info:
         assert all(pid_alive(p) for p in info["pids"])
-    finally:
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(10)
-        for f in (owner.stdout, owner.stderr):
-            if f:
-                f.close()
     assert wait_gone(info["pids"], timeout=15) == []
     deadline = time.monotonic() + 10
     while any(port_open(p) for p in info["ports"]):

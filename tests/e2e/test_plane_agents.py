@@ -187,7 +187,8 @@ def test_an_agent_configured_as_the_notes_say_obeys_every_lever(
         crds: KubeCluster, fresh_redis: RedisServer, ns: str, operator: OperatorProcess, spawn: Any,
         tmp_path: Path) -> None:
     env = notes_env(crds, fresh_redis, tmp_path, ns, "notes-pod-1")
-    assert set(env) == {"AGENT_SAGA_REDIS_URL", "AGENT_SAGA_NAMESPACE", "AGENT_SAGA_AGENT", "POD_NAME"}, env
+    assert set(env) == {"AGENT_SAGA_REDIS_URL", "AGENT_SAGA_NAMESPACE", "AGENT_SAGA_AGENT", "POD_NAME",
+                        "AGENT_SAGA_WAL_STREAM"}, env
     assert env["AGENT_SAGA_REDIS_URL"] == fresh_redis.url and env["AGENT_SAGA_NAMESPACE"] == ns
     agent = spawn(env, "notes")
     name = env["AGENT_SAGA_AGENT"]

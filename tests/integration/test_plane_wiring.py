@@ -163,3 +163,38 @@ def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_re
     finally:
         _, err = proc.communicate("\n", timeout=30)
     assert proc.returncode == 0, err
+
+
+def test_an_agent_on_a_read_only_root_filesystem_connects_and_names_the_wal_settings(
+        fresh_redis: RedisServer, tmp_path: Path) -> None:
+    from fixtures.readonly import read_only_mount
+
+    (tmp_path / "root").mkdir()
+    code = """
+        import asyncio, json
+        from agent_saga import saga_scope
+        from agent_saga.plane import plane_from_env
+        plane_from_env()                        # connecting creates no log file
+        async def main():
+            try:
+                async with saga_scope(name="ro") as saga:
+                    await saga.execute("ledger.post", "REVERSIBLE", lambda: "posted")
+                print(json.dumps({"ok": True}))
+            except Exception as e:
+                print(json.dumps({"ok": False, "kind": type(e).__name__, "error": str(e)}))
+        asyncio.run(main())
+    """
+    with read_only_mount(tmp_path / "root") as ro:
+        # No WAL setting: the agent starts; its first saga names the settings that fix it.
+        bare = run(code, env(fresh_redis.url), ro)
+        assert bare.returncode == 0, bare.stderr
+        out = json.loads(bare.stdout.strip().splitlines()[-1])
+        assert out["ok"] is False and out["kind"] == "ConfigurationError", out
+        assert "AGENT_SAGA_WAL_PATH" in out["error"] and "AGENT_SAGA_WAL_STREAM" in out["error"], out
+        # AGENT_SAGA_WAL_STREAM: the saga's records land in the policy plane's Redis.
+        wired = run(code, env(fresh_redis.url, AGENT_SAGA_WAL_STREAM="agent-saga:wal"), ro)
+        assert json.loads(wired.stdout.strip().splitlines()[-1]) == {"ok": True}, wired.stderr
+        assert list(ro.iterdir()) == []
+    r = redis.Redis.from_url(fresh_redis.url)
+    writers = r.smembers("agent-saga:wal:writers")
+    assert writers and sum(r.xlen(b"agent-saga:wal:w:" + w) for w in writers) > 0

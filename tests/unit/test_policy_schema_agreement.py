@@ -113,6 +113,8 @@ CASES: list[tuple[str, Any]] = [
     ("inverse handler", with_((*T, "compensate"), {"handler": "stripe.refund", "args": {"c": "$.id"}})),
     ("inverse handler and tool", with_((*T, "compensate"), {"handler": "stripe.refund", "tool": "r"})),
     ("inverse neither", with_((*T, "compensate"), {"args": {}})),
+    ("inverse tool and a null handler", with_((*T, "compensate", "handler"), None)),
+    ("inverse handler and a null tool", with_((*T, "compensate"), {"handler": "stripe.refund", "tool": None})),
     ("inverse bad handler", with_((*T, "compensate"), {"handler": "-refund"})),
     ("inverse args null", with_((*T, "compensate", "args"), None)),
     ("bad path", with_((*T, "compensate", "args", "charge"), "$..id")),

@@ -5,9 +5,12 @@ the whole cluster, a Role per watched namespace otherwise). What each rule is fo
 - agentsaga.dev kinds: list + watch (kopf's watch streams), patch (finalizer and kopf's
   progress annotations, merge- and JSON-patch); .../status: patch (conditions,
   observedGeneration, revision).
+- get on every kind but budgetlimits: the acknowledgement writer re-reads a KillSwitch,
+  SagaPolicy or ModelRoute for its resourceVersion before it patches what the agents'
+  heartbeats show (Acknowledged, ACKED), and the approval bridge re-reads an Approval to
+  reflect a decision made with the CLI.
 - approvals also: create (the approval bridge mirrors each runtime request into an
-  Approval named after it) and get (it re-reads one to reflect a decision made with the
-  CLI). No update or delete on any kind, and no get or create on the others.
+  Approval named after it). No update or delete on any kind, and no create on the others.
 - events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
 - kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
   object (its keep-alive record in status).
@@ -21,8 +24,11 @@ kopf peering replaces leader-election leases.
   resources: ["killswitches", "budgetlimits", "sagapolicies", "approvals", "modelroutes"]
   verbs: ["list", "watch", "patch"]
 - apiGroups: ["agentsaga.dev"]
+  resources: ["killswitches", "sagapolicies", "approvals", "modelroutes"]
+  verbs: ["get"]
+- apiGroups: ["agentsaga.dev"]
   resources: ["approvals"]
-  verbs: ["get", "create"]
+  verbs: ["create"]
 - apiGroups: ["agentsaga.dev"]
   resources: ["killswitches/status", "budgetlimits/status", "sagapolicies/status", "approvals/status", "modelroutes/status"]
   verbs: ["patch"]

@@ -221,7 +221,8 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
         set_limit_store,
     )
     from ..controls.policy import RedisPolicySource, get_policy_source, set_policy_source
-    from ..wal import get_default_wal, set_default_wal
+    from ..wal import set_default_wal
+    from ..wal.default import DEFAULT_WAL
 
     ns = [s.namespace]
     previous: dict[str, Any] = {}
@@ -231,7 +232,7 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
 
         wal = RedisWAL(s.url, key=s.wal_key)
         previous["wal"] = set_default_wal(wal)
-    default_wal = get_default_wal()
+    default_wal = DEFAULT_WAL  # chosen when first written: connecting creates no log file
     switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)
     switch = KillSwitch(switch_store, wal=default_wal)
     policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)

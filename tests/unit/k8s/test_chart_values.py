@@ -152,7 +152,8 @@ def test_rbac_names_every_generated_crd() -> None:
     assert plurals and granted == (
         {(p, v) for p in plurals for v in ("list", "watch", "patch")}
         | {(f"{p}/status", "patch") for p in plurals}
-        | {("approvals", "get"), ("approvals", "create")})
+        | {(p, "get") for p in ("killswitches", "sagapolicies", "approvals", "modelroutes")}
+        | {("approvals", "create")})
 
 
 def test_chart_app_version_is_the_package_version() -> None:

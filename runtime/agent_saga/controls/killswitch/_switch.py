@@ -366,7 +366,7 @@ class KillSwitch(PreCheck):
             return
         try:
             self._wal.append(type_, SWITCH_SAGA, None, payload)
-        except WALError as exc:  # the switch keeps working; the log says what it missed
+        except (WALError, ConfigurationError) as exc:  # the switch keeps working; the log says what it missed
             log.error("kill switch %s could not record %s in the WAL (%s)", self._name, type_, exc)
 
     def _refusal(self, lever: Lever, saga_id: str) -> CheckRefusal:

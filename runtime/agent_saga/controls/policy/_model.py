@@ -294,7 +294,7 @@ _SEMANTICS = tuple(s.value for s in ActionSemantics)
 
 def _compensate(value: Any, where: str) -> Compensate:
     obj = _Object(value, where, _COMPENSATE_FIELDS)
-    tool, handler = obj.get("tool"), obj.get("handler")
+    tool, handler = obj.get("tool", nullable=True), obj.get("handler", nullable=True)
     if (tool is None) == (handler is None):
         raise PolicyError(where, "name exactly one inverse: tool (another tool of the same server, called with "
                           "args) or handler (a function registered with @compensator)")
