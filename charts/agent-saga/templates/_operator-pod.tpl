@@ -141,7 +141,8 @@ spec:
     - name: approval-signing
       secret:
         secretName: {{ .Values.approvals.signing.existingSecret | default (include "agent-saga.componentName" (list . "approval-signing")) }}
-        defaultMode: 0400
+        # Readable by the pod's fsGroup (the operator runs as a non-root user).
+        defaultMode: 0440
     {{- end }}
     {{- if .Values.approvals.signing.approverKeys }}
     - name: approver-keys
