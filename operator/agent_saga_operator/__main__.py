@@ -93,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED", "0") or 0),
                    help="delete an Approval this many seconds after it was approved, denied or expired, like a "
                    "Job's ttlSecondsAfterFinished; 0 keeps them (env AGENT_SAGA_APPROVAL_TTL_AFTER_FINISHED)")
+    p.add_argument("--approval-signing-key", type=Path, default=_env("AGENT_SAGA_APPROVAL_SIGNING_KEY"),
+                   help="Ed25519 private key (PEM) to sign approval decisions with; its public key is published "
+                        "for agents (env AGENT_SAGA_APPROVAL_SIGNING_KEY)")
+    p.add_argument("--approval-keys", type=Path, default=_env("AGENT_SAGA_APPROVAL_KEYS"),
+                   help="more trusted approver public keys to publish: a PEM file or a directory of them, e.g. "
+                        "the keys approvers sign CLI decisions with (env AGENT_SAGA_APPROVAL_KEYS)")
+    p.add_argument("--approver-admission", default=_env("AGENT_SAGA_APPROVER_ADMISSION"),
+                   help="name of the ValidatingAdmissionPolicy (and binding) that makes spec.approver the "
+                        "requesting user; when it is in force, decisions record the approver as authenticated")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"),
                    help="DEBUG, INFO, WARNING (env AGENT_SAGA_LOG_LEVEL)")
     return p
@@ -142,6 +151,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         approval_poll_interval=args.approval_poll_interval,
         ack_interval=args.ack_interval,
         approval_ttl_after_finished=args.approval_ttl_after_finished,
+        approval_signing_key=args.approval_signing_key,
+        approval_keys=args.approval_keys,
+        approver_admission=args.approver_admission or None,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

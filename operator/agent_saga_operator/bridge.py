@@ -109,6 +109,12 @@ class ApprovalBridge:
     # ------------------------------------------------------------------ one pass
     async def sync(self) -> None:
         """Mirror every pending request not mirrored yet; reflect the ones decided since."""
+        if await self.ctx.projector.publish_keys(self.ctx.published_keys):
+            log.info("published %d trusted approver key(s) for agents: %s", len(self.ctx.published_keys),
+                     ", ".join(sorted(self.ctx.published_keys)) or "none")
+        loaded = await self.ctx.projector.preload_scripts()
+        if loaded:
+            log.info("loaded %d runtime script(s) agents run by SHA (their ACL may forbid loading them)", loaded)
         client = self.ctx.projector.client
         raw_ids = await client.zrange(self.keys.pending, 0, -1)
         pending = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}

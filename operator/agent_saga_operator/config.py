@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
+from agent_saga.controls.approvals import DecisionSigner, TrustedKeys
 from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 
-__all__ = ["Context", "OperatorConfig", "UsageReader"]
+__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys", "check_admission"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +44,51 @@ class OperatorConfig:
     ack_interval: float = 1.0
     #: Seconds after which a finished Approval is deleted (0: kept forever).
     approval_ttl_after_finished: float = 0.0
+    #: The Ed25519 private key (PEM) the operator signs approval decisions with.
+    approval_signing_key: Path | None = None
+    #: The ValidatingAdmissionPolicy (and binding) that makes ``spec.approver`` the
+    #: requesting user; checked at startup (``check_admission``).
+    approver_admission: str | None = None
+    #: More trusted approver public keys (a PEM file or a directory) to publish to agents:
+    #: the keys of approvers who sign with ``agent-saga approvals approve --signing-key``.
+    approval_keys: Path | None = None
 
     @property
     def clusterwide(self) -> bool:
         """True when no namespace is named: the operator watches every namespace."""
         return not self.namespaces
+
+
+def approval_keys(config: OperatorConfig) -> tuple[DecisionSigner | None, dict[str, str]]:
+    """The signer and the keys to publish that ``config`` names (``ConfigurationError``
+    naming the file for a missing or malformed key)."""
+    signer = None if config.approval_signing_key is None else DecisionSigner.from_file(config.approval_signing_key)
+    trusted = TrustedKeys(source="the operator's approver keys")
+    if config.approval_keys is not None:
+        trusted.update(TrustedKeys.from_path(config.approval_keys))
+    published = {kid: trusted.pem(kid) for kid in trusted.key_ids}
+    if signer is not None:
+        published[signer.key_id] = signer.public_pem()
+    return signer, published
+
+
+def check_admission(api_client: Any, name: str) -> str | None:
+    """Why the approver admission policy ``name`` is not in force (``None``: it is): the
+    policy must exist and its binding of the same name must deny (``validationActions``
+    with ``Deny``)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.AdmissionregistrationV1Api(api_client)
+    try:
+        api.read_validating_admission_policy(name)
+        binding = api.read_validating_admission_policy_binding(name)
+    except ApiException as e:
+        return f"ValidatingAdmissionPolicy/binding {name} cannot be read ({e.status} {e.reason})"
+    spec = binding.spec
+    if spec is None or spec.policy_name != name or "Deny" not in (spec.validation_actions or []):
+        return f"ValidatingAdmissionPolicyBinding {name} does not bind {name} with validationActions [Deny]"
+    return None
 
 
 class UsageReader:
@@ -106,13 +147,23 @@ class Context:
     #: heartbeats (KillSwitch, SagaPolicy, ModelRoute), and the status last written for each.
     tracked: dict[tuple[str, str], Any] = field(default_factory=dict)
     acks_written: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: Signs every decision the operator writes (``None``: unsigned; see docs/approvals.md).
+    signer: DecisionSigner | None = None
+    #: The approver public keys published for agents (key id -> PEM): the signer's and
+    #: ``approval_keys``.
+    published_keys: dict[str, str] = field(default_factory=dict)
+    #: The approver admission policy was found in force at startup (``check_admission``):
+    #: a decision's ``spec.approver`` is then the user the API server authenticated.
+    admission: bool = False
 
     @classmethod
     def create(cls, config: OperatorConfig) -> Context:
         """The context of a running operator: its projector and limit store for ``config``."""
         projector = Projector(config.redis_url, prefix=config.key_prefix)
         store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace)
-        return cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
+        ctx = cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
+        ctx.signer, ctx.published_keys = approval_keys(config)
+        return ctx
 
     async def aclose(self) -> None:
         """Close the Redis connections this context opened."""

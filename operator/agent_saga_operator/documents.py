@@ -38,6 +38,7 @@ from .models._base import DURATION_UNITS
 from .models.budgetlimit import LimitScope
 
 __all__ = [
+    "BREAK_GLASS_ANNOTATION",
     "SCHEMA_VERSION",
     "Identity",
     "InvalidSpec",
@@ -51,6 +52,9 @@ __all__ = [
     "runtime_limit",
     "saga_policy_doc",
 ]
+
+#: The annotation that marks an Approval decided as a break-glass override.
+BREAK_GLASS_ANNOTATION = "agentsaga.dev/break-glass"
 
 #: The ``v`` of every document this module builds.
 SCHEMA_VERSION = 1
@@ -69,6 +73,9 @@ class Identity:
     uid: str
     generation: int
     created: datetime
+    #: The object is annotated ``agentsaga.dev/break-glass: "true"`` (an Approval decided
+    #: as an emergency override; the admission policy admits it only from the break-glass role).
+    break_glass: bool = False
 
     @property
     def id(self) -> str:
@@ -82,8 +89,9 @@ class Identity:
         when = datetime.fromisoformat(created) if isinstance(created, str) else created
         if not isinstance(when, datetime):
             raise InvalidSpec(f"object {meta.get('namespace')}/{meta.get('name')} has no creationTimestamp")
+        glass = str((meta.get("annotations") or {}).get(BREAK_GLASS_ANNOTATION, "")).lower() == "true"
         return cls(str(meta["namespace"]), str(meta["name"]), str(meta.get("uid", "")),
-                   int(meta.get("generation") or 0), when)
+                   int(meta.get("generation") or 0), when, glass)
 
 
 def _envelope(kind: str, who: Identity) -> dict[str, Any]:
@@ -241,11 +249,15 @@ def model_route_doc(spec: ModelRouteSpec, who: Identity) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ Approval
-def approval_decision_doc(spec: ApprovalSpec, who: Identity, *, decided_at: datetime, expired: bool) -> dict[str, Any]:
+def approval_decision_doc(spec: ApprovalSpec, who: Identity, *, decided_at: datetime, expired: bool,
+                          authenticated: bool = False) -> dict[str, Any]:
     """The decision written back for the waiting saga (docs/policy-plane.md).
 
     ``decision`` is ``approved``, ``denied`` or ``expired`` (expiry denies). A decision
     made after the deadline is written as ``expired``: the saga stopped waiting then.
+    ``authenticated``: the approver admission policy is in force, so ``spec.approver`` is
+    the user the API server authenticated (``authenticatedUser``). A break-glass Approval
+    (``who.break_glass``) writes ``breakGlass``: the agent records APPROVAL_BREAK_GLASS.
     """
     if expired:
         decision, approver, note = "expired", None, None
@@ -259,6 +271,8 @@ def approval_decision_doc(spec: ApprovalSpec, who: Identity, *, decided_at: date
         "decision": decision,
         "approver": approver,
         "note": note,
+        "authenticatedUser": approver if authenticated else None,
         "decidedAt": rfc3339(decided_at),
         "source": f"kubernetes:{who.id}",
+        "breakGlass": bool(who.break_glass and decision == "approved"),
     }

@@ -48,7 +48,7 @@ from . import metrics
 from .acks import AckAggregator
 from .bridge import ApprovalBridge
 from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
-from .config import Context, OperatorConfig
+from .config import Context, OperatorConfig, check_admission
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
 from .janitor import ApprovalJanitor
 from .marker import SyncMarker
@@ -329,6 +329,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         except ProjectionUnavailable as e:
             logger.warning("policy plane not reachable at startup (%s); handlers retry until it is", e)
         api_client = await asyncio.to_thread(_api_client, config)
+        if config.approver_admission:
+            why = await asyncio.to_thread(check_admission, api_client, config.approver_admission)
+            ctx.admission = why is None
+            if why is not None:
+                logger.warning("approver admission not in force (%s): decisions are recorded without an "
+                               "authenticated user", why)
         from kubernetes import client as kclient
 
         api = kclient.CustomObjectsApi(api_client)

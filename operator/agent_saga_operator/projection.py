@@ -34,7 +34,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -108,6 +108,11 @@ class Keys:
     def decision(self, request_id: str) -> str:
         """The key of the decision on approval request ``request_id``."""
         return f"{self.prefix}:v1:approval:decision:{request_id}"
+
+    @property
+    def approval_keys(self) -> str:
+        """The trusted approver public keys (a hash: key id -> PEM), published for agents."""
+        return f"{self.prefix}:v1:approval:keys"
 
     @property
     def pending(self) -> str:
@@ -292,6 +297,39 @@ return rev
         """The document ``id_`` of ``kind``, or ``None``."""
         raw = await self._io("get", lambda: self.client.get(self.keys.doc(KIND_SLUGS[kind], id_)))
         return json.loads(raw) if raw is not None else None
+
+    async def publish_keys(self, keys: Mapping[str, str]) -> bool:
+        """Make the published approver keys exactly ``keys`` (key id -> PEM); True if
+        anything changed (a rotation: new ids added, retired ones removed). With no keys
+        configured nothing is touched: turning signing off is an explicit ``DEL``, never a
+        side effect of an operator started without its key."""
+        if not keys:
+            return False
+        raw = await self._io("hgetall", lambda: self.client.hgetall(self.keys.approval_keys))
+        have = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                for k, v in raw.items()}
+        if have == dict(keys):
+            return False
+        gone = [k for k in have if k not in keys]
+        if gone:
+            await self._io("hdel", lambda: self.client.hdel(self.keys.approval_keys, *gone))
+        await self._io("hset", lambda: self.client.hset(self.keys.approval_keys, mapping=dict(keys)))
+        return True
+
+    async def preload_scripts(self) -> int:
+        """``SCRIPT LOAD`` the runtime's scripts the server does not hold (agents whose ACL
+        forbids loading scripts can then run them by SHA); how many were loaded."""
+        import hashlib
+
+        from agent_saga.plane import agent_scripts
+
+        texts = agent_scripts()
+        shas = [hashlib.sha1(t.encode()).hexdigest() for t in texts]  # noqa: S324 - Redis names scripts by SHA-1
+        have = await self._io("script exists", lambda: self.client.script_exists(*shas))
+        missing = [t for t, ok in zip(texts, have, strict=True) if not ok]
+        for t in missing:
+            await self._io("script load", lambda t=t: self.client.script_load(t))
+        return len(missing)
 
     async def get_decision(self, request_id: str) -> dict[str, Any] | None:
         """The decision stored for ``request_id``, or ``None``."""

@@ -215,7 +215,8 @@ def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime
     approver = shown_approver(phase, stored)
     source = str(stored.get("source") or "")
     fields: dict[str, Any] = {"phase": phase, "decidedAt": _stored_time(stored, now), "approver": approver,
-                              "source": source or None}
+                              "source": source or None, "authenticatedUser": stored.get("authenticatedUser") or None,
+                              "signedBy": (stored.get("signature") or {}).get("keyId")}
     by = f" by {approver}" if approver else ""
     where = f" (source {source})" if source else ""
     if conflict:
@@ -253,14 +254,18 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     prior = status.get("decidedAt")
     decided_at = datetime.fromisoformat(prior) if isinstance(prior, str) else now
     expired = spec.decision is None or decided_at > spec.deadline
-    doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired)
+    doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired, authenticated=ctx.admission)
+    if ctx.signer is not None:  # the agent checks this signature before it acts on an approval
+        doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp())
     try:
         rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
     except DecisionConflict as e:
         if spec.decision is None:  # the agent (or the CLI) got there first: show theirs
             return _reflect_stored(spec, e.stored, now)
         return _reflect_stored(spec, e.stored, now, conflict=str(e))
-    fields: dict[str, Any] = {"decidedAt": rfc3339(decided_at), "approver": doc["approver"], "source": doc["source"]}
+    fields: dict[str, Any] = {"decidedAt": rfc3339(decided_at), "approver": doc["approver"], "source": doc["source"],
+                              "authenticatedUser": doc["authenticatedUser"],
+                              "signedBy": (doc.get("signature") or {}).get("keyId")}
     if expired:
         late = "" if spec.decision is None else f" ({spec.decision} by {spec.approver} came after it)"
         return Outcome(

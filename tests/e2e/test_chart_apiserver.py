@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from agent_saga.plane import acl_rules, acl_setuser
 from agent_saga_operator.testing import OperatorProcess, install_crds, poll
 from chart_helpers import (
     CHART,
@@ -222,7 +223,7 @@ def test_install_upgrade_uninstall(cluster: KubeCluster, helm: Helm, kube_namesp
     assert exc.value.status == 404
     assert "STATUS: deployed" in helm.run("status", rel, "--namespace", ns).stdout
 
-    helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
+    uninstall(helm, cluster, rel, ns)
     assert _existing(cluster, manifest) == []
     assert labelled(cluster, rel) == []
     assert helm.run("list", "--namespace", ns, "--all", "-q").stdout.split() == []
@@ -237,9 +238,12 @@ def test_in_chart_redis_password_survives_an_upgrade(cluster: KubeCluster, helm:
     values = str(CHART / "ci" / "inchart-redis-values.yaml")
     helm.run("install", rel, str(CHART), "--namespace", ns, "--values", values)
     before = core.read_namespaced_secret(f"{rel}-redis", ns).data["redis-password"]
+    signing = core.read_namespaced_secret(f"{rel}-approval-signing", ns).data["signing-key.pem"]
     helm.run("upgrade", rel, str(CHART), "--namespace", ns, "--values", values, "--set", "recoveryd.replicas=2")
     assert core.read_namespaced_secret(f"{rel}-redis", ns).data["redis-password"] == before
-    helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
+    # The operator's approval signing key too: agents keep trusting the same key.
+    assert core.read_namespaced_secret(f"{rel}-approval-signing", ns).data["signing-key.pem"] == signing
+    uninstall(helm, cluster, rel, ns)
     assert labelled(cluster, rel) == []
 
 
@@ -282,6 +286,29 @@ def _wait_allowed(kube: KubeCluster, user: str, *args: str) -> None:
 def _baseline(kube: KubeCluster, namespace: str) -> set[Rule]:
     """What any authenticated ServiceAccount may do (discovery, self reviews)."""
     return _rules(kube, f"system:serviceaccount:{namespace}:nobody-{secrets.token_hex(3)}", namespace)
+
+
+def admission_reads(rel: str) -> set[Rule]:
+    """The operator reads the approver admission policy and its binding (by name only)."""
+    return {("admissionregistration.k8s.io", r, f"{rel}-approver-is-requester", "get")
+            for r in ("validatingadmissionpolicies", "validatingadmissionpolicybindings")}
+
+
+def uninstall(helm: Helm, kube: KubeCluster, rel: str, ns: str, *, check: bool = True) -> None:
+    """``helm uninstall``, then wait until the API server stops enforcing the release's
+    cluster-wide approver admission policy (a dry-run decision naming someone else by the
+    admin is admitted again), so later tests deciding as the admin are not refused."""
+    helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s", check=check)
+    body = {"apiVersion": "agentsaga.dev/v1alpha1", "kind": "Approval", "metadata": {"name": "uninstall-probe"},
+            "spec": {"requestId": "uninstall-probe", "tool": "t", "sagaId": "s", "stepId": "s/0", "rule": "r",
+                     "argumentsDigest": "sha256:" + "0" * 64, "requestedAt": "2026-01-01T00:00:00Z",
+                     "deadline": "2036-01-01T00:00:00Z", "decision": "Approved", "approver": "probe@corp"}}
+    custom = client.CustomObjectsApi(kube.api_client())
+
+    def admitted() -> bool:
+        custom.create_namespaced_custom_object("agentsaga.dev", "v1alpha1", ns, "approvals", body, dry_run="All")
+        return True
+    poll(admitted, timeout=DEADLINE, what=f"the approver admission policy of {rel} no longer enforced")
 
 
 # The kinds the operator reads one object of (see templates/_operator-rbac.tpl).
@@ -337,6 +364,7 @@ def test_rbac_cluster_wide_operator_can_exactly_what_it_needs(
         other = f"elsewhere-{secrets.token_hex(3)}"  # any namespace: the grants are cluster-wide
         need = operator_needs(rel, "clusterkopfpeerings")
         need |= {("apiextensions.k8s.io", "customresourcedefinitions", "", v) for v in ("list", "watch")}
+        need |= admission_reads(rel)
         assert _rules(cluster, op, other) - _baseline(cluster, other) == need
 
         # Each need, asked one by one of the authorizer (cluster scope and one namespace).
@@ -363,7 +391,7 @@ def test_rbac_cluster_wide_operator_can_exactly_what_it_needs(
                                           ("get", "coordination.k8s.io", "leases")]:
                 assert not _allowed(cluster, user, verb, group, resource, ns), (sa, verb, resource)
     finally:
-        helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
+        uninstall(helm, cluster, rel, ns)
 
 
 def test_rbac_namespaced_operator_is_confined_to_its_namespaces(
@@ -377,6 +405,7 @@ def test_rbac_namespaced_operator_is_confined_to_its_namespaces(
         _wait_allowed(cluster, op, "list", "agentsaga.dev", "killswitches", watched)
         cluster_reads = {("apiextensions.k8s.io", "customresourcedefinitions", "", v) for v in ("list", "watch")}
         cluster_reads |= {("", "namespaces", "", v) for v in ("list", "watch")}
+        cluster_reads |= admission_reads(rel)
         assert _rules(cluster, op, watched) - _baseline(cluster, watched) == \
             operator_needs(rel, "kopfpeerings") | cluster_reads
         assert _rules(cluster, op, unwatched) - _baseline(cluster, unwatched) == cluster_reads
@@ -386,14 +415,16 @@ def test_rbac_namespaced_operator_is_confined_to_its_namespaces(
         peering = cluster.kubectl("get", "kopfpeering", rel, "-n", watched, "-o", "name").stdout.strip()
         assert peering == f"kopfpeering.kopf.dev/{rel}"
     finally:
-        helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s")
+        uninstall(helm, cluster, rel, ns)
 
 
 # --------------------------------------------------------------------------- the operator
-def _kubelet_view(kube: KubeCluster, ns: str, container: dict[str, Any], pod: str,
-                  index: int) -> tuple[list[str], dict[str, str]]:
+def _kubelet_view(kube: KubeCluster, ns: str, container: dict[str, Any], pod: str, index: int,
+                  volumes: list[dict[str, Any]] | None = None,
+                  root: Path = Path("/nonexistent")) -> tuple[list[str], dict[str, str]]:
     """(args, env) the kubelet would start ``container`` with in pod ``pod``: Secrets read
-    from the API server, downward-API fields from the pod's name and index."""
+    from the API server, downward-API fields from the pod's name and index; with the pod's
+    ``volumes``, its Secret volumes written under ``root`` (the args point there)."""
     core = client.CoreV1Api(kube.api_client())
 
     class Secrets(dict[tuple[str, str], str]):
@@ -402,7 +433,22 @@ def _kubelet_view(kube: KubeCluster, ns: str, container: dict[str, Any], pod: st
 
     env = container_env(container, Secrets(), {
         "metadata.name": pod, "metadata.labels['apps.kubernetes.io/pod-index']": str(index)})
-    return [expand(a, env) for a in container["args"]], env
+    args = [expand(a, env) for a in container["args"]]
+    if volumes is None:
+        return args, env
+    # Secret volumes: their files, written where the container mounts them (under ``root``).
+    by_name = {v["name"]: v for v in volumes}
+    for mount in container.get("volumeMounts") or ():
+        secret = by_name[mount["name"]].get("secret")
+        if secret is None:
+            continue
+        local = root / mount["mountPath"].lstrip("/")
+        local.mkdir(parents=True, exist_ok=True)
+        for key, value in (core.read_namespaced_secret(secret["secretName"], ns).data or {}).items():
+            (local / key).write_bytes(base64.b64decode(value))
+            (local / key).chmod(0o400)
+        args = [a.replace(mount["mountPath"], str(local)) for a in args]
+    return args, env
 
 
 def _token_kubeconfig(kube: KubeCluster, ns: str, sa: str, path: Path) -> Path:
@@ -467,7 +513,8 @@ def test_operator_with_the_chart_service_account_reconciles_a_killswitch(
     kubeconfig = _token_kubeconfig(cluster, ns, pod["serviceAccountName"], tmp_path / "operator.kubeconfig")
 
     def replica(index: int) -> OperatorProcess:
-        args, env = _kubelet_view(cluster, ns, container, f"{rel}-operator-{index}", index)
+        args, env = _kubelet_view(cluster, ns, container, f"{rel}-operator-{index}", index, pod["volumes"],
+                                  tmp_path / f"pod-{index}")
         assert f"--priority=-{index}" in args and f"--peering={rel}" in args  # "-0" parses as 0
         args = [a for a in args if not a.startswith(("--health-port=", "--metrics-port="))]  # free ports instead
         return OperatorProcess(kubeconfig, env["AGENT_SAGA_REDIS_URL"], tmp_path / f"operator-{index}.log",
@@ -563,7 +610,7 @@ def test_operator_with_the_chart_service_account_reconciles_a_killswitch(
         standby.stop()
         r.close()
         core.delete_namespace(demo)
-        helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s", check=False)
+        uninstall(helm, cluster, rel, ns, check=False)
 
 
 def test_recoveryd_with_the_chart_arguments_becomes_ready(
@@ -623,7 +670,7 @@ def test_recoveryd_with_the_chart_arguments_becomes_ready(
         assert proc.returncode == 0, log.read_text(errors="replace")
         assert password not in log.read_text(errors="replace")  # logs show redis://:***@
     finally:
-        helm.run("uninstall", rel, "--namespace", ns, "--wait", "--timeout", "60s", check=False)
+        uninstall(helm, cluster, rel, ns, check=False)
 
 
 def test_in_chart_redis_command_requires_its_password(helm: Helm, tmp_path: Path) -> None:
@@ -637,8 +684,9 @@ def test_in_chart_redis_command_requires_its_password(helm: Helm, tmp_path: Path
     data.mkdir()
     script = (c["args"][0].replace("/tmp/", f"{scratch}/").replace("--dir /data", f"--dir {data}")
               .replace("--port 6379", f"--port {port}").replace("exec redis-server", f"exec {redis_bin}"))
-    password = secrets.token_hex(20)
-    env = {"PATH": f"{redis_bin.parent}:{os.environ.get('PATH', '')}", "REDIS_PASSWORD": password}
+    password, agent_pw, approver_pw = secrets.token_hex(20), secrets.token_hex(20), secrets.token_hex(20)
+    env = {"PATH": f"{redis_bin.parent}:{os.environ.get('PATH', '')}", "REDIS_PASSWORD": password,
+           "AGENT_PASSWORD": agent_pw, "APPROVER_PASSWORD": approver_pw}
     proc = subprocess.Popen([*c["command"], script], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
     try:
@@ -653,6 +701,28 @@ def test_in_chart_redis_command_requires_its_password(helm: Helm, tmp_path: Path
         anonymous.close()
         authed = redis.Redis(port=port, password=password)
         assert authed.ping() is True
+        # The least-privilege users: the agent reads the policy plane and cannot write a
+        # kill switch document; the approver (the CLI) can.
+        authed.set("agentsaga:v1:killswitch:ns/halt", "{}")
+        agent = redis.Redis(port=port, username="agent-saga-agent", password=agent_pw)
+        assert agent.get("agentsaga:v1:killswitch:ns/halt") == b"{}"
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            agent.delete("agentsaga:v1:killswitch:ns/halt")
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            agent.eval("return 1", 0)
+        approver = redis.Redis(port=port, username="agent-saga-approver", password=approver_pw)
+        assert approver.set("agentsaga:v1:killswitch:ns/halt", "{}") is True
+        rules = {u.split(" ", 2)[1]: u for u in (x.decode() for x in authed.execute_command("ACL", "LIST"))}
+        assert set(rules) == {"default", "agent-saga-agent", "agent-saga-approver"}
+        # ... exactly the runtime's rules (with the chart's RedisWAL keys), as Redis normalises them.
+        for role, kw in (("agent", {"wal_keys": ("agent-saga:wal",)}), ("approver", {})):
+            authed.execute_command(*acl_setuser(f"probe-{role}", acl_rules(role, **kw), password=secrets.token_hex(8)))
+            probe = next(x.decode() for x in authed.execute_command("ACL", "LIST") if x.startswith(b"user probe-"
+                                                                                                  + role.encode()))
+            strip = lambda line: " ".join(t for t in line.split(" ")[2:] if not t.startswith("#"))  # noqa: E731
+            assert strip(probe) == strip(rules[f"agent-saga-{role}"]), role
+        for c in (agent, approver):
+            c.close()
         authed.close()
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -60,8 +60,13 @@ def test_default_values_render_the_documented_objects(renders: dict[str, list[di
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
     assert kinds == sorted([
         ("ClusterKopfPeering", "rel-agent-saga"),
+        ("ClusterRole", "rel-agent-saga-approver"),
+        ("ClusterRole", "rel-agent-saga-break-glass"),
         ("ClusterRole", "rel-agent-saga-operator"),
         ("ClusterRoleBinding", "rel-agent-saga-operator"),
+        ("Secret", "rel-agent-saga-approval-signing"),
+        ("ValidatingAdmissionPolicy", "rel-agent-saga-approver-is-requester"),
+        ("ValidatingAdmissionPolicyBinding", "rel-agent-saga-approver-is-requester"),
         ("Deployment", "rel-agent-saga-operator"),
         ("Deployment", "rel-agent-saga-recoveryd"),
         ("PodDisruptionBudget", "rel-agent-saga-recoveryd"),
@@ -71,8 +76,11 @@ def test_default_values_render_the_documented_objects(renders: dict[str, list[di
         ("ServiceAccount", "rel-agent-saga-operator"),
         ("ServiceAccount", "rel-agent-saga-recoveryd"),
     ])
-    # No Secret, and no ServiceMonitor unless asked for.
-    assert not of_kind(objs, "Secret", "ServiceMonitor")
+    # No Secret but the operator's approval signing key (generated: no value in values.yaml),
+    # and no ServiceMonitor unless asked for.
+    assert [s["metadata"]["name"] for s in of_kind(objs, "Secret")] == ["rel-agent-saga-approval-signing"]
+    assert set(of_kind(objs, "Secret")[0]["data"]) == {"signing-key.pem"}
+    assert not of_kind(objs, "ServiceMonitor")
     assert one(objs, "Deployment", "operator")["spec"]["replicas"] == 1
     recoveryd = one(objs, "Deployment", "recoveryd")
     assert recoveryd["spec"]["replicas"] == 2
@@ -163,9 +171,18 @@ def test_full_values_exercise_every_option(renders: dict[str, list[dict[str, Any
         ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]
     assert sorted(p["metadata"]["namespace"] for p in of_kind(objs, "KopfPeering")) == \
         ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]
-    cr = one(objs, "ClusterRole")
+    # Approvals: the operator signs with the Secret named, publishes the approvers' keys.
+    assert {"--approval-signing-key=/etc/agent-saga/approval-signing/signing-key.pem",
+            "--approval-keys=/etc/agent-saga/approver-keys"} <= set(args)
+    vols = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert vols["approval-signing"]["secret"]["secretName"] == "agent-saga-approval-key"
+    keys_cm = one(objs, "ConfigMap", "approver-keys")
+    assert list(keys_cm["data"]) == ["risk-team.pem"] and "BEGIN PUBLIC KEY" in keys_cm["data"]["risk-team.pem"]
+    assert not of_kind(objs, "Secret"), "the signing key is the Secret named, not one the chart makes"
+    cr = one(objs, "ClusterRole", "operator")
     assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in cr["rules"]} == {
-        (("customresourcedefinitions",), ("list", "watch")), (("namespaces",), ("list", "watch"))}
+        (("customresourcedefinitions",), ("list", "watch")), (("namespaces",), ("list", "watch")),
+        (("validatingadmissionpolicies", "validatingadmissionpolicybindings"), ("get",))}
     rec = one(objs, "Deployment", "recoveryd")
     rc = rec["spec"]["template"]["spec"]["containers"][0]
     assert rec["spec"]["replicas"] == 4
@@ -266,7 +283,9 @@ def test_the_recoveryd_cli_accepts_what_the_chart_passes(
 def test_in_chart_redis_is_marked_not_for_production(renders: dict[str, list[dict[str, Any]]]) -> None:
     objs = renders["inchart-redis-values"]
     secret = one(objs, "Secret", "redis")
-    assert set(secret["data"]) == {"redis-password"} and len(secret["data"]["redis-password"]) > 40
+    # The default user's password, and the least-privilege ACL users' (agents, the approvers' CLI).
+    assert set(secret["data"]) == {"redis-password", "agent-password", "approver-password"}
+    assert all(len(v) > 40 for v in secret["data"].values())
     redis = one(objs, "Deployment", "redis")
     assert "not-for-production" in str(redis["metadata"]["annotations"])
     op = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]
@@ -288,7 +307,7 @@ def test_url_from_secret(renders: dict[str, list[dict[str, Any]]]) -> None:
 
 def test_rbac_covers_exactly_the_generated_crds(renders: dict[str, list[dict[str, Any]]]) -> None:
     plurals = crd_plurals()
-    cr = one(renders["default"], "ClusterRole")
+    cr = one(renders["default"], "ClusterRole", "operator")
     granted = {res for r in cr["rules"] if r["apiGroups"] == ["agentsaga.dev"] for res in r["resources"]}
     assert granted == plurals["agentsaga.dev"] | {f"{p}/status" for p in plurals["agentsaga.dev"]}
     assert {"clusterkopfpeerings", "kopfpeerings"} <= plurals["kopf.dev"]

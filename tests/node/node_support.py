@@ -162,6 +162,20 @@ class Release:
         secret = json.loads(self.kubectl("get", "secret", self.component("redis"), "-o", "json").stdout)
         return base64.b64decode(secret["data"]["redis-password"]).decode()
 
+    def signing_key(self, path: Path) -> Path:
+        """The operator's approval signing key, written to ``path`` (mode 0600): a key the
+        agents trust, for CLI approvals (``agent-saga approvals approve --signing-key``)."""
+        secret = json.loads(self.kubectl("get", "secret", self.component("approval-signing"), "-o", "json").stdout)
+        path.write_bytes(base64.b64decode(secret["data"]["signing-key.pem"]))
+        path.chmod(0o600)
+        return path
+
+    def whoami(self) -> str:
+        """The user the API server authenticates this kubeconfig as (the approver admission
+        policy admits a decision only in that name)."""
+        out = self.cluster.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}").stdout
+        return str(out).strip()
+
     @contextlib.contextmanager
     def redis(self) -> Iterator[tuple[redis.Redis, str]]:
         """A client for the in-chart Redis (through `kubectl port-forward`), and its URL."""

@@ -86,7 +86,9 @@ def test_notes_commands_work_as_printed(ready_release: Release, agents: Agents, 
         outputs: dict[str, str] = {}
         for command in commands:
             if command.lstrip().startswith("agent-saga approvals approve"):
-                command = command.replace(" ID ", f" {approval} ").replace("NAME", "notes@example.com")
+                key = rel.signing_key(tmp_path / "KEY.pem")  # a trusted key (the operator's, for the test)
+                command = command.replace(" ID ", f" {approval} ").replace("NAME", "notes@example.com") \
+                    .replace("KEY.pem", str(key))
             if "get killswitches" in command:  # READY True once the operator projected it
                 out = poll(lambda c=command: _ran(c, env) if " True " in _ran(c, env) else None,
                            what="the NOTES' kill switch READY True")

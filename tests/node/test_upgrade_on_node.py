@@ -34,8 +34,9 @@ def approvals(rel: Release, sagas: set[str]) -> dict[str, dict[str, Any]]:
 
 
 def decide(rel: Release, name: str, decision: str) -> None:
+    # As ourselves: the approver admission policy admits a decision only in the requester's name.
     rel.kubectl("patch", "approval", name, "--type", "merge", "-p", json.dumps(
-        {"spec": {"decision": decision, "approver": "upgrade@example.com", "note": "decided during the roll"}}))
+        {"spec": {"decision": decision, "approver": rel.whoami(), "note": "decided during the roll"}}))
 
 
 def operator_pods(rel: Release) -> list[dict[str, Any]]:
@@ -61,7 +62,8 @@ def test_upgrade_rolls_the_operator_without_losing_approvals(agents: Agents) -> 
         with rel.redis() as (_, url):
             cli = subprocess.run(
                 [str(Path(sys.executable).parent / "agent-saga"), "approvals", "approve",
-                 mirrored[sagas[2]]["metadata"]["name"], "--approver", "cli@example.com", "--store", url],
+                 mirrored[sagas[2]]["metadata"]["name"], "--approver", "cli@example.com", "--store", url,
+                 "--signing-key", str(rel.signing_key(Path(rel.helm.env["HOME"]) / "approver.pem"))],
                 capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0, cli.stderr + cli.stdout
         sagas.append(agents.http(pods[2], "/payout", {"amount": 999})["saga"])

@@ -68,6 +68,15 @@ spec:
         - --health-port={{ $o.ports.health }}
         - --metrics-port={{ $o.ports.metrics }}
         - --log-level={{ $o.logLevel }}
+        {{- if .Values.approvals.signing.enabled }}
+        - --approval-signing-key=/etc/agent-saga/approval-signing/signing-key.pem
+        {{- end }}
+        {{- if .Values.approvals.signing.approverKeys }}
+        - --approval-keys=/etc/agent-saga/approver-keys
+        {{- end }}
+        {{- if .Values.approvals.admission.enabled }}
+        - --approver-admission={{ include "agent-saga.componentName" (list . "approver-is-requester") }}
+        {{- end }}
         {{- range $o.extraArgs }}
         - {{ . | quote }}
         {{- end }}
@@ -116,11 +125,33 @@ spec:
       volumeMounts:
         - name: tmp
           mountPath: /tmp
+        {{- if .Values.approvals.signing.enabled }}
+        - name: approval-signing
+          mountPath: /etc/agent-saga/approval-signing
+          readOnly: true
+        {{- end }}
+        {{- if .Values.approvals.signing.approverKeys }}
+        - name: approver-keys
+          mountPath: /etc/agent-saga/approver-keys
+          readOnly: true
+        {{- end }}
   volumes:
     # The root filesystem is read-only; Python and aiohttp may want a scratch directory.
     - name: tmp
       emptyDir:
         sizeLimit: 64Mi
+    {{- if .Values.approvals.signing.enabled }}
+    - name: approval-signing
+      secret:
+        secretName: {{ .Values.approvals.signing.existingSecret | default (include "agent-saga.componentName" (list . "approval-signing")) }}
+        # Readable by the pod's fsGroup (the operator runs as a non-root user).
+        defaultMode: 0440
+    {{- end }}
+    {{- if .Values.approvals.signing.approverKeys }}
+    - name: approver-keys
+      configMap:
+        name: {{ include "agent-saga.componentName" (list . "approver-keys") }}
+    {{- end }}
   {{- with $o.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}

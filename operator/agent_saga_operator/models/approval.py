@@ -117,6 +117,12 @@ class ApprovalStatus(BaseStatus):
         default=None, description="Who decided, as the policy plane holds it (kubectl, the CLI, or none: expiry).")
     source: Annotated[str, StringConstraints(max_length=256)] | None = Field(
         default=None, description="Where the decision was made: kubernetes:<ns>/<name>, cli:<host>:<pid>, agent.")
+    authenticated_user: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="The user the API server authenticated for this decision (set when the "
+                                  "approver admission policy is in force; empty for CLI decisions and expiry).")
+    signed_by: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        default=None, description="The id of the key that signed the decision (agents accept an approval only "
+                                  "when signed by a trusted key, once keys are configured).")
 
 
 class Approval(Resource):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..errors import SagaError
 from . import (
+    acl_commands,
     approval_commands,
     audit_commands,
     help_text,
@@ -27,7 +28,7 @@ from . import (
 
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
-    approval_commands, policy_commands, mcp_commands,
+    approval_commands, policy_commands, mcp_commands, acl_commands,
 )
 
 

@@ -13,6 +13,10 @@ says which store it read and why, and with none configured it says how to name o
 (never a silent read of an empty local folder). The decision lands in the store; the
 waiting agent sees it there (no connection into the agent). An ID may be a unique prefix.
 
+``--signing-key KEY.pem`` (or ``$AGENT_SAGA_APPROVAL_SIGNING_KEY``) signs the decision
+with the approver's Ed25519 key (``agent-saga keygen approver --out KEY.pem``): agents
+that trust approver keys accept an approval only when it is signed by one of them.
+
 Refused, with a message saying why: an approval without ``--approver`` (an anonymous
 approval proves nothing), a break-glass approval without ``--note``, a request already
 decided or past its deadline. Exit codes: 0 done, 1 refused, 2 bad usage or an
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -32,9 +37,11 @@ from ..controls.approvals import (
     ApprovalRefused,
     ApprovalRequest,
     ApprovalStore,
+    DecisionSigner,
     decide_request,
     open_approval_store,
 )
+from ..controls.approvals._signing import ENV_SIGNING_KEY
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
 
@@ -111,10 +118,12 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         print(f"agent-saga approvals {'approve' if approved else 'deny'}: refused: --approver NAME is required "
               f"(an anonymous approval is an audit trail that proves nothing)", file=sys.stderr)
         return 2
+    key = args.signing_key or os.environ.get(ENV_SIGNING_KEY, "").strip() or None
+    signer = DecisionSigner.from_file(key) if key else None
     store, which = _store(args)
     try:
         r = decide_request(store, args.request_id, approved=approved, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=getattr(args, "break_glass", False))
+                           note=args.note, break_glass=getattr(args, "break_glass", False), signer=signer)
     except ApprovalRefused as exc:
         print(f"agent-saga approvals: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -124,8 +133,9 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         print(json.dumps(r.view_doc()))
     else:
         glass = " (BREAK-GLASS: flagged for review)" if r.break_glass else ""
-        print(f"{r.state.lower()} {r.id} ({r.tool}) by {r.approver}{glass}; the waiting agent sees it on its next "
-              f"read of {store.describe()}")
+        signed = f", signed by key {signer.key_id}" if signer is not None else ", unsigned"
+        print(f"{r.state.lower()} {r.id} ({r.tool}) by {r.approver}{glass}{signed}; the waiting agent sees it on "
+              f"its next read of {store.describe()}")
     return 0
 
 
@@ -158,6 +168,9 @@ def register(sub: Any) -> None:
         q.add_argument("request_id", metavar="ID", help="the request id (a unique prefix is enough)")
         q.add_argument("--approver", default=None, help="who decides (required): risk@corp")
         q.add_argument("--note", default=None, help="why (lands in the WAL)")
+        q.add_argument("--signing-key", default=None, metavar="PEM",
+                       help=f"sign the decision with this Ed25519 private key (default: ${ENV_SIGNING_KEY}); "
+                            f"agents that trust approver keys ignore an unsigned approval")
         if name == "approve":
             q.add_argument("--break-glass", action="store_true",
                            help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note)")

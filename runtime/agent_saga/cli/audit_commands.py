@@ -175,10 +175,11 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_verify_checkpoint)
 
-    p = sub.add_parser("keygen", help="make a checkpoint signing key or a WAL encryption key")
-    p.add_argument("kind", choices=["checkpoint", "wal"],
-                   help="checkpoint: an Ed25519 signing key pair; wal: a WAL encryption key")
-    p.add_argument("--out", help="checkpoint: the private key file to create (KEY and KEY.pub)")
+    p = sub.add_parser("keygen", help="make a checkpoint or approver signing key, or a WAL encryption key")
+    p.add_argument("kind", choices=["checkpoint", "approver", "wal"],
+                   help="checkpoint: an Ed25519 key pair to sign log checkpoints; approver: an Ed25519 key pair to "
+                   "sign CLI approval decisions; wal: a WAL encryption key")
+    p.add_argument("--out", help="checkpoint, approver: the private key file to create (KEY and KEY.pub)")
     p.add_argument("--kid", help="wal: the key id (default: a fingerprint)")
     p.set_defaults(handler=cmd_keygen)
 
@@ -378,11 +379,12 @@ def cmd_verify_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     """``agent-saga keygen``: a new encryption or signing key."""
-    if args.kind == "checkpoint":
+    if args.kind in ("checkpoint", "approver"):
         if not args.out:
-            raise ConfigurationError("keygen checkpoint needs --out KEYFILE (KEYFILE.pub is written beside it)")
+            raise ConfigurationError(f"keygen {args.kind} needs --out KEYFILE (KEYFILE.pub is written beside it)")
         priv, pub = _cp.generate_signing_key(args.out)
-        print(f"private key {priv} (keep it secret, mode 0600); public key {pub} (publish it)")
+        where = "publish it" if args.kind == "checkpoint" else "add it to the agents' trusted approver keys"
+        print(f"private key {priv} (keep it secret, mode 0600); public key {pub} ({where})")
         return 0
     print(_enc.new_wal_key(args.kid))
     return 0

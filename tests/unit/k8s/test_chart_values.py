@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agent-saga"
 SCHEMA = CHART / "values.schema.json"
-COMPONENTS = {"operator", "recoveryd", "redis", "agent"}
+COMPONENTS = {"operator", "recoveryd", "redis", "agent", "approver"}
 # Objects the schema passes through to the API server (Kubernetes types, validated there).
 PASS_THROUGH = {"podSecurityContext", "securityContext", "affinity", "global",
                 "startupProbe", "livenessProbe", "readinessProbe"}
@@ -192,3 +192,16 @@ def test_dockerfile_builds_what_the_chart_runs() -> None:
               if line.strip() and not line.startswith("#")]
     assert ignore[ignore.index("*") + 1:][:5] == [
         "!pyproject.toml", "!README.md", "!runtime/", "!operator/", "!recoveryd/"]
+
+
+def test_the_in_chart_redis_acl_users_are_the_runtimes() -> None:
+    """files/redis-acl-<role>.json is ``agent-saga acl <role>`` with placeholders the
+    template fills (regenerate: agent-saga acl ROLE --key-prefix __PREFIX__
+    --limit-namespace __LIMITS__ --json > charts/agent-saga/files/redis-acl-ROLE.json)."""
+    import json
+
+    from agent_saga.plane import acl_rules
+
+    for role in ("agent", "approver"):
+        shipped = json.loads((CHART / "files" / f"redis-acl-{role}.json").read_text())
+        assert shipped == acl_rules(role, prefix="__PREFIX__", limit_namespace="__LIMITS__"), role  # type: ignore[arg-type]

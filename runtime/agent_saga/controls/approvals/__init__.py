@@ -16,6 +16,7 @@ The layout every control shares (``agent_saga.controls``):
                    policy-plane wiring)
     _gateway.py    ApprovalGateway: ask, escalate, wait, record (an ApprovalProvider)
     _notifiers.py  Notifier, WebhookNotifier: how a human hears about a request
+    _signing.py    DecisionSigner, TrustedKeys: signed decisions, checked by the agent
 
 Only this module is public.
 """
@@ -39,6 +40,7 @@ from ._model import (
 )
 from ._notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
 from ._redis import RedisApprovalStore
+from ._signing import DecisionSigner, TrustedKeys
 from ._store import (
     ApprovalRefused,
     ApprovalStore,
@@ -60,11 +62,13 @@ __all__ = [
     "ApprovalStore",
     "ApprovalStoreUnavailable",
     "Decision",
+    "DecisionSigner",
     "EscalationLevel",
     "FileApprovalStore",
     "Notifier",
     "NotifierError",
     "RedisApprovalStore",
+    "TrustedKeys",
     "WebhookNotifier",
     "action_digest",
     "decide_request",

@@ -35,7 +35,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +45,7 @@ from ...gates import GateDecision, StepRequest
 from ...wal.base import BaseWAL
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
 from ._notifiers import ApprovalNotice, Notifier
+from ._signing import DecisionSigner, TrustedKeys
 from ._store import ApprovalStore, decide_request
 
 __all__ = ["ApprovalGateway", "ApprovalPolicy", "EscalationLevel"]
@@ -124,7 +125,12 @@ class ApprovalGateway:
     waiting. ``namespace`` / ``agent``: written into each request, so the operator can
     mirror it as an ``Approval`` in that namespace (default ``$AGENT_SAGA_NAMESPACE``,
     ``$POD_NAMESPACE`` or ``default``; ``$AGENT_SAGA_AGENT`` or the host name).
-    ``clock``: the time seam.
+    ``clock``: the time seam. ``trusted_keys``: the approver keys whose signature an
+    approval needs (``TrustedKeys`` or a PEM file / directory; default
+    ``$AGENT_SAGA_APPROVAL_KEYS``); keys the policy plane publishes are trusted too, and
+    once any key is trusted an unsigned or forged approval is ignored (the request
+    stays pending until it expires). With no key anywhere, approvals are accepted
+    unsigned and the WAL says their signature was not checked.
     """
 
     def __init__(
@@ -138,6 +144,7 @@ class ApprovalGateway:
         namespace: str | None = None,
         agent: str | None = None,
         clock: ControlClock | None = None,
+        trusted_keys: TrustedKeys | str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(store, ApprovalStore):
             raise ConfigurationError(f"store must be an approval store (FileApprovalStore(), RedisApprovalStore(url)), "
@@ -162,6 +169,13 @@ class ApprovalGateway:
         self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
             or "default"
         self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or socket.gethostname()
+        if trusted_keys is None:
+            trusted_keys = TrustedKeys.from_env()
+        elif not isinstance(trusted_keys, TrustedKeys):
+            trusted_keys = TrustedKeys.from_path(trusted_keys)
+        self._configured: TrustedKeys | None = trusted_keys
+        self._trust: TrustedKeys | None = trusted_keys
+        self._forged: set[str] = set()
 
     def __repr__(self) -> str:
         return f"ApprovalGateway({self.store.describe()}, timeout={self.policy.timeout:g})"
@@ -230,8 +244,12 @@ class ApprovalGateway:
     async def _wait(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
         rid = current.id
         while True:
+            forged = None
             if current.state == "Approved":
-                return await self._consume(request, current)
+                forged, proof = await self._verify(current)
+                if forged is None:
+                    return await self._consume(request, current, proof)
+                self._ignore(current, forged)
             if current.state == "Denied":
                 return self._record(request, current, False, current.approver or SYSTEM_APPROVER,
                                     current.note or "denied")
@@ -242,6 +260,12 @@ class ApprovalGateway:
                                     f"the request expired at {format_instant(current.deadline)} unanswered: "
                                     f"expiry denies", decision="Expired")
             now = self._clock.time()
+            if now >= current.deadline and forged is not None:
+                # the store holds the unproven decision (written once), so the expiry is ours alone
+                return self._record(request, current, False, SYSTEM_APPROVER,
+                                    f"no proven answer by the deadline {format_instant(current.deadline)}: expiry "
+                                    f"denies (the decision in the store was ignored: {forged})",
+                                    decision="Expired", extra={"forged": forged})
             if now >= current.deadline:
                 return await self._expire(request, current, now)
             failure = await self._escalate(request, current, now)
@@ -293,7 +317,52 @@ class ApprovalGateway:
                 return await self._deny_in_store(request, current, why)
         return None
 
-    async def _consume(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
+    async def _verify(self, current: ApprovalRequest) -> tuple[str | None, dict[str, Any]]:
+        """Is the stored approval proven? (why not, or ``None``; and what the WAL records)"""
+        decision = current.decision
+        assert decision is not None
+        seal = decision.seal
+        trust = self._trust
+        published = getattr(self.store, "published_keys", None)
+        if published is not None and (trust is None or seal is None or seal.key_id not in trust.key_ids):
+            texts = await asyncio.to_thread(published)
+            if texts:
+                trust = self._trust = self._merged(texts)
+        if trust is None:
+            return None, {"signature": "not checked: no trusted approver keys are configured"}
+        why = trust.problem(seal, request_id=current.id, arguments_digest=current.arguments_digest,
+                            deadline=current.deadline)
+        if why is not None:
+            return why, {}
+        assert seal is not None
+        proof: dict[str, Any] = {"signature": {"alg": "Ed25519", "keyId": seal.key_id, "verified": True}}
+        if decision.signed and decision.signed.get("authenticatedUser"):
+            proof["authenticated_user"] = str(decision.signed["authenticatedUser"])
+        return None, proof
+
+    def _merged(self, published: Mapping[str, str]) -> TrustedKeys:
+        """The configured keys, those the policy plane publishes, and every key trusted so
+        far (once keys were seen, signatures stay required in this process)."""
+        keys = TrustedKeys(source=f"{self.store.describe()} published keys")
+        for earlier in (self._configured, self._trust):
+            if earlier is not None:
+                keys.update(earlier)
+        for kid, pem in published.items():
+            keys.add_pem(pem, where=f"the approver key {kid} published in {self.store.describe()}")
+        return keys
+
+    def _ignore(self, current: ApprovalRequest, why: str) -> None:
+        if current.id in self._forged:
+            return
+        self._forged.add(current.id)
+        assert current.decision is not None
+        log.warning("approval request %s: the approved decision in %s (approver %r, source %r) is ignored as "
+                    "forged: %s; the request stays pending until %s (expiry denies)", current.id,
+                    self.store.describe(), current.decision.approver[:64], current.decision.source[:64], why,
+                    format_instant(current.deadline))
+
+    async def _consume(self, request: StepRequest, current: ApprovalRequest,
+                       proof: dict[str, Any] | None = None) -> ApprovalOutcome:
         decision = current.decision
         assert decision is not None
         if decision.arguments_digest and decision.arguments_digest != current.arguments_digest:
@@ -326,7 +395,7 @@ class ApprovalGateway:
             return self._record(request, after, False, SYSTEM_APPROVER,
                                 f"the approval of request {current.id} was used by another call; an approval "
                                 f"authorises one call")
-        return self._record(request, after, True, after.approver or "", after.note or "")
+        return self._record(request, after, True, after.approver or "", after.note or "", extra=proof)
 
     async def _expire(self, request: StepRequest, current: ApprovalRequest, now: float) -> ApprovalOutcome:
         expired = Decision("Expired", SYSTEM_APPROVER, now, current.arguments_digest,
@@ -388,14 +457,15 @@ class ApprovalGateway:
 
     # ------------------------------------------------------------------ answering
     async def decide(
-        self, request_id: str, *, approved: bool, approver: str, note: str | None = None, break_glass: bool = False
+        self, request_id: str, *, approved: bool, approver: str, note: str | None = None, break_glass: bool = False,
+        signer: DecisionSigner | None = None,
     ) -> ApprovalRequest:
         """Record a human's decision from this process (what ``agent-saga approvals
         approve/deny`` does from another). Raises ``ApprovalRefused`` (no approver, already
         decided, expired) or ``ApprovalStoreUnavailable``."""
         return await asyncio.to_thread(
             decide_request, self.store, request_id, approved=approved, approver=approver,
-            now=self._clock.time(), note=note, break_glass=break_glass,
+            now=self._clock.time(), note=note, break_glass=break_glass, signer=signer,
         )
 
     async def pending(self) -> Sequence[ApprovalRequest]:

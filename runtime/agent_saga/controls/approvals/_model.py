@@ -21,7 +21,11 @@ Two documents per request, with two writers, so neither can overwrite the other:
     {"v": 1, "kind": "ApprovalDecision", "id": "payments/af83c011...", "requestId": "af83c011...",
      "argumentsDigest": "sha256:...", "decision": "approved" | "denied" | "expired",
      "approver": "risk@corp", "note": "verified by phone", "decidedAt": "<RFC 3339>",
-     "source": "cli:host:pid", "breakGlass": false}
+     "source": "cli:host:pid", "breakGlass": false,
+     "expiresAt": "<the request's deadline>", "signature": {"alg": "Ed25519", "keyId": ..., "sig": ...}}
+
+  An ``approved`` decision counts only with a valid signature from a trusted key when
+  the agent trusts keys (``_signing``); denials and expiries need none.
 
 ``ApprovalRequest`` is the merged view: the request's fields and, once made, its decision.
 
@@ -52,6 +56,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ...clocks import format_instant, parse_instant
 from ...gates import GateDecision, StepRequest
 from ...records import canonical_json
+from ._signing import SIGNED_FIELDS, Seal
 
 __all__ = [
     "ApprovalOutcome",
@@ -97,6 +102,14 @@ class Decision:
     note: str | None = None
     source: str = ""
     break_glass: bool = False
+    #: The signed fields as the document carries them (``requestId`` ... ``expiresAt``,
+    #: ``signature``; ``_signing``), or ``None`` for an unsigned decision.
+    signed: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    @property
+    def seal(self) -> Seal | None:
+        """The decision's signature, as the agent checks it (``None``: unsigned)."""
+        return None if self.signed is None else Seal.from_doc(self.signed)
 
     def same_as(self, other: Decision | None) -> bool:
         """Is ``other`` this decision as read back from a document (times to the µs)?"""
@@ -111,6 +124,7 @@ class Decision:
             "requestId": request_id, "argumentsDigest": self.arguments_digest,
             "decision": self.state.lower(), "approver": self.approver, "note": self.note,
             "decidedAt": _t(self.decided_at), "source": self.source, "breakGlass": self.break_glass,
+            **(self.signed or {}),
         }
 
     @classmethod
@@ -126,8 +140,9 @@ class Decision:
         decided = parse_instant(doc.get("decidedAt"))
         if decided is None:
             raise ValueError("decision has no decidedAt")
+        signed = {k: doc.get(k) for k in SIGNED_FIELDS} if "signature" in doc else None
         return cls(_STATES[raw], str(doc.get("approver") or ""), decided, str(doc.get("argumentsDigest") or ""),
-                   doc.get("note"), str(doc.get("source") or ""), bool(doc.get("breakGlass")))
+                   doc.get("note"), str(doc.get("source") or ""), bool(doc.get("breakGlass")), signed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,8 @@ schema of docs/policy-plane.md and docs/approvals.md, shared with the operator):
     {prefix}:approval:request:<id>    STRING  the request (JSON), written by agents
     {prefix}:approval:pending         ZSET    request id -> deadline (epoch seconds)
     {prefix}:approval:decision:<id>   STRING  the decision (JSON), written once
+    {prefix}:approval:keys            HASH    key id -> trusted approver public key (PEM),
+                                              published by the operator
     {prefix}:rev                      STRING  change counter (INCR per decision)
     {prefix}:events                   channel {"kind": "ApprovalRequest" | "ApprovalDecision",
                                                "id": <request id>, "op": "put"}
@@ -86,6 +88,7 @@ return {1, doc}
         self.url = url
         self.prefix = prefix
         self.pending_key = f"{prefix}:approval:pending"
+        self.keys_key = f"{prefix}:approval:keys"
         self.rev_key = f"{prefix}:rev"
         self.channel = f"{prefix}:events"
         self.retention = retention
@@ -212,6 +215,14 @@ return {1, doc}
         _, stored = self._script("decide", self.LUA_DECIDE, keys,
                                  (doc, request_id, self._ttl_ms(current), self.channel))
         return self._merge(raw, stored)
+
+    def published_keys(self) -> dict[str, str]:
+        """The trusted approver public keys the operator publishes (key id -> PEM)."""
+        try:
+            raw = self._redis().hgetall(self.keys_key)
+        except Exception as exc:
+            raise self._unavailable("read of the approver keys", exc) from exc
+        return {k.decode(): v.decode() for k, v in raw.items()}
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
         """Requests, newest first (``pending_only``: those without a decision)."""

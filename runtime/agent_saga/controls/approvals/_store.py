@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 from ...clocks import format_instant
 from ...errors import SagaError, StoreUnavailable
 from ._model import ApprovalRequest, Decision
+from ._signing import DecisionSigner
 
 __all__ = [
     "ApprovalRefused",
@@ -94,10 +95,13 @@ def decide_request(
     note: str | None = None,
     break_glass: bool = False,
     source: str = "",
+    signer: DecisionSigner | None = None,
 ) -> ApprovalRequest:
     """Record a human's decision on a pending request (the CLI, ``ApprovalGateway.decide``).
 
-    ``request_id`` may be a unique prefix. Raises ``ApprovalRefused`` for no approver, an
+    ``request_id`` may be a unique prefix. ``signer`` signs the decision (over the request
+    id, its action digest and its deadline): agents that trust keys accept an approval
+    only when signed by one of them. Raises ``ApprovalRefused`` for no approver, an
     unknown or ambiguous id, a request already decided or past its deadline;
     ``ApprovalStoreUnavailable`` if the store cannot be reached."""
     approver = (approver or "").strip()
@@ -118,6 +122,8 @@ def decide_request(
                               f"denies); the agent must ask again")
     mine = Decision("Approved" if approved else "Denied", approver, now, current.arguments_digest,
                     (note or "").strip() or None, source or _source(), bool(break_glass and approved))
+    if signer is not None:
+        mine = Decision.from_doc(signer.sign(mine.to_doc(full, current.namespace), expires_at=current.deadline))
     after = store.decide(full, mine)
     if after is None or not mine.same_as(after.decision):
         raise ApprovalRefused(_already(after or current))

@@ -1,0 +1,103 @@
+"""Approvals: what checking a decision's signature adds to an approval.
+
+    .venv/bin/python bench/bench_approvals.py [--n 2000] [--json]
+
+The agent reads a decision document, and with trusted keys checks its Ed25519 signature
+(``Decision.from_doc`` -> ``Decision.seal`` -> ``TrustedKeys.problem``) before it acts.
+Measured per decision: reading an unsigned decision (the baseline), reading and checking
+a signed one (the difference is what signing adds), and a bare Ed25519 verify of the same
+bytes (the primitive's own cost, measured in the same run: on a shared machine the ratio
+is the stable number, the absolute time moves with the load).
+
+Targets:
+    signature check added to an approval                 <= 100 µs p50
+    read+check p50 / (unsigned read + bare verify) p50    <= 1.3 (our code around the primitive)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
+
+import _common  # bench/_common.py (benchmarks run as scripts from bench/)
+from agent_saga.audit.checkpoints import generate_signing_key  # noqa: E402
+from agent_saga.controls.approvals import Decision, DecisionSigner, TrustedKeys  # noqa: E402
+
+pct = _common.pct
+RID = "af83c011" * 4
+DIGEST = "sha256:" + "ab" * 32
+DEADLINE = 1_800_000_900.0
+
+
+def measure(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--json", action="store_true", help="print only the JSON result")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        priv, pub = generate_signing_key(Path(d) / "k")
+        signer, trust = DecisionSigner.from_file(priv), TrustedKeys.from_path(pub)
+    plain = Decision("Approved", "risk@corp", 1_800_000_010.0, DIGEST, "verified by phone", "cli:h:1").to_doc(
+        RID, "payments")
+    signed = signer.sign(plain, expires_at=DEADLINE)
+
+    def unsigned_read() -> None:
+        Decision.from_doc(plain)
+
+    def signed_check() -> None:
+        d = Decision.from_doc(signed)
+        assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE) is None
+
+    seal = Decision.from_doc(signed).seal
+    assert seal is not None
+    key = trust._keys[seal.key_id]
+
+    def bare_verify() -> None:
+        key.verify(seal.signature, seal.message)
+
+    for fn in (unsigned_read, signed_check, bare_verify):
+        measure(fn, 200)  # warm up
+    rows = []
+    for name, fn in (("unsigned decision: read", unsigned_read), ("signed decision: read + verify", signed_check),
+                     ("bare Ed25519 verify", bare_verify)):
+        s = measure(fn, args.n)
+        rows.append({"name": name, "n": len(s), "p50_us": round(pct(s, 0.5), 2), "p95_us": round(pct(s, 0.95), 2),
+                     "p99_us": round(pct(s, 0.99), 2)})
+    by = {r["name"]: r for r in rows}
+    added = by["signed decision: read + verify"]["p50_us"] - by["unsigned decision: read"]["p50_us"]
+    ratio = by["signed decision: read + verify"]["p50_us"] / (
+        by["unsigned decision: read"]["p50_us"] + by["bare Ed25519 verify"]["p50_us"])
+    targets = {
+        "signature_check_added_p50_us": {"value": round(added, 2), "target": 100.0, "ok": added <= 100.0},
+        "check_over_read_plus_bare_verify_p50": {"value": round(ratio, 3), "target": 1.3, "ok": ratio <= 1.3},
+    }
+    result = {"bench": "approvals", "python": sys.version.split()[0], "rows": rows, "targets": targets}
+    if not args.json:
+        print(f"{'measurement':36} {'n':>7} {'p50 µs':>9} {'p95 µs':>9} {'p99 µs':>9}")
+        for r in rows:
+            print(f"{r['name']:36} {r['n']:>7} {r['p50_us']:>9.2f} {r['p95_us']:>9.2f} {r['p99_us']:>9.2f}")
+        print()
+        for name, t in targets.items():
+            print(f"{name:36} {t['value']:>9} target <= {t['target']}  {'OK' if t['ok'] else 'MISSED'}")
+        print()
+    print(json.dumps(result, indent=None if args.json else 2))
+    return 0 if all(t["ok"] for t in targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

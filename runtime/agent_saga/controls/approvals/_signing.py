@@ -1,0 +1,284 @@
+"""Signed decisions: who approved is proven by an Ed25519 signature the agent checks.
+
+A decision document in the store says ``"decision": "approved"``; anyone who can write
+that key could say it. So the decider (the operator, for a decision made on an
+``Approval``; ``agent-saga approvals approve --signing-key``) signs it, and the agent
+accepts ``approved`` only with a valid signature from a key it trusts::
+
+    {"v": 1, "kind": "ApprovalDecision", "requestId": "af83...", "decision": "approved", ...,
+     "expiresAt": "<the request's deadline>",
+     "signature": {"alg": "Ed25519", "keyId": "3f2a9c...", "sig": "<base64>"}}
+
+The signed bytes are ``"agent-saga.approval-decision/v1\\n"`` followed by the canonical
+JSON of ``{requestId, argumentsDigest, decision, approver, authenticatedUser, decidedAt,
+expiresAt, breakGlass}`` exactly as the document carries them (an absent field is
+``null``), so any Ed25519 implementation can sign or check one. ``authenticatedUser`` is
+the user the Kubernetes API server authenticated for a decision made on an ``Approval``.
+
+Invariants:
+- A signature binds the request id, the action digest, the decision, the approver and
+  the request's deadline: a signed decision copied onto another request (or onto a new
+  request with the same id) does not verify for it.
+- A key's id is the first 16 hex of SHA-256 over its 32 raw public bytes (the same
+  fingerprint as signed checkpoints).
+- ``cryptography`` is imported only when keys are loaded or a signature is made or
+  checked; trusting keys without it is a ``ConfigurationError`` naming the fix.
+- Denials and expiries need no signature: anyone may stop an action, nobody unproven
+  may allow one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ...clocks import format_instant, parse_instant
+from ...errors import ConfigurationError
+from ...records import canonical_json
+
+__all__ = [
+    "DECISION_FORMAT",
+    "DecisionSigner",
+    "SIGNED_FIELDS",
+    "Seal",
+    "TrustedKeys",
+    "decision_message",
+    "key_id",
+]
+
+DECISION_FORMAT = "agent-saga.approval-decision/v1"
+_DOMAIN = (DECISION_FORMAT + "\n").encode()
+_SIGNED = ("requestId", "argumentsDigest", "decision", "approver", "authenticatedUser", "decidedAt", "expiresAt",
+           "breakGlass")
+#: What a decision keeps of its document to check its signature later.
+SIGNED_FIELDS = (*_SIGNED, "signature")
+
+#: The environment variable naming the trusted approver keys (a PEM file or a directory of them).
+ENV_TRUSTED_KEYS = "AGENT_SAGA_APPROVAL_KEYS"
+#: The environment variable naming the private key a decider signs with (PEM).
+ENV_SIGNING_KEY = "AGENT_SAGA_APPROVAL_SIGNING_KEY"
+
+_FIX = "pip install 'agent-saga[signing]'"
+
+
+def _crypto() -> Any:
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"signed approvals need the 'cryptography' package ({_FIX}): trusted approver keys are configured, "
+            f"and without it no approval could be verified, so every one would be refused"
+        ) from exc
+    return ed25519
+
+
+def decision_message(doc: Mapping[str, Any]) -> bytes:
+    """The exact bytes signed for the decision document ``doc`` (see the module doc)."""
+    body = {k: doc.get(k) for k in _SIGNED}
+    body["breakGlass"] = bool(body["breakGlass"])
+    return _DOMAIN + canonical_json(body).encode("utf-8")
+
+
+def key_id(public_key: Any) -> str:
+    """The id of an Ed25519 public key: 16 hex of SHA-256 over its raw bytes."""
+    from cryptography.hazmat.primitives import serialization
+
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    """A decision's signature as read from its document: the key id, the signature, the
+    bytes it covers, and what it binds (request id, digest, the request's deadline)."""
+
+    key_id: str
+    signature: bytes
+    message: bytes
+    request_id: str
+    arguments_digest: str
+    expires_at: float | None
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> Seal | None:
+        """The seal of a decision document; ``None`` if it carries no signature (a
+        malformed one is a seal that cannot verify, never an error: the reader decides)."""
+        sig = doc.get("signature")
+        if not isinstance(sig, Mapping):
+            return None
+        try:
+            raw = base64.b64decode(str(sig.get("sig") or ""), validate=True)
+        except ValueError:
+            raw = b""
+        try:
+            expires = parse_instant(doc.get("expiresAt"))
+        except ValueError:
+            expires = None
+        alg_ok = sig.get("alg") == "Ed25519"
+        return cls(str(sig.get("keyId") or "") if alg_ok else "", raw, decision_message(doc),
+                   str(doc.get("requestId") or ""), str(doc.get("argumentsDigest") or ""), expires)
+
+
+class DecisionSigner:
+    """Signs decision documents with one Ed25519 private key (``from_file``: a PEM file,
+    ``agent-saga keygen approver``)."""
+
+    def __init__(self, private_key: Any) -> None:
+        ed25519 = _crypto()
+        if not isinstance(private_key, ed25519.Ed25519PrivateKey):
+            raise ConfigurationError("DecisionSigner needs an Ed25519 private key")
+        self._key = private_key
+        self.key_id = key_id(private_key.public_key())
+
+    def __repr__(self) -> str:
+        return f"DecisionSigner(keyId={self.key_id})"
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> DecisionSigner:
+        """The signer of the PEM private key at ``path``."""
+        _crypto()
+        from cryptography.hazmat.primitives import serialization
+
+        data = _read(path, "approval signing key")
+        try:
+            key = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"{os.fspath(path)!r} is not a PEM private key (make one with "
+                                     f"`agent-saga keygen approver --out FILE`)") from exc
+        return cls(key)
+
+    def public_pem(self) -> str:
+        """This key's public half (PEM), to add to the agents' trusted keys."""
+        from cryptography.hazmat.primitives import serialization
+
+        pem: bytes = self._key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+        return pem.decode()
+
+    def sign(self, doc: Mapping[str, Any], *, expires_at: float | str) -> dict[str, Any]:
+        """``doc`` with ``expiresAt`` (the request's deadline) and its ``signature``."""
+        out = {k: v for k, v in doc.items() if k not in ("signature", "rev")}
+        out["expiresAt"] = expires_at if isinstance(expires_at, str) else format_instant(expires_at)
+        sig = self._key.sign(decision_message(out))
+        out["signature"] = {"alg": "Ed25519", "keyId": self.key_id, "sig": base64.b64encode(sig).decode()}
+        return out
+
+
+class TrustedKeys:
+    """The public keys whose signatures approve (``from_path``: a PEM file holding one or
+    more keys, or a directory of ``*.pem`` / ``*.pub`` files). Empty: nothing is trusted."""
+
+    def __init__(self, public_keys: Iterable[Any] = (), *, source: str = "") -> None:
+        self._keys: dict[str, Any] = {}
+        self.source = source or "given keys"
+        for k in public_keys:
+            self.add(k)
+
+    def __repr__(self) -> str:
+        return f"TrustedKeys({self.source}: {', '.join(sorted(self._keys)) or 'none'})"
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the trusted keys, sorted."""
+        return tuple(sorted(self._keys))
+
+    def update(self, other: TrustedKeys) -> None:
+        """Trust every key ``other`` trusts."""
+        self._keys.update(other._keys)
+
+    def pem(self, kid: str) -> str:
+        """The public key ``kid`` as PEM (what the operator publishes)."""
+        from cryptography.hazmat.primitives import serialization
+
+        pem: bytes = self._keys[kid].public_bytes(serialization.Encoding.PEM,
+                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
+        return pem.decode()
+
+    def add(self, public_key: Any) -> str:
+        """Trust ``public_key`` (an Ed25519 public key); return its id."""
+        ed25519 = _crypto()
+        if not isinstance(public_key, ed25519.Ed25519PublicKey):
+            raise ConfigurationError(f"a trusted approver key must be an Ed25519 public key, got {public_key!r}")
+        kid = key_id(public_key)
+        self._keys[kid] = public_key
+        return kid
+
+    def add_pem(self, text: str | bytes, *, where: str = "PEM") -> list[str]:
+        """Trust every public key in ``text`` (one or more PEM blocks); return their ids."""
+        _crypto()
+        from cryptography.hazmat.primitives import serialization
+
+        data = text.encode() if isinstance(text, str) else text
+        marker = b"-----BEGIN PUBLIC KEY-----"
+        blocks = [marker + b for b in data.split(marker)[1:]]
+        if not blocks:
+            raise ConfigurationError(f"{where} holds no '-----BEGIN PUBLIC KEY-----' block (the .pub file of "
+                                     f"`agent-saga keygen approver`)")
+        ids = []
+        for block in blocks:
+            try:
+                key = serialization.load_pem_public_key(block)
+            except ValueError as exc:
+                raise ConfigurationError(f"{where} holds a public key that cannot be read ({exc})") from exc
+            ids.append(self.add(key))
+        return ids
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> TrustedKeys:
+        """The keys in a PEM file, or in every ``*.pem`` / ``*.pub`` file of a directory
+        (a mounted Secret or ConfigMap: add a key to rotate, remove the old one later)."""
+        p = os.fspath(path)
+        keys = cls(source=p)
+        if os.path.isdir(p):
+            names = sorted(n for n in os.listdir(p) if n.endswith((".pem", ".pub")) and not n.startswith("."))
+            if not names:
+                raise ConfigurationError(f"trusted approver keys: directory {p!r} has no *.pem or *.pub file")
+            for n in names:
+                keys.add_pem(_read(os.path.join(p, n), "trusted approver key"), where=os.path.join(p, n))
+        else:
+            keys.add_pem(_read(p, "trusted approver key"), where=p)
+        return keys
+
+    @classmethod
+    def from_env(cls) -> TrustedKeys | None:
+        """The keys ``$AGENT_SAGA_APPROVAL_KEYS`` names, or ``None`` when it is unset."""
+        path = os.environ.get(ENV_TRUSTED_KEYS, "").strip()
+        return cls.from_path(path) if path else None
+
+    def problem(self, seal: Seal | None, *, request_id: str, arguments_digest: str, deadline: float) -> str | None:
+        """Why ``seal`` does not prove a decision on this request, or ``None`` if it does."""
+        if seal is None:
+            return "the decision is not signed"
+        key = self._keys.get(seal.key_id)
+        if key is None:
+            return f"the decision is signed by key {seal.key_id or '(none)'}, which is not trusted"
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            key.verify(seal.signature, seal.message)
+        except InvalidSignature:
+            return f"the signature by key {seal.key_id} does not verify: the decision was forged or altered"
+        if seal.request_id != request_id or seal.arguments_digest != arguments_digest:
+            return (f"the signature by key {seal.key_id} is for request {seal.request_id[:12]} "
+                    f"({seal.arguments_digest[:19]}), not this one: a replayed decision")
+        if seal.expires_at is None or abs(seal.expires_at - deadline) >= 1.0:
+            return (f"the signature by key {seal.key_id} is for a request with another deadline: a replayed "
+                    f"decision of an earlier request")
+        return None
+
+
+def _read(path: str | os.PathLike[str], what: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ConfigurationError(f"{what} file {os.fspath(path)!r} does not exist") from None
+    except OSError as exc:
+        raise ConfigurationError(f"{what} file {os.fspath(path)!r} cannot be read ({exc})") from None

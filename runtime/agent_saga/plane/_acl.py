@@ -1,0 +1,147 @@
+"""Least privilege on the policy plane: one Redis ACL user per component.
+
+    acl_setuser("payments-1", acl_rules("agent", agent="payments/payments-1"), password=pw)
+
+``acl_rules(role, ...)`` is the ACL (Redis 7 rules and selectors) each component needs and
+no more; ``acl_setuser`` renders it as the ``ACL SETUSER`` command (the password comes
+from a Secret, never from this module's output unless passed in). ``agent_scripts()`` is
+every Lua script an agent runs: agents may call only scripts already in the server's
+cache (``EVALSHA``), never load one, so the operator preloads them (``preload_scripts``)
+at startup and after the server lost its data.
+
+What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's hash tag):
+
+    agent      its RedisWAL streams (append only, with ``wal_keys``);
+               P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
+               denial), P:v1:rev; its own heartbeat P:v1:agent:<ns>/<pod>.* (+ the index);
+               P:v1:surface:<ns>/* (+ index); {L}:limits:totals, :log, :defs (debits);
+               publish on P:v1:events and P:v1:agents:events. No DEL except its own
+               heartbeat; no EVAL, SCRIPT, FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
+    approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
+               documents P:v1:killswitch:*, P:v1:synced; publish on P:v1:events.
+    operator   everything under P:v1:* and {L}:limits:*, SCRIPT LOAD (not FLUSH, CONFIG,
+               ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
+
+Every role reads the whole policy plane. Redis checks the caller's ACL for every command
+a script runs, so these rules hold inside scripts too: the scripts change nothing an agent
+could not do with single commands on the keys above (docs/threat-model.md says what that
+leaves a compromised agent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from ..errors import ConfigurationError
+
+__all__ = ["ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
+
+Role = Literal["agent", "approver", "operator"]
+ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
+
+_READS = ("+@connection", "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
+          "+hmget", "+hkeys", "+hexists", "+hlen", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+smembers",
+          "+sismember", "+scard", "+strlen", "+xrange", "+xrevrange", "+xlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
+          "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists")
+
+
+def acl_rules(
+    role: Role,
+    *,
+    prefix: str = "agentsaga",
+    limit_namespace: str = "agent-saga",
+    agent: str | None = None,
+    wal_keys: Sequence[str] = (),
+) -> list[str]:
+    """The ACL rules of ``role`` (``agent``, ``approver``, ``operator``) for the policy
+    plane under ``prefix`` and the limit store ``limit_namespace``. ``agent`` (an agent
+    role only): ``<namespace>/<name>``, the only heartbeat and surface it may write;
+    ``None`` lets the credential write any agent's (one credential shared by a fleet).
+    ``wal_keys``: the ``key`` of each RedisWAL the agent appends to (``agent-saga:wal``):
+    it may append (``XADD``), never delete or trim a record."""
+    if role not in ROLES:
+        raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
+    if not prefix or any(c in prefix for c in " *?[]"):
+        raise ConfigurationError(f"key prefix {prefix!r} must be non-empty without spaces or glob characters")
+    if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]")):
+        raise ConfigurationError(f"agent {agent!r}: give <namespace>/<pod> (no glob characters), agents only")
+    p, lim = f"{prefix}:v1", f"{{{limit_namespace}}}:limits"
+    # EVALSHA needs read-write access to the keys it declares, so it has a selector of its
+    # own: it runs only scripts already loaded (no EVAL, no SCRIPT LOAD), and every command
+    # such a script runs is checked again against the rules below (reads everywhere,
+    # writes only where a selector allows them).
+    if role != "agent" and wal_keys:
+        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends)")
+    if any(not k or any(c in k for c in " *?[]") for k in wal_keys):
+        raise ConfigurationError(f"wal_keys {list(wal_keys)!r}: give each RedisWAL key, without glob characters")
+    base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*",
+            f"(~{p}:* ~{lim}:* +evalsha)"]
+    if role == "operator":
+        return ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, "+@read", "+@write", "+@pubsub",
+                "+@transaction", "+script|load", "+publish", "-@dangerous", "+info", f"~{p}:*", f"~{lim}:*",
+                f"&{p}:*"]
+    if role == "approver":
+        return [*base, f"&{p}:events", "+publish",
+                f"({_keys(f'{p}:approval:decision:*', f'{p}:approval:pending', f'{p}:rev')} +set +incr +zrem)",
+                f"({_keys(f'{p}:killswitch:*', f'{p}:synced', f'{p}:rev')} +set +del +incr +sadd +srem +hset)"]
+    beat, surface = ("*", "*") if agent is None else (f"{agent}.*", agent.split("/")[0] + "/*")
+    return [
+        *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
+        f"({_keys(f'{p}:approval:request:*', f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')}"
+        f" +set +zadd +zrem +incr)",
+        f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
+        f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
+        f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        *(rule for k in wal_keys for rule in wal_append_rules(k)),
+    ]
+
+
+def wal_append_rules(key: str) -> list[str]:
+    """The agent's rules for one RedisWAL ``key``: read it, run the append script on it,
+    append (``XADD``), never delete or trim."""
+    return [f"%R~{key}:*", f"(~{key}:* +evalsha)", f"({_keys(f'{key}:w:*', f'{key}:gseq', f'{key}:writers')} "
+            f"+xadd +incrby +sadd)", "+wait"]
+
+
+def _keys(*patterns: str) -> str:
+    return " ".join(f"~{k}" for k in patterns)
+
+
+def acl_setuser(user: str, rules: Sequence[str], *, password: str | None = None) -> list[str]:
+    """``ACL SETUSER`` as a command (a list of arguments): ``user`` with ``rules`` and,
+    if given, ``password`` (else the user has none until you add ``>PASSWORD``)."""
+    if not user or any(c.isspace() for c in user):
+        raise ConfigurationError(f"ACL user name {user!r} must be non-empty without spaces")
+    return ["ACL", "SETUSER", user, *rules, *((f">{password}",) if password else ())]
+
+
+def agent_scripts() -> list[str]:
+    """Every Lua script an agent process runs (approvals, limits, heartbeat, the policy
+    plane's reader, the kill switch's writes, the policy surface and RedisWAL appends)."""
+    from ..controls._policyplane import PolicyPlaneReader
+    from ..controls.approvals import RedisApprovalStore
+    from ..controls.killswitch import RedisSwitchStore
+    from ..controls.limits import RedisLimitStore
+    from ..controls.policy._surface import LUA_RECORD
+    from ..heartbeat._writer import HeartbeatWriter
+    from ..wal.redis import RedisWAL
+
+    return [RedisApprovalStore.LUA_CAS, RedisApprovalStore.LUA_DECIDE, RedisLimitStore.LUA_DEBIT,
+            RedisLimitStore.LUA_REFUND, RedisLimitStore.LUA_USAGE, HeartbeatWriter.LUA_BEAT,
+            HeartbeatWriter.LUA_GONE, PolicyPlaneReader.LUA_READ, RedisSwitchStore.LUA_PUT,
+            RedisSwitchStore.LUA_DELETE, LUA_RECORD, RedisWAL.APPEND]
+
+
+def preload_scripts(client: Any, scripts: Iterable[str] | None = None) -> int:
+    """``SCRIPT LOAD`` every script not yet in the server's cache (``client``: a redis-py
+    client with the operator's credential); return how many were loaded."""
+    import hashlib
+
+    texts = list(agent_scripts() if scripts is None else scripts)
+    shas = [hashlib.sha1(t.encode()).hexdigest() for t in texts]  # noqa: S324 - Redis names scripts by SHA-1
+    have = client.script_exists(*shas)
+    missing = [t for t, ok in zip(texts, have, strict=True) if not ok]
+    for t in missing:
+        client.script_load(t)
+    return len(missing)
