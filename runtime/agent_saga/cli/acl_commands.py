@@ -35,7 +35,7 @@ def register(sub: Any) -> None:
     """Add ``acl`` to the command line."""
     p = sub.add_parser("acl", help="print the least-privilege Redis ACL user of a component (agent, approver, "
                                    "operator)")
-    p.add_argument("role", choices=list(ROLES))
+    p.add_argument("role", choices=list(ROLES), help="the component: " + ", ".join(ROLES))
     p.add_argument("--user", default=None, help="the ACL user name (default: agent-saga-ROLE)")
     p.add_argument("--agent", default=None, metavar="NAMESPACE/POD",
                    help="agent only: the one pod whose heartbeat this credential may write (default: any)")

@@ -116,9 +116,18 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent-saga approvals list",
          "agent-saga approvals list --all --json --store redis://redis:6379/0"),
     ),
+    "acl": (
+        "Print the least-privilege Redis ACL user of a component (agent, approver, operator) as an "
+        "ACL SETUSER command: key patterns and commands it may use, nothing more (what each credential can do: the threat model in the docs).",
+        ("agent-saga acl agent --wal-key agent-saga:wal   # pipe it into redis-cli as an admin",
+         "agent-saga acl agent --agent payments/payments-agent-0 --user payments-agent-0 --json",
+         "agent-saga acl approver"),
+    ),
     "approvals approve": (
-        "Approve one request, as a named approver. Refused once it is decided or past its deadline.",
-        ("agent-saga approvals approve af83c011 --approver risk@corp --note 'verified by phone'",
+        "Approve one request, as a named approver. Refused once it is decided or past its deadline. "
+        "With --signing-key (an approver key the operator publishes) agents accept the decision; "
+        "unsigned, it is ignored wherever approvals are signed.",
+        ("agent-saga approvals approve af83c011 --approver risk@corp --signing-key risk.pem --note 'verified by phone'",
          "agent-saga approvals approve af83c011 --approver cfo@corp --break-glass --note 'system down'"),
     ),
     "approvals deny": (
