@@ -155,7 +155,8 @@ async def _crash_while_waiting(gw: ApprovalGateway, request: StepRequest) -> str
     told = getattr(gw.notifier, "notices", None)
     for _ in range(500):
         reqs = gw.store.list()
-        if reqs and reqs[0].escalated_to(0) and (told is None or told):
+        # Waiting: its first level notified (with no levels, nobody is asked: the request stored).
+        if reqs and (not reqs[0].levels or reqs[0].escalated_to(0)) and (told is None or told):
             break
         await asyncio.sleep(0.01)
     task.cancel()
