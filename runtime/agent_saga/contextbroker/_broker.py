@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import logging
+import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,9 @@ SERVED = "CONTEXT_SERVED"
 EVICTED = "CONTEXT_EVICTED"
 
 Reader = Callable[[], str | bytes]
+
+_PROCESS = os.urandom(5).hex()
+_SEQ = itertools.count(1)
 
 
 class Tier(enum.StrEnum):
@@ -292,8 +296,8 @@ class ContextBroker:
                 continue
             used += cost
             served.append(i)
-        out = ServedContext(uuid.uuid4().hex[:16], tuple(served), tuple(drifted), tuple(left_out))
-        self._record(SERVED, {**out.to_doc(), "tokens": used, "saga": current_saga_id()})
+        out = ServedContext(f"ctx-{_PROCESS}{next(_SEQ):06x}", tuple(served), tuple(drifted), tuple(left_out))
+        self._append(SERVED, {**out.to_doc(), "tokens": used, "saga": current_saga_id()})
         return out
 
     def verify(self) -> tuple[Eviction, ...]:
@@ -336,10 +340,10 @@ class ContextBroker:
             log.warning("context source %s drifted from its receipt (sha256 %s, now %s): evicted with %s",
                         e.source, e.expected[:12], (e.found or "unreadable")[:12],
                         ", ".join(e.summaries) or "no summary")
-            self._record(EVICTED, {**e.to_doc(), "replaced": not record, "saga": current_saga_id()})
+            self._append(EVICTED, {**e.to_doc(), "replaced": not record, "saga": current_saga_id()})
         return gone
 
-    def _record(self, type_: str, payload: dict[str, Any]) -> None:
+    def _append(self, type_: str, payload: dict[str, Any]) -> None:
         if self._wal is None:
             return
         try:
