@@ -8,13 +8,16 @@ Target:
 Measured in the same run, same process: ``Router.complete`` over a route of 10 in-process
 hosts (``CallableHost`` answering a prebuilt ``HostAnswer``) — 3 refused for their context
 window, 2 for their cost class, the 6th answers, 4 left untried — with the decision
-recorded in a real FileWAL (append queued, sealed on the flusher thread), minus the
+recorded in a real FileWAL (append queued, sealed and written by the flusher thread; calls
+back to back, so the flusher's share of the interpreter is in the numbers), minus the
 median of the host's own ``complete`` (the "model call", here a function call). The
 call is a JSON-mode call, so the action check is included. The floor, measured in the
 same run, is the SHA-256 of the canonical request the decision carries
 (``prompt_sha256``): the ratio to it is what to compare across machines. Per-call times
 are taken one call at a time (perf_counter_ns); the p50 reported is the best of 5
-batches' p50s (on a shared machine another process's burst lands in one batch).
+batches' p50s (on a shared machine another process's burst lands in one batch), with the
+load average at the start of the run (a loaded machine inflates every number; the ratio
+to the floor much less).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -60,12 +64,14 @@ def hosts() -> list[CallableHost]:
     return out
 
 
-def timed(fn: Any, n: int) -> list[float]:
+def timed(fn: Any, n: int, between: Any = None) -> list[float]:
     samples = []
     for _ in range(n):
         t0 = time.perf_counter_ns()
         fn()
         samples.append((time.perf_counter_ns() - t0) / 1000)
+        if between is not None:
+            between()
     return samples
 
 
@@ -74,6 +80,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20_000)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    load = os.getloadavg()[0]
     request = ModelRequest((Message("system", "You book meetings. " * 20), Message("user", "Tuesday 3pm?")),
                            json_mode=True, max_tokens=256)
     with tempfile.TemporaryDirectory() as d:
@@ -95,6 +102,8 @@ def main() -> None:
         wal.close()
     p50 = _common.pct(call, 0.5) - _common.pct(model, 0.5)
     out = {
+        "loadavg_1m": round(load, 2),
+        "cpus": os.cpu_count(),
         "candidates": 10,
         "calls": args.n,
         "decisions_recorded": decisions,
