@@ -247,3 +247,20 @@ def test_bad_input_names_the_field_and_the_fix() -> None:
         OpenAIHost("a", "https://user:pw@example.com/v1", "m", BIG)
     with pytest.raises(ConfigurationError, match="Router needs a Route"):
         Router([CallableHost("a", str, BIG)])  # type: ignore[arg-type]
+
+
+def test_the_ir_reaches_the_wire_as_chat_completions(wal, servers) -> None:
+    servers[0].always(ChatServer.reply("", tool_calls=(("book", '{"at": "tue-15"}'),), usage=(40, 7)))
+    request = ModelRequest((Message("system", "Book."), Message("user", "Tuesday")),
+                           tools=(Tool("book", "Book a slot", {"type": "object", "properties": {"at": {"type": "string"}}}),),
+                           json_mode=True, max_tokens=99, stop=("END",))
+    response = Router(Route(hosts(servers[:1])), wal=wal).complete(request)
+    body = servers[0].requests[0]["body"]
+    assert body == {"model": "model-a", "messages": [{"role": "system", "content": "Book."},
+                                                     {"role": "user", "content": "Tuesday"}],
+                    "tools": [{"type": "function", "function": {"name": "book", "description": "Book a slot",
+                                                                "parameters": {"type": "object", "properties": {
+                                                                    "at": {"type": "string"}}}}}],
+                    "response_format": {"type": "json_object"}, "max_tokens": 99, "stop": ["END"]}
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("book", {"at": "tue-15"})]
+    assert response.finish_reason == "tool_calls" and response.usage.total_tokens == 47
