@@ -264,7 +264,11 @@ class ContextBroker:
 
     def items(self) -> tuple[ContextItem, ...]:
         """Every item held, in the order added."""
-        return tuple(self._items.values())
+        return self._snapshot()
+
+    def _snapshot(self) -> tuple[ContextItem, ...]:
+        with self._lock:
+            return tuple(self._items.values())
 
     def __contains__(self, item_id: object) -> bool:
         return item_id in self._items
@@ -275,12 +279,13 @@ class ContextBroker:
         then the COLD ones named in ``recall``; every source re-verified first (drifted
         ones evicted, never served) and the serving recorded (``CONTEXT_SERVED``)."""
         recall = set(recall)
-        unknown = recall - set(self._items)
+        held = self._snapshot()
+        unknown = recall - {i.id for i in held}
         if unknown:
             raise KeyError(f"recall names {', '.join(sorted(unknown))}, which this broker does not hold")
-        wanted = [i for i in self._items.values() if i.tier != Tier.COLD or i.id in recall]
+        wanted = [i for i in held if i.tier != Tier.COLD or i.id in recall]
         cited = {r.source for i in wanted for r in i.receipts}
-        to_check = [i for i in self._items.values() if not i.is_summary and (i in wanted or i.id in cited)]
+        to_check = [i for i in held if not i.is_summary and (i in wanted or i.id in cited)]
         drifted = self._check(to_check)
         gone: set[str] = set()
         if drifted:
@@ -302,7 +307,7 @@ class ContextBroker:
 
     def verify(self) -> tuple[Eviction, ...]:
         """Re-read every source now; evict (and record) the drifted ones."""
-        drifted = self._check([i for i in self._items.values() if not i.is_summary])
+        drifted = self._check([i for i in self._snapshot() if not i.is_summary])
         if drifted:
             self._evict(drifted)
         return tuple(drifted)
@@ -323,7 +328,7 @@ class ContextBroker:
         return out
 
     def _citing(self, source: str, sha: str) -> tuple[str, ...]:
-        return tuple(i.id for i in self._items.values() if Receipt(source, sha) in i.receipts)
+        return tuple(i.id for i in self._snapshot() if Receipt(source, sha) in i.receipts)
 
     def _evict(self, evictions: Sequence[Eviction], *, record: bool = True) -> set[str]:
         gone: set[str] = set()
