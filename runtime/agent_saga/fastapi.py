@@ -20,8 +20,9 @@ sagas a previous run of the app left open are rolled back once their lease expir
 Shutdown, in order: the daemon is drained (the saga it is resolving is finished, no new one
 is taken) and closed, releasing its claims; the lifespan waits (``drain_timeout``) for every
 saga still open on the log to leave its scope, including a rollback in progress; a ``@saga``
-still running then is cancelled, so it rolls back (shielded), and waited for again; the WAL
-is flushed and closed (its file lock released) and the previous default WAL restored.
+still running then is cancelled, so it rolls back (shielded), and its rollback is waited for
+(``rollback_timeout``); the WAL is flushed and closed (its file lock released) and the
+previous default WAL restored. A saga's lease ends with its scope, so none is held after.
 
 SIGTERM mid-saga (uvicorn's graceful shutdown). uvicorn stops accepting connections and
 waits for the requests in flight before it runs the lifespan shutdown:
@@ -87,10 +88,13 @@ class SagaRuntime:
     Available to routes as ``request.state.agent_saga``.
     """
 
-    def __init__(self, wal: BaseWAL, daemon: RecoveryDaemon | None, drain_timeout: float) -> None:
+    def __init__(
+        self, wal: BaseWAL, daemon: RecoveryDaemon | None, drain_timeout: float, rollback_timeout: float
+    ) -> None:
         self.wal = wal
         self.daemon = daemon
         self.drain_timeout = drain_timeout
+        self.rollback_timeout = rollback_timeout
         self.recovery_error: BaseException | None = None
         self.closing = False
         self._task: asyncio.Task[None] | None = None
@@ -142,10 +146,10 @@ class SagaRuntime:
                             "roll back: %s", len(calls), self.drain_timeout, ", ".join(left))
                 for t in calls:
                     t.cancel()
-                left = await self._wait_open(self.drain_timeout)
+                left = await self._wait_open(self.rollback_timeout)
         if left:
-            log.error("shutdown: %d saga(s) still open after %ss are left to the recovery daemon, which "
-                      "rolls them back once their lease expires: %s", len(left), self.drain_timeout, ", ".join(left))
+            log.error("shutdown: %d saga(s) still open are left to the recovery daemon, which rolls them back "
+                      "once their lease expires: %s", len(left), ", ".join(left))
         await asyncio.to_thread(self.wal.close)
 
     async def _stop_daemon(self) -> None:
@@ -180,22 +184,28 @@ class SagaRuntime:
 
 def saga_lifespan(
     wal_path_or_url: str | os.PathLike[str] | BaseWAL,
-    recovery: bool | RecoveryDaemon = True,
+    recovery: bool | Callable[[BaseWAL], RecoveryDaemon] = True,
     *,
     imports: Iterable[str] = (),
     interval: float = 5.0,
     drain_timeout: float = 30.0,
+    rollback_timeout: float = 60.0,
 ) -> Callable[[Any], contextlib.AbstractAsyncContextManager[dict[str, Any]]]:
     """An ASGI lifespan (``FastAPI(lifespan=...)``) running sagas on one WAL (module doc).
 
     Args:
         wal_path_or_url: a FileWAL path, a ``file://``, ``redis://`` or ``postgresql://``
             URL, or an open ``BaseWAL``; it becomes the process-wide default WAL.
-        recovery: run a ``RecoveryDaemon`` on the log in the background (``True``), not
-            (``False``), or run the given one.
+        recovery: run a ``RecoveryDaemon(wal, imports=imports)`` on the log in the
+            background (``True``), none (``False``), or the one a function of the opened WAL
+            returns (``lambda wal: RecoveryDaemon(wal, ledger=..., lock=...)``: a shared
+            ``redis://`` or ``postgresql://`` log needs a shared ledger and claim lock).
         imports: modules declaring the ``@compensator`` handlers the daemon may need.
         interval: seconds between the daemon's sweeps.
-        drain_timeout: seconds shutdown waits, per phase, for the daemon and for open sagas.
+        drain_timeout: seconds shutdown waits for the daemon to drain, then for the open
+            sagas to leave their scopes, before it cancels the ``@saga`` calls still running.
+        rollback_timeout: seconds shutdown then waits for the rollbacks of those calls
+            (a compensation cut off by closing the log would be left to recovery).
 
     Raises ``ConfigurationError`` now for bad arguments, and at startup for a log that
     cannot be opened (named, without its password) or an ``imports`` module that fails.
@@ -205,9 +215,13 @@ def saga_lifespan(
             f"saga_lifespan(wal_path_or_url=...) must be a FileWAL path, a file://, redis:// or "
             f"postgresql:// URL, or a BaseWAL; got {wal_path_or_url!r}"
         )
-    if not isinstance(recovery, bool | RecoveryDaemon):
-        raise ConfigurationError(f"saga_lifespan(recovery=...) must be True, False or a RecoveryDaemon, got {recovery!r}")
-    for name, value in (("interval", interval), ("drain_timeout", drain_timeout)):
+    if not isinstance(recovery, bool) and not callable(recovery):
+        raise ConfigurationError(
+            f"saga_lifespan(recovery=...) must be True, False or a function of the WAL returning a "
+            f"RecoveryDaemon, got {recovery!r}"
+        )
+    for name, value in (("interval", interval), ("drain_timeout", drain_timeout),
+                        ("rollback_timeout", rollback_timeout)):
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
             raise ConfigurationError(f"saga_lifespan({name}=...) must be a positive number of seconds, got {value!r}")
     if isinstance(imports, str):
@@ -219,12 +233,11 @@ def saga_lifespan(
         global _runtime
         wal = _open(wal_path_or_url)
         try:
-            daemon = recovery if isinstance(recovery, RecoveryDaemon) else (
-                RecoveryDaemon(wal, imports=modules) if recovery else None)
+            daemon = _daemon(wal, recovery, modules)
         except BaseException:
             wal.close()
             raise
-        runtime = SagaRuntime(wal, daemon, float(drain_timeout))
+        runtime = SagaRuntime(wal, daemon, float(drain_timeout), float(rollback_timeout))
         previous = set_default_wal(wal)
         outer, _runtime = _runtime, runtime
         runtime._start(float(interval))
@@ -240,6 +253,19 @@ def saga_lifespan(
                 log.info("agent-saga: shut down; %s flushed and closed", wal)
 
     return lifespan
+
+
+def _daemon(
+    wal: BaseWAL, recovery: bool | Callable[[BaseWAL], RecoveryDaemon], modules: tuple[str, ...]
+) -> RecoveryDaemon | None:
+    if recovery is False:
+        return None
+    if recovery is True:
+        return RecoveryDaemon(wal, imports=modules)
+    daemon = recovery(wal)
+    if not isinstance(daemon, RecoveryDaemon):
+        raise ConfigurationError(f"saga_lifespan(recovery=...) returned {daemon!r}, not a RecoveryDaemon")
+    return daemon
 
 
 def _open(target: str | os.PathLike[str] | BaseWAL) -> BaseWAL:
