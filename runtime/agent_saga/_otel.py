@@ -84,7 +84,7 @@ class SpanObserver(Observer):
         handle = self._start(f"saga.step.{tool}", {
             "saga.id": saga_id, "saga.step.id": step_id, "saga.step.tool": tool,
             "saga.step.semantics": semantics, "saga.step.outcome": "refused",
-            "saga.refused_by": control,
+            "saga.refused_by": control, "saga.decided_by": str(getattr(error, "decided_by", "") or ""),
         })
         self._end(handle, error, True)
 

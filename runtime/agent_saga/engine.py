@@ -258,7 +258,7 @@ class Saga:
             except GateBlocked as refused:
                 if _observe.current is not None:
                     _observe.safely(_observe.current.step_refused, self.saga_id, step_id, tool, sem.value,
-                                    refused.decided_by or "gate", refused)
+                                    refused.control or "gate", refused)
                 raise
             if declared is not None:
                 sem, compensate = _tightened(sem, compensate, declared)

@@ -10,8 +10,9 @@ Metrics (the process that runs the sagas; the recovery daemon has its own, see
     agent_saga_steps_total{semantics, outcome}    steps run: outcome committed | failed |
                                                   unknown | refused
     agent_saga_refusals_total{control}            steps a gate refused, by the control
-                                                  that refused (killswitch, limits, breaker,
-                                                  approvals, engine, ...)
+                                                  that refused (the PreFlightGate stage:
+                                                  kill_switch, limits, approval, ...; another
+                                                  gate's decided_by; agent_saga.engine)
     agent_saga_rollbacks_total{result}            in-process rollbacks: clean | partial
     agent_saga_wal_fence_seconds                  histogram: how long a durability fence
                                                   waited for the log (fences already

@@ -79,7 +79,7 @@ class Observer:
     def step_refused(
         self, saga_id: str, step_id: str, tool: str, semantics: str, control: str, error: BaseException
     ) -> None:
-        """A gate refused the step (``control`` is the refusing check's name)."""
+        """A gate refused the step (``control``: ``GateBlocked.control``, the refusing stage)."""
 
     def rollback_step_started(self, saga_id: str, step_id: str, tool: str, semantics: str) -> Any:
         """A step is about to be undone; the value goes to ``rollback_step_ended``."""

@@ -7,6 +7,7 @@
     audit/     verify, export, certify, redact, Merkle, encryption, checkpoints
     recovery/  the recovery daemon, ledger, leases, plans, fault points
     cli/       the ``agent-saga`` commands             k8s/     operator models, CRDs, chart
+    integrations/  saga_lifespan in process, OpenTelemetry (real SDK), Prometheus (real registry)
     (here)     the whole runtime: public API, error tree, layers, backends, examples
 
 ``engine_support.py`` and ``recovery_support.py`` (handlers and log builders shared by

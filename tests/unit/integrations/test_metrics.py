@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 from agent_saga import (
+    BudgetLimit,
     Compensation,
     GateBlocked,
+    InProcessLimitStore,
+    PreFlightGate,
     RollbackIncomplete,
     observe,
     saga_scope,
@@ -63,6 +66,14 @@ async def test_steps_refusals_rollbacks_and_fences_are_counted(registry, tmp_pat
         with pytest.raises(GateBlocked):
             async with saga_scope(wal, BlockGate("wire.send"), name="c") as saga:
                 await saga.execute("wire.send", "IRREVERSIBLE", lambda: None)
+        # 3b: a PreFlightGate's budget limit refuses: the control is the gate's stage
+        limited = PreFlightGate(limits=[BudgetLimit("cap", arg="amount", max_total=10, window=3600)],
+                                store=InProcessLimitStore())
+        with pytest.raises(GateBlocked) as refused:
+            async with saga_scope(wal, limited, name="e") as saga:
+                await saga.execute("pay.charge", "COMPENSABLE", lambda: "c", lambda r: Compensation(fn=lambda: None),
+                                   policy_args={"amount": 50})
+        assert refused.value.control == "limits" and refused.value.decided_by == "limit:cap"
         # 4: completes
         async with saga_scope(wal, AllowGate(), name="d") as saga:
             await saga.execute("inv.reserve", "COMPENSABLE", lambda: "r", lambda r: Compensation(fn=lambda: None))
@@ -75,8 +86,11 @@ async def test_steps_refusals_rollbacks_and_fences_are_counted(registry, tmp_pat
     assert value(registry, steps, semantics="COMPENSABLE", outcome="failed") == 1
     assert value(registry, steps, semantics="IRREVERSIBLE", outcome="refused") == 1
     assert value(registry, steps, semantics="IRREVERSIBLE", outcome="committed") == 0
+    assert value(registry, steps, semantics="COMPENSABLE", outcome="refused") == 1
+    # a plain gate's refusal is counted under who decided; a PreFlightGate's under its control
     assert value(registry, "agent_saga_refusals_total", control="soc@corp") == 1
-    assert value(registry, "agent_saga_rollbacks_total", result="clean") == 2
+    assert value(registry, "agent_saga_refusals_total", control="limits") == 1
+    assert value(registry, "agent_saga_rollbacks_total", result="clean") == 3
     assert value(registry, "agent_saga_rollbacks_total", result="partial") == 1
     # every COMPENSABLE intent, commit and rollback record waited on a real fsync
     fences = value(registry, "agent_saga_wal_fence_seconds_count")
