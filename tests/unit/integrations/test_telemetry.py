@@ -187,3 +187,28 @@ async def test_the_recovery_daemon_span_links_to_the_crashed_sagas_trace(spans, 
     assert recover.attributes["saga.recovery.state"] == "ROLLED_BACK"
     assert [link.context.span_id for link in recover.links] == [origin.context.span_id]
     assert recover.links[0].context.trace_id == origin.context.trace_id
+
+
+async def test_the_text_log_format_names_the_trace_once_telemetry_is_on(tmp_path: Path):
+    stream = io.StringIO()
+    handler = configure_logging(logging.INFO, stream=stream)  # installed before telemetry
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    wal = FileWAL(tmp_path / "t.wal")
+    try:
+        tool_log.info("before")
+        setup_telemetry(tracer_provider=provider)  # switches the installed handler's format
+        async with saga_scope(wal, name="txt") as saga:
+            await saga.execute("db.read", "REVERSIBLE", lambda: tool_log.info("inside"))
+        teardown_telemetry()
+        tool_log.info("after")
+    finally:
+        teardown_telemetry()
+        logging.getLogger("agent_saga").removeHandler(handler)
+        wal.close()
+        provider.shutdown()
+    step = next(sp for sp in exporter.get_finished_spans() if sp.name == "saga.step.db.read")
+    lines = {line.rsplit("] ", 1)[1]: line for line in stream.getvalue().splitlines() if "] " in line}
+    assert "trace=" not in lines["before"] and "trace=" not in lines["after"]
+    assert f"trace={step.context.trace_id:032x}]" in lines["inside"]
