@@ -136,11 +136,11 @@ class SagaScope:
                 started["traceparent"] = traceparent
         try:
             wal.append(RecordType.SAGA_STARTED.value, self._saga_id, None, started)
+            if self._lease_seconds != DEFAULT_LEASE_SECONDS:
+                wal.append(RecordType.SAGA_LEASE.value, self._saga_id, None, {"lease_seconds": self._lease_seconds})
         except BaseException as exc:
             self._observed_end("FAILED", exc)
             raise
-        if self._lease_seconds != DEFAULT_LEASE_SECONDS:
-            wal.append(RecordType.SAGA_LEASE.value, self._saga_id, None, {"lease_seconds": self._lease_seconds})
         self._lease = register_lease(saga, self._saga_id, wal, self._lease_seconds)
         self._saga = saga
         self._token = saga_id_var.set(self._saga_id)
