@@ -195,7 +195,8 @@ def saga_lifespan(
 
     Args:
         wal_path_or_url: a FileWAL path, a ``file://``, ``redis://`` or ``postgresql://``
-            URL, or an open ``BaseWAL``; it becomes the process-wide default WAL.
+            URL, or an open ``BaseWAL``; it becomes the process-wide default WAL, and the
+            lifespan closes it at shutdown (an open one you pass in too).
         recovery: run a ``RecoveryDaemon(wal, imports=imports)`` on the log in the
             background (``True``), none (``False``), or the one a function of the opened WAL
             returns (``lambda wal: RecoveryDaemon(wal, ledger=..., lock=...)``: a shared
@@ -301,7 +302,9 @@ def saga(
 
     def wrap(f: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
         if not inspect.iscoroutinefunction(f):
-            raise ConfigurationError(f"@saga needs an async def function, got {f!r}")
+            raise ConfigurationError(
+                f"@saga needs an async def function, got {f!r} (options are keywords: @saga(name=...))"
+            )
         sig = inspect.signature(f)
         inject = "saga" in sig.parameters
         label = name or f.__name__.strip("_") or "saga"
