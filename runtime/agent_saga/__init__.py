@@ -108,10 +108,13 @@ from .errors import (
     WALStalled,
 )
 from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_stats
+from .fastapi import SagaRuntime, current_saga, saga, saga_lifespan
 from .gates import Gate, GateDecision, StepRequest
 from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
 from .kit import AgentKit
+from .metrics import setup_metrics
+from .observe import Observer
 from .plane import connect_policy_plane
 from .records import Record, RecordType
 from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
@@ -119,6 +122,7 @@ from .retry import RetryPolicy
 from .rollback import RollbackOutcome, RollbackReport, StepOutcome
 from .scope import saga_scope
 from .semantics import ActionSemantics
+from .telemetry import setup_telemetry
 from .wal import (
     Backpressure,
     BaseWAL,
@@ -184,6 +188,7 @@ __all__ = [
     "Notifier",
     "NotifierError",
     "Observation",
+    "Observer",
     "PayloadEncryptor",
     "PostgresWAL",
     "PreCheck",
@@ -209,6 +214,7 @@ __all__ = [
     "SagaError",
     "SagaQuarantined",
     "SagaRefused",
+    "SagaRuntime",
     "SagaState",
     "SecretDetected",
     "StepOutcome",
@@ -241,6 +247,7 @@ __all__ = [
     "compensator",
     "configure_logging",
     "connect_policy_plane",
+    "current_saga",
     "current_saga_id",
     "current_step_id",
     "decrypting",
@@ -262,6 +269,8 @@ __all__ = [
     "registered_compensators",
     "resolve_credential",
     "rule",
+    "saga",
+    "saga_lifespan",
     "saga_scope",
     "saga_states",
     "set_breaker",
@@ -270,6 +279,8 @@ __all__ = [
     "set_kill_switch",
     "set_limit_store",
     "set_tool_executor_size",
+    "setup_metrics",
+    "setup_telemetry",
     "tagged",
     "tool_executor_stats",
     "tool_matches",

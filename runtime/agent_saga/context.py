@@ -10,6 +10,9 @@ Invariants:
   configures the root logger. ``configure_logging`` is opt-in, attaches one handler to the
   ``"agent_saga"`` logger only, and replaces the handler it attached before (idempotent).
 - A record with no saga in context gets ``saga_id = step_id = None`` (printed as ``-``).
+- Once ``setup_telemetry()`` registered a trace source, records also get ``trace_id`` and
+  ``span_id`` of the current OpenTelemetry span (``-`` outside one): the JSON form
+  carries them, and the text form adds ``trace=<id>`` after the step.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json as _json
 import logging
 import sys
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import IO, Any
 
@@ -32,6 +36,23 @@ saga_id_var: ContextVar[str | None] = ContextVar("agent_saga_saga_id", default=N
 step_id_var: ContextVar[str | None] = ContextVar("agent_saga_step_id", default=None)
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [saga=%(saga_id)s step=%(step_id)s] %(message)s"
+TRACED_TEXT_FORMAT = (
+    "%(asctime)s %(levelname)s %(name)s [saga=%(saga_id)s step=%(step_id)s trace=%(trace_id)s] %(message)s"
+)
+
+#: Where trace ids come from: ``None`` until ``setup_telemetry()`` (agent_saga.telemetry).
+_trace_source: Callable[[], tuple[str, str] | None] | None = None
+
+
+def set_trace_source(source: Callable[[], tuple[str, str] | None] | None) -> None:
+    """Stamp ``(trace_id, span_id)`` from ``source`` on records (``None``: stop); the
+    handler ``configure_logging`` installed switches to the matching text format."""
+    global _trace_source
+    _trace_source = source
+    if _installed is not None and _installed.formatter is not None and not isinstance(
+        _installed.formatter, JsonFormatter
+    ):
+        _installed.setFormatter(logging.Formatter(TRACED_TEXT_FORMAT if source else TEXT_FORMAT))
 
 LOGGER_NAME = "agent_saga"
 
@@ -59,11 +80,19 @@ class SagaContextFilter(logging.Filter):
             record.saga_id = saga_id_var.get() or "-"
         if getattr(record, "step_id", None) is None:
             record.step_id = step_id_var.get() or "-"
+        source = _trace_source
+        if source is not None and getattr(record, "trace_id", None) is None:
+            try:
+                ids = source()
+            except Exception:  # noqa: BLE001 - a log line never fails for its trace id
+                ids = None
+            record.trace_id, record.span_id = ids if ids else ("-", "-")
         return True
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message, saga_id, step_id (+ exc)."""
+    """One JSON object per line: ts, level, logger, message, saga_id, step_id (+ trace_id,
+    span_id with telemetry on, + exc)."""
 
     def format(self, record: logging.LogRecord) -> str:
         """Render ``record`` as one line of JSON (never raises on odd ``args``: ``str()``)."""
@@ -75,6 +104,10 @@ class JsonFormatter(logging.Formatter):
             "saga_id": _none(getattr(record, "saga_id", None)),
             "step_id": _none(getattr(record, "step_id", None)),
         }
+        trace_id = _none(getattr(record, "trace_id", None))
+        if trace_id is not None:
+            doc["trace_id"] = trace_id
+            doc["span_id"] = _none(getattr(record, "span_id", None))
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return _json.dumps(doc, ensure_ascii=False, default=str)
@@ -104,7 +137,8 @@ def configure_logging(
     logger = logging.getLogger(LOGGER_NAME)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.addFilter(SagaContextFilter())
-    handler.setFormatter(JsonFormatter() if json else logging.Formatter(TEXT_FORMAT))
+    text = TRACED_TEXT_FORMAT if _trace_source is not None else TEXT_FORMAT
+    handler.setFormatter(JsonFormatter() if json else logging.Formatter(text))
     if _installed is not None:
         logger.removeHandler(_installed)
     logger.addHandler(handler)

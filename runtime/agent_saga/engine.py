@@ -34,6 +34,8 @@ Invariants:
   lock, creates no task, inspects no signature and formats no log line.
 - A gate with an ``on_outcome(request, ok, error)`` method hears how each step it
   allowed ended (the circuit breaker's feedback); the hook never breaks a step.
+- Telemetry (``agent_saga.observe``) hears each step's start, end and refusal; with no
+  observer installed that costs one global read per step.
 - A sync forward runs on the bounded tool executor, never on the event loop, and keeps
   running in its thread after a timeout (Python cannot stop a thread); the step is then
   UNKNOWN, which is exactly what it is.
@@ -46,10 +48,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, overload
 
+from . import observe as _observe
 from .clocks import Clock
 from .compensation import Compensation
 from .context import step_id_var
-from .errors import ConfigurationError, SagaError, StepOutcomeUnknown, WALError
+from .errors import ConfigurationError, GateBlocked, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
 from .gates import Declaration, Gate, StepRequest, consult
 from .idempotency import FORWARD_SCOPE, callable_info, idempotency_key
@@ -250,12 +253,20 @@ class Saga:
         step_id = f"{self.saga_id}/{index}"
         request: StepRequest | None = None
         if self.gate is not None or sem is _IRR:
-            request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)
+            try:
+                request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)
+            except GateBlocked as refused:
+                if _observe.current is not None:
+                    _observe.safely(_observe.current.step_refused, self.saga_id, step_id, tool, sem.value,
+                                    refused.control or "gate", refused)
+                raise
             if declared is not None:
                 sem, compensate = _tightened(sem, compensate, declared)
 
         token = step_id_var.set(step_id)
         self._inflight += 1
+        obs = _observe.current
+        seen = None if obs is None else _observe.safely(obs.step_started, self.saga_id, step_id, tool, sem.value)
         try:
             if sem is _REV and timeout is None and retry is None and fallback_action is None:
                 result = await self._run_fast(step_id, tool, forward, compensate, policy_args)
@@ -267,10 +278,19 @@ class Saga:
         except Exception as exc:
             if request is not None and self._on_outcome is not None:
                 self._report(request, exc)
+            if obs is not None:
+                unknown = isinstance(exc, StepOutcomeUnknown)
+                _observe.safely(obs.step_ended, seen, _observe.STEP_UNKNOWN if unknown else _observe.STEP_FAILED, exc)
+            raise
+        except BaseException as exc:  # cancelled mid-step: it may have happened
+            if obs is not None:
+                _observe.safely(obs.step_ended, seen, _observe.STEP_UNKNOWN, exc)
             raise
         else:
             if request is not None and self._on_outcome is not None:
                 self._report(request, None)
+            if obs is not None:
+                _observe.safely(obs.step_ended, seen, _observe.STEP_COMMITTED, None)
             return result
         finally:
             self._inflight -= 1

@@ -80,12 +80,19 @@ class SagaRefused(SagaError):
 
 
 class GateBlocked(SagaRefused):
-    """The pre-flight gate refused the step (BLOCK verdict or a denied approval)."""
+    """The pre-flight gate refused the step (BLOCK verdict or a denied approval).
 
-    def __init__(self, message: str, *, reason: str = "", decided_by: str = "", **kw: Any) -> None:
+    ``decided_by`` is who decided (a person, a lever's author, the gate); ``control`` is
+    which control refused (the PreFlightGate's stage: ``kill_switch``, ``limits``,
+    ``breaker``, ``approval``, ``policy``, ``rules``...; else who decided)."""
+
+    def __init__(
+        self, message: str, *, reason: str = "", decided_by: str = "", control: str = "", **kw: Any
+    ) -> None:
         super().__init__(message, **kw)
         self.reason = reason
         self.decided_by = decided_by
+        self.control = control or decided_by
 
 
 class SagaQuarantined(GateBlocked):

@@ -200,12 +200,13 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> Ga
         return decision
     append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
     by = f", decided by {decision.decided_by}" if decision.decided_by else ""
+    stage = verdict.get("stage")
     if getattr(decision, "quarantined", False) is True:
         lever = verdict.get("detail", {}).get("lever") if isinstance(verdict.get("detail"), dict) else None
         raise SagaQuarantined(
             f"step {step_id} ({tool}) refused: {decision.reason or 'the saga is quarantined'}",
             lever=lever, reason=decision.reason, decided_by=decision.decided_by,
-            saga_id=saga_id, step_id=step_id, tool=tool,
+            control=stage if isinstance(stage, str) else "", saga_id=saga_id, step_id=step_id, tool=tool,
         )
     reason = decision.reason or "no reason given"
     # Said once: a control's own reason (the kill switch, the breaker) may already say it.
@@ -213,5 +214,6 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> Ga
     raise GateBlocked(
         f"step {step_id} ({tool}) refused by the gate ({decision.verdict}{by}): {reason}{tail}",
         reason=decision.reason, decided_by=decision.decided_by,
+        control=stage if isinstance(stage, str) else "",
         saga_id=saga_id, step_id=step_id, tool=tool,
     ) from failure

@@ -41,7 +41,7 @@ from .clocks import SYSTEM_CLOCK, Clock
 from .errors import ConfigurationError
 from .records import RecordType
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "LeaseHandle", "check_lease_seconds", "register", "unregister"]
+__all__ = ["DEFAULT_LEASE_SECONDS", "LeaseHandle", "check_lease_seconds", "open_sagas", "register", "unregister"]
 
 log = logging.getLogger("agent_saga.leases")
 
@@ -175,6 +175,14 @@ def register(saga: Any, saga_id: str, wal: Any, lease_seconds: float) -> LeaseHa
     handle = LeaseHandle(saga, saga_id, wal, lease_seconds)
     _renewer.register(handle)
     return handle
+
+
+def open_sagas(wal: Any = None) -> list[str]:
+    """The ids of the sagas whose scope is still open in this process (rolling back
+    included), those writing to ``wal`` only when it is given."""
+    with _renewer._lock:
+        handles = list(_renewer._live.values())
+    return [h.saga_id for h in handles if (wal is None or h.wal is wal) and h.alive()]
 
 
 def unregister(handle: LeaseHandle) -> None:

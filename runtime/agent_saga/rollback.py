@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import observe as _observe
 from .compensation import Compensation, coerce_compensation, get_compensator
 from .context import step_id_var
 from .errors import SagaError
@@ -189,12 +190,20 @@ async def roll_back(
     for a step's failure (that is what the report is for)."""
     wlog = _Log(wal, saga_id)
     outcomes: list[StepOutcome] = []
+    obs = _observe.current
     for entry in reversed(entries):
         token = step_id_var.set(entry.step_id)
+        seen = None if obs is None else _observe.safely(
+            obs.rollback_step_started, saga_id, entry.step_id, entry.tool, entry.semantics.value)
+        done: StepOutcome | None = None
         try:
-            outcomes.append(await _undo(entry, wlog, executor))
+            done = await _undo(entry, wlog, executor)
+            outcomes.append(done)
         finally:
             step_id_var.reset(token)
+            if obs is not None:
+                _observe.safely(obs.rollback_step_ended, seen, done.outcome.value if done else "INTERRUPTED",
+                                done.error if done else "interrupted")
     report = RollbackReport(saga_id, tuple(outcomes), tuple(wlog.errors))
     payload = report.to_payload()
     if cause is not None:
@@ -204,6 +213,8 @@ async def roll_back(
     if len(wlog.errors) != len(report.wal_errors):
         # The terminal record itself failed: the report must say so.
         report = RollbackReport(saga_id, report.steps, tuple(wlog.errors))
+    if obs is not None:
+        _observe.safely(obs.rollback_ended, saga_id, report.clean)
     if report.clean:
         log.info("%s", report.summary())
     else:

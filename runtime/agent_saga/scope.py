@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from . import observe as _observe
 from .clocks import SYSTEM_CLOCK, Clock
 from .context import saga_id_var
 from .engine import Saga
@@ -60,7 +61,7 @@ class SagaScope:
     """The async context manager returned by ``saga_scope``; yields a ``Saga``."""
 
     __slots__ = (
-        "_clock", "_gate", "_lease", "_lease_seconds", "_name", "_saga", "_saga_id", "_tags",
+        "_clock", "_gate", "_lease", "_lease_seconds", "_name", "_obs", "_saga", "_saga_id", "_tags",
         "_token", "_wal",
     )
 
@@ -110,6 +111,7 @@ class SagaScope:
         self._clock = clock or SYSTEM_CLOCK
         self._saga: Saga | None = None
         self._token: Any = None
+        self._obs: tuple[_observe.Observer, Any] | None = None
 
     async def __aenter__(self) -> Saga:
         if self._saga is not None:
@@ -125,11 +127,20 @@ class SagaScope:
         saga = Saga(
             self._saga_id, self._name, self._tags, wal, self._gate, self._clock, get_tool_executor()
         )
-        wal.append(
-            RecordType.SAGA_STARTED.value, self._saga_id, None, {"name": self._name, "tags": list(self._tags)}
-        )
-        if self._lease_seconds != DEFAULT_LEASE_SECONDS:
-            wal.append(RecordType.SAGA_LEASE.value, self._saga_id, None, {"lease_seconds": self._lease_seconds})
+        started: dict[str, Any] = {"name": self._name, "tags": list(self._tags)}
+        obs = _observe.current
+        if obs is not None:  # telemetry: the saga's span, and its trace id for a recovery daemon
+            self._obs = (obs, _observe.safely(obs.saga_started, self._saga_id, self._name))
+            traceparent = _observe.safely(obs.traceparent)
+            if traceparent:
+                started["traceparent"] = traceparent
+        try:
+            wal.append(RecordType.SAGA_STARTED.value, self._saga_id, None, started)
+            if self._lease_seconds != DEFAULT_LEASE_SECONDS:
+                wal.append(RecordType.SAGA_LEASE.value, self._saga_id, None, {"lease_seconds": self._lease_seconds})
+        except BaseException as exc:
+            self._observed_end("FAILED", exc)
+            raise
         self._lease = register_lease(saga, self._saga_id, wal, self._lease_seconds)
         self._saga = saga
         self._token = saga_id_var.set(self._saga_id)
@@ -141,6 +152,29 @@ class SagaScope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        if self._obs is None:
+            return await self._exit(exc)
+        try:
+            suppressed = await self._exit(exc)
+        except BaseException as out:
+            self._observed_end(None, out)
+            raise
+        self._observed_end(None, exc)
+        return suppressed
+
+    def _observed_end(self, status: str | None, error: BaseException | None) -> None:
+        """Tell the observer how the saga left its scope (once)."""
+        if self._obs is None:
+            return
+        (obs, handle), self._obs = self._obs, None
+        if status is None:
+            state = self._saga.status if self._saga is not None else "FAILED"
+            status = state if state in ("COMPLETED", "ROLLED_BACK", "QUARANTINED") else "FAILED"
+            if status == "COMPLETED" and error is not None:
+                status = "FAILED"  # the completion record itself failed
+        _observe.safely(obs.saga_ended, handle, status, error)
+
+    async def _exit(self, exc: BaseException | None) -> bool:
         saga = self._saga
         assert saga is not None, "__aexit__ without __aenter__"
         raised_here = False

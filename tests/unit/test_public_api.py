@@ -48,6 +48,8 @@ EXPECTED = {
     "ApprovalGateway", "ApprovalNotice", "ApprovalOutcome", "ApprovalPolicy", "ApprovalProvider",
     "ApprovalRefused", "ApprovalStoreUnavailable", "EscalationLevel", "FileApprovalStore",
     "Notifier", "NotifierError", "RedisApprovalStore", "WebhookNotifier",
+    # integrations: FastAPI lifespan, OpenTelemetry, Prometheus, the observer hook
+    "saga_lifespan", "saga", "current_saga", "SagaRuntime", "setup_telemetry", "setup_metrics", "Observer",
 }
 
 
@@ -70,6 +72,9 @@ def test_every_error_derives_from_saga_error() -> None:
 
 
 def test_importing_the_runtime_loads_only_the_standard_library() -> None:
+    # This includes the integrations' libraries: agent_saga re-exports saga_lifespan,
+    # setup_telemetry and setup_metrics, and must not load fastapi, starlette,
+    # opentelemetry or prometheus_client to do so.
     code = (
         "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors, agent_saga.connectors.stripe, "
         "agent_saga.connectors.salesforce; "

@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import observe as _observe
 from ..audit.encryption import PayloadEncryptor
 from ..clocks import SYSTEM_CLOCK, Clock, as_clock
 from ..errors import ConfigurationError, WALError
@@ -446,12 +447,15 @@ class RecoveryDaemon:
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
                 plan = plan_saga(view)
-                return await Resolution(
+                resolution = Resolution(
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
                     source=self.source.description, executor=get_tool_executor(),
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
                     claim_token=claim.token, clock=self._clock,
-                ).run()
+                )
+                if _observe.current is None:
+                    return await resolution.run()
+                return await _observed_run(_observe.current, view, resolution)
         except RecoveryHalted as exc:
             self._halt(exc)
             return SagaResult(saga_id, "FAILED", error=exc.message)
@@ -532,6 +536,24 @@ class RecoveryDaemon:
     def __repr__(self) -> str:
         state = "halted" if self.halted else "draining" if self._draining else "ready"
         return f"<RecoveryDaemon {self.daemon_id} {self.source.description} {state}>"
+
+
+async def _observed_run(obs: _observe.Observer, view: SagaView, resolution: Resolution) -> SagaResult:
+    """``resolution.run()`` under the observer's recovery span, linked to the trace the
+    saga's SAGA_STARTED names (telemetry: ``agent_saga.observe``)."""
+    first = view.records[0] if view.records else None
+    traceparent = None
+    if first is not None and first.type == "SAGA_STARTED" and isinstance(first.payload, dict):
+        found = first.payload.get("traceparent")
+        traceparent = found if isinstance(found, str) else None
+    handle = _observe.safely(obs.recovery_started, view.saga_id, traceparent)
+    try:
+        result = await resolution.run()
+    except BaseException as exc:
+        _observe.safely(obs.recovery_ended, handle, "FAILED", f"{type(exc).__name__}: {exc}")
+        raise
+    _observe.safely(obs.recovery_ended, handle, result.status, result.error)
+    return result
 
 
 def import_modules(names: Iterable[str]) -> Sequence[str]:

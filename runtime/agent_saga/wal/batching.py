@@ -52,6 +52,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
+from .. import observe as _observe
 from ..chain import SALT_BYTES, seal
 from ..errors import (
     ConfigurationError,
@@ -468,7 +469,15 @@ class BatchingWAL(BaseWAL):
                     self._waiters, (seq, next(self._wcount), loop, fut, time.monotonic() + limit, limit)
                 )
         if waiting:
-            await fut
+            obs = _observe.current
+            if obs is None:
+                await fut
+            else:
+                t0 = time.monotonic()
+                try:
+                    await fut
+                finally:
+                    _observe.safely(obs.fence_waited, time.monotonic() - t0)
         self._check(seq)
 
     def _demand(self, seq: int) -> None:
