@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import os
 import platform
@@ -61,6 +62,21 @@ def bare_sync(path: Path, n: int, fn: Any) -> list[float]:
             out.append(time.perf_counter() - t)
     finally:
         os.close(fd)
+    return out
+
+
+async def thread_hop(n: int) -> list[float]:
+    """The sync tool's floor: a bare round trip to one worker thread and back
+    (``run_in_executor`` on a one-thread pool), what any off-loop call costs."""
+    loop = asyncio.get_running_loop()
+    out = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        for _ in range(200):
+            await loop.run_in_executor(pool, _sync_tool)
+        for _ in range(n):
+            t = time.perf_counter()
+            await loop.run_in_executor(pool, _sync_tool)
+            out.append(time.perf_counter() - t)
     return out
 
 
@@ -157,6 +173,7 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
     floor_fsync: list[float] = []
     rev_async: list[float] = []
     rev_sync: list[float] = []
+    hop: list[float] = []
     comp: list[float] = []
     ratios: list[float] = []
     tp: dict[str, list[dict[str, Any]]] = {}
@@ -171,6 +188,7 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
             floor_fsync += bare_sync(tmp / "floor2.log", n_durable // 2, os.fsync)
             rev_async += await reversible(wal, n_fast, sync_tool=False)
             rev_sync += await reversible(wal, n_fast // 4, sync_tool=True)
+            hop += await thread_hop(n_fast // 4)
         await wal.barrier()
         if "file" in backends:
             tp["file"] = await sweep(wal, quick, repeats)
@@ -208,6 +226,8 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
         "floor_write_fsync_us": summary_us(floor_fsync),
         "reversible_async_us": summary_us(rev_async),
         "reversible_sync_us": summary_us(rev_sync),
+        "floor_thread_hop_us": summary_us(hop),
+        "reversible_sync_p50_over_thread_hop_p50": round(pct(rev_sync, 0.5) / pct(hop, 0.5), 2),
         "compensable_us": summary_us(comp),
         "compensable_p50_over_floor_p50": round(ratio, 2),
         "compensable_p50_over_pooled_floor_p50": round(comp_p50 / floor, 2),
@@ -225,7 +245,9 @@ def print_table(r: dict[str, Any]) -> None:
     row("floor: write + fdatasync", r["floor_write_fdatasync_us"], "(the physical floor)")
     row("floor: write + fsync", r["floor_write_fsync_us"])
     row("REVERSIBLE step, async tool", r["reversible_async_us"], "target p50 ≤ 5 µs")
-    row("REVERSIBLE step, sync tool", r["reversible_sync_us"], "target p50 ≤ 80 µs")
+    row("floor: bare thread round trip", r["floor_thread_hop_us"], "(run_in_executor, 1 thread)")
+    row("REVERSIBLE step, sync tool", r["reversible_sync_us"],
+        f"target p50 ≤ 80 µs; = {r['reversible_sync_p50_over_thread_hop_p50']} × thread hop")
     row("COMPENSABLE step (2 fences)", r["compensable_us"],
         f"= {r['compensable_p50_over_floor_p50']} × floor p50 (target ≤ 3.0)")
     for backend, rows in r["throughput"].items():

@@ -12,6 +12,10 @@ each (intent + committed, no terminal record). Then, for each fleet size in
   - the wall time from the release to the last daemon's exit gives sagas/s; every
     daemon reports its peak RSS (``ru_maxrss``) and what it did.
 
+Also reported: the fleet's CPU time per saga (every daemon's, summed). It does not
+depend on how loaded the machine is, so it shows what replicas duplicate: with no
+duplicated work, 3 replicas cost the CPU per saga 1 does.
+
 Checked, not assumed: every saga is resolved exactly once (the ledger holds one done
 entry per step, the handler was called once per step in total, no saga left in flight).
 
@@ -56,6 +60,8 @@ async def main():
     while not os.path.exists(go):
         await asyncio.sleep(0.002)
     t0 = time.monotonic()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = ru0.ru_utime + ru0.ru_stime
     out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}}
     while True:
         rep = await d.sweep()
@@ -71,7 +77,9 @@ async def main():
     out["seconds"] = time.monotonic() - t0
     await d.close()
     wal.close()
-    out["maxrss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["maxrss_mb"] = round(ru.ru_maxrss / 1024, 1)
+    out["cpu_s"] = round(ru.ru_utime + ru.ru_stime - cpu0, 2)
     print(json.dumps(out))
 
 asyncio.run(main())
@@ -154,6 +162,8 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "seconds": round(wall, 2),
         "sagas_per_s": round(sagas / wall),
         "peak_rss_mb": max(x["maxrss_mb"] for x in results),
+        # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
+        "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
         "daemons": results,
         "check": check(url, key, sagas, results),
     }
@@ -208,13 +218,14 @@ def main() -> int:
         return 0
     print(f"agent-saga recovery fleet — {args.sagas} orphans from {args.writers} writers, "
           f"daemon concurrency {args.concurrency}, load {result['machine']['loadavg']}")
-    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'peak RSS MB':>12}  statuses")
+    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'CPU ms/saga':>12} {'peak RSS MB':>12}  statuses")
     for f in fleets:
         st: dict[str, int] = {}
         for d in f["daemons"]:
             for k, v in d["statuses"].items():
                 st[k] = st.get(k, 0) + v
-        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['peak_rss_mb']:>12}  {st}")
+        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['cpu_ms_per_saga']:>12} "
+              f"{f['peak_rss_mb']:>12}  {st}")
     if "three_over_one" in result:
         print(f"  3 replicas / 1 replica: {result['three_over_one']}×")
     print("  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
