@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,10 @@ async def main():
                        concurrency=int(conc), compensation_timeout=None)
     await d.sweep(dry_run=True)  # the log as a running daemon had read it
     open(ready, "w").close()
+    parent = os.getppid()
     while not os.path.exists(go):
+        if os.getppid() != parent:
+            sys.exit(3)  # the benchmark is gone: do not wait for it forever
         await asyncio.sleep(0.002)
     t0 = time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -181,6 +185,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     args = ap.parse_args()
+    # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
