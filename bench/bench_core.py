@@ -126,14 +126,16 @@ async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dic
                 lat.append(time.perf_counter() - t)
 
     before = wal.stats().batches
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*(one() for _ in range(concurrency)))
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     steps = concurrency * steps_per_saga
     return {
         "concurrency": concurrency,
         "steps": steps,
         "steps_per_s": round(steps / dt),
+        # the process's CPU (every thread) per step: the ceiling on steps/s, whatever the load
+        "cpu_us_per_step": round(cpu / steps * 1e6, 1),
         "p50_us": round(pct(lat, 0.5) * 1e6, 1),
         "p99_us": round(pct(lat, 0.99) * 1e6, 1),
         "syncs": wal.stats().batches - before,
@@ -251,9 +253,11 @@ def print_table(r: dict[str, Any]) -> None:
     row("COMPENSABLE step (2 fences)", r["compensable_us"],
         f"= {r['compensable_p50_over_floor_p50']} × floor p50 (target ≤ 3.0)")
     for backend, rows in r["throughput"].items():
-        print(f"\n  {backend + ': concurrent sagas':>24} {'steps/s':>10} {'p50 µs':>10} {'p99 µs':>10} {'batches':>8}")
+        print(f"\n  {backend + ': concurrent sagas':>24} {'steps/s':>10} {'CPU µs/step':>12} {'p50 µs':>10} "
+              f"{'p99 µs':>10} {'batches':>8}")
         for t in rows:
-            print(f"  {t['concurrency']:>24} {t['steps_per_s']:>10} {t['p50_us']:>10} {t['p99_us']:>10} {t['syncs']:>8}")
+            print(f"  {t['concurrency']:>24} {t['steps_per_s']:>10} {t['cpu_us_per_step']:>12} {t['p50_us']:>10} "
+                  f"{t['p99_us']:>10} {t['syncs']:>8}")
     print(f"\n  load average at the end: {r['machine']['loadavg']}")
     print("\n  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in r["targets"].items()))
 
