@@ -23,6 +23,7 @@ import concurrent.futures
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -197,9 +198,9 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
     finally:
         wal.close()
     if "redis" in backends:
-        proc = None
+        proc, workdir = None, None
         if redis_url is None:
-            redis_url, proc, _ = start_redis("bench-core-redis-")
+            redis_url, proc, workdir = start_redis("bench-core-redis-")
         rwal = open_redis(redis_url)
         try:
             tp["redis"] = await sweep(rwal, quick, repeats)
@@ -208,6 +209,8 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
             if proc is not None:
                 proc.kill()
                 proc.wait()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
     floor = statistics.median(floor_fdatasync)
     comp_p50 = pct(comp, 0.5)
     ratio = statistics.median(ratios)

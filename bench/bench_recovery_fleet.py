@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,8 +191,9 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
+    workdir = None
     if url is None:
-        url, proc, _ = _common.start_redis("bench-fleet-redis-")
+        url, proc, workdir = _common.start_redis("bench-fleet-redis-")
     try:
         base = f"bench-fleet-{os.getpid()}"
         t = time.monotonic()
@@ -206,6 +208,8 @@ def main() -> int:
         if proc is not None:
             proc.kill()
             proc.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
     by = {f["replicas"]: f["sagas_per_s"] for f in fleets}
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
