@@ -231,6 +231,8 @@ class RecoveryDaemon:
         self._draining = False
         self._wake = asyncio.Event()
         self._read_lock = asyncio.Lock()
+        self._reads_started = 0  # reads of the log begun (numbered in order, under _read_lock)
+        self._reads_done = 0  # the number of the last read that completed
         self._sweep_lock = asyncio.Lock()
         self._rng = random.Random()
         if self.source.fleet and not getattr(ledger, "shared", False):
@@ -272,36 +274,51 @@ class RecoveryDaemon:
     async def _refresh(self) -> None:
         """Read what is new (verified: see ``recovery.verified``) into the scan. Raises
         ``RecoveryHalted`` for anything not verified or not readable as a record,
-        ``LocationUnavailable`` if the log cannot be opened now."""
+        ``LocationUnavailable`` if the log cannot be opened now.
+
+        Reads are shared: a caller waiting while another read runs is served by the next
+        read that starts after it asked, so the workers that claimed meanwhile pay one
+        read of the log between them, not one each (what a claimant needs is a read that
+        began after its claim)."""
+        ticket = self._reads_started
         async with self._read_lock:
-            try:
-                read = await self.source.read_new()
-            except RecoveryError:
-                raise
-            except WALError as exc:
-                # Unparseable, undecryptable or unreadable: never skipped.
-                where = getattr(exc, "location", "") or self.source.description
-                raise RecoveryHalted(
-                    f"{self.source.description}: the log cannot be read ({exc.message}); the sweep "
-                    f"stopped before acting on any saga",
-                    location=where,
-                ) from exc
-            if read.from_start and self.scan.records_read:
-                # Records left the log since the last read (a compaction): start over from
-                # the whole log, so no saga is judged on half of its records.
-                log.info("%s: records left the log since the last read; re-read it whole", self.source.description)
-                fresh = LogScan()
-                fresh.records_read = self.scan.records_read
-                self.scan = fresh
-            known = set(self.scan.unknown_types)
-            self.scan.feed_all(read.records)
-            for t in self.scan.unknown_types.keys() - known - self._unknown_seen:
-                self._unknown_seen.add(t)
-                log.warning(
-                    "%s holds records of type %s, which this version of agent-saga does not know; "
-                    "recovery will not act on a saga holding one (upgrade agent-saga): first at %s",
-                    self.source.description, t, self.scan.unknown_types[t][1],
-                )
+            if self._reads_done > ticket:
+                return  # a read that began after this call asked has completed
+            self._reads_started += 1
+            number = self._reads_started
+            await self._read_new()
+            self._reads_done = number
+
+    async def _read_new(self) -> None:
+        """One read of what is new into the scan (under ``_read_lock``)."""
+        try:
+            read = await self.source.read_new()
+        except RecoveryError:
+            raise
+        except WALError as exc:
+            # Unparseable, undecryptable or unreadable: never skipped.
+            where = getattr(exc, "location", "") or self.source.description
+            raise RecoveryHalted(
+                f"{self.source.description}: the log cannot be read ({exc.message}); the sweep "
+                f"stopped before acting on any saga",
+                location=where,
+            ) from exc
+        if read.from_start and self.scan.records_read:
+            # Records left the log since the last read (a compaction): start over from
+            # the whole log, so no saga is judged on half of its records.
+            log.info("%s: records left the log since the last read; re-read it whole", self.source.description)
+            fresh = LogScan()
+            fresh.records_read = self.scan.records_read
+            self.scan = fresh
+        known = set(self.scan.unknown_types)
+        self.scan.feed_all(read.records)
+        for t in self.scan.unknown_types.keys() - known - self._unknown_seen:
+            self._unknown_seen.add(t)
+            log.warning(
+                "%s holds records of type %s, which this version of agent-saga does not know; "
+                "recovery will not act on a saga holding one (upgrade agent-saga): first at %s",
+                self.source.description, t, self.scan.unknown_types[t][1],
+            )
 
     # ------------------------------------------------------------------ sweeping
 

@@ -128,6 +128,8 @@ class BatchingWAL(BaseWAL):
         self._durable_seq = 0
         self._flusher: threading.Thread | None = None
         self._want = 0  # the highest seq a fence asked for: the flusher writes up to it now
+        self._kick_loop: Any = None  # the loop with a flusher wake-up queued (see _ask)
+        self._kick_seq = 0
         self._linger = 0.005  # how long records nobody waits for may sit in the queue
         self._tick = min(1.0, stall_timeout / 4)  # the watchdog's period
         self._wd_wake = threading.Event()
@@ -455,9 +457,9 @@ class BatchingWAL(BaseWAL):
             return
         if self._failed is not None:
             self._check(seq)
-        if seq > self._want:
-            self._demand(seq)
         loop = asyncio.get_running_loop()
+        if seq > self._want:
+            self._ask(loop, seq)
         fut: asyncio.Future[None] = loop.create_future()
         limit = self._stall_timeout if timeout is None else timeout
         if limit < self._tick * 4:
@@ -479,6 +481,28 @@ class BatchingWAL(BaseWAL):
                 finally:
                     _observe.safely(obs.fence_waited, time.monotonic() - t0)
         self._check(seq)
+
+    def _ask(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
+        """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
+        fences of every task that runs in this turn wake the flusher once, and go in one
+        batch. A fence of another loop meanwhile asks directly. (A lost ask can only delay
+        a write by ``linger``; it never makes a fence return early.)"""
+        kick = self._kick_loop
+        if kick is None:
+            self._kick_loop = loop
+            self._kick_seq = seq
+            loop.call_soon(self._kick)
+        elif kick is loop:
+            if seq > self._kick_seq:
+                self._kick_seq = seq
+        else:
+            self._demand(seq)
+
+    def _kick(self) -> None:
+        seq = self._kick_seq
+        self._kick_loop = None
+        if seq > self._want:
+            self._demand(seq)
 
     def _demand(self, seq: int) -> None:
         """Ask the flusher to write up to ``seq`` now."""

@@ -145,10 +145,15 @@ class RedisLog:
         Stops at the counter's value read first (see the module doc: a consistent cursor).
         Raises ``WALCorrupt`` on an entry that cannot be read.
         """
-        hwm = self.high_water()
+        # The counter and the writer set in one round trip (a read costs one per refresh).
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(self.gseq_key)
+        pipe.smembers(self.writers_key)
+        top, members = pipe.execute()
+        hwm = int(top) if top is not None else 0
         if hwm <= cursor:
             return
-        writers = self.writers()
+        writers = sorted(w.decode() if isinstance(w, bytes) else w for w in members)
         bufs: dict[str, deque[Record]] = {w: deque() for w in writers}
         pos = dict.fromkeys(writers, cursor)
         live = set(writers)
