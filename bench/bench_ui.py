@@ -12,6 +12,7 @@ written once; then, in the same run:
   indexed      the same process until ``/api/status`` says indexed (every record read,
                decoded, its digest and chain link checked)
   open_last    ``/api/saga`` of the last saga once indexed (read back by byte offset)
+  sidebar      ``/api/sagas`` once indexed: the first page of runs, and a search by id
   peak_rss     the server's peak resident memory once indexed (VmHWM), and the file size
 
 Absolute times on a shared machine are noise; the ratios to the raw scan of the same run
@@ -108,6 +109,13 @@ def serve(path: Path) -> dict[str, Any]:
         saga = _get(base + f"api/saga?id={last}")
         open_last = time.perf_counter() - t1
         assert saga["status"] == "COMPLETED" and len(saga["steps"]) == 2
+        t1 = time.perf_counter()
+        _get(base + "api/sagas?limit=50")
+        sidebar = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        found = _get(base + f"api/sagas?limit=50&q={last}")
+        search = time.perf_counter() - t1
+        assert found["total"] == 1
         rss = 0
         for row in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
             if row.startswith("VmHWM:"):
@@ -116,6 +124,7 @@ def serve(path: Path) -> dict[str, Any]:
                 "first_page_after_listening_s": first_page - listening, "first_page_sagas": len(page["sagas"]),
                 "records_when_first_page": page["counts"], "indexed_s": indexed,
                 "index_seconds_in_server": status["index_seconds"], "open_last_saga_s": open_last,
+                "sidebar_page_indexed_s": sidebar, "search_indexed_s": search,
                 "peak_rss_bytes": rss, "sagas": status["sagas"], "records": status["records"]}
     finally:
         proc.terminate()

@@ -32,14 +32,17 @@ SHOTS = os.environ.get("AGENT_SAGA_UI_SCREENSHOTS")  # a directory: write the do
 TOKEN = "ui-test-token-4f1c"
 
 
-def _serve(wal: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
+def _spawn(wal: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "agent_saga.ui", "--wal-path", str(wal), "--port", "0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+
+
+def _address(proc: subprocess.Popen[str]) -> str:
     line = proc.stdout.readline()  # type: ignore[union-attr]  # printed once it listens
     assert " at http://" in line, (line, proc.stderr.read() if proc.poll() is not None else "")  # type: ignore[union-attr]
-    return proc, line.split(" at ", 1)[1].split()[0]
+    return line.split(" at ", 1)[1].split()[0]
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -61,15 +64,13 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def servers(logs: dict[str, Any]) -> Iterator[dict[str, str]]:
-    main, url = _serve(logs["wal"])
+    main = _spawn(logs["wal"])  # both start at once: each pays an interpreter start
+    locked = _spawn(logs["tampered"], "--token-file", str(logs["token_file"]))
     try:
-        locked, locked_url = _serve(logs["tampered"], "--token-file", str(logs["token_file"]))
-    except BaseException:
+        yield {"url": _address(main), "locked": _address(locked)}
+    finally:
+        _stop(locked)
         _stop(main)
-        raise
-    yield {"url": url, "locked": locked_url}
-    _stop(locked)
-    _stop(main)
 
 
 @pytest.fixture(scope="module")
@@ -224,6 +225,7 @@ def test_time_travel_shows_every_saga_as_of_a_record(page: Any, logs: dict[str, 
         page.wait_for_function("k => document.querySelector('#timeline').dataset.shown === k",
                                arg=f"checkout-rollback|{cut}")
         assert page.text_content("#saga-status") == "IN_FLIGHT"
+        assert page.text_content("#inspector") == "Choose a step or a record.", "no step of another time or saga"
         outcomes = page.eval_on_selector_all("#timeline .step[data-step]", "els => els.map(e => e.dataset.outcome)")
         assert outcomes == ["committed", "committed"]
         assert "nothing was undone" in page.text_content("#timeline")

@@ -1,9 +1,9 @@
 """The debugger's index of a log: built once, in one pass, in the background; pages after.
 
 The index never holds the records. Per saga it keeps a summary (status, tools, tags, the
-status changes with the record that made each) and the positions of its records; for a
-FileWAL file also each record's byte offset, so one saga or one page of the log is read
-again with a seek, not a scan. Every record is read through the WAL readers
+status changes with the record that made each); per record, the number of its saga (4
+bytes) and, for a FileWAL file, its byte offset (8 bytes), so one saga or one page of the
+log is read again with seeks, not a scan. Every record is read through the WAL readers
 (``scan_file_records``, ``LogReader.records``) and the chain is checked while indexing with
 the ``ChainVerifier`` that ``agent-saga verify`` uses.
 
@@ -14,7 +14,6 @@ p is the last change at or before p, so time travel over every saga costs no re-
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import threading
 import time
@@ -38,40 +37,39 @@ _MAX_TOOLS = 16
 
 
 class SagaEntry:
-    """What the index keeps about one saga (no record contents)."""
+    """What the index keeps about one saga: a summary, no record contents (about 0.4 KB)."""
 
-    __slots__ = ("changes", "first_pos", "last_ts", "name", "offsets", "positions", "saga_id",
+    __slots__ = ("changes", "count", "first_pos", "last_pos", "last_ts", "name", "number", "saga_id",
                  "started_ts", "tags", "tools", "unknown")
 
-    def __init__(self, saga_id: str, pos: int, ts: int) -> None:
+    def __init__(self, number: int, saga_id: str, pos: int, ts: int) -> None:
+        self.number = number  # its number in ``LogIndex.saga_of``
         self.saga_id = saga_id
         self.name: str | None = None
-        self.tags: list[str] = []
-        self.tools: list[str] = []
+        self.tags: tuple[str, ...] = ()
+        self.tools: tuple[str, ...] = ()
         self.started_ts = ts
         self.last_ts = ts
         self.first_pos = pos
-        self.changes: list[tuple[int, str]] = [(pos, IN_FLIGHT)]  # (position, status from then on)
-        self.positions = array("q")
-        self.offsets = array("q")
+        self.last_pos = pos
+        self.count = 0
+        self.changes: tuple[Any, ...] = ()  # (position, status from then on, ...) after IN_FLIGHT
         self.unknown = 0
 
     def status(self, asof: int | None = None) -> str | None:
         """The saga's status as of position ``asof`` (None: it had not started)."""
-        if asof is None:
-            return self.changes[-1][1]
-        if asof < self.first_pos:
+        if asof is not None and asof < self.first_pos:
             return None
         out = IN_FLIGHT
-        for pos, status in self.changes:
-            if pos > asof:
+        for i in range(0, len(self.changes), 2):
+            if asof is not None and self.changes[i] > asof:
                 break
-            out = status
+            out = self.changes[i + 1]
         return out
 
-    def records_upto(self, asof: int | None) -> int:
-        """How many of the saga's records are at or before ``asof``."""
-        return len(self.positions) if asof is None else bisect.bisect_right(self.positions, asof)
+    def change_positions(self) -> list[int]:
+        """The positions at which the saga's status changed (after it started)."""
+        return list(self.changes[0::2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +91,10 @@ class LogIndex:
         self.is_file = isinstance(reader, FileLogReader)
         self.sagas: dict[str, SagaEntry] = {}
         self.order: list[SagaEntry] = []  # first-seen order; appended only (safe to snapshot)
+        self.saga_of = array("i")  # per position: the number of its saga (-1: none, or the WAL's)
+        self.offsets = array("q")  # per position: its byte offset (a file only)
         self.events = array("q")  # positions of the reserved saga's records (switch, breaker)
-        self.page_offsets = array("q", [0])  # byte offset of positions 0, PAGE, 2*PAGE, ...
+        self._shared: dict[Any, Any] = {}  # one copy of each tools/tags tuple and name
         self.count = 0
         self.done = False
         self.error: str | None = None
@@ -126,13 +126,11 @@ class LogIndex:
         verifier = ChainVerifier()
         for offset, location, item in scan_file_records(path):
             pos = self.count
-            if pos and pos % PAGE == 0:
-                self.page_offsets.append(offset)
             failure = verifier.feed(location, item)
             if failure is not None and self.damage is None:
                 self._damaged(pos, location, item, failure)
-            if isinstance(item, Record):
-                self._add(pos, item, offset)
+            self.offsets.append(offset)
+            self._add(pos, item)
             self.count = pos + 1
         self.chains = [(path, verifier.result())]
         if self.damage is None and not self.chains[0][1].ok:  # a gap no attestation explained
@@ -140,7 +138,7 @@ class LogIndex:
 
     def _build_shared(self) -> None:
         for pos, rec in enumerate(self.reader.records()):
-            self._add(pos, rec, -1)
+            self._add(pos, rec)
             self.count = pos + 1
         self.chains = [(name, verify_records(self.reader.chain(name))) for name in self.reader.chains()]
         bad = next((r for _, r in self.chains if not r.ok), None)
@@ -154,45 +152,73 @@ class LogIndex:
         saga = item.saga if isinstance(item, Record) and where == location else None
         self.damage = Damage(pos, where, failure.reason or "", saga)
 
-    def _add(self, pos: int, rec: Record, offset: int) -> None:
-        if rec.saga == RESERVED_SAGA:
-            self.events.append(pos)
+    def _one(self, value: Any) -> Any:
+        """The shared copy of ``value`` (a name, a tools or tags tuple): sagas repeat them."""
+        return self._shared.setdefault(value, value)
+
+    def _add(self, pos: int, rec: Record | WALCorrupt) -> None:
+        if not isinstance(rec, Record) or rec.saga == RESERVED_SAGA:
+            self.saga_of.append(-1)
+            if isinstance(rec, Record):
+                self.events.append(pos)
             return
         entry = self.sagas.get(rec.saga)
         if entry is None:
-            entry = self.sagas[rec.saga] = SagaEntry(rec.saga, pos, rec.ts)
+            entry = self.sagas[rec.saga] = SagaEntry(len(self.order), rec.saga, pos, rec.ts)
             self.order.append(entry)
-        entry.positions.append(pos)
-        if offset >= 0:
-            entry.offsets.append(offset)
+        self.saga_of.append(entry.number)
+        entry.count += 1
+        entry.last_pos = pos
         entry.last_ts = rec.ts
         if not is_known_type(rec.type):
             entry.unknown += 1
         p = rec.payload if isinstance(rec.payload, dict) else {}
         if rec.type == "SAGA_STARTED":
-            entry.name = p.get("name") if isinstance(p.get("name"), str) else None
-            tags = p.get("tags")
-            entry.tags = [str(t) for t in tags][:_MAX_TOOLS] if isinstance(tags, list) else []
+            name, tags = p.get("name"), p.get("tags")
+            entry.name = self._one(name) if isinstance(name, str) else None
+            entry.tags = self._one(tuple(str(t) for t in tags[:_MAX_TOOLS])) if isinstance(tags, list) else ()
         tool = p.get("tool")
         if isinstance(tool, str) and tool not in entry.tools and len(entry.tools) < _MAX_TOOLS:
-            entry.tools.append(tool)
+            entry.tools = self._one((*entry.tools, tool))
         status = SAGA_STATUS.get(rec.type)
-        current = entry.changes[-1][1]
+        current = entry.changes[-1] if entry.changes else IN_FLIGHT
         if status is None and rec.type == _QUARANTINE and current == IN_FLIGHT:
             status = QUARANTINED
         elif status is None and rec.type == _LIFTED and current == QUARANTINED:
             status = IN_FLIGHT
         if status is not None and status != current:
-            entry.changes.append((pos, status))
+            entry.changes = (*entry.changes, pos, status)
 
     # ------------------------------------------------------------------ reading
 
+    def records_upto(self, entry: SagaEntry, asof: int | None = None) -> int:
+        """How many of the saga's records are at or before ``asof``."""
+        if asof is None or asof >= entry.last_pos:
+            return entry.count
+        if asof < entry.first_pos:
+            return 0
+        return self.saga_of[entry.first_pos : asof + 1].count(entry.number)
+
+    def positions(self, entry: SagaEntry, asof: int | None = None) -> list[int]:
+        """The positions of the saga's records, up to ``asof`` (found at C speed)."""
+        stop = entry.last_pos + 1 if asof is None else min(entry.last_pos, asof) + 1
+        out: list[int] = []
+        i = entry.first_pos
+        find = self.saga_of.index
+        while i < stop:
+            try:
+                i = find(entry.number, i, stop)
+            except ValueError:
+                break
+            out.append(i)
+            i += 1
+        return out
+
     def saga_records(self, entry: SagaEntry, asof: int | None = None) -> list[tuple[int, Record]]:
         """``(position, record)`` of one saga, up to ``asof``, read again from the log."""
-        n = entry.records_upto(asof)
-        wanted = list(entry.positions[:n])
+        wanted = self.positions(entry, asof)
         if self.is_file:
-            return list(zip(wanted, self._read_at(list(entry.offsets[:n]), wanted), strict=True))
+            return list(zip(wanted, self._read_at([self.offsets[p] for p in wanted], wanted), strict=True))
         keep = set(wanted)
         return [(p, r) for p, r in self.all_records() if p in keep]
 
@@ -202,16 +228,16 @@ class LogIndex:
         if number < 0 or start >= max(self.count, 1):
             return []
         if self.is_file:
-            if number >= len(self.page_offsets):
+            if start >= len(self.offsets):
                 return []
             with self._lock:
-                it = scan_file_records(self.reader.description, self.page_offsets[number], start + 1)
+                it = scan_file_records(self.reader.description, self.offsets[start], start + 1)
                 return [(start + i, item) for i, (_o, _l, item) in enumerate(itertools.islice(it, PAGE))]
         return [(p, r) for p, r in itertools.islice(self.all_records(), start, start + PAGE)]
 
     def events_upto(self, asof: int | None, limit: int = 500) -> list[tuple[int, Record]]:
         """The kill switch's, the breaker's and the WAL's own records (the reserved saga)."""
-        positions = [p for p in self.events if asof is None or p <= asof][-limit:]
+        positions = set([p for p in self.events if asof is None or p <= asof][-limit:])
         out: list[tuple[int, Record]] = []
         for number in sorted({p // PAGE for p in positions}):
             out.extend((p, r) for p, r in self.page(number) if p in positions and isinstance(r, Record))

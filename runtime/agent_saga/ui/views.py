@@ -71,11 +71,11 @@ def record_view(index: LogIndex, pos: int, item: Record | WALCorrupt,
     }
 
 
-def saga_row(entry: SagaEntry, asof: int | None) -> dict[str, Any]:
+def saga_row(index: LogIndex, entry: SagaEntry, asof: int | None) -> dict[str, Any]:
     """A saga in the sidebar (its status as of ``asof``)."""
     return {
-        "saga_id": entry.saga_id, "name": entry.name, "tags": entry.tags, "tools": entry.tools,
-        "status": entry.status(asof), "records": entry.records_upto(asof),
+        "saga_id": entry.saga_id, "name": entry.name, "tags": list(entry.tags), "tools": list(entry.tools),
+        "status": entry.status(asof), "records": index.records_upto(entry, asof),
         "started_ts": entry.started_ts, "unknown_types": entry.unknown > 0,
     }
 
@@ -97,7 +97,7 @@ def list_sagas(index: LogIndex, *, status: str = "", query: str = "", offset: in
             continue
         total += 1
         if offset < total <= offset + limit:
-            row = saga_row(entry, asof)
+            row = saga_row(index, entry, asof)
             row["damaged"] = entry.saga_id == damaged
             matched.append(row)
     return {"total": total, "offset": offset, "limit": limit, "sagas": matched,
@@ -146,8 +146,8 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
             step["undo"].append(run)
             undo.append(run)
     return {
-        "saga_id": entry.saga_id, "name": entry.name, "tags": entry.tags, "status": status,
-        "asof": asof, "records_total": len(entry.positions),
+        "saga_id": entry.saga_id, "name": entry.name, "tags": list(entry.tags), "status": status,
+        "asof": asof, "records_total": entry.count,
         "steps": list(steps.values()), "undo": undo, "records": views,
         "damaged": index.damage is not None and index.damage.saga == entry.saga_id,
     }

@@ -121,7 +121,7 @@ def test_time_travel_statuses_come_from_the_index_without_rereading(log: Path) -
     s1, s2 = index.sagas["s-1"], index.sagas["s-2"]
     assert s1.status(None) == "COMPLETED" and s2.status(None) == "IN_FLIGHT"  # quarantine lifted
     assert s2.status(0) is None, "s-2 had not started at the first record"
-    quarantined_at = s2.changes[1][0]
+    quarantined_at = s2.change_positions()[0]
     assert s2.status(quarantined_at) == QUARANTINED and s2.status(quarantined_at - 1) == "IN_FLIGHT"
     assert [r["saga_id"] for r in list_sagas(index, asof=2)["sagas"]] == ["s-1"]
     assert list_sagas(index, status=QUARANTINED, asof=quarantined_at)["total"] == 1

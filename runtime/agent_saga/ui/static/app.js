@@ -111,6 +111,7 @@
     $("timeline").dataset.shown = "";
     const d = await api("/api/saga", { id, asof: asofParam() });
     for (const li of document.querySelectorAll("#runs li")) li.classList.toggle("sel", li.dataset.saga === id);
+    $("inspector").replaceChildren(el("p", { class: "muted" }, "Choose a step or a record."));  // never a stale step
     const t = $("timeline");
     t.replaceChildren(
       el("h2", {}, d.saga_id), el("div", {}, el("span", { class: "badge", id: "saga-status" }, d.status || "not started yet"),
