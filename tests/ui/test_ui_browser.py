@@ -53,9 +53,16 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def building(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Popen[str], Path]:
+    """The engine writing the logs in another process, while the browser starts."""
     tmp = tmp_path_factory.mktemp("ui")
-    wal = ui_logs.build_in_subprocess(tmp)
+    return ui_logs.start_build(tmp), tmp
+
+
+@pytest.fixture(scope="module")
+def logs(building: tuple[subprocess.Popen[str], Path]) -> dict[str, Any]:
+    proc, tmp = building
+    wal = ui_logs.finish_build(proc, tmp)
     line = ui_logs.tamper(wal, tmp / "tampered.wal", "checkout-rollback")
     (tmp / "token").write_text(TOKEN + "\n")
     return {"wal": wal, "tampered": tmp / "tampered.wal", "tampered_line": line, "token_file": tmp / "token",
@@ -74,7 +81,7 @@ def servers(logs: dict[str, Any]) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def browser(building: Any) -> Iterator[Any]:
     with playwright_sync.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield b
@@ -145,6 +152,11 @@ def test_a_rollback_shows_the_undo_last_in_first_out_with_its_idempotency_key(pa
     assert "ui.refund" in inspector and '"charge_id": "ch_a"' in inspector  # the exact compensation
     assert idempotency_key("checkout-rollback", "checkout-rollback/0", COMPENSATION_SCOPE) in inspector
     assert "COMPENSATION_DONE" in inspector
+    assert ui_logs.CREDENTIAL_REF in inspector  # a credential is shown as the reference the log holds
+    page.click("#timeline .step[data-step='checkout-rollback/2']")
+    assert "the carrier is down" in page.text_content("#inspector")
+    assert ui_logs.LEAKED not in page.content(), "a secret in an error never reaches the log, so never the page"
+    page.click("#timeline .step[data-step='checkout-rollback/0']")
     _shot(page, "rollback")
 
 

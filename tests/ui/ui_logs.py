@@ -51,6 +51,8 @@ I = ActionSemantics.IRREVERSIBLE  # noqa: E741
 XSS_TOOL = "<img src=x onerror=\"window.__xss='tool'\">"
 XSS_ARG = "</div><script>window.__xss='kwargs'</script>"
 XSS_TAG = "<b onmouseover=\"window.__xss='tag'\">tag</b>"
+CREDENTIAL_REF = "vault://payments/stripe-key"  # a reference: what the log may hold
+LEAKED = "hunter2-s3cr3t"  # a password in an error message: scrubbed before it is written
 REFUNDS: list[str] = []
 
 
@@ -102,7 +104,8 @@ async def _in_process(wal_path: Path, tmp: Path) -> None:
     try:
         try:
             async with saga_scope(wal, saga_id="checkout-rollback", tags=["checkout"]) as saga:
-                await saga.execute("stripe.charge", C, lambda: {"id": "ch_a"}, _undo, policy_args={"amount": 4200})
+                await saga.execute("stripe.charge", C, lambda: {"id": "ch_a"}, _undo,
+                                   policy_args={"amount": 4200, "credential_ref": CREDENTIAL_REF})
                 await saga.execute("stripe.charge", C, lambda: {"id": "ch_b"}, _undo, policy_args={"amount": 9900})
                 await saga.execute("shipping.book", C, _boom, _undo, policy_args={"carrier": "ups"})
         except RuntimeError:
@@ -145,7 +148,7 @@ async def _in_process(wal_path: Path, tmp: Path) -> None:
 
 
 def _boom() -> None:
-    raise RuntimeError("the carrier is down")
+    raise RuntimeError(f"the carrier is down (https://ops:{LEAKED}@carrier.example/api)")
 
 
 def build_log(tmp: Path) -> Path:
@@ -170,11 +173,17 @@ def tamper(src: Path, dst: Path, saga: str) -> int:
     raise AssertionError(f"no STEP_COMMITTED of {saga} in {src}")
 
 
-def build_in_subprocess(tmp: Path) -> Path:
-    """``build_log`` in a fresh interpreter (a test process may already run an event loop)."""
-    done = subprocess.run([sys.executable, __file__, "--build", str(tmp)], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
+def start_build(tmp: Path) -> subprocess.Popen[str]:
+    """``build_log`` in a fresh interpreter (a test process may already run an event loop),
+    started now so the caller can do other work meanwhile; ``finish_build`` waits for it."""
+    return subprocess.Popen([sys.executable, __file__, "--build", str(tmp)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finish_build(proc: subprocess.Popen[str], tmp: Path) -> Path:
+    """Wait for ``start_build``'s process; the log's path."""
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
     return tmp / "agent.wal"
 
 

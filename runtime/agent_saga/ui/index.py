@@ -257,15 +257,6 @@ class LogIndex:
         with self._lock:
             yield from enumerate(self.reader.records())
 
-    def summary_counts(self, asof: int | None) -> dict[str, int]:
-        """How many sagas have each status as of ``asof``."""
-        counts: dict[str, int] = {}
-        for entry in self.order[: len(self.order)]:
-            s = entry.status(asof)
-            if s is not None:
-                counts[s] = counts.get(s, 0) + 1
-        return counts
-
     def to_status(self) -> dict[str, Any]:
         """The index's progress and the chain's state."""
         chains = [

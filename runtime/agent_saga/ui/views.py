@@ -20,6 +20,7 @@ from ..history import (
     COMPENSATION_FAILED,
     ESCALATED,
     FAILED,
+    IN_FLIGHT,
     INTENT,
     REFUSED,
     SKIPPED,
@@ -87,21 +88,32 @@ def list_sagas(index: LogIndex, *, status: str = "", query: str = "", offset: in
     q = query.strip().lower()
     damaged = index.damage.saga if index.damage is not None else None
     matched: list[dict[str, Any]] = []
+    counts: dict[str, int] = {}
+    hay: dict[Any, str] = {}  # the searchable text of each (name, tools, tags): sagas share them
     total = 0
     for entry in index.order[: len(index.order)]:
-        st = entry.status(asof)
-        if st is None or (status and st != status):
+        if asof is None:
+            st: str | None = entry.changes[-1] if entry.changes else IN_FLIGHT
+        else:
+            st = entry.status(asof)
+        if st is None:
             continue
-        if q and not (q in entry.saga_id.lower() or q in (entry.name or "").lower()
-                      or any(q in t.lower() for t in entry.tools) or any(q in t.lower() for t in entry.tags)):
+        counts[st] = counts.get(st, 0) + 1
+        if status and st != status:
             continue
+        if q and q not in entry.saga_id.lower():
+            key = (entry.name, entry.tools, entry.tags)
+            text = hay.get(key)
+            if text is None:
+                text = hay[key] = "\n".join((entry.name or "", *entry.tools, *entry.tags)).lower()
+            if q not in text:
+                continue
         total += 1
         if offset < total <= offset + limit:
             row = saga_row(index, entry, asof)
             row["damaged"] = entry.saga_id == damaged
             matched.append(row)
-    return {"total": total, "offset": offset, "limit": limit, "sagas": matched,
-            "counts": index.summary_counts(asof)}
+    return {"total": total, "offset": offset, "limit": limit, "sagas": matched, "counts": counts}
 
 
 def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
