@@ -35,6 +35,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import _common
 from agent_saga import FileWAL
 from agent_saga.wal.file import iter_file_records
 
@@ -42,22 +43,7 @@ from agent_saga.wal.file import iter_file_records
 def build_log(path: Path, records: int) -> int:
     """Completed two-step sagas, 6 records each, until ``records`` are written."""
     wal = FileWAL(path, sync=False, max_pending=1_000_000)
-    n = 0
-    i = 0
-    while n < records:
-        s = f"bench-{i:08d}"
-        wal.append("SAGA_STARTED", s, None, {"name": "checkout", "tags": ["bench"]})
-        for j in range(2):
-            step = f"{s}/{j}"
-            wal.append("STEP_INTENT", s, step, {"tool": "pay.charge", "semantics": "COMPENSABLE",
-                                                "policy_args": {"amount": 100 * j}})
-            wal.append("STEP_COMMITTED", s, step, {"compensation": {
-                "handler": "pay.refund", "kwargs": {"charge_id": f"ch_{i}_{j}"}, "description": ""}})
-        wal.append("SAGA_COMPLETED", s, None, {"steps": 2})
-        n += 6
-        i += 1
-        if i % 10_000 == 0:
-            wal.barrier_sync()
+    n = _common.append_completed_sagas(wal, -(-records // 6), tags=["bench"])
     wal.barrier_sync()
     wal.close()
     return n

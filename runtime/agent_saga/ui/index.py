@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..chain import ChainVerifier, VerifyResult, verify_records
-from ..errors import SagaError, WALCorrupt
+from ..errors import WALCorrupt
 from ..history import IN_FLIGHT, SAGA_STATUS
 from ..records import Record, is_known_type
 from ..wal.file import scan_file_records
@@ -115,7 +115,7 @@ class LogIndex:
             else:
                 self._build_shared()
             self.torn_tail = self.reader.torn_tail_bytes()
-        except (SagaError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - on a thread: the page must say why it stopped
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.seconds = time.monotonic() - self.started

@@ -133,7 +133,7 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
         steps[st.step_id] = {
             "step_id": st.step_id, "tool": st.tool, "semantics": st.semantics, "state": st.state,
             "outcome": outcome, "compensation": st.compensation, "error": st.error,
-            "policy_args": None, "kwargs": None, "idempotency_key": None,
+            "policy_args": None, "idempotency_key": None,
             "gate": [], "approvals": [], "undo": [], "records": [],
         }
     undo: list[dict[str, Any]] = []
@@ -147,7 +147,6 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
         kind = v["type"]
         if kind == "STEP_INTENT":
             step["policy_args"] = p.get("policy_args")
-            step["kwargs"] = p.get("kwargs")
             step["idempotency_key"] = p.get("idempotency_key")
         elif kind in _GATE:
             step["gate"].append({"type": kind, "position": v["position"], **p})

@@ -164,7 +164,7 @@
     const a = $("inspector");
     a.replaceChildren(el("h3", {}, "step " + s.step_id),
       kv([["tool", s.tool], ["semantics", s.semantics], ["state", s.state], ["outcome", s.outcome],
-          ["forward kwargs", s.kwargs], ["policy args", s.policy_args], ["idempotency key", s.idempotency_key],
+          ["arguments (policy_args)", s.policy_args], ["idempotency key", s.idempotency_key],
           ["error", s.error]]),
       el("h3", {}, "compensation recorded at commit"), kv([["handler", s.compensation && s.compensation.handler],
           ["kwargs", s.compensation && s.compensation.kwargs], ["description", s.compensation && s.compensation.description]]));
