@@ -106,6 +106,7 @@ bench: install system-deps
 	$(PY) bench/bench_approvals.py
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_recovery_fleet.py
+	$(PY) bench/bench_ui.py
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node

@@ -8,6 +8,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
+
+
+def append_completed_sagas(wal: Any, sagas: int, *, tags: list[str] | None = None, barrier_every: int = 10_000) -> int:
+    """Append ``sagas`` completed two-step sagas (6 records each) to ``wal``; the records
+    written. A barrier every ``barrier_every`` sagas keeps the queue under its bound."""
+    for i in range(sagas):
+        s = f"bench-{i:08d}"
+        wal.append("SAGA_STARTED", s, None, {"name": "checkout", "tags": tags or []})
+        for j in range(2):
+            step = f"{s}/{j}"
+            wal.append("STEP_INTENT", s, step, {"tool": "pay.charge", "semantics": "COMPENSABLE",
+                                                "policy_args": {"amount": 100 * j}})
+            wal.append("STEP_COMMITTED", s, step, {"compensation": {
+                "handler": "pay.refund", "kwargs": {"charge_id": f"ch_{i}_{j}"}, "description": ""}})
+        wal.append("SAGA_COMPLETED", s, None, {"steps": 2})
+        if (i + 1) % barrier_every == 0:
+            wal.barrier_sync()
+    return sagas * 6
 
 
 def pct(samples: list[float], q: float) -> float:

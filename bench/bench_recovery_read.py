@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import _common
 from agent_saga import FileWAL
 from agent_saga.recovery import RecoveryDaemon
 from agent_saga.recovery.sources import PathSource
@@ -39,16 +40,7 @@ from agent_saga.wal.file import iter_file_records
 def build_log(path: Path, sagas: int) -> int:
     """``sagas`` completed two-step sagas (6 records each) and a few live ones."""
     wal = FileWAL(path, sync=False)
-    for i in range(sagas):
-        s = f"bench-{i:08d}"
-        wal.append("SAGA_STARTED", s, None, {"name": "checkout", "tags": []})
-        for j in range(2):
-            step = f"{s}/{j}"
-            wal.append("STEP_INTENT", s, step, {"tool": "pay.charge", "semantics": "COMPENSABLE",
-                                                "policy_args": {"amount": 100 * j}})
-            wal.append("STEP_COMMITTED", s, step, {"compensation": {
-                "handler": "pay.refund", "kwargs": {"charge_id": f"ch_{i}_{j}"}, "description": ""}})
-        wal.append("SAGA_COMPLETED", s, None, {"steps": 2})
+    _common.append_completed_sagas(wal, sagas)
     for i in range(10):
         wal.append("SAGA_STARTED", f"live-{i}", None, {"name": None, "tags": []})
         wal.append("SAGA_LEASE", f"live-{i}", None, {"lease_seconds": 3600})

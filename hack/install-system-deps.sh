@@ -3,7 +3,8 @@
 # and for the single-node cluster (tests/node/, `make cluster`): containerd, runc and the
 # CNI plugins (the container runtime), iptables and conntrack (kube-proxy), buildah (builds
 # the images from the Dockerfile) and mmdebstrap (the Debian root filesystem they start
-# from). Idempotent and fast: when all are present it touches neither apt nor the network.
+# from), and chromium (the debugger's browser tests in tests/ui/ drive it with Playwright).
+# Idempotent and fast: when all are present it touches neither apt nor the network.
 #
 # The packages' own services (redis on 6379, the "main" PostgreSQL cluster on 5432, a
 # system containerd) are not started here: the tests start private ones (tests/fixtures/).
@@ -31,6 +32,7 @@ missing=()
 have_redis || missing+=(redis-server)
 have_postgres || missing+=(postgresql)
 have_tools || missing+=(util-linux)
+have chromium || missing+=(chromium)
 for entry in "${NODE_PACKAGES[@]}"; do
     have "${entry#*:}" || missing+=("${entry%%:*}")
 done
@@ -41,7 +43,7 @@ if [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1 && [ -z "${AGENT_SAGA_PG_
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
-    log "redis-server, postgresql and the node's packages already installed"
+    log "redis-server, postgresql, chromium and the node's packages already installed"
     exit 0
 fi
 
@@ -79,6 +81,7 @@ log "installing: ${missing[*]}"
 
 have_redis || { log "redis-server still missing after apt-get install"; exit 1; }
 have_postgres || { log "PostgreSQL (initdb, pg_ctl) still missing after apt-get install"; exit 1; }
+have chromium || { log "chromium still missing after apt-get install"; exit 1; }
 for entry in "${NODE_PACKAGES[@]}"; do
     have "${entry#*:}" || { log "${entry#*:} still missing after apt-get install ${entry%%:*}"; exit 1; }
 done

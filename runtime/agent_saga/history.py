@@ -46,11 +46,13 @@ COMPLETED = "COMPLETED"
 ROLLED_BACK = "ROLLED_BACK"
 ROLLBACK_PARTIAL = "ROLLBACK_PARTIAL"
 
-_SAGA_STATUS = {
+#: The saga status each terminal record type sets (public: the debugger's index uses it).
+SAGA_STATUS = {
     R.SAGA_COMPLETED.value: COMPLETED,
     R.SAGA_ROLLED_BACK.value: ROLLED_BACK,
     R.SAGA_ROLLBACK_PARTIAL.value: ROLLBACK_PARTIAL,
 }
+_SAGA_STATUS = SAGA_STATUS
 
 
 @dataclass(slots=True)

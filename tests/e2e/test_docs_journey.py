@@ -160,7 +160,7 @@ def test_the_docs_are_read_whole() -> None:
     readme = readme_steps()
     assert any(s.command and s.command.startswith("agent-saga status ") for s in readme)
     assert any(s.command and s.command.startswith("kubectl apply -f examples/k8s/killswitch.yaml ") for s in readme)
-    assert len([s for s in readme if s.skipped]) == 7  # make demo, make test, recover x2, reconcile, approve, mcp
+    assert len([s for s in readme if s.skipped]) == 8  # make demo, make test, recover x2, reconcile, approve, mcp, ui
     for step in steps + readme:
         if step.skipped:
             assert len(step.skipped) > 10, step  # a reason a reader understands

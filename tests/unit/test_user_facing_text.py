@@ -59,7 +59,7 @@ def _text_files() -> Iterator[Path]:
     yield ROOT / "README.md"
     for base in ("docs", "examples", "charts"):
         for path in sorted((ROOT / base).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".png"):
                 yield path
 
 

@@ -23,12 +23,13 @@ from . import (
     recover_commands,
     status_commands,
     switch_commands,
+    ui_commands,
     wal_commands,
 )
 
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
-    approval_commands, policy_commands, mcp_commands, acl_commands,
+    approval_commands, policy_commands, mcp_commands, acl_commands, ui_commands,
 )
 
 

@@ -27,6 +27,18 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent-saga inspect --wal-path ./agent-saga.wal",
          "agent-saga inspect --wal-path ./agent-saga.wal --saga checkout_402   # one saga, its steps"),
     ),
+    "ui": (
+        "The time-travel debugger: a read-only web view of a log. A sidebar of runs "
+        "(filter by status, search by saga id, tool or tag), each run's steps colour-coded "
+        "by outcome with the compensations in the order they ran, an inspector (semantics, "
+        "arguments, the gate's verdict, approvals, the compensation and its idempotency key), "
+        "the chain's state with the first broken record, a disclosure proof per saga, and "
+        "the state of every saga as of any record. Nothing is executed. Binds 127.0.0.1; "
+        "any other address needs --token, and then every API request needs it.",
+        ("agent-saga ui --wal-path ./agent-saga.wal --port 8080   # open http://127.0.0.1:8080/",
+         "agent-saga ui --wal-url 'redis://:PASSWORD@localhost:6379/0?key=agent-saga:wal'",
+         "agent-saga ui --wal-path ./agent-saga.wal --host 0.0.0.0 --token-file ui.token   # shared: a token"),
+    ),
     "status": (
         "The live posture of the controls, read from their stores: the kill switch's engaged "
         "levers, each limit's use in its window, and the agents on the policy plane. Exit 1 "

@@ -334,23 +334,35 @@ def iter_file_records(path: str | os.PathLike[str]) -> Iterator[tuple[str, Recor
     """Yield ``(location, record)`` for each line, or ``(location, WALCorrupt)`` for a damaged
     one. An unterminated final fragment (a torn write) is not yielded: it was never
     acknowledged. Used by verify, inspect and the readers of every backend's exports."""
+    for _offset, location, item in scan_file_records(path):
+        yield location, item
+
+
+def scan_file_records(
+    path: str | os.PathLike[str], offset: int = 0, lineno: int = 1
+) -> Iterator[tuple[int, str, Record | WALCorrupt]]:
+    """``iter_file_records`` with each line's byte offset: ``(offset, location, item)``,
+    starting at byte ``offset`` (the start of line ``lineno``). What an index of the file
+    remembers, to read one page of it again later without reading what comes before."""
     p = os.fspath(path)
     try:
         f = open(p, "rb")
     except FileNotFoundError as exc:
         raise ConfigurationError(f"WAL file {p!r} does not exist; check --wal-path") from exc
     with f:
-        for lineno, line in enumerate(f, 1):
+        f.seek(offset)
+        for n, line in enumerate(f, lineno):
             if not line.endswith(b"\n"):
                 return  # torn final fragment: tolerated, never acknowledged
-            location = f"{p} line {lineno}"
+            location = f"{p} line {n}"
             if not line.strip():
-                yield location, WALCorrupt(f"{location}: empty line inside the log", location=location)
-                continue
-            try:
-                yield location, decode_line(line, location)
-            except WALCorrupt as exc:
-                yield location, exc
+                yield offset, location, WALCorrupt(f"{location}: empty line inside the log", location=location)
+            else:
+                try:
+                    yield offset, location, decode_line(line, location)
+                except WALCorrupt as exc:
+                    yield offset, location, exc
+            offset += len(line)
 
 
 def torn_tail_bytes(path: str | os.PathLike[str]) -> int:
