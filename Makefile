@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
+# Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
+TEST_WORKERS ?= 2
 
 .PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
@@ -31,7 +33,7 @@ demo-cluster: install system-deps control-plane
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
 test: install system-deps control-plane stripe-mock node
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # redis-server, PostgreSQL and the node's packages (containerd, runc, CNI plugins,
 # iptables, buildah, mmdebstrap) from Debian (no-op when present). See docs/control-plane.md.

@@ -35,15 +35,16 @@ from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from test_operator_agents import DEADLINE, Agent, approvals, crds, get, ns  # noqa: F401
+from test_operator_agents import DEADLINE, Agent, approvals, get
 
 pytestmark = pytest.mark.e2e
+NS_PREFIX = "proof"
 
 POLICY = "rel-agent-saga-approver-is-requester"
 
 
 @pytest.fixture
-def admission(crds: KubeCluster, ns: str, tmp_path: Path) -> Iterator[KubeCluster]:  # noqa: F811
+def admission(crds: KubeCluster, ns: str, tmp_path: Path) -> Iterator[KubeCluster]:
     """The chart's admission policy and approver roles, applied as the chart renders them,
     and removed again (waiting until the API server no longer enforces the policy, so the
     other tests' admin-made decisions are not refused)."""
@@ -63,14 +64,14 @@ def admission(crds: KubeCluster, ns: str, tmp_path: Path) -> Iterator[KubeCluste
          timeout=DEADLINE, what="the admission policy no longer enforced")
 
 
-def grant(kube: KubeCluster, ns: str, user: str, role: str) -> None:  # noqa: F811
+def grant(kube: KubeCluster, ns: str, user: str, role: str) -> None:
     client.RbacAuthorizationV1Api(kube.api_client()).create_namespaced_role_binding(ns, client.V1RoleBinding(
         metadata=client.V1ObjectMeta(name=f"{role}-{abs(hash(user)) % 10**8}"),
         role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=f"rel-agent-saga-{role}"),
         subjects=[client.RbacV1Subject(kind="User", name=user, api_group="rbac.authorization.k8s.io")]))
 
 
-def approval(kube: KubeCluster, ns: str, name: str, annotations: dict[str, str] | None = None) -> None:  # noqa: F811
+def approval(kube: KubeCluster, ns: str, name: str, annotations: dict[str, str] | None = None) -> None:
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Approval",
             "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"requestId": name, "tool": "wire.send", "sagaId": "s-1", "stepId": "s-1/0", "rule": "irreversible",
@@ -79,7 +80,7 @@ def approval(kube: KubeCluster, ns: str, name: str, annotations: dict[str, str] 
     client.CustomObjectsApi(kube.api_client()).create_namespaced_custom_object(GROUP, VERSION, ns, "approvals", body)
 
 
-def decide(kube: KubeCluster, ns: str, name: str, *, as_user: str | None, approver: str,  # noqa: F811
+def decide(kube: KubeCluster, ns: str, name: str, *, as_user: str | None, approver: str,
            dry_run: bool = False) -> ApiException | None:
     """Decide as ``as_user`` (impersonated; ``None``: the cluster admin)."""
     who = {} if as_user is None else {"user": as_user, "group": "system:authenticated"}
@@ -93,7 +94,7 @@ def decide(kube: KubeCluster, ns: str, name: str, *, as_user: str | None, approv
     return None
 
 
-def test_admission_makes_the_approver_the_authenticated_user(admission: KubeCluster, ns: str) -> None:  # noqa: F811
+def test_admission_makes_the_approver_the_authenticated_user(admission: KubeCluster, ns: str) -> None:
     kube = admission
     grant(kube, ns, "risk@corp", "approver")
     grant(kube, ns, "mallory@corp", "approver")
@@ -134,7 +135,7 @@ def test_admission_makes_the_approver_the_authenticated_user(admission: KubeClus
 
 # ---------------------------------------------------------------------- signatures
 @pytest.fixture
-def signed_operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str,  # noqa: F811
+def signed_operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str,
                     tmp_path: Path) -> Iterator[tuple[OperatorProcess, str]]:
     priv, _ = generate_signing_key(tmp_path / "operator-signing.pem")
     op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
@@ -150,7 +151,7 @@ def signed_operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str,  # noq
 
 
 def test_agents_act_only_on_signed_decisions(
-    crds: KubeCluster, fresh_redis: RedisServer, ns: str, signed_operator: tuple[OperatorProcess, str],  # noqa: F811
+    crds: KubeCluster, fresh_redis: RedisServer, ns: str, signed_operator: tuple[OperatorProcess, str],
     tmp_path: Path,
 ) -> None:
     op, _ = signed_operator

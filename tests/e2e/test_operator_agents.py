@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,13 +20,14 @@ import pytest
 import redis
 from agent_process import AgentProcess
 from agent_saga_operator.models import GROUP, VERSION
-from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from agent_saga_operator.testing import OperatorProcess, poll
 from example_manifests import in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
+NS_PREFIX = "ag"  # the tests' namespaces: ag-<hex>
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).with_name("operator_agent.py")
@@ -35,21 +35,6 @@ DEADLINE = 20.0
 
 
 # ---------------------------------------------------------------------- parts
-@pytest.fixture(scope="module")
-def crds(kube: KubeCluster) -> KubeCluster:
-    install_crds(kube.kubectl, kube.api_client())
-    return kube
-
-
-@pytest.fixture
-def ns(crds: KubeCluster) -> Iterator[str]:
-    core = client.CoreV1Api(crds.api_client())
-    name = f"ag-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
-
-
 def start_operator(kube: KubeCluster, url: str, ns: str, log: Path) -> OperatorProcess:
     op = OperatorProcess(kube.kubeconfig, url, log, namespaces=[ns],
                          extra_args=["--standalone", "--resync-interval", "2", "--usage-interval", "0.5",

@@ -9,31 +9,21 @@ operator's question with printer columns.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from agent_saga_operator.models import API_VERSION, GROUP, KINDS, VERSION
-from agent_saga_operator.testing import install_crds
+from e2e_namespaces import namespace
 from fixtures.controlplane import KubeCluster
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 
 @pytest.fixture(scope="module")
-def crds(kube: KubeCluster) -> KubeCluster:
-    install_crds(kube.kubectl, kube.api_client())
-    return kube
-
-
-@pytest.fixture(scope="module")
 def ns(crds: KubeCluster) -> Iterator[str]:
-    core = client.CoreV1Api(crds.api_client())
-    name = f"crds-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
+    with namespace(crds, "crds") as name:
+        yield name
 
 
 def obj(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:

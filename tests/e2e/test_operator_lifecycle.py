@@ -8,7 +8,6 @@ Redis. The operator is stopped (process group reaped) at the end of every test.
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,29 +16,15 @@ import pytest
 import redis
 from agent_saga_operator.handlers import FINALIZER
 from agent_saga_operator.models import API_VERSION, GROUP, KINDS, VERSION
-from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from agent_saga_operator.testing import OperatorProcess, poll
 from example_manifests import EXAMPLES, in_namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+NS_PREFIX = "op"  # the tests' namespaces: op-<hex>
 DEADLINE = 20.0  # seconds: generous for a loaded 2-core CI machine; typical is < 1 s
-
-
-@pytest.fixture(scope="module")
-def crds(kube: KubeCluster) -> KubeCluster:
-    install_crds(kube.kubectl, kube.api_client())
-    return kube
-
-
-@pytest.fixture
-def ns(crds: KubeCluster) -> Iterator[str]:
-    core = client.CoreV1Api(crds.api_client())
-    name = f"op-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,11 +25,12 @@ from agent_saga.wal.file import read_log
 from agent_saga_operator.documents import Identity, budget_limit_doc, killswitch_doc, runtime_limit
 from agent_saga_operator.models import API_VERSION, GROUP, VERSION, BudgetLimitSpec, KillSwitchSpec
 from agent_saga_operator.projection import DecisionConflict, Projector, load_limits
-from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from agent_saga_operator.testing import OperatorProcess, poll
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 
+NS_PREFIX = "proj"  # the tests' namespaces: proj-<hex>
 DEADLINE = 20.0
 WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
 
@@ -122,21 +122,6 @@ def test_runtime_reads_exactly_what_the_projection_writes(fresh_redis: RedisServ
 
 
 # ---------------------------------------------------------------- end to end
-@pytest.fixture(scope="module")
-def crds(kube: KubeCluster) -> KubeCluster:
-    install_crds(kube.kubectl, kube.api_client())
-    return kube
-
-
-@pytest.fixture
-def ns(crds: KubeCluster) -> Iterator[str]:
-    core = client.CoreV1Api(crds.api_client())
-    name = f"proj-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
-
-
 @pytest.fixture
 def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],

@@ -23,13 +23,14 @@ import pytest
 import yaml
 from agent_process import AgentProcess
 from agent_saga_operator.models import GROUP, VERSION
-from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from agent_saga_operator.testing import OperatorProcess, poll
 from chart_helpers import CHART, Helm, container_env
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 
 pytestmark = pytest.mark.e2e
+NS_PREFIX = "pa"  # the tests' namespaces: pa-<hex>
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).with_name("plane_agent.py")
@@ -38,21 +39,6 @@ API = f"{GROUP}/{VERSION}"
 
 
 # ---------------------------------------------------------------------- parts
-@pytest.fixture(scope="module")
-def crds(kube: KubeCluster) -> KubeCluster:
-    install_crds(kube.kubectl, kube.api_client())
-    return kube
-
-
-@pytest.fixture
-def ns(crds: KubeCluster) -> Iterator[str]:
-    core = client.CoreV1Api(crds.api_client())
-    name = f"pa-{secrets.token_hex(4)}"
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
-
-
 @pytest.fixture
 def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
