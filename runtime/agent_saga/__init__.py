@@ -29,6 +29,7 @@ from .audit import (
 )
 from .chain import VerifyResult, verify_records
 from .clocks import Clock
+from .codemod import Codemod, CodemodError, CodemodRefused, CodemodResult, VerifyFailed
 from .compensation import Compensation, compensator, get_compensator, registered_compensators
 from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
 from .controls import (
@@ -156,6 +157,10 @@ __all__ = [
     "Checkpoint",
     "CircuitBreaker",
     "Clock",
+    "Codemod",
+    "CodemodError",
+    "CodemodRefused",
+    "CodemodResult",
     "CompactionAborted",
     "CompactionReport",
     "Compensation",
@@ -218,6 +223,7 @@ __all__ = [
     "StoreUnavailable",
     "SwitchStoreUnavailable",
     "ToolExecutorStats",
+    "VerifyFailed",
     "VerifyResult",
     "WALBackpressure",
     "WALClosed",

@@ -35,6 +35,8 @@ EXPECTED = {
     "verify_consistency",
     # recovery
     "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
+    # the agent runtime: repository edits as transactions
+    "Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",
