@@ -11,8 +11,9 @@ applied, by uid and generation. This module reads them and says, per resource:
                   is lagging too, and says so: it does not obey)
 
 and turns that into the ``Acknowledged`` condition (KillSwitch, SagaPolicy), the ACKED
-column, and a SagaPolicy's ``Ready`` (True only once an agent enforces it). A ModelRoute
-has no consumer yet: ``Ready=False, reason NoConsumer``.
+column, a SagaPolicy's ``Ready`` (True only once an agent enforces it) and a ModelRoute's
+``Ready`` (True only once an agent's router routes by it: its heartbeat lists the route
+under ``routes``).
 
 ``AckAggregator`` is one task per operator process: it subscribes to
 ``P:v1:agents:events`` (an agent notifies when what it applied changes), re-reads the
@@ -103,7 +104,8 @@ class Tally:
         return {"matched": self.matched, "acknowledged": self.acknowledged, "lagging": lagging}
 
 
-_CONTROL = {"KillSwitch": ("killswitches", "kill switch"), "SagaPolicy": ("policies", "SagaPolicy reader")}
+_CONTROL = {"KillSwitch": ("killswitches", "kill switch"), "SagaPolicy": ("policies", "SagaPolicy reader"),
+            "ModelRoute": ("routes", "router")}
 
 
 def _labels(beats: Iterable[Heartbeat]) -> dict[str, str]:
@@ -142,14 +144,10 @@ def _who(t: Tracked) -> str:
 
 def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tuple[Cond, ...]]:
     """The status fields and conditions the heartbeats justify for ``t``."""
-    if t.kind == "ModelRoute":
-        return {}, (Cond(READY, "False", Reason.NO_CONSUMER,
-                         "projected into the policy plane, but nothing routes by ModelRoutes yet: no agent "
-                         "applies this route"),)
     if fleet is None:
         unknown = "agent heartbeats have not been read yet"
         conds = [Cond(ACKNOWLEDGED, "Unknown", Reason.AGENTS_UNKNOWN, unknown)]
-        if t.kind == "SagaPolicy":
+        if t.kind in ("SagaPolicy", "ModelRoute"):
             conds.append(Cond(READY, "Unknown", Reason.AGENTS_UNKNOWN, f"{unknown}: whether an agent enforces it "
                               f"is not known"))
         return {}, tuple(conds)
@@ -167,6 +165,8 @@ def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tup
     else:
         ack = Cond(ACKNOWLEDGED, "False", Reason.LAGGING,
                    f"{n.acknowledged} of {n.matched} agent(s) apply generation {t.generation}{lag}")
+    if t.kind == "ModelRoute":
+        return fields, (ack, _route_ready(t, n, lag))
     if t.kind != "SagaPolicy":
         return fields, (ack,)
     fields["enforcedBy"] = list(n.acked_by[:MAX_NAMES])
@@ -181,6 +181,18 @@ def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tup
         ready = Cond(READY, "False", Reason.NOT_APPLIED,
                      f"{n.matched} agent(s) match, none has applied generation {t.generation} yet{lag}")
     return fields, (ack, ready)
+
+
+def _route_ready(t: Tracked, n: Tally, lag: str) -> Cond:
+    """A ModelRoute is Ready once a router routes by it (its heartbeat lists the route)."""
+    if n.acknowledged:
+        return Cond(READY, "True", Reason.ROUTED, f"routing {n.acknowledged} of {n.matched} agent(s): "
+                                                  f"{', '.join(n.acked_by[:MAX_NAMES])}{lag}")
+    if n.matched == 0:
+        return Cond(READY, "False", Reason.NO_CONSUMER, f"projected, but no {_who(t)}: no router routes by it yet")
+    return Cond(READY, "False", Reason.NOT_APPLIED,
+                f"{n.matched} agent(s) match, none routes by generation {t.generation} (an agent routes by one "
+                f"ModelRoute: the first by name that applies to it, once its router has read it){lag}")
 
 
 async def read_fleet(client: Any, prefix: str, *, now: float | None = None) -> Fleet:

@@ -166,12 +166,16 @@ async def reconcile_saga_policy(ctx: Context, spec: SagaPolicySpec, who: Identit
 # ------------------------------------------------------------------ ModelRoute
 async def reconcile_model_route(ctx: Context, spec: ModelRouteSpec, who: Identity,
                                 status: Mapping[str, Any], now: datetime) -> Outcome:
-    """Project the route. Ready stays False (NoConsumer) while nothing routes by it."""
+    """Project the route; Ready says whether an agent's router routes by it (heartbeats)."""
     doc = model_route_doc(spec, who)
     rev = await ctx.projector.put("ModelRoute", who.id, doc)
     preferred = doc["preference"][0]
-    _, conds = desired_status(Tracked("ModelRoute", who.namespace, who.name, who.uid, who.generation), ctx.fleet)
-    return Outcome(conds[0], _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred}, rev)
+    acks, conds = _follow(ctx, Tracked("ModelRoute", who.namespace, who.name, who.uid, who.generation,
+                                       applies_to=tuple(spec.applies_to.agents) if spec.applies_to else None))
+    ready, extra = _split(conds)
+    assert ready is not None
+    return Outcome(ready, _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred, **acks},
+                   rev, extra=extra)
 
 
 # ------------------------------------------------------------------ Approval

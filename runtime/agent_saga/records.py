@@ -85,6 +85,9 @@ EXTENSION_TYPES = frozenset(
         "APPROVAL_BREAK_GLASS",
         # recovery, in the saga it resolves or freezes
         "RECOVERY_STARTED", "STEP_RECONCILED", "SAGA_QUARANTINED", "SAGA_QUARANTINE_LIFTED",
+        # the router and the context broker (reserved saga ``wal``)
+        "ROUTING_DECISION", "ROUTING_REFUSED", "MODEL_ACTION_REPAIRED", "MODEL_ACTION_REFUSED",
+        "CONTEXT_SERVED", "CONTEXT_EVICTED",
     }
 )
 

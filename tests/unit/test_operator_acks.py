@@ -2,7 +2,7 @@
 
 KillSwitch ``status.agents`` (matched, acknowledged, the names still lagging), the ACKED
 column and an ``Acknowledged`` condition; a SagaPolicy is Ready only when a consumer
-applied it; a ModelRoute stays ``Ready=False, reason NoConsumer``; a KillSwitch in a
+applied it; a ModelRoute is Ready only when an agent's router routes by it; a KillSwitch in a
 namespace no agent reads says so.
 """
 
@@ -17,8 +17,9 @@ SP = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, applies_to=
 
 
 def beat(agent: str, pod: str, *, ks: tuple[AppliedRef, ...] | None = (), policies: tuple[AppliedRef, ...] | None = (),
-         ns: str = "payments", pid: int = 1) -> Heartbeat:
-    return Heartbeat(ns, agent, pod, pid, ts=1000.0, ttl=6.0, namespaces=(ns,), killswitches=ks, policies=policies)
+         ns: str = "payments", pid: int = 1, routes: tuple[AppliedRef, ...] | None = None) -> Heartbeat:
+    return Heartbeat(ns, agent, pod, pid, ts=1000.0, ttl=6.0, namespaces=(ns,), killswitches=ks, policies=policies,
+                     routes=routes)
 
 
 HALT = AppliedRef("payments/halt-wires", "uid-1", 2)
@@ -111,11 +112,34 @@ def test_an_observe_mode_policy_is_observed_not_enforced() -> None:
     assert conds(t, fleet)[READY][:2] == ("True", "Observing")
 
 
-def test_a_modelroute_stays_not_ready_with_no_consumer() -> None:
-    t = Tracked("ModelRoute", "payments", "default", "uid-3", 1)
-    fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0)
-    status, reason, message = conds(t, fleet)[READY]
-    assert (status, reason) == ("False", "NoConsumer") and "nothing routes by ModelRoutes" in message
+ROUTE = AppliedRef("payments/default", "uid-3", 1)
+MR = Tracked("ModelRoute", "payments", "default", "uid-3", 1)
+
+
+def test_a_modelroute_is_ready_once_a_router_routes_by_it() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1", routes=(ROUTE,)), beat("payments-agent", "p-2", routes=())), 1000.0)
+    status, reason, message = conds(MR, fleet)[READY]
+    assert (status, reason) == ("True", "Routed")
+    assert message == "routing 1 of 2 agent(s): payments-agent@p-1; lagging: payments-agent@p-2"
+    assert desired_status(MR, fleet)[0]["acked"] == "1/2"
+
+
+def test_a_modelroute_no_router_reads_is_not_ready() -> None:
+    fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0)  # routes None: this process has no router
+    status, reason, message = conds(MR, fleet)[READY]
+    assert (status, reason) == ("False", "NotApplied")
+    assert "none routes by generation 1" in message
+    assert conds(MR, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
+    assert "payments-agent@p-1 (no router)" in conds(MR, fleet)[ACKNOWLEDGED][2]
+
+
+def test_a_modelroute_with_no_live_agent_has_no_consumer() -> None:
+    status, reason, message = conds(MR, Fleet((), 1000.0))[READY]
+    assert (status, reason) == ("False", "NoConsumer") and "no router routes by it" in message
+
+
+def test_a_modelroute_before_any_heartbeat_is_read_is_unknown() -> None:
+    assert conds(MR, None)[READY][:2] == ("Unknown", "AgentsUnknown")
 
 
 def test_more_than_twenty_lagging_agents_are_counted_not_listed() -> None:

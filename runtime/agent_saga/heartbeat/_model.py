@@ -8,7 +8,8 @@
 ``<instance>`` is ``<pod>.<pid>``: one heartbeat per process. The operator reads them and
 folds them into status (docs/policy-plane.md, "Agent heartbeats"): a KillSwitch is
 acknowledged by an agent whose heartbeat lists its ``uid`` and ``generation``; a
-SagaPolicy is enforced by the agents that list it.
+SagaPolicy is enforced by the agents that list it; a ModelRoute is routed by the agents
+whose router lists it under ``routes`` (``null`` in a process without a router).
 
 Invariants:
 - A heartbeat says only what the process has applied (the documents it loaded and
@@ -113,6 +114,7 @@ class Heartbeat:
     policies: tuple[AppliedRef, ...] | None = None
     limits: tuple[AppliedRef, ...] | None = None
     runtime: str = ""
+    routes: tuple[AppliedRef, ...] | None = None
 
     @property
     def instance(self) -> str:
@@ -137,7 +139,8 @@ class Heartbeat:
     def applied(self) -> dict[str, Any]:
         """What the process has applied (a change of it is worth a notification)."""
         return {"rev": self.rev, "posture": self.posture, "killswitches": _dump(self.killswitches),
-                "policies": _dump(self.policies), "limits": _dump(self.limits), "namespaces": list(self.namespaces)}
+                "policies": _dump(self.policies), "limits": _dump(self.limits), "routes": _dump(self.routes),
+                "namespaces": list(self.namespaces)}
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -145,7 +148,7 @@ class Heartbeat:
             "agent": self.agent, "pod": self.pod, "pid": self.pid, "startedAt": self.started_at, "ts": self.ts,
             "ttl": self.ttl, "namespaces": list(self.namespaces), "rev": self.rev, "posture": self.posture,
             "killswitches": _dump(self.killswitches), "policies": _dump(self.policies),
-            "limits": _dump(self.limits), "runtime": self.runtime,
+            "limits": _dump(self.limits), "routes": _dump(self.routes), "runtime": self.runtime,
         }
 
     def to_json(self) -> str:
@@ -168,6 +171,7 @@ class Heartbeat:
                 posture=posture,  # type: ignore[arg-type]
                 killswitches=_refs(doc.get("killswitches")), policies=_refs(doc.get("policies")),
                 limits=_refs(doc.get("limits")), runtime=str(doc.get("runtime") or ""),
+                routes=_refs(doc.get("routes")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"heartbeat {doc.get('id')!r} is missing or mistypes {exc}") from None

@@ -59,6 +59,7 @@ class AppliedState:
     killswitches: tuple[AppliedRef, ...] | None = None
     policies: tuple[AppliedRef, ...] | None = None
     limits: tuple[AppliedRef, ...] | None = None
+    routes: tuple[AppliedRef, ...] | None = None
 
 
 def _runtime_version() -> str:
@@ -190,6 +191,7 @@ return 1
             namespace=self.namespace, agent=self.agent, pod=self.pod, pid=os.getpid(), ts=time.time(),
             ttl=self.ttl, started_at=self._started, namespaces=self.namespaces, rev=s.rev, posture=s.posture,
             killswitches=s.killswitches, policies=s.policies, limits=s.limits, runtime=self._runtime,
+            routes=s.routes,
         )
 
     def beat(self) -> bool:

@@ -15,6 +15,7 @@ from ._connect import (
     disconnect_policy_plane,
     get_plane,
     plane_from_env,
+    plane_router,
 )
 from ._settings import (
     DEFAULT_GRACE,
@@ -43,6 +44,7 @@ __all__ = [
     "disconnect_policy_plane",
     "get_plane",
     "plane_from_env",
+    "plane_router",
     "preload_scripts",
 ]
 

@@ -17,6 +17,8 @@ told otherwise):
     SagaPolicy      RedisPolicySource(url, agent, [ns], grace)                   set_policy_source
     WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_STREAM)                      set_default_wal
     heartbeat       HeartbeatWriter: what this process applied, for the operator's status
+    ModelRoute      RedisRouteSource(url, agent, [ns]), only once a router asks for it
+                    (``plane_router()``): a process without a router acknowledges no route
 
 Invariants:
 - A half-configured agent does not start: the URL set but Redis not answering, or a
@@ -42,7 +44,8 @@ from ..errors import ConfigurationError
 from ..heartbeat import AppliedRef, AppliedState, HeartbeatWriter, served_namespaces_key
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
 
-__all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env"]
+__all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env",
+           "plane_router"]
 
 log = logging.getLogger("agent_saga.plane")
 
@@ -64,6 +67,7 @@ class PlaneConnection:
     policy: Any
     heartbeat: HeartbeatWriter | None = None
     wal: Any = None
+    routes: Any = None
     _previous: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
@@ -85,14 +89,36 @@ class PlaneConnection:
         policies = tuple(AppliedRef(p.id, p.uid, p.generation) for p in pv.policies.policies)
         limits = tuple(AppliedRef(i, u, g) for i, u, g in self.limit_source.snapshot().documents)
         rev = self.policy.applied_rev or self.switch_store.applied_rev
-        return AppliedState(rev=rev, posture=posture, killswitches=levers, policies=policies, limits=limits)
+        routes = None if self.routes is None else self.routes.applied()
+        return AppliedState(rev=rev, posture=posture, killswitches=levers, policies=policies, limits=limits,
+                            routes=routes)
+
+    def route_source(self, *, timeout: float = 60.0, stream: bool = False, stall_timeout: float = 10.0) -> Any:
+        """The ``RedisRouteSource`` of this agent (made and started on first use; later
+        calls return it): from then on the heartbeat acknowledges the ModelRoute it routes by."""
+        with _lock:
+            if self.routes is None:
+                from ..routing import RedisRouteSource
+
+                s = self.settings
+                src = RedisRouteSource(s.url, agent=s.agent, namespaces=[s.namespace], prefix=s.prefix,
+                                       timeout=timeout, stream=stream, stall_timeout=stall_timeout)
+                src.start()
+                if self.heartbeat is not None:
+                    src.add_listener(self.heartbeat.poke)
+                self.routes = src
+                if self.heartbeat is not None:
+                    self.heartbeat.poke()
+            return self.routes
 
     def close(self) -> None:
         """Stop the readers and the heartbeat; restore the defaults found at connect."""
         if self.heartbeat is not None:
             self.heartbeat.close()
         _restore(self._previous)
-        for c in (self.policy, self.limit_source, self.switch_store):
+        for c in (self.policy, self.limit_source, self.switch_store, self.routes):
+            if c is None:
+                continue
             with contextlib.suppress(Exception):
                 c.close()
         for c in (self.approval_store,):
@@ -161,6 +187,25 @@ def connect_policy_plane(
         _current = conn
     log.info("agent-saga: connected to the %s (kill switch grace %gs)", settings.describe(), settings.grace)
     return conn
+
+
+def plane_router(*, timeout: float = 60.0, stream: bool = False, stall_timeout: float = 10.0,
+                 **router_options: Any) -> Any:
+    """A ``Router`` over the ModelRoute that applies to this agent, read live from the
+    policy plane this process is connected to (``connect_policy_plane`` or the
+    environment); its decisions go to the process WAL. ``router_options`` are ``Router``'s
+    (``breaker=``, ``count_tokens=``). Raises ``ConfigurationError`` when not connected."""
+    from ..routing import Router
+    from ..wal.default import DEFAULT_WAL
+
+    conn = get_plane() or plane_from_env()
+    if conn is None:
+        raise ConfigurationError(f"plane_router() reads ModelRoutes from the policy plane: set {ENV_REDIS_URL} (and "
+                                 f"{ENV_NAMESPACE}) or call connect_policy_plane(...) first; or build "
+                                 f"Router(Route([...])) in code")
+    source = conn.route_source(timeout=timeout, stream=stream, stall_timeout=stall_timeout)
+    router_options.setdefault("wal", conn.wal or DEFAULT_WAL)
+    return Router(source, timeout=timeout, **router_options)
 
 
 def disconnect_policy_plane() -> None:

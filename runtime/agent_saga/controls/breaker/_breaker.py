@@ -130,6 +130,11 @@ class CircuitBreaker(PreCheck):
     async def check(self, request: StepRequest) -> str | None:
         """Refuse ``request`` while its circuit is open (or its trial call is in flight).
         Fails open: if the breaker's own bookkeeping fails, the call goes ahead."""
+        return self.allow(request)
+
+    def allow(self, request: StepRequest) -> str | None:
+        """The check without the gate (synchronous): why ``request`` may not run now, or
+        ``None`` (a trial call is admitted once the cool-down has passed). Fails open."""
         if not self._circuits:
             return None
         try:

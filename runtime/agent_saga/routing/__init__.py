@@ -1,0 +1,84 @@
+"""Routing: one IR over every model host, and a Router that says why it chose each one.
+
+    from agent_saga.routing import (Capabilities, Constraints, Message, ModelRequest,
+                                    OpenAIHost, Route, Router)
+
+    router = Router(Route([
+        OpenAIHost("local-7b", "http://127.0.0.1:8080/v1", "llama-3.1-8b-instruct",
+                   Capabilities(context_tokens=8192, cost_class="Free")),
+        OpenAIHost("frontier", "https://api.example.com/v1", "big-model",
+                   Capabilities(context_tokens=200_000, tools=True, json_mode=True, cost_class="High"),
+                   credential_ref="frontier-api-key"),
+    ]))
+    response = router.complete(ModelRequest((Message("user", "Hello"),), max_tokens=64))
+    print(response.content, response.usage.total_tokens)
+    print(response.decision.explain())     # every candidate, and why
+
+The public API (docs/agent-runtime.md, "Routing"):
+
+    IR          Message, Tool, ToolCall, ModelRequest, HostAnswer, Usage, estimate_tokens
+    hosts       Host (the base), OpenAIHost (HTTP, chat completions), CallableHost (a
+                Python callable), Capabilities, HostError
+    routes      Route (hosts, preference, Constraints), RedisRouteSource (ModelRoutes from
+                the policy plane, live), RouteSource (the protocol)
+    the router  Router.complete(request, constraints=, context=, timeout=) -> ModelResponse
+                Router.plan(request) -> the candidates before any call
+    decisions   RoutingDecision (every Candidate with its outcome and reasons)
+    refusals    RoutingRefused (no host answered), ModelActionRefused (malformed twice),
+                RoutingUnavailable (no route)
+    records     ROUTING_DECISION, ROUTING_REFUSED, MODEL_ACTION_REPAIRED, MODEL_ACTION_REFUSED
+
+    _ir.py        the request / answer value objects
+    _hosts.py     hosts and capabilities
+    _route.py     Route and Constraints
+    _decision.py  Candidate, RoutingDecision, ModelResponse, the refusals
+    _router.py    Router
+    _source.py    RedisRouteSource
+"""
+
+from ._decision import Candidate, ModelActionRefused, ModelResponse, RoutingDecision, RoutingRefused
+from ._hosts import COST_CLASSES, CallableHost, Capabilities, Host, HostError, OpenAIHost
+from ._ir import HostAnswer, Message, ModelRequest, Tool, ToolCall, Usage, estimate_tokens
+from ._route import Constraints, Route
+from ._router import (
+    ACTION_REFUSED,
+    DECISION,
+    REFUSED,
+    REPAIRED,
+    Router,
+    RouteSource,
+    action_problem,
+)
+from ._source import RedisRouteSource, RoutingUnavailable
+
+__all__ = [
+    "ACTION_REFUSED",
+    "COST_CLASSES",
+    "DECISION",
+    "REFUSED",
+    "REPAIRED",
+    "CallableHost",
+    "Candidate",
+    "Capabilities",
+    "Constraints",
+    "Host",
+    "HostAnswer",
+    "HostError",
+    "Message",
+    "ModelActionRefused",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIHost",
+    "RedisRouteSource",
+    "Route",
+    "RouteSource",
+    "Router",
+    "RoutingDecision",
+    "RoutingRefused",
+    "RoutingUnavailable",
+    "Tool",
+    "ToolCall",
+    "Usage",
+    "action_problem",
+    "estimate_tokens",
+]

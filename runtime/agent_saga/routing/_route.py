@@ -1,0 +1,142 @@
+"""A route: the hosts a router may use, the order it prefers them in, and the constraints.
+
+    route = Route([local, api], preference=["local-7b", "frontier"],
+                  constraints=Constraints(max_cost_class="Medium"))
+    route = Route.from_document(doc)   # a ModelRoute as the operator projects it
+
+``Constraints`` are what every call on the route requires; a call may add its own
+(``Router.complete(request, constraints=...)``): the stricter of the two applies.
+
+Invariants:
+- Host names are unique and every preference entry names a host; hosts the preference
+  does not name follow it in declared order (as the operator projects them).
+- A route read from the policy plane carries its ``id`` (``namespace/name``), ``uid`` and
+  ``generation``: the decision records name the exact ModelRoute generation that decided.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
+
+__all__ = ["Constraints", "Route"]
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """What a call requires of a host (``None`` / ``False``: no requirement)."""
+
+    min_context_tokens: int | None = None
+    require_tools: bool = False
+    require_json_mode: bool = False
+    max_cost_class: CostClass | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_cost_class is not None and self.max_cost_class not in COST_CLASSES:
+            raise ConfigurationError(f"Constraints max_cost_class must be one of {', '.join(COST_CLASSES)} or "
+                                     f"None, got {self.max_cost_class!r}")
+        if self.min_context_tokens is not None and (isinstance(self.min_context_tokens, bool)
+                                                    or not isinstance(self.min_context_tokens, int)
+                                                    or self.min_context_tokens < 1):
+            raise ConfigurationError(f"Constraints min_context_tokens must be a positive integer or None, got "
+                                     f"{self.min_context_tokens!r}")
+
+    def merged(self, other: Constraints | None) -> Constraints:
+        """The stricter of ``self`` and ``other`` on every field."""
+        if other is None or other == self:
+            return self
+        mins = [v for v in (self.min_context_tokens, other.min_context_tokens) if v is not None]
+        costs = [v for v in (self.max_cost_class, other.max_cost_class) if v is not None]
+        return Constraints(max(mins) if mins else None, self.require_tools or other.require_tools,
+                           self.require_json_mode or other.require_json_mode,
+                           min(costs, key=COST_CLASSES.index) if costs else None)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The constraints as JSON (ModelRoute's field names; unset ones left out)."""
+        doc: dict[str, Any] = {}
+        if self.min_context_tokens is not None:
+            doc["minContextTokens"] = self.min_context_tokens
+        if self.require_tools:
+            doc["requireTools"] = True
+        if self.require_json_mode:
+            doc["requireJsonMode"] = True
+        if self.max_cost_class is not None:
+            doc["maxCostClass"] = self.max_cost_class
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> Constraints:
+        """From ModelRoute's ``constraints`` (camelCase); raises ``ConfigurationError``."""
+        doc = doc or {}
+        return cls(doc.get("minContextTokens"), bool(doc.get("requireTools")), bool(doc.get("requireJsonMode")),
+                   doc.get("maxCostClass"))
+
+
+class Route:
+    """Hosts in preference order, and the constraints every call on them must meet."""
+
+    __slots__ = ("applies_to", "constraints", "generation", "hosts", "id", "uid")
+
+    def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
+                 constraints: Constraints | None = None, id: str | None = None, uid: str = "",
+                 generation: int = 0, applies_to: Sequence[str] | None = None) -> None:
+        hosts = list(hosts)
+        if not hosts:
+            raise ConfigurationError("a Route needs at least one host")
+        by_name: dict[str, Host] = {}
+        for h in hosts:
+            if not isinstance(h, Host):
+                raise ConfigurationError(f"a Route's hosts must be Host objects (OpenAIHost, CallableHost), got {h!r}")
+            if h.name in by_name:
+                raise ConfigurationError(f"a Route's host names must be unique: {h.name!r} appears twice")
+            by_name[h.name] = h
+        order = list(preference or ())
+        for p in order:
+            if p not in by_name:
+                raise ConfigurationError(f"preference names {p!r}, which is not a host of this route "
+                                         f"(hosts: {', '.join(by_name)}): add that host, or remove it from preference")
+        if len(set(order)) != len(order):
+            raise ConfigurationError(f"preference names a host twice: {order}")
+        order += [h.name for h in hosts if h.name not in order]
+        #: The hosts, most preferred first.
+        self.hosts: tuple[Host, ...] = tuple(by_name[n] for n in order)
+        self.constraints = constraints or Constraints()
+        self.id = id
+        self.uid = uid
+        self.generation = generation
+        self.applies_to = None if applies_to is None else tuple(applies_to)
+
+    def describe(self) -> str:
+        """``ModelRoute ns/name (generation g)`` or ``route`` for one built in code."""
+        return f"ModelRoute {self.id} (generation {self.generation})" if self.id else "route (in code)"
+
+    def to_doc(self) -> dict[str, Any]:
+        """Which route this is (for decision records)."""
+        return {"id": self.id, "uid": self.uid or None, "generation": self.generation}
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any], *, timeout: float = 60.0, stream: bool = False,
+                      stall_timeout: float = 10.0) -> Route:
+        """A route from a ModelRoute document of the policy plane (every host an
+        ``OpenAIHost``). Raises ``ConfigurationError`` naming what cannot be read."""
+        rid = str(doc.get("id") or "")
+        try:
+            hosts = []
+            for h in doc.get("hosts") or ():
+                caps = h.get("capabilities") or {}
+                hosts.append(OpenAIHost(
+                    str(h["name"]), str(h["endpoint"]), str(h["model"]),
+                    Capabilities(int(caps["contextTokens"]), bool(caps.get("tools")), bool(caps.get("jsonMode")),
+                                 caps.get("costClass") or "Medium"),
+                    credential_ref=h.get("credentialRef"), timeout=timeout, stream=stream,
+                    stall_timeout=stall_timeout))
+            applies = doc.get("appliesTo")
+            return cls(hosts, preference=doc.get("preference"), constraints=Constraints.from_doc(doc.get("constraints")),
+                       id=rid or None, uid=str(doc.get("uid") or ""), generation=int(doc.get("generation") or 0),
+                       applies_to=None if not applies else list(applies.get("agents") or ()))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(f"ModelRoute {rid or '?'} cannot be read: {type(exc).__name__}: {exc}") from None
