@@ -113,6 +113,7 @@ from .gates import Gate, GateDecision, StepRequest
 from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
 from .kit import AgentKit
+from .loop import AgentLoop, LoopResult, LoopTool, StopReason
 from .plane import connect_policy_plane
 from .records import Record, RecordType
 from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
@@ -140,6 +141,7 @@ __all__ = [
     "AESGCMEncryptor",
     "ActionSemantics",
     "AgentKit",
+    "AgentLoop",
     "ApprovalGateway",
     "ApprovalNotice",
     "ApprovalOutcome",
@@ -184,6 +186,8 @@ __all__ = [
     "LimitStore",
     "LimitStoreUnavailable",
     "LimitUsage",
+    "LoopResult",
+    "LoopTool",
     "ManualClock",
     "NotSerializable",
     "Notifier",
@@ -220,6 +224,7 @@ __all__ = [
     "StepOutcomeUnknown",
     "StepRequest",
     "StepState",
+    "StopReason",
     "StoreUnavailable",
     "SwitchStoreUnavailable",
     "ToolExecutorStats",

@@ -37,6 +37,8 @@ EXPECTED = {
     "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
     # the agent runtime: repository edits as transactions
     "Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed",
+    # the agent runtime: the loop
+    "AgentLoop", "LoopResult", "LoopTool", "StopReason",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",
@@ -87,6 +89,7 @@ PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
+    "agent_saga.codemod", "agent_saga.loop",
 )
 
 MCP_EXPECTED = {
