@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect as _inspect
+import logging
 import re
 import secrets
 import shlex
@@ -56,10 +57,12 @@ from ..scope import saga_scope
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from . import _git
-from .errors import VerifyFailed
+from .errors import CodemodError, CodemodRefused, VerifyFailed
 from .handlers import discard_of, restore_of
 
 __all__ = ["Codemod", "CodemodResult", "Edit"]
+
+log = logging.getLogger("agent_saga.codemod")
 
 Edit = Mapping[str, "str | bytes | None"] | Callable[[Path], Any]
 _COMP = ActionSemantics.COMPENSABLE
@@ -270,13 +273,27 @@ async def _await(awaitable: Any) -> Any:
 
 def _merge(top: str, shadow: str, found: Sequence[_git.Change], state: _git.RepoState, commit: str) -> str:
     if _git.head_of(top, state.branch) != state.snapshot or _git.dirty_paths(top):
-        from .errors import CodemodRefused
-
         raise CodemodRefused(
             f"{top} changed while the codemod ran ({state.branch or 'HEAD'} is no longer at "
             f"{state.snapshot[:12]}, or the tree is dirty): the verified edit was not merged"
         )
-    _git.write_changes(top, found, state.branch, state.snapshot, commit)
+    try:
+        _git.write_changes(top, found, state.branch, state.snapshot, commit)
+    except Exception as exc:
+        # A step that raises did not happen: make that true before saying it.
+        try:
+            _git.restore(top, state.branch, state.snapshot, commit, [c.path for c in found])
+        except Exception as undo:  # noqa: BLE001 - reported in the error below
+            raise CodemodError(
+                f"writing the verified commit into {top} failed ({type(exc).__name__}: {exc}) and restoring "
+                f"the snapshot failed too ({type(undo).__name__}: {undo}): the work tree is partly written. "
+                f"Restore it by hand: git -C {top} reset --hard {state.snapshot}"
+            ) from exc
+        exc.add_note(f"agent-saga: the codemod's partial merge into {top} was restored to {state.snapshot[:12]}")
+        raise
     fault_point("codemod.after_merge")
-    _git.discard_shadow(top, shadow)
+    try:
+        _git.discard_shadow(top, shadow)
+    except CodemodError as exc:  # the change is merged: a leftover shadow must not undo that
+        log.warning("codemod: the merge into %s is done but its shadow was not removed: %s", top, exc)
     return commit

@@ -143,3 +143,35 @@ async def test_not_a_repository_and_bad_arguments_are_refused_with_the_fix(tmp_p
     with pytest.raises(ConfigurationError, match="message must be a non-empty"):
         await mod.run(EDIT, message=" ")
     assert records(wal) == []
+
+
+async def test_a_merge_that_fails_half_way_is_restored_before_it_reports_failure(
+    repo: Path, wal: FileWAL, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk error on the second file: the step raises (did not happen), so it must not
+    leave the first file written."""
+    import agent_saga.codemod._git as gitops
+
+    before, snap = tree(repo), state(repo)
+    real, calls = gitops.os.replace, []
+
+    def failing(src: object, dst: object) -> None:
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gitops.os, "replace", failing)
+    with pytest.raises(OSError, match="No space left") as info:
+        await Codemod(repo, verify=COMPILE, wal=wal, shadow_root=tmp_path / "shadows").run(EDIT, message="x")
+    assert any("was restored to" in note for note in info.value.__notes__)
+    assert len(calls) == 2 and tree(repo) == before and state(repo) == snap and shadows(tmp_path) == []
+
+
+async def test_a_verify_that_hangs_is_stopped_by_its_timeout(repo: Path, wal: FileWAL, tmp_path: Path) -> None:
+    before = tree(repo)
+    hang = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with pytest.raises(VerifyFailed, match="did not finish within 0.5s") as info:
+        await Codemod(repo, verify=hang, verify_timeout=0.5, wal=wal, shadow_root=tmp_path / "shadows").run(
+            EDIT, message="x")
+    assert info.value.exit_code is None and tree(repo) == before and shadows(tmp_path) == []
