@@ -208,7 +208,8 @@ class AgentLoop:
 
         Returns a ``LoopResult`` for every stop, DONE or not; an unfinished goal's side
         effects are rolled back first (``result.rollback``). Raises only what leaves a
-        saga anyway: a cancellation (after the rollback) or a failed log.
+        saga anyway: ``GateBlocked`` when the saga is refused at its start (a kill-switch
+        drain), a cancellation (after the rollback), or a failed log.
         """
         if not isinstance(goal, str) or not goal.strip():
             raise ConfigurationError("AgentLoop.run needs a non-empty goal")
