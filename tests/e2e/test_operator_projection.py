@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from agent_saga import ActionSemantics
 from agent_saga.controls import PreFlightGate, RedisLimitStore
 from agent_saga.gates import StepRequest
+from agent_saga.wal.file import read_log
 from agent_saga_operator.documents import Identity, budget_limit_doc, killswitch_doc, runtime_limit
 from agent_saga_operator.models import API_VERSION, GROUP, VERSION, BudgetLimitSpec, KillSwitchSpec
 from agent_saga_operator.projection import DecisionConflict, Projector, load_limits
@@ -233,3 +234,71 @@ def test_approval_decision_reaches_the_policy_plane_and_expiry_denies(
         r.close()
     out = crds.kubectl("get", "approvals", "-n", ns).stdout
     assert "Approved" in out and "risk@corp" in out and "Expired" in out
+
+
+def _route_status(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(kube.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "modelroutes", name)
+    return obj.get("status") or {}  # type: ignore[no-any-return]
+
+
+def _ready(status: dict[str, Any]) -> tuple[str, str] | None:
+    c = next((c for c in status.get("conditions") or () if c["type"] == "Ready"), None)
+    return None if c is None else (c["status"], c["reason"])
+
+
+def test_a_model_route_edited_with_kubectl_changes_the_next_decision(
+    crds: KubeCluster, ns: str, operator: OperatorProcess, fresh_redis: RedisServer, tmp_path: Path
+) -> None:
+    """A router in this process reads its ModelRoute from the policy plane: Ready follows
+    its heartbeat, a kubectl edit of the preference decides the next call, and a route no
+    host satisfies refuses naming every candidate and why."""
+    from agent_saga.plane import connect_policy_plane, disconnect_policy_plane, plane_router
+    from agent_saga.routing import Message, ModelRequest, RoutingRefused
+    from agent_saga.wal import FileWAL
+    from fixtures.openai_server import ChatServer
+
+    ask = ModelRequest((Message("user", "hello"),), max_tokens=16)
+    with ChatServer() as a, ChatServer() as b:
+        a.always(ChatServer.reply("from a"))
+        b.always(ChatServer.reply("from b"))
+        host = {"model": "m", "capabilities": {"contextTokens": 4096, "costClass": "Medium"}}
+        body = {"apiVersion": API_VERSION, "kind": "ModelRoute", "metadata": {"name": "default"},
+                "spec": {"hosts": [{"name": "a", "endpoint": a.url, **host}, {"name": "b", "endpoint": b.url, **host}],
+                         "preference": ["a", "b"]}}
+        crds.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(body))
+        poll(lambda: _ready(_route_status(crds, ns, "default")) == ("False", "NoConsumer"), timeout=DEADLINE,
+             what="Ready=False NoConsumer before any router reads the route")
+        wal = FileWAL(tmp_path / "agent.wal")
+        connect_policy_plane(fresh_redis.url, namespace=ns, agent="router-agent")
+        try:
+            router = plane_router(wal=wal, timeout=5.0)
+            assert router.complete(ask).host == "a"
+            st = poll(lambda: (s := _route_status(crds, ns, "default")) and _ready(s) == ("True", "Routed") and s,
+                      timeout=DEADLINE, what="Ready=True Routed once the router applied the route")
+            assert st["acked"] == "1/1"
+
+            crds.kubectl("patch", "-n", ns, "modelroute", "default", "--type=merge",
+                         "-p", json.dumps({"spec": {"preference": ["b", "a"]}}))
+            poll(lambda: router.source.route().generation == 2, timeout=DEADLINE, what="generation 2 read")
+            second = router.complete(ask)
+            assert (second.host, second.decision.route["generation"]) == ("b", 2)
+            assert [(c.host, c.outcome) for c in second.decision.candidates] == [("b", "chosen"), ("a", "untried")]
+
+            crds.kubectl("patch", "-n", ns, "modelroute", "default", "--type=merge",
+                         "-p", json.dumps({"spec": {"constraints": {"maxCostClass": "Low"}}}))
+            poll(lambda: router.source.route().generation == 3, timeout=DEADLINE, what="generation 3 read")
+            with pytest.raises(RoutingRefused) as err:
+                router.complete(ask)
+            assert {c.host: c.reasons for c in err.value.decision.candidates} == {
+                "b": ("cost class Medium is above the Low allowed",),
+                "a": ("cost class Medium is above the Low allowed",)}
+            poll(lambda: _route_status(crds, ns, "default").get("acked") == "1/1"
+                 and _ready(_route_status(crds, ns, "default")) == ("True", "Routed"), timeout=DEADLINE,
+                 what="generation 3 acknowledged")
+        finally:
+            disconnect_policy_plane()
+            wal.close()
+        assert (len(a.requests), len(b.requests)) == (1, 1)
+        types = [t for t in (r.type for _, r in read_log(tmp_path / "agent.wal"))]
+        assert types.count("ROUTING_DECISION") == 2 and types.count("ROUTING_REFUSED") == 1

@@ -39,7 +39,7 @@ def fleet(url: str, now: float | None = None):
 
 def test_a_heartbeat_says_what_the_process_applied(fresh_redis: RedisServer) -> None:
     state = AppliedState(rev="7", posture="ok", killswitches=(AppliedRef("payments/halt", "u1", 3),),
-                         policies=None, limits=())
+                         policies=None, limits=(), routes=(AppliedRef("payments/default", "u2", 4),))
     w = HeartbeatWriter(fresh_redis.url, namespace="payments", agent="payments-agent", state=lambda: state,
                         pod="p-1", interval=5)
     w.start()
@@ -49,9 +49,11 @@ def test_a_heartbeat_says_what_the_process_applied(fresh_redis: RedisServer) -> 
         assert doc["agent"] == "payments-agent" and doc["pod"] == "p-1" and doc["pid"] == os.getpid()
         assert doc["killswitches"] == [{"id": "payments/halt", "uid": "u1", "generation": 3}]
         assert doc["policies"] is None and doc["limits"] == [] and doc["rev"] == "7" and doc["ttl"] == 15
+        assert doc["routes"] == [{"id": "payments/default", "uid": "u2", "generation": 4}]
         (hb,) = fleet(fresh_redis.url).beats
         assert hb == Heartbeat.from_doc(doc)
         assert tally(fleet(fresh_redis.url), Tracked("KillSwitch", "payments", "halt", "u1", 3)).acknowledged == 1
+        assert tally(fleet(fresh_redis.url), Tracked("ModelRoute", "payments", "default", "u2", 4)).acknowledged == 1
     finally:
         w.close()
 

@@ -7,6 +7,8 @@
     audit/     verify, export, certify, redact, Merkle, encryption, checkpoints
     recovery/  the recovery daemon, ledger, leases, plans, fault points
     cli/       the ``agent-saga`` commands             k8s/     operator models, CRDs, chart
+    routing/   the Router over protocol-level chat-completions servers
+    contextbroker/  the ContextBroker (receipts, drift, serving records)
     (here)     the whole runtime: public API, error tree, layers, backends, examples
 
 ``engine_support.py`` and ``recovery_support.py`` (handlers and log builders shared by

@@ -89,7 +89,7 @@ PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
-    "agent_saga.codemod", "agent_saga.loop",
+    "agent_saga.routing", "agent_saga.contextbroker", "agent_saga.codemod", "agent_saga.loop",
 )
 
 MCP_EXPECTED = {
@@ -109,6 +109,29 @@ def test_the_mcp_proxy_exports_are_pinned_and_sorted() -> None:
     assert set(mcp.__all__) == MCP_EXPECTED, (
         f"not exported: {sorted(MCP_EXPECTED - set(mcp.__all__))}; "
         f"exported but not pinned: {sorted(set(mcp.__all__) - MCP_EXPECTED)}")
+
+
+ROUTING_EXPECTED = {
+    # the IR and the hosts
+    "Message", "Tool", "ToolCall", "ModelRequest", "HostAnswer", "Usage", "estimate_tokens",
+    "Host", "OpenAIHost", "CallableHost", "Capabilities", "HostError", "COST_CLASSES",
+    # routes, the router, its decisions and refusals
+    "Route", "Constraints", "RouteSource", "RedisRouteSource", "Router", "RoutingDecision", "Candidate",
+    "ModelResponse", "RoutingRefused", "ModelActionRefused", "RoutingUnavailable", "action_problem",
+    # the record types it writes
+    "DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED",
+}
+CONTEXT_EXPECTED = {"ContextBroker", "Tier", "Receipt", "ContextItem", "ServedContext", "Eviction",
+                    "DriftedSource", "SERVED", "EVICTED"}
+
+
+def test_the_routing_and_context_exports_are_pinned_and_sorted() -> None:
+    import agent_saga.contextbroker as contextbroker
+    import agent_saga.routing as routing
+
+    for module, expected in ((routing, ROUTING_EXPECTED), (contextbroker, CONTEXT_EXPECTED)):
+        assert module.__all__ == sorted(module.__all__)
+        assert set(module.__all__) == expected, module.__name__
 
 
 def test_every_public_name_and_its_public_methods_have_a_docstring() -> None:

@@ -2,7 +2,8 @@
 
 Declared capabilities (context tokens, tool calling, JSON mode, cost class) are what the
 runtime's router reasons over when it names every candidate and every reason it
-refused one. Credentials are references (a Secret name), never values.
+refused one. Credentials are references (a Secret name), never values. ``Ready`` is True
+once an agent's router routes by the route (its heartbeat lists it).
 
 Rules the API server enforces: host names are unique; every ``preference`` entry names
 a declared host; endpoints are http(s) URLs; context windows are positive.
@@ -16,6 +17,7 @@ from pydantic import Field, StringConstraints
 
 from ._base import (
     AgentGlob,
+    AgentsStatus,
     BaseStatus,
     CRDModel,
     Explained,
@@ -111,10 +113,12 @@ class ModelRouteSpec(CRDModel):
 
 
 class ModelRouteStatus(BaseStatus):
-    """How many hosts the router may use."""
+    """How many hosts the router may use, and which agents' routers route by it."""
 
     hosts: int | None = Field(default=None, ge=0)
     preferred: str | None = Field(default=None, max_length=63, description="The first host in preference order.")
+    agents: AgentsStatus | None = Field(default=None, description="Which agents route by it (their heartbeats).")
+    acked: str | None = Field(default=None, max_length=32, description="routing/matched, e.g. 3/3.")
 
 
 class ModelRoute(Resource):
@@ -128,6 +132,7 @@ class ModelRoute(Resource):
         columns=(
             PrinterColumn("Hosts", "integer", ".status.hosts"),
             PrinterColumn("Preferred", "string", ".status.preferred"),
+            PrinterColumn("Acked", "string", ".status.acked", "Agents routing by it / agents it governs"),
             *ready_columns(),
         ),
     )

@@ -25,5 +25,14 @@ from ._broker import (
            Tier,
 )
 
-__all__ = ["EVICTED", "SERVED", "ContextBroker", "ContextItem", "DriftedSource", "Eviction", "Receipt",
-           "ServedContext", "Tier"]
+__all__ = [
+    "ContextBroker",
+    "ContextItem",
+    "DriftedSource",
+    "EVICTED",
+    "Eviction",
+    "Receipt",
+    "SERVED",
+    "ServedContext",
+    "Tier",
+]

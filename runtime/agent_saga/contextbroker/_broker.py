@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import logging
+import os
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,9 @@ SERVED = "CONTEXT_SERVED"
 EVICTED = "CONTEXT_EVICTED"
 
 Reader = Callable[[], str | bytes]
+
+_PROCESS = os.urandom(5).hex()
+_SEQ = itertools.count(1)
 
 
 class Tier(enum.StrEnum):
@@ -260,7 +264,11 @@ class ContextBroker:
 
     def items(self) -> tuple[ContextItem, ...]:
         """Every item held, in the order added."""
-        return tuple(self._items.values())
+        return self._snapshot()
+
+    def _snapshot(self) -> tuple[ContextItem, ...]:
+        with self._lock:
+            return tuple(self._items.values())
 
     def __contains__(self, item_id: object) -> bool:
         return item_id in self._items
@@ -271,12 +279,13 @@ class ContextBroker:
         then the COLD ones named in ``recall``; every source re-verified first (drifted
         ones evicted, never served) and the serving recorded (``CONTEXT_SERVED``)."""
         recall = set(recall)
-        unknown = recall - set(self._items)
+        held = self._snapshot()
+        unknown = recall - {i.id for i in held}
         if unknown:
             raise KeyError(f"recall names {', '.join(sorted(unknown))}, which this broker does not hold")
-        wanted = [i for i in self._items.values() if i.tier != Tier.COLD or i.id in recall]
+        wanted = [i for i in held if i.tier != Tier.COLD or i.id in recall]
         cited = {r.source for i in wanted for r in i.receipts}
-        to_check = [i for i in self._items.values() if not i.is_summary and (i in wanted or i.id in cited)]
+        to_check = [i for i in held if not i.is_summary and (i in wanted or i.id in cited)]
         drifted = self._check(to_check)
         gone: set[str] = set()
         if drifted:
@@ -292,13 +301,13 @@ class ContextBroker:
                 continue
             used += cost
             served.append(i)
-        out = ServedContext(uuid.uuid4().hex[:16], tuple(served), tuple(drifted), tuple(left_out))
-        self._record(SERVED, {**out.to_doc(), "tokens": used, "saga": current_saga_id()})
+        out = ServedContext(f"ctx-{_PROCESS}{next(_SEQ):06x}", tuple(served), tuple(drifted), tuple(left_out))
+        self._append(SERVED, {**out.to_doc(), "tokens": used, "saga": current_saga_id()})
         return out
 
     def verify(self) -> tuple[Eviction, ...]:
         """Re-read every source now; evict (and record) the drifted ones."""
-        drifted = self._check([i for i in self._items.values() if not i.is_summary])
+        drifted = self._check([i for i in self._snapshot() if not i.is_summary])
         if drifted:
             self._evict(drifted)
         return tuple(drifted)
@@ -319,7 +328,7 @@ class ContextBroker:
         return out
 
     def _citing(self, source: str, sha: str) -> tuple[str, ...]:
-        return tuple(i.id for i in self._items.values() if Receipt(source, sha) in i.receipts)
+        return tuple(i.id for i in self._snapshot() if Receipt(source, sha) in i.receipts)
 
     def _evict(self, evictions: Sequence[Eviction], *, record: bool = True) -> set[str]:
         gone: set[str] = set()
@@ -336,10 +345,10 @@ class ContextBroker:
             log.warning("context source %s drifted from its receipt (sha256 %s, now %s): evicted with %s",
                         e.source, e.expected[:12], (e.found or "unreadable")[:12],
                         ", ".join(e.summaries) or "no summary")
-            self._record(EVICTED, {**e.to_doc(), "replaced": not record, "saga": current_saga_id()})
+            self._append(EVICTED, {**e.to_doc(), "replaced": not record, "saga": current_saga_id()})
         return gone
 
-    def _record(self, type_: str, payload: dict[str, Any]) -> None:
+    def _append(self, type_: str, payload: dict[str, Any]) -> None:
         if self._wal is None:
             return
         try:

@@ -79,7 +79,7 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("applies_to", "constraints", "generation", "hosts", "id", "uid")
+    __slots__ = ("applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -104,6 +104,10 @@ class Route:
         order += [h.name for h in hosts if h.name not in order]
         #: The hosts, most preferred first.
         self.hosts: tuple[Host, ...] = tuple(by_name[n] for n in order)
+        #: (rank, host, context tokens, tools, json mode, cost index): what screening reads.
+        self.rows: tuple[tuple[int, Host, int, bool, bool, int], ...] = tuple(
+            (i, h, h.capabilities.context_tokens, h.capabilities.tools, h.capabilities.json_mode,
+             COST_CLASSES.index(h.capabilities.cost_class)) for i, h in enumerate(self.hosts, 1))
         self.constraints = constraints or Constraints()
         self.id = id
         self.uid = uid

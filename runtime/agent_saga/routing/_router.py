@@ -31,10 +31,11 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
+import os
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -54,6 +55,10 @@ from ._route import Constraints, Route
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
 
 log = logging.getLogger("agent_saga.routing")
+
+#: Call ids: this process's random prefix and a counter (unique in the log, cheap to make).
+_PROCESS = os.urandom(5).hex()
+_SEQ = itertools.count(1)
 
 DECISION = "ROUTING_DECISION"
 REFUSED = "ROUTING_REFUSED"
@@ -161,19 +166,19 @@ class Router:
         if not isinstance(request, ModelRequest):
             raise ConfigurationError(f"Router.complete needs a ModelRequest(...), got {type(request).__name__}")
         context_id = context if isinstance(context, str) or context is None else str(getattr(context, "id", context))
-        call = uuid.uuid4().hex[:16]
+        call = f"{_PROCESS}{next(_SEQ):06x}"
         decision, answer = self._route_once(request, constraints, context_id, call, 1, timeout)
         problem = action_problem(request, answer)
         if problem is None:
             return self._response(answer, decision, (decision,), None)
-        self._record(REPAIRED, {"call": call, "host": decision.chosen, "problem": problem, "saga": current_saga_id()})
+        self._append(REPAIRED, {"call": call, "host": decision.chosen, "problem": problem, "saga": current_saga_id()})
         log.warning("router: the answer of %s could not be used (%s); asking once more", decision.chosen, problem)
         second, answer2 = self._route_once(_repair_request(request, answer, problem), constraints, context_id, call,
                                            2, timeout)
         problem2 = action_problem(request, answer2)
         if problem2 is None:
             return self._response(answer2, second, (decision, second), problem)
-        self._record(ACTION_REFUSED, {"call": call, "host": second.chosen, "problem": problem2,
+        self._append(ACTION_REFUSED, {"call": call, "host": second.chosen, "problem": problem2,
                                       "first_problem": problem, "saga": current_saga_id()})
         raise ModelActionRefused(problem2, second, problem)
 
@@ -197,22 +202,23 @@ class Router:
         needs = {"tokens": tokens, "context_tokens": need_ctx, "tools": tools, "json_mode": json_mode,
                  "max_cost_class": c.max_cost_class}
         out: list[Candidate | None] = []
-        for rank, h in enumerate(route.hosts, 1):
-            cap = h.capabilities
+        for rank, h, ctx, has_tools, has_json, cost in route.rows:
+            if ctx >= need_ctx and (has_tools or not tools) and (has_json or not json_mode) and cost <= max_cost:
+                out.append(None)  # eligible; an open breaker is decided at try time (a trial call may be due)
+                continue
             why: list[str] = []
-            if cap.context_tokens < need_ctx:
+            if ctx < need_ctx:
                 what = "the call needs" if need_ctx == tokens else "the route requires"
-                why.append(f"context window {cap.context_tokens} tokens < {need_ctx} {what}")
-            if tools and not cap.tools:
+                why.append(f"context window {ctx} tokens < {need_ctx} {what}")
+            if tools and not has_tools:
                 why.append("no tool calling, and " + ("the call offers tools" if request.tools
                                                       else "the route requires tools"))
-            if json_mode and not cap.json_mode:
+            if json_mode and not has_json:
                 why.append("no JSON mode, and " + ("the call asks for JSON" if request.json_mode
                                                    else "the route requires JSON mode"))
-            if COST_CLASSES.index(cap.cost_class) > max_cost:
-                why.append(f"cost class {cap.cost_class} is above the {c.max_cost_class} allowed")
-            # None: eligible; an open breaker is decided at try time (a trial call may be due)
-            out.append(Candidate(h.name, h.model, rank, "refused", tuple(why)) if why else None)
+            if cost > max_cost:
+                why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
+            out.append(Candidate(h.name, h.model, rank, "refused", tuple(why)))
         return needs, out
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
@@ -237,11 +243,13 @@ class Router:
                                    context, attempt)
         self.calls += 1
         if chosen is None or answer is None:
-            self._record(REFUSED, {**decision.to_doc(), "saga": current_saga_id()})
+            self._append(REFUSED, decision)
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._record(DECISION, {**decision.to_doc(), "saga": current_saga_id()})
+        self._append(DECISION, decision)
         return decision, answer
+
+
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
              budget: float) -> tuple[Candidate, HostAnswer | None]:
@@ -275,9 +283,12 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _record(self, type_: str, payload: dict[str, Any]) -> None:
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision) -> None:
         if self._wal is None:
             return
+        if isinstance(payload, RoutingDecision):
+            payload = payload.to_doc()
+            payload["saga"] = current_saga_id()
         try:
             self._wal.append(type_, RESERVED_SAGA, None, payload)
         except Exception:

@@ -138,5 +138,7 @@ class RedisRouteSource(PolicyPlaneReader):
                 log.warning("%s: %s", self.describe(), p)
 
     def _on_lost(self, error: str, first: bool) -> None:
+        if self._route is None:
+            self._why = f"{self.describe()} is unreachable ({error}) and no route has been read"
         if first:
             log.warning("%s lost (%s): the last route read keeps deciding", self.describe(), error)

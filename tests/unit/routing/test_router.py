@@ -247,3 +247,50 @@ def test_bad_input_names_the_field_and_the_fix() -> None:
         OpenAIHost("a", "https://user:pw@example.com/v1", "m", BIG)
     with pytest.raises(ConfigurationError, match="Router needs a Route"):
         Router([CallableHost("a", str, BIG)])  # type: ignore[arg-type]
+
+
+def test_the_ir_reaches_the_wire_as_chat_completions(wal, servers) -> None:
+    servers[0].always(ChatServer.reply("", tool_calls=(("book", '{"at": "tue-15"}'),), usage=(40, 7)))
+    request = ModelRequest((Message("system", "Book."), Message("user", "Tuesday")),
+                           tools=(Tool("book", "Book a slot", {"type": "object", "properties": {"at": {"type": "string"}}}),),
+                           json_mode=True, max_tokens=99, stop=("END",))
+    response = Router(Route(hosts(servers[:1])), wal=wal).complete(request)
+    body = servers[0].requests[0]["body"]
+    assert body == {"model": "model-a", "messages": [{"role": "system", "content": "Book."},
+                                                     {"role": "user", "content": "Tuesday"}],
+                    "tools": [{"type": "function", "function": {"name": "book", "description": "Book a slot",
+                                                                "parameters": {"type": "object", "properties": {
+                                                                    "at": {"type": "string"}}}}}],
+                    "response_format": {"type": "json_object"}, "max_tokens": 99, "stop": ["END"]}
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("book", {"at": "tue-15"})]
+    assert response.finish_reason == "tool_calls" and response.usage.total_tokens == 47
+
+
+def test_a_host_whose_circuit_cooled_down_gets_one_trial_call_and_is_back(wal, servers) -> None:
+    from agent_saga.clocks import ManualClock
+    from agent_saga.controls.breaker import CircuitBreaker
+
+    a, b, _ = servers
+    a.push(ChatServer.status(503)).always(ChatServer.reply("a is back"))
+    b.always(ChatServer.reply("b"))
+    clock = ManualClock()
+    breaker = CircuitBreaker(BreakerPolicy(failure_threshold=1, cool_down=10), wal=wal, clock=clock)
+    router = Router(Route(hosts(servers[:2])), wal=wal, breaker=breaker)
+    assert router.complete(ASK).host == "b"                      # a failed: its circuit opened
+    assert router.complete(ASK).decision.candidate("a").outcome == "breaker"
+    clock.advance(11)
+    assert router.complete(ASK).host == "a"                      # the trial call, answered
+    assert [r.type for r in read(wal, "wal") if r.type.startswith("BREAKER")] == [
+        "BREAKER_OPENED", "BREAKER_PROBE", "BREAKER_CLOSED"]
+    assert len(a.requests) == 2
+
+
+def test_a_decision_that_cannot_be_recorded_is_not_returned(tmp_path) -> None:
+    from agent_saga import FileWAL
+    from agent_saga.errors import WALClosed
+
+    wal = FileWAL(tmp_path / "closed.wal")
+    wal.close()
+    router = Router(Route([CallableHost("inproc", lambda r: "an answer", BIG)]), wal=wal)
+    with pytest.raises(WALClosed):
+        router.complete(ASK)
