@@ -37,10 +37,12 @@ def discard_shadow(*, repo: str, shadow: str) -> dict[str, Any]:
 
 
 @compensator(RESTORE)
-def restore(*, repo: str, branch: str | None, snapshot: str, commit: str, paths: Sequence[str], shadow: str) -> dict[str, Any]:
-    """Put the target repository back at its snapshot, then remove the shadow."""
+def restore(*, repo: str, branch: str | None, snapshot: str, commit: str, paths: Sequence[str],
+            shadow: str | None = None) -> dict[str, Any]:
+    """Put the target repository back at its snapshot, then remove the shadow (if named)."""
     _git.restore(repo, branch, snapshot, commit, paths)
-    _git.discard_shadow(repo, shadow)
+    if shadow is not None:
+        _git.discard_shadow(repo, shadow)
     return {"restored": snapshot}
 
 

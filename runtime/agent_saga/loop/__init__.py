@@ -13,6 +13,6 @@ See ``agent_saga.loop._loop`` for the stop rules and the records.
 from __future__ import annotations
 
 from ._loop import LOOP_STEP, LOOP_STOPPED, AgentLoop, LoopResult, StopReason
-from ._tools import LoopTool
+from ._tools import LoopTool, codemod_tool
 
-__all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "LoopTool", "StopReason"]
+__all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "LoopTool", "StopReason", "codemod_tool"]

@@ -20,7 +20,8 @@ with the tool's semantics and compensation. The run stops at the first of:
     NO_PROGRESS   ``no_progress_steps`` steps in a row produced no tool result not seen before
     REFUSED       the router refused (no host can serve the call) or refused the model's
                   action after its one repair
-    FAILED        a tool's outcome is unknown, or the log or a control failed
+    FAILED        a tool's outcome is unknown (it timed out), it happened but its inverse
+                  could not be derived, or the log failed
 
 Invariants:
 - Every stop writes a durable ``LOOP_STOPPED`` record in the run's saga (reason, detail,
@@ -32,7 +33,8 @@ Invariants:
   back, so every side effect the tools caused is undone LIFO (or escalated, exactly as
   the engine does), and ``result.rollback`` is the report. After a crash the recovery
   daemon does the same from the WAL.
-- A tool that raises, or that the gate refuses, did not happen: the model is told so (a
+- A tool that raises (including a call the engine refuses as misuse, such as arguments
+  that hold a secret), or that the gate refuses, did not happen: the model is told so (a
   ``tool`` message) and may try something else; the repeated-action and no-progress
   rules stop it from trying the same thing forever.
 """
@@ -51,7 +53,15 @@ from typing import Any
 from ..clocks import SYSTEM_CLOCK, Clock
 from ..credentials import redact_secrets
 from ..engine import Saga
-from ..errors import ConfigurationError, GateBlocked, RollbackIncomplete, SagaError
+from ..errors import (
+    CompensationError,
+    ConfigurationError,
+    GateBlocked,
+    RollbackIncomplete,
+    SagaError,
+    StepOutcomeUnknown,
+    WALError,
+)
 from ..gates import Gate
 from ..rollback import RollbackReport
 from ..routing import (
@@ -323,11 +333,10 @@ class AgentLoop:
             )
         except GateBlocked as exc:
             return f"refused: {redact_secrets(exc.message)}", None
-        except ConfigurationError as exc:
-            return "", f"the call of {tool.name} could not be made: {redact_secrets(exc.message)}"
-        except SagaError as exc:  # unknown outcome, the log, a compensation that cannot be built
+        except (StepOutcomeUnknown, WALError, CompensationError) as exc:
+            # it may have happened, the log failed, or it happened with no usable inverse
             return "", f"{tool.name}: {type(exc).__name__}: {redact_secrets(exc.message)}"
-        except Exception as exc:  # noqa: BLE001 - the tool failed: it did not happen; the model is told
+        except Exception as exc:  # noqa: BLE001 - the call failed: it did not happen; the model is told
             return f"error: {type(exc).__name__}: {redact_secrets(str(exc))}", None
         return result_text(value), None
 

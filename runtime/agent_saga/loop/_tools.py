@@ -7,12 +7,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..codemod import Codemod
+from ..compensation import Compensation
 from ..engine import CompensationFactory
 from ..errors import ConfigurationError
 from ..routing import Tool
 from ..semantics import ActionSemantics, coerce_semantics
 
-__all__ = ["LoopTool"]
+__all__ = ["LoopTool", "codemod_tool"]
 
 _RESULT_MAX = 4000
 
@@ -69,3 +71,37 @@ def result_text(value: Any) -> str:
         except (TypeError, ValueError):
             text = repr(value)
     return text if len(text) <= _RESULT_MAX else text[:_RESULT_MAX] + " [truncated]"
+
+
+_EDIT_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "files": {"type": "object", "description": "path (relative to the repository) -> new content, or null to delete",
+                  "additionalProperties": {"type": ["string", "null"]}},
+        "message": {"type": "string", "description": "the commit message"},
+    },
+    "required": ["files", "message"],
+}
+
+
+def codemod_tool(codemod: Codemod, name: str = "repo.edit") -> LoopTool:
+    """A ``LoopTool`` that edits ``codemod``'s repository as one transaction.
+
+    The model calls it with ``{"files": {path: text | null}, "message": ...}``; the edit is
+    verified in a shadow worktree and merged whole, or not at all (the model is told why:
+    ``error: VerifyFailed: ...``). It is COMPENSABLE: if the loop's goal is not reached,
+    the rollback restores the repository to the snapshot the edit started from
+    (``codemod.restore``, which the recovery daemon also runs after a crash)."""
+
+    async def edit(files: Mapping[str, str | None], message: str) -> dict[str, Any]:
+        result = await codemod.run(dict(files), message=message)
+        return {"repo": result.repo, "branch": result.branch, "snapshot": result.snapshot,
+                "commit": result.commit, "paths": [p for _, p in result.changed]}
+
+    def undo(r: Mapping[str, Any]) -> Compensation:
+        return Compensation(handler="codemod.restore", kwargs=dict(r),
+                            description=f"restore {r['repo']} to {str(r['snapshot'])[:12]}")
+
+    return LoopTool(name, edit, ActionSemantics.COMPENSABLE, undo,
+                    f"edit files in {codemod.repo} (verified by `{' '.join(codemod.verify)}` before it lands)",
+                    _EDIT_PARAMETERS)
