@@ -45,10 +45,11 @@ from agent_saga.routing import (  # noqa: E402
     ModelRequest,
     Route,
     Router,
+    Usage,
 )
 
 TARGET_US = 50.0
-ANSWER = HostAnswer('{"slot": "tue-15"}')
+ANSWER = HostAnswer('{"slot": "tue-15"}', usage=Usage(120, 6))  # hosts report usage (chat completions do)
 
 
 def hosts() -> list[CallableHost]:
