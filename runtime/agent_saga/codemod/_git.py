@@ -180,6 +180,31 @@ def changes(top: str, snapshot: str, commit: str) -> list[Change]:
     return sorted(found, key=lambda c: c.path)
 
 
+_CONVERTING = ("filter", "eol", "ident", "working-tree-encoding")
+
+
+def check_plain(shadow: str, found: Sequence[Change]) -> None:
+    """Refuse (``CodemodRefused``) a change whose files git converts on checkout (a clean /
+    smudge filter such as git-lfs, CRLF line endings, ``ident``, a working-tree encoding):
+    the merge writes each file as git stores it, so it would not be what a checkout writes."""
+    autocrlf = git(shadow, "config", "core.autocrlf", check=False).stdout.decode().strip().lower()
+    if autocrlf in ("true", "input"):
+        raise CodemodRefused(f"core.autocrlf={autocrlf} in {shadow}: codemod writes files as git stores them, "
+                             f"so it refuses repositories that convert line endings on checkout")
+    paths = [c.path for c in found if c.status != "D"]
+    if not paths:
+        return
+    raw = git(shadow, "check-attr", "-z", *_CONVERTING, "--", *paths).stdout.decode(errors="replace").split("\0")
+    for i in range(0, len(raw) - 2, 3):
+        path, attr, value = raw[i], raw[i + 1], raw[i + 2]
+        if value in ("unspecified", "unset") or (attr == "eol" and value == "lf"):
+            continue
+        raise CodemodRefused(
+            f"{path} has the git attribute {attr}={value}: git converts it on checkout, and codemod writes "
+            f"files as git stores them, so the edit was not merged (edit such files without codemod)"
+        )
+
+
 def _blobs(top: str, wanted: Sequence[str]) -> dict[str, bytes]:
     if not wanted:
         return {}

@@ -177,6 +177,7 @@ class Codemod:
             policy_args={**base, "message": message[:200]},
         )
         found = _git.changes(top, state.snapshot, commit)
+        _git.check_plain(shadow, found)
         output = await saga.execute(
             "codemod.verify", _COMP, lambda: self._verify(shadow), undo,
             policy_args={**base, "command": self.verify},

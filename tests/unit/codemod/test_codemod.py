@@ -175,3 +175,13 @@ async def test_a_verify_that_hangs_is_stopped_by_its_timeout(repo: Path, wal: Fi
         await Codemod(repo, verify=hang, verify_timeout=0.5, wal=wal, shadow_root=tmp_path / "shadows").run(
             EDIT, message="x")
     assert info.value.exit_code is None and tree(repo) == before and shadows(tmp_path) == []
+
+
+async def test_files_git_converts_on_checkout_are_refused_and_restored(repo: Path, wal: FileWAL, tmp_path: Path) -> None:
+    (repo / ".gitattributes").write_text("*.py filter=lfs\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "lfs")
+    before, snap = tree(repo), state(repo)
+    with pytest.raises(CodemodRefused, match=r"pkg/a.py has the git attribute filter=lfs"):
+        await Codemod(repo, verify=COMPILE, wal=wal, shadow_root=tmp_path / "shadows").run(EDIT, message="x")
+    assert tree(repo) == before and state(repo) == snap and shadows(tmp_path) == []
