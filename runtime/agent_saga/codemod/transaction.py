@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import inspect as _inspect
 import logging
+import os
 import re
 import secrets
 import shlex
@@ -131,7 +132,8 @@ class Codemod:
         self.verify_timeout = float(verify_timeout)
         self.wal = wal
         self.gate = gate
-        self.shadow_root = Path(shadow_root) if shadow_root is not None else Path(tempfile.gettempdir())
+        # resolved: git lists worktrees by their real path
+        self.shadow_root = Path(os.path.realpath(shadow_root if shadow_root is not None else tempfile.gettempdir()))
         self.lease_seconds = lease_seconds
         self.name = name
 

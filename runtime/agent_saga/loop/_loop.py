@@ -21,7 +21,7 @@ with the tool's semantics and compensation. The run stops at the first of:
     REFUSED       the router refused (no host can serve the call) or refused the model's
                   action after its one repair
     FAILED        a tool's outcome is unknown (it timed out), it happened but its inverse
-                  could not be derived, or the log failed
+                  could not be derived, or the context or the router raised
 
 Invariants:
 - Every stop writes a durable ``LOOP_STOPPED`` record in the run's saga (reason, detail,
@@ -234,6 +234,10 @@ class AgentLoop:
                 except asyncio.CancelledError:
                     self._stopped(saga, run, started, StopReason.CANCELLED, "the run was cancelled")
                     raise
+                except WALError:
+                    raise  # the log itself failed: nothing more can be recorded
+                except Exception as exc:  # noqa: BLE001 - a broken context, router or hook: a stop like any other
+                    stop, detail, answer = StopReason.FAILED, f"{type(exc).__name__}: {exc}", None
                 await saga.wal.barrier(self._stopped(saga, run, started, stop, detail))
                 if stop is not StopReason.DONE:
                     raise _Unfinished(stop, detail)

@@ -219,3 +219,21 @@ def test_bad_arguments_are_refused_naming_the_field(wal: FileWAL) -> None:
         AgentLoop(object())
     with pytest.raises(ConfigurationError, match="COMPENSABLE but has no compensate"):
         LoopTool("w", world.write, "COMPENSABLE")
+
+
+async def test_a_context_that_raises_is_a_recorded_stop_and_unwinds(wal: FileWAL) -> None:
+    world = World()
+
+    class Broken:
+        served = 0
+
+        def serve(self) -> object:
+            Broken.served += 1
+            if Broken.served == 2:
+                raise KeyError("recall names chunk-9, which this broker does not hold")
+            return type("Served", (), {"messages": (), "id": "s1"})()
+
+    loop, _ = make_loop(wal, world, lambda r, n: call("notes.write", n, key="k", text="t"), context=Broken())
+    result = await loop.run("write")
+    assert result.stop is StopReason.FAILED and "KeyError" in result.detail
+    assert world.undone == ["k"] and stopped(wal, result.saga_id)[0]["reason"] == "FAILED"
