@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ demo: install
 	$(PY) examples/multi_domain.py
 	$(PY) examples/chaos_demo.py
 	$(PY) examples/crash_recovery.py
+	$(PY) examples/small_model_big_docs.py
+
+# A 2k-token host answers questions over a 440k-character document through the
+# ContextBroker's tiers, driven by an AgentLoop; every answer traced to its receipts.
+demo-docs: install
+	$(PY) examples/small_model_big_docs.py
 
 # The whole system for a person, offline: local control plane, Redis, the operator, two
 # recoveryd replicas and a small agent fleet; narrated (budget, kill switch, kill -9).

@@ -29,6 +29,7 @@ from .audit import (
 )
 from .chain import VerifyResult, verify_records
 from .clocks import Clock
+from .codemod import Codemod, CodemodError, CodemodRefused, CodemodResult, VerifyFailed
 from .compensation import Compensation, compensator, get_compensator, registered_compensators
 from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
 from .controls import (
@@ -113,6 +114,7 @@ from .gates import Gate, GateDecision, StepRequest
 from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
 from .kit import AgentKit
+from .loop import AgentLoop, LoopResult, LoopTool, StopReason
 from .metrics import setup_metrics
 from .observe import Observer
 from .plane import connect_policy_plane
@@ -143,6 +145,7 @@ __all__ = [
     "AESGCMEncryptor",
     "ActionSemantics",
     "AgentKit",
+    "AgentLoop",
     "ApprovalGateway",
     "ApprovalNotice",
     "ApprovalOutcome",
@@ -160,6 +163,10 @@ __all__ = [
     "Checkpoint",
     "CircuitBreaker",
     "Clock",
+    "Codemod",
+    "CodemodError",
+    "CodemodRefused",
+    "CodemodResult",
     "CompactionAborted",
     "CompactionReport",
     "Compensation",
@@ -183,6 +190,8 @@ __all__ = [
     "LimitStore",
     "LimitStoreUnavailable",
     "LimitUsage",
+    "LoopResult",
+    "LoopTool",
     "ManualClock",
     "NotSerializable",
     "Notifier",
@@ -221,9 +230,11 @@ __all__ = [
     "StepOutcomeUnknown",
     "StepRequest",
     "StepState",
+    "StopReason",
     "StoreUnavailable",
     "SwitchStoreUnavailable",
     "ToolExecutorStats",
+    "VerifyFailed",
     "VerifyResult",
     "WALBackpressure",
     "WALClosed",

@@ -19,6 +19,9 @@
     │   └── ClaimStoreUnavailable    recovery claims or ledger (recovery); also a RecoveryError
     ├── ApprovalRefused              a decision that cannot be recorded (controls.approvals)
     ├── NotifierError                an approval notifier failed (controls.approvals)
+    ├── CodemodError                 a repository edit could not be made or undone (codemod)
+    │   ├── CodemodRefused           the target repository is not clean, or moved: nothing changed
+    │   └── VerifyFailed             the verify command failed in the shadow: target untouched
     ├── RecoveryError                recovery could not do what it was asked (recovery)
     │   ├── RecoveryHalted           fail-closed: unreadable log or journal; a human must look
     │   │   └── LedgerCorrupt        the recovery journal itself cannot be read

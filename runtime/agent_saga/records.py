@@ -88,6 +88,8 @@ EXTENSION_TYPES = frozenset(
         # the router and the context broker (reserved saga ``wal``)
         "ROUTING_DECISION", "ROUTING_REFUSED", "MODEL_ACTION_REPAIRED", "MODEL_ACTION_REFUSED",
         "CONTEXT_SERVED", "CONTEXT_EVICTED",
+        # the agent loop, in the saga of its run
+        "LOOP_STEP", "LOOP_STOPPED",
     }
 )
 

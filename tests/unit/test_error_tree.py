@@ -11,6 +11,7 @@ import agent_saga.errors
 PUBLIC = (
     "agent_saga",
     "agent_saga.audit",
+    "agent_saga.codemod",
     "agent_saga.controls",
     "agent_saga.controls.approvals",
     "agent_saga.controls.breaker",

@@ -35,6 +35,10 @@ EXPECTED = {
     "verify_consistency",
     # recovery
     "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
+    # the agent runtime: repository edits as transactions
+    "Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed",
+    # the agent runtime: the loop
+    "AgentLoop", "LoopResult", "LoopTool", "StopReason",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",
@@ -90,7 +94,7 @@ PUBLIC_PACKAGES = (
     "agent_saga", "agent_saga.audit", "agent_saga.controls", "agent_saga.controls.approvals",
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
-    "agent_saga.routing", "agent_saga.contextbroker",
+    "agent_saga.routing", "agent_saga.contextbroker", "agent_saga.codemod", "agent_saga.loop",
     "agent_saga.ui",
 )
 

@@ -1,0 +1,18 @@
+"""The loop: drive a model toward a goal with a deadline, a token budget, a step budget
+and stall detection; an unfinished goal unwinds its side effects through the saga.
+
+    from agent_saga import AgentLoop, LoopTool
+
+    loop = AgentLoop(router, tools=[LoopTool("notes.write", write_note)], token_budget=8000)
+    result = await loop.run("File the incident summary")
+    print(result.stop, result.detail)       # why it stopped, also in the WAL (LOOP_STOPPED)
+
+See ``agent_saga.loop._loop`` for the stop rules and the records.
+"""
+
+from __future__ import annotations
+
+from ._loop import LOOP_STEP, LOOP_STOPPED, AgentLoop, LoopResult, StopReason
+from ._tools import LoopTool, codemod_tool
+
+__all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "LoopTool", "StopReason", "codemod_tool"]
