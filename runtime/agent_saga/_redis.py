@@ -58,6 +58,7 @@ __all__ = [
     "is_cluster",
     "is_timeout",
     "key_slot",
+    "one_slot",
     "script",
     "topology",
 ]
@@ -328,8 +329,29 @@ def _sentinel_kwargs(topo: Topology, socket_timeout: float, connect_timeout: flo
 def script(client: Any, lua: str) -> Any:
     """``client.register_script(lua)``: call it as ``s(keys=[...], args=[...], client=c)``
     (awaited for an asyncio client). It runs EVALSHA and, on NOSCRIPT, loads the script
-    and runs it again; the script did not run the first time, so that repeat is safe."""
-    return client.register_script(lua)
+    and runs it again; the script did not run the first time, so that repeat is safe.
+    On a Redis Cluster client the call first checks that its keys share one slot
+    (``one_slot``): a cross-slot script is a configuration error, not a server error."""
+    registered = client.register_script(lua)
+    if not is_cluster(client):
+        return registered
+
+    def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        one_slot(list(keys or ()), "a Lua script")
+        return registered(keys=keys, args=args, client=client)
+
+    call.sha = registered.sha  # type: ignore[attr-defined]
+    return call
+
+
+def one_slot(keys: list[str], what: str) -> None:
+    """Raise ``ConfigurationError`` unless ``keys`` share one Redis Cluster slot, naming
+    the fix (one hash tag in the prefix)."""
+    slots = {key_slot(k) for k in keys}
+    if len(slots) > 1:
+        raise ConfigurationError(
+            f"{what} touches keys in {len(slots)} Redis Cluster slots ({', '.join(keys[:4])}): on a cluster give "
+            f"the key prefix one hash tag, e.g. {{agentsaga}} for the policy plane or {{agent-saga}}:wal for a WAL")
 
 
 def is_timeout(exc: BaseException) -> bool:

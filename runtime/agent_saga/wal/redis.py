@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from .._redis import Target, connect, dedicated, import_redis, is_cluster, script
+from .._redis import Target, connect, dedicated, import_redis, is_cluster, one_slot, script
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
@@ -305,6 +305,13 @@ return g
         self._log = RedisLog(client, key, where)
         self._stream = self._log.stream(self.writer)
         self._keys = [self._stream, self._log.gseq_key, self._log.writers_key]
+        if is_cluster(client):
+            try:
+                one_slot(self._keys, f"RedisWAL key {key!r}")
+            except ConfigurationError:
+                if self._owns_client:
+                    client.close()
+                raise
         super().__init__(
             name=f"{where} stream {self._stream}",
             scrub=scrub,
