@@ -352,7 +352,9 @@ return redis.call('HGETALL', KEYS[1])
         loop = asyncio.get_running_loop()
         held = self._clients.pop(loop, None)
         if held is not None:
-            await held[0].aclose(close_connection_pool=True)
+            client = held[0]
+            # A cluster client owns its node pools; a plain one is told to close its pool.
+            await (client.aclose() if is_cluster(client) else client.aclose(close_connection_pool=True))
 
     # ------------------------------------------------------------------ I/O
     def _client(self) -> Any:
