@@ -18,7 +18,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from agent_saga import verify_records
 from agent_saga._redis import key_slot
 from agent_saga.controls.approvals import ApprovalRequest, Decision
