@@ -114,6 +114,7 @@ bench: install system-deps
 	$(PY) bench/bench_killswitch.py
 	$(PY) bench/bench_mcp.py
 	$(PY) bench/bench_approvals.py
+	$(PY) bench/bench_ha_redis.py
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node

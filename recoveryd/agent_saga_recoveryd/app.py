@@ -17,6 +17,7 @@ Lifecycle:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -102,8 +103,8 @@ class Recoveryd:
 
         for url in c.wal_urls:
             # A fleet log's writer is fail-stop; after a Redis failover or restart the
-            # daemon opens it again (same writer id) instead of stopping for good.
-            self.daemons.append(daemon(opened(url), ledger, lock, reopen=lambda url=url: opened(url)))
+            # daemon opens a new writer (a new chain in the same log) instead of stopping.
+            self.daemons.append(daemon(opened(url), ledger, lock, reopen=functools.partial(opened, url)))
 
     # ------------------------------------------------------------------ health
 

@@ -160,7 +160,7 @@ class RecoveryDaemon:
         encryptor: for an encrypted file log, its key(s) (see
             ``agent_saga.audit.encryption``; pass an ``EncryptedWAL`` as ``wal`` for other
             backends). Without a key an encrypted record halts the daemon: fail-closed.
-        reopen: for an open fleet WAL, how to open it again (same writer id) when it has
+        reopen: for an open fleet WAL, how to open a writer on it again when it has
             failed (a Redis failover or restart: the writer is fail-stop); without it a
             failed writer stops every later resolution until the process restarts.
 

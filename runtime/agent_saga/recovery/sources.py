@@ -148,9 +148,9 @@ class WALSource(LogSource):
         self._raw = inner
 
     def _fresh_writer(self) -> BaseWAL:
-        """The WAL, opened again (same writer id: it continues from what the server holds)
-        when it failed and ``reopen`` was given: a fleet log's writer is fail-stop, and a
-        server that failed over or came back must not stop recovery for good."""
+        """The WAL, opened again by ``reopen`` when it failed: a fleet log's writer is
+        fail-stop, and a server that failed over or came back must not stop recovery for
+        good. (``open_wal`` gives the new writer a new id: a new chain in the same log.)"""
         with self._reopening:
             failed = getattr(self._raw.stats(), "failed", None) if hasattr(self._raw, "stats") else None
             if failed is not None and self._reopen is not None:

@@ -301,6 +301,7 @@ return g
         where, scrub = target_of.where, target_of.scrub
         self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, redis.RedisError)
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
+        self._probe_errors: tuple[type[BaseException], ...] = (redis.RedisError, AttributeError)
         self._client = client
         self._log = RedisLog(client, key, where)
         self._stream = self._log.stream(self.writer)
@@ -350,7 +351,7 @@ return g
             ao = _text(cfg.get(b"appendonly", cfg.get("appendonly", "?")))
             af = _text(cfg.get(b"appendfsync", cfg.get("appendfsync", "?")))
             server = f"appendonly={ao} appendfsync={af}"
-        except (*self._redis_errors, AttributeError):  # a cluster answers per node
+        except self._probe_errors:  # AttributeError: a cluster may answer per node
             ao, server = "?", "AOF setting unknown (CONFIG GET refused)"
         if self.wait_replicas:
             base += f", and after {self.wait_replicas} replica(s) acknowledged it (WAIT)"
