@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,16 @@ demo-cluster: install system-deps control-plane
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
 test: install system-deps control-plane stripe-mock node
 	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# The Redis integration suite against a 3-master Redis Cluster instead of one server
+# (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster). `make test`
+# runs only the cluster cross-section and the Sentinel failover tests; docs/ha-redis.md.
+REDIS_SUITE = $(sort $(wildcard tests/integration/test_*redis*.py tests/integration/test_plane_*.py \
+	tests/integration/test_policy_*.py tests/integration/test_cli_plane_stores.py \
+	tests/integration/test_killswitch_marker.py tests/integration/test_limit_source_marker.py \
+	tests/integration/test_recovery*.py))
+test-redis-cluster: install system-deps
+	AGENT_SAGA_TEST_REDIS=cluster $(PY) -m pytest $(REDIS_SUITE) $(PYTEST_ARGS)
 
 # redis-server, PostgreSQL and the node's packages (containerd, runc, CNI plugins,
 # iptables, buildah, mmdebstrap) from Debian (no-op when present). See docs/control-plane.md.
@@ -115,6 +125,7 @@ bench: install system-deps
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_recovery_fleet.py
 	$(PY) bench/bench_ui.py
+	$(PY) bench/bench_ha_redis.py
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node

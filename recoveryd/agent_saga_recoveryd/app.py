@@ -17,12 +17,13 @@ Lifecycle:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agent_saga import configure_logging
 from agent_saga.audit.encryption import EncryptedWAL
@@ -77,11 +78,12 @@ class Recoveryd:
         encryptor = reader_encryptor(c.wal_key_file)
         ledger, lock = self._shared()
 
-        def daemon(wal: BaseWAL | str, ledger: RecoveryLedger | None, lock: ClaimLock | None) -> RecoveryDaemon:
+        def daemon(wal: BaseWAL | str, ledger: RecoveryLedger | None, lock: ClaimLock | None,
+                   reopen: Callable[[], BaseWAL] | None = None) -> RecoveryDaemon:
             return RecoveryDaemon(
                 wal, ledger=ledger, lock=lock, lease_grace=c.lease_grace, claim_ttl=c.claim_ttl,
                 concurrency=c.concurrency, compensation_timeout=c.compensation_timeout,
-                daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None,
+                daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None, reopen=reopen,
             )
 
         for path in c.wal_paths:
@@ -94,10 +96,15 @@ class Recoveryd:
                 ))
             else:
                 self.daemons.append(daemon(path, ledger, lock))
-        for url in c.wal_urls:
+        def opened(url: str) -> BaseWAL:
             wal = open_fleet_wal(url)
             self._wals.append(wal)
-            self.daemons.append(daemon(wal if encryptor is None else EncryptedWAL(wal, encryptor), ledger, lock))
+            return wal if encryptor is None else EncryptedWAL(wal, encryptor)
+
+        for url in c.wal_urls:
+            # A fleet log's writer is fail-stop; after a Redis failover or restart the
+            # daemon opens a new writer (a new chain in the same log) instead of stopping.
+            self.daemons.append(daemon(opened(url), ledger, lock, reopen=functools.partial(opened, url)))
 
     # ------------------------------------------------------------------ health
 

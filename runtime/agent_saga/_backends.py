@@ -36,8 +36,8 @@ __all__ = ["Address", "Backends", "split_query"]
 
 T = TypeVar("T")
 
-#: Redis's URL schemes (``unix://`` is a socket path).
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: Redis's URL schemes (``unix://`` is a socket path; ``+sentinel``/``+cluster``: agent_saga._redis).
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster")
 #: PostgreSQL's URL schemes.
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 

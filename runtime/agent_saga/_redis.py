@@ -17,6 +17,15 @@ so the choices below are made once:
 - A failure becomes one error, ``StoreUnavailable`` (or the caller's subclass of it),
   whose message names the store without its password and passes through ``Scrubber``
   (a client error may echo its connection string): ``Target.unavailable``.
+- Three topologies, chosen by the URL's scheme (``topology``): one server
+  (``redis://``, ``rediss://``, ``unix://``); a Sentinel-managed primary
+  (``redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/SERVICE[?db=N]``, the
+  client asks the Sentinels for the primary on every new connection and follows a
+  failover); a Redis Cluster (``redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]``,
+  the client follows MOVED/ASK, which the server sent instead of running the command,
+  and never re-sends a command whose reply was lost). ``rediss+`` is TLS for both.
+  Multi-key scripts name their keys with one hash tag (``{agent-saga}:...``) so they
+  stay in one cluster slot.
 - ``confirmed_subscription``: the policy-plane readers subscribe to change notifications
   and only then read, which needs the server's SUBSCRIBE confirmation, not just the
   command (see ``agent_saga.controls._policyplane``).
@@ -28,6 +37,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -36,14 +46,28 @@ from .errors import ConfigurationError, StoreUnavailable
 from .wal.urls import Scrubber, redact, secrets_in
 
 __all__ = [
+    "CLUSTER_SCHEMES",
+    "SENTINEL_SCHEMES",
     "Target",
+    "Topology",
     "confirmed_subscription",
     "connect",
     "connect_async",
+    "dedicated",
     "import_redis",
+    "is_cluster",
     "is_timeout",
+    "key_slot",
+    "one_slot",
     "script",
+    "topology",
 ]
+
+#: A Sentinel-managed primary: ``redis+sentinel://[USER:PW@]H:P[,H:P]/SERVICE[?db=N]``.
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: A Redis Cluster: ``redis+cluster://[USER:PW@]H:P[,H:P]``.
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+_SENTINEL_QUERY = ("db", "sentinel_username", "sentinel_password")
 
 E = TypeVar("E", bound=StoreUnavailable)
 
@@ -97,6 +121,110 @@ class Target:
         return cls(self.scrub(text), store=store, **kw)
 
 
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """What a Redis URL names: ``kind`` (``single``, ``sentinel`` or ``cluster``), the
+    seed ``nodes`` (Sentinels or cluster nodes), the Sentinel ``service``, and the
+    connection settings of the data nodes (``username``, ``password``, ``db``, ``ssl``)
+    and of the Sentinels (``sentinel_username``, ``sentinel_password``)."""
+
+    kind: str
+    nodes: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    username: str | None = None
+    password: str | None = None
+    db: int = 0
+    ssl: bool = False
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+    def node_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"username": self.username, "password": self.password}
+        if self.ssl:
+            out["ssl"] = True
+        return out
+
+
+def topology(url: str) -> Topology:
+    """The topology ``url`` names; raises ``ConfigurationError`` (without the password)
+    naming what to fix in a Sentinel or Cluster URL."""
+    scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+    if scheme not in SENTINEL_SCHEMES + CLUSTER_SCHEMES:
+        return Topology("single")
+    sentinel = scheme in SENTINEL_SCHEMES
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    userinfo, _, hosts = netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, _, pw = userinfo.partition(":")
+        username, password = urllib.parse.unquote(user) or None, urllib.parse.unquote(pw) or None
+
+    def bad(why: str) -> ConfigurationError:
+        example = ("redis+sentinel://HOST:26379[,HOST:26379]/SERVICE?db=0" if sentinel
+                   else "redis+cluster://HOST:6379[,HOST:6379]")
+        return ConfigurationError(f"{redact(url)}: {why}; the form is {example}")
+
+    nodes: list[tuple[str, int]] = []
+    for item in filter(None, hosts.split(",")):
+        host, sep, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (item, "", "")
+        host = host.strip("[]")
+        if not host:
+            raise bad(f"{item!r} is not HOST:PORT")
+        nodes.append((host, int(port) if sep else (26379 if sentinel else 6379)))
+    if not nodes:
+        raise bad("no host given")
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    allowed = _SENTINEL_QUERY if sentinel else ()
+    unknown = sorted(set(query) - set(allowed))
+    if unknown:
+        raise bad(f"unknown parameter(s) {', '.join(unknown)} (takes {', '.join(allowed) or 'none'})")
+    path = parts.path.strip("/")
+    if sentinel:
+        if not path or "/" in path:
+            raise bad("the path must be the Sentinel service name (the primary's name)")
+        try:
+            db = int(query.get("db") or 0)
+        except ValueError:
+            raise bad(f"db must be a number, got {query['db']!r}") from None
+        return Topology("sentinel", tuple(nodes), urllib.parse.unquote(path), username, password, db,
+                        scheme.startswith("rediss"), query.get("sentinel_username") or None,
+                        query.get("sentinel_password") or None)
+    if path not in ("", "0"):
+        raise bad(f"a Redis Cluster has only database 0, got /{path}")
+    return Topology("cluster", tuple(nodes), "", username, password, 0, scheme.startswith("rediss"))
+
+
+def is_cluster(client: Any) -> bool:
+    """Is ``client`` a Redis Cluster client (sync or asyncio)?"""
+    return hasattr(client, "nodes_manager")
+
+
+def dedicated(client: Any) -> Any:
+    """A client that sends everything on one connection of ``client``'s pool (what
+    ``WAIT`` needs: it covers the writes of its own connection). A Cluster client is
+    returned as is: its commands go to the node owning each key's slot."""
+    if is_cluster(client):
+        return client
+    return type(client)(connection_pool=client.connection_pool, single_connection_client=True)
+
+
+def key_slot(key: str) -> int:
+    """The Redis Cluster slot of ``key`` (CRC16 of its hash tag or whole name, mod 16384)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            key = key[start + 1:end]
+    crc = 0
+    for byte in key.encode():
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc % 16384
+
+
 def _no_retry(redis: Any, asynchronous: bool = False) -> Any:
     retry = redis.asyncio.retry.Retry if asynchronous else redis.retry.Retry
     return retry(redis.backoff.NoBackoff(), 0)
@@ -110,11 +238,31 @@ def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: f
     cannot be used (``ConfigurationError``, without the password). Extra keyword arguments
     go to ``redis.Redis.from_url`` (``single_connection_client=True``...)."""
     redis = import_redis(feature)
+    connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
+    topo = topology(url)
     try:
+        if topo.kind == "sentinel":
+            import redis.sentinel
+
+            single = kw.pop("single_connection_client", False)
+            sentinels = redis.sentinel.Sentinel(
+                list(topo.nodes), sentinel_kwargs=_sentinel_kwargs(topo, socket_timeout, connect_timeout),
+                socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+                retry=_no_retry(redis), db=topo.db, **topo.node_kwargs(), **kw)
+            client = sentinels.master_for(topo.service)
+            return dedicated(client) if single else client
+        if topo.kind == "cluster":
+            import redis.cluster
+
+            kw.pop("single_connection_client", None)
+            return redis.cluster.RedisCluster(
+                startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in topo.nodes],
+                socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+                retry=_no_retry(redis), require_full_coverage=True, **topo.node_kwargs(), **kw)
         return redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_timeout if connect_timeout is None else connect_timeout,
+            socket_connect_timeout=connect_timeout,
             retry=_no_retry(redis),
             **kw,
         )
@@ -132,7 +280,27 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
     with "Too many connections"."""
     redis = import_redis(feature)
     connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
+    topo = topology(url)
     try:
+        if topo.kind == "sentinel":
+            import redis.asyncio.sentinel
+
+            # The Sentinel pool is not a blocking pool: a burst beyond max_connections
+            # fails instead of queueing, so it is left unbounded.
+            sentinels = redis.asyncio.sentinel.Sentinel(
+                list(topo.nodes), sentinel_kwargs=_sentinel_kwargs(topo, socket_timeout, connect_timeout),
+                socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+                retry=_no_retry(redis, True), db=topo.db, **topo.node_kwargs(), **kw)
+            return sentinels.master_for(topo.service)
+        if topo.kind == "cluster":
+            import redis.asyncio.cluster
+
+            bound = {} if max_connections is None else {"max_connections": max_connections}
+            return redis.asyncio.cluster.RedisCluster(
+                startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in topo.nodes],
+                socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
+                retry=_no_retry(redis, True), require_full_coverage=True, **bound,
+                **topo.node_kwargs(), **kw)
         if max_connections is not None:
             pool = redis.asyncio.BlockingConnectionPool.from_url(
                 url, max_connections=max_connections, timeout=pool_timeout,
@@ -150,11 +318,40 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
         ) from None
 
 
+def _sentinel_kwargs(topo: Topology, socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": connect_timeout,
+                           "username": topo.sentinel_username, "password": topo.sentinel_password}
+    if topo.ssl:
+        out["ssl"] = True
+    return out
+
+
 def script(client: Any, lua: str) -> Any:
     """``client.register_script(lua)``: call it as ``s(keys=[...], args=[...], client=c)``
     (awaited for an asyncio client). It runs EVALSHA and, on NOSCRIPT, loads the script
-    and runs it again; the script did not run the first time, so that repeat is safe."""
-    return client.register_script(lua)
+    and runs it again; the script did not run the first time, so that repeat is safe.
+    On a Redis Cluster client the call first checks that its keys share one slot
+    (``one_slot``): a cross-slot script is a configuration error, not a server error."""
+    registered = client.register_script(lua)
+    if not is_cluster(client):
+        return registered
+
+    def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        one_slot(list(keys or ()), "a Lua script")
+        return registered(keys=keys, args=args, client=client)
+
+    call.sha = registered.sha  # type: ignore[attr-defined]
+    return call
+
+
+def one_slot(keys: list[str], what: str) -> None:
+    """Raise ``ConfigurationError`` unless ``keys`` share one Redis Cluster slot, naming
+    the fix (one hash tag in the prefix)."""
+    slots = {key_slot(k) for k in keys}
+    if len(slots) > 1:
+        raise ConfigurationError(
+            f"{what} touches keys in {len(slots)} Redis Cluster slots ({', '.join(keys[:4])}): on a cluster give "
+            f"the key prefix one hash tag, e.g. {{agentsaga}} for the policy plane or {{agent-saga}}:wal for a WAL")
 
 
 def is_timeout(exc: BaseException) -> bool:

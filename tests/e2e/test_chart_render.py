@@ -339,6 +339,32 @@ def test_service_monitors_only_where_the_cluster_serves_them(helm: Helm) -> None
                        "ServiceMonitor")) == 2
 
 
+# --------------------------------------------------------------------------- HA Redis
+def _urls(objs: list[dict[str, Any]]) -> set[str]:
+    return {env_of(spec["containers"][0])["AGENT_SAGA_REDIS_URL"]["value"] for _, spec in pod_specs(objs)}
+
+
+def test_an_existing_sentinel_deployment(helm: Helm) -> None:
+    objs = helm.render(sets=["redis.topology=sentinel", "redis.sentinel.hosts[0]=s0.sentinel:26379",
+                             "redis.sentinel.hosts[1]=s1.sentinel:26379", "redis.sentinel.service=payments",
+                             "redis.db=2", "redis.auth.existingSecret=agent-saga-redis"])
+    assert _urls(objs) == {"redis+sentinel://:$(AGENT_SAGA_REDIS_PASSWORD)@s0.sentinel:26379,s1.sentinel:26379/payments?db=2"}
+    wal = env_of(one(objs, "Deployment", "recoveryd")["spec"]["template"]["spec"]["containers"][0])
+    assert wal["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)&key=agent-saga:wal"
+
+
+def test_an_existing_redis_cluster_with_hash_tagged_keys(helm: Helm, tmp_path: Path) -> None:
+    values = tmp_path / "cluster.yaml"
+    values.write_text('redis: {topology: cluster, cluster: {hosts: ["c0.redis:6379", "c1.redis:6379"]}}\n'
+                      'policyPlane: {keyPrefix: "{agentsaga}"}\nrecoveryd: {wal: {redisKeys: ["{agent-saga}:wal"]}}\n')
+    objs = helm.render(values=[values])
+    assert _urls(objs) == {"redis+cluster://c0.redis:6379,c1.redis:6379"}
+    args = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--key-prefix={agentsaga}" in args
+    wal = env_of(one(objs, "Deployment", "recoveryd")["spec"]["template"]["spec"]["containers"][0])
+    assert wal["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)?key={agent-saga}:wal"
+
+
 # --------------------------------------------------------------------------- refusals
 BAD_VALUES = [
     (["operator.replica=2"], "additional properties 'replica' not allowed"),
@@ -363,6 +389,11 @@ BAD_VALUES = [
     (["json:recoveryd.wal.redisKeys=[]"], "recoveryd has no log to recover"),
     (["recoveryd.wal.redisKeys[0]=a?b"], "redisKeys"),
     (["recoveryd.concurrency=0"], "concurrency"),
+    (["redis.topology=sentinel"], "redis.topology=sentinel needs redis.sentinel.hosts"),
+    (["redis.topology=cluster"], "redis.topology=cluster needs redis.cluster.hosts"),
+    (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379"], "set policyPlane.keyPrefix to a hash tag"),
+    (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379", "redis.db=1"], "has only database 0"),
+    (["redis.topology=replicated"], "topology"),
 ]
 
 

@@ -118,6 +118,26 @@ are checked here and fail the render naming the value to set.
 {{- if and .Values.redis.inChart.enabled .Values.redis.auth.existingSecret -}}
 {{- fail "redis.inChart.enabled=true generates its own password Secret: leave redis.auth.existingSecret empty (or use your own Redis with redis.inChart.enabled=false)" -}}
 {{- end -}}
+{{- $topology := .Values.redis.topology | default "single" -}}
+{{- if and (eq $topology "sentinel") (not .Values.redis.inChart.enabled) (not .Values.redis.auth.urlKey) (not .Values.redis.sentinel.hosts) -}}
+{{- fail "redis.topology=sentinel needs redis.sentinel.hosts (host:port of each Sentinel) and redis.sentinel.service (the monitored primary's name)" -}}
+{{- end -}}
+{{- if and (eq $topology "cluster") (not .Values.redis.inChart.enabled) -}}
+{{- if and (not .Values.redis.auth.urlKey) (not .Values.redis.cluster.hosts) -}}
+{{- fail "redis.topology=cluster needs redis.cluster.hosts (host:port of some cluster nodes)" -}}
+{{- end -}}
+{{- if ne (int .Values.redis.db) 0 -}}
+{{- fail "redis.topology=cluster: a Redis Cluster has only database 0, set redis.db: 0" -}}
+{{- end -}}
+{{- if not (contains "{" .Values.policyPlane.keyPrefix) -}}
+{{- fail "redis.topology=cluster: set policyPlane.keyPrefix to a hash tag such as \"{agentsaga}\" so the policy plane's scripts keep their keys in one cluster slot" -}}
+{{- end -}}
+{{- range .Values.recoveryd.wal.redisKeys -}}
+{{- if not (contains "{" .) -}}
+{{- fail (printf "redis.topology=cluster: recoveryd.wal.redisKeys entry %q needs a hash tag such as \"{agent-saga}:wal\" (a WAL's keys must share one cluster slot)" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.redis.auth.urlKey (not .Values.redis.auth.existingSecret) -}}
 {{- fail "redis.auth.urlKey names a key of redis.auth.existingSecret: set redis.auth.existingSecret too" -}}
 {{- end -}}
@@ -161,8 +181,16 @@ URL by the kubelet's $(VAR) expansion: the pod spec shows only "$(AGENT_SAGA_RED
 {{- else if .Values.redis.auth.username -}}
 {{- $userinfo = printf "%s@" .Values.redis.auth.username -}}
 {{- end }}
+{{- $topology := .Values.redis.topology | default "single" -}}
+{{- if .Values.redis.inChart.enabled -}}{{- $topology = "single" -}}{{- end }}
 - name: AGENT_SAGA_REDIS_URL
+{{- if eq $topology "sentinel" }}
+  value: {{ printf "%s+sentinel://%s%s/%s%s" $scheme $userinfo (join "," .Values.redis.sentinel.hosts) .Values.redis.sentinel.service (ternary "" (printf "?db=%d" $db) (eq $db 0)) | quote }}
+{{- else if eq $topology "cluster" }}
+  value: {{ printf "%s+cluster://%s%s" $scheme $userinfo (join "," .Values.redis.cluster.hosts) | quote }}
+{{- else }}
   value: {{ printf "%s://%s%s:%d/%d" $scheme $userinfo $host $port $db | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -196,8 +224,12 @@ plus the comma-separated URLs kept in recoveryd.wal.existingSecret (PostgreSQL, 
 {{- define "agent-saga.recoveryd.walUrls" -}}
 {{- $w := .Values.recoveryd.wal -}}
 {{- $urls := list -}}
+{{- $sep := "?" -}}
+{{- if and (eq (.Values.redis.topology | default "single") "sentinel") (ne (int .Values.redis.db) 0) (not .Values.redis.inChart.enabled) -}}
+{{- $sep = "&" -}}{{/* the Sentinel URL carries ?db=N */}}
+{{- end -}}
 {{- range $w.redisKeys -}}
-{{- $urls = append $urls (printf "$(AGENT_SAGA_REDIS_URL)?key=%s" .) -}}
+{{- $urls = append $urls (printf "$(AGENT_SAGA_REDIS_URL)%skey=%s" $sep .) -}}
 {{- end -}}
 {{- if $w.existingSecret -}}
 {{- $urls = append $urls "$(AGENT_SAGA_WAL_URLS)" -}}

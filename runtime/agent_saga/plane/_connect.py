@@ -275,7 +275,7 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     if s.wal_key:
         from ..wal.redis import RedisWAL
 
-        wal = RedisWAL(s.url, key=s.wal_key)
+        wal = RedisWAL(s.url, key=s.wal_key, wait_replicas=s.wal_min_replicas)
         previous["wal"] = set_default_wal(wal)
     default_wal = DEFAULT_WAL  # chosen when first written: connecting creates no log file
     switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)

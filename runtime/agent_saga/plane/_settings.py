@@ -9,6 +9,8 @@
                                           while the plane is unreachable, then fails closed
     AGENT_SAGA_WAL_STREAM   agent-saga:wal   optional: the process-wide WAL is a RedisWAL on
                                           the plane under this key (recoveryd reads it)
+    AGENT_SAGA_WAL_MIN_REPLICAS 0         with the WAL stream: replicas that must acknowledge
+                                          each batch (WAIT) before it counts as durable
     AGENT_SAGA_KEY_PREFIX   agentsaga     the policy plane's key prefix (as the operator's)
     AGENT_SAGA_HEARTBEAT_INTERVAL 2       seconds between heartbeats
 
@@ -49,6 +51,7 @@ ENV_NAMESPACE = "AGENT_SAGA_NAMESPACE"
 ENV_AGENT = "AGENT_SAGA_AGENT"
 ENV_GRACE = "AGENT_SAGA_SWITCH_GRACE"
 ENV_WAL_STREAM = "AGENT_SAGA_WAL_STREAM"
+ENV_WAL_MIN_REPLICAS = "AGENT_SAGA_WAL_MIN_REPLICAS"
 ENV_KEY_PREFIX = "AGENT_SAGA_KEY_PREFIX"
 ENV_HEARTBEAT = "AGENT_SAGA_HEARTBEAT_INTERVAL"
 
@@ -59,7 +62,8 @@ DEFAULT_HEARTBEAT = 2.0
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _AGENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
-_SCHEMES = ("redis://", "rediss://", "unix://")
+_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://", "redis+cluster://",
+            "rediss+cluster://")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float, *, zero_ok: bool) -> float:
@@ -102,10 +106,11 @@ class PlaneSettings:
     key_prefix: str = "agentsaga"
     heartbeat_interval: float = DEFAULT_HEARTBEAT
     wal_key: str | None = None
+    wal_min_replicas: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.url, str) or not self.url.startswith(_SCHEMES):
-            raise ConfigurationError(f"the policy plane's URL must be redis://HOST:PORT/DB (or rediss://, unix://), "
+            raise ConfigurationError(f"the policy plane's URL must be redis://HOST:PORT/DB (or rediss://, unix://, redis+sentinel://, redis+cluster://), "
                                      f"got {self.url!r}")
         check_namespace(self.namespace, what="namespace")
         check_agent(self.agent, what="agent")
@@ -129,7 +134,7 @@ class PlaneSettings:
         if not url:
             return None
         if not url.startswith(_SCHEMES):
-            raise ConfigurationError(f"{ENV_REDIS_URL} must be redis://HOST:PORT/DB (or rediss://, unix://), got a "
+            raise ConfigurationError(f"{ENV_REDIS_URL} must be redis://HOST:PORT/DB (or rediss://, unix://, redis+sentinel://, redis+cluster://), got a "
                                      f"value starting {url[:12]!r}")
         namespace = (env.get(ENV_NAMESPACE) or env.get("POD_NAMESPACE") or "").strip()
         if not namespace:
@@ -144,9 +149,13 @@ class PlaneSettings:
         if not prefix or any(c.isspace() for c in prefix):
             raise ConfigurationError(f"{ENV_KEY_PREFIX}={prefix!r} must be a key prefix without spaces")
         wal_key = (env.get(ENV_WAL_STREAM) or "").strip() or None
+        replicas = (env.get(ENV_WAL_MIN_REPLICAS) or "0").strip()
+        if not replicas.isdigit():
+            raise ConfigurationError(f"{ENV_WAL_MIN_REPLICAS}={replicas!r} must be a whole number >= 0: the replicas "
+                                     f"that must acknowledge each WAL batch (WAIT) before it counts as durable")
         return cls(url, namespace, agent, grace=_seconds(env, ENV_GRACE, DEFAULT_GRACE, zero_ok=True),
                    key_prefix=prefix, heartbeat_interval=_seconds(env, ENV_HEARTBEAT, DEFAULT_HEARTBEAT, zero_ok=False),
-                   wal_key=wal_key)
+                   wal_key=wal_key, wal_min_replicas=int(replicas))
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,9 @@ class RecoveryDaemon:
         encryptor: for an encrypted file log, its key(s) (see
             ``agent_saga.audit.encryption``; pass an ``EncryptedWAL`` as ``wal`` for other
             backends). Without a key an encrypted record halts the daemon: fail-closed.
+        reopen: for an open fleet WAL, how to open a writer on it again when it has
+            failed (a Redis failover or restart: the writer is fail-stop); without it a
+            failed writer stops every later resolution until the process restarts.
 
     Raises ``ConfigurationError`` for bad arguments or a module in ``imports`` that cannot
     be imported.
@@ -182,6 +185,7 @@ class RecoveryDaemon:
         clock: Clock | Callable[[], float] | None = None,
         writer_wait: float = 2.0,
         encryptor: PayloadEncryptor | None = None,
+        reopen: Callable[[], BaseWAL] | None = None,
     ) -> None:
         if isinstance(imports, str):
             raise ConfigurationError(f"imports must be a list of module names, not the string {imports!r}")
@@ -197,7 +201,7 @@ class RecoveryDaemon:
                 raise ConfigurationError(
                     "encryptor= is for a FileWAL path; for an open WAL pass EncryptedWAL(wal, encryptor)"
                 )
-            self.source: LogSource = WALSource(wal)
+            self.source: LogSource = WALSource(wal, reopen)
             inner = getattr(wal, "inner", wal)
             path = getattr(inner, "path", None) if not self.source.fleet else None
         elif isinstance(wal, str | os.PathLike):

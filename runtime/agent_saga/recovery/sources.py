@@ -32,8 +32,9 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import threading
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ from ..audit.encryption import EncryptedWAL, PayloadEncryptor, decrypt_record
 from ..errors import ConfigurationError, WALCorrupt
 from ..records import Record, decode_line
 from ..wal.base import BaseWAL
-from .errors import RecoveryError, RecoveryHalted, location_error
+from .errors import LocationUnavailable, RecoveryError, RecoveryHalted, location_error
 from .verified import Item, Rescan, VerifiedReads
 
 __all__ = ["LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"]
@@ -127,24 +128,52 @@ class WALSource(LogSource):
     in a WAL not wrapped so halts the daemon (``WALKeyMissing``).
     """
 
-    def __init__(self, wal: BaseWAL) -> None:
+    def __init__(self, wal: BaseWAL, reopen: Callable[[], BaseWAL] | None = None) -> None:
         from ..wal.file import FileWAL
 
-        self.wal = wal
-        inner = wal.inner if isinstance(wal, EncryptedWAL) else wal
-        self.encryptor = wal.encryptor if isinstance(wal, EncryptedWAL) else None
-        self._raw = inner
+        self._reopen = reopen
+        self._reopening = threading.Lock()
+        self._use(wal)
+        inner = self._raw
         self.fleet = not isinstance(inner, FileWAL)
         name = getattr(inner, "path", None) or getattr(inner, "name", None) or type(inner).__name__
         self.description = str(name)
         self._reads = VerifiedReads(self.description)
         self._cursor = 0
 
+    def _use(self, wal: BaseWAL) -> None:
+        self.wal = wal
+        inner = wal.inner if isinstance(wal, EncryptedWAL) else wal
+        self.encryptor = wal.encryptor if isinstance(wal, EncryptedWAL) else None
+        self._raw = inner
+
+    def _fresh_writer(self) -> BaseWAL:
+        """The WAL, opened again by ``reopen`` when it failed: a fleet log's writer is
+        fail-stop, and a server that failed over or came back must not stop recovery for
+        good. (``open_wal`` gives the new writer a new id: a new chain in the same log.)"""
+        with self._reopening:
+            failed = getattr(self._raw.stats(), "failed", None) if hasattr(self._raw, "stats") else None
+            if failed is not None and self._reopen is not None:
+                old = self.wal
+                self._use(self._reopen())
+                with contextlib.suppress(Exception):
+                    old.close()  # failed: it raises what it failed with
+            return self.wal
+
     async def _fetch(self, from_start: bool) -> list[Item]:
         out: list[Item] = []
-        async for rec in self._raw.read_since(0 if from_start else self._cursor):
-            g = rec.extra.get("gseq")
-            out.append((f"{self.description} " + (f"gseq {g}" if g is not None else f"seq {rec.seq}"), rec))
+        # A server that cannot be reached (a Redis failover, a restart) is not a log that
+        # cannot be trusted: this read stops, nothing is acted on, the next one retries.
+        unreachable: tuple[type[BaseException], ...] = getattr(self._raw, "_redis_errors", ())
+        try:
+            async for rec in self._raw.read_since(0 if from_start else self._cursor):
+                g = rec.extra.get("gseq")
+                out.append((f"{self.description} " + (f"gseq {g}" if g is not None else f"seq {rec.seq}"), rec))
+        except unreachable as exc:
+            scrub = getattr(self._raw, "_scrub", str)
+            raise LocationUnavailable(
+                f"{self.description}: the log cannot be read now ({scrub(f'{type(exc).__name__}: {exc}')}); "
+                f"nothing was acted on, the next read tries again", path=self.description) from exc
         self._cursor = max((BaseWAL.cursor(r) for _, r in out if isinstance(r, Record)), default=self._cursor)
         return out
 
@@ -153,8 +182,9 @@ class WALSource(LogSource):
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:
-        """A writer for the recovery records (held for the block)."""
-        yield self.wal
+        """A writer for the recovery records (held for the block); a failed one is opened
+        again first when the source can (``reopen``)."""
+        yield await asyncio.to_thread(self._fresh_writer) if self._reopen is not None else self.wal
 
 
 class PathSource(LogSource):

@@ -125,7 +125,7 @@ class RedisLogReader(_SharedLogReader):
         from .redis import DEFAULT_KEY, RedisLog
 
         redis = import_redis("reading a RedisWAL")
-        clean, mine = split_query(url, ("key", "writer"))
+        clean, mine = split_query(url, ("key", "writer", "wait_replicas"))
         self._scrub = Scrubber(secrets_in(url))
         where = redact(clean)
         key = mine.get("key") or DEFAULT_KEY

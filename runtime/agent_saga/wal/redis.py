@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from .._redis import Target, connect, import_redis, script
+from .._redis import Target, connect, dedicated, import_redis, is_cluster, one_slot, script
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
@@ -197,16 +197,19 @@ class RedisWAL(SharedLogReads, BatchingWAL):
     """A hash-chained log in a Redis Stream per writer; ``barrier`` means Redis acknowledged.
 
     Args:
-        target: a ``redis://`` / ``rediss://`` / ``unix://`` URL (may carry a password, which
-            never appears in a record, log line or message), or a synchronous
-            ``redis.Redis`` client (its retry policy is yours; the fence still refuses a
-            duplicated batch).
+        target: a ``redis://`` / ``rediss://`` / ``unix://`` / ``redis+sentinel://`` /
+            ``redis+cluster://`` URL (may carry a password, which never appears in a
+            record, log line or message), or a synchronous ``redis.Redis`` (or
+            ``RedisCluster``) client (its retry policy is yours; the fence still refuses
+            a duplicated batch).
         key: the key prefix of this log (see the module doc).
         writer: this writer's id (default ``default_writer_id()``, unique per process).
             Reopening a writer id continues its sequence and chain from Redis.
         wait_replicas: with N > 0 every batch is followed by ``WAIT N wait_timeout_ms`` in
             the same round trip; fewer acknowledgements fail the writer with
-            ``WALStalled`` (the batch is on the primary, not on N replicas).
+            ``WALStalled`` (the batch is on the primary, not on N replicas). Behind
+            Sentinel this is what makes an acknowledged record survive a failover
+            (docs/ha-redis.md). Not available on a Redis Cluster (``ConfigurationError``).
         socket_timeout: bound on one round trip, in seconds (then the writer fails).
         max_pending, backpressure, stall_timeout, fault_hook: as for FileWAL.
         max_batch: records per round trip at most.
@@ -293,13 +296,28 @@ return g
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
         client, target_of, self._owns_client = _make_client(redis, target, socket_timeout)
+        if wait_replicas and is_cluster(client):
+            if self._owns_client:
+                client.close()
+            raise ConfigurationError(
+                "wait_replicas is not available on a Redis Cluster: WAIT must run on the connection "
+                "that wrote, and a cluster client spreads commands over nodes; use Sentinel "
+                "(redis+sentinel://) for replica-confirmed WAL writes, or wait_replicas=0")
         where, scrub = target_of.where, target_of.scrub
         self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, redis.RedisError)
         self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
+        self._probe_errors: tuple[type[BaseException], ...] = (redis.RedisError, AttributeError)
         self._client = client
         self._log = RedisLog(client, key, where)
         self._stream = self._log.stream(self.writer)
         self._keys = [self._stream, self._log.gseq_key, self._log.writers_key]
+        if is_cluster(client):
+            try:
+                one_slot(self._keys, f"RedisWAL key {key!r}")
+            except ConfigurationError:
+                if self._owns_client:
+                    client.close()
+                raise
         super().__init__(
             name=f"{where} stream {self._stream}",
             scrub=scrub,
@@ -315,7 +333,7 @@ return g
             self.durability = self._probe_durability()
             # The flusher's own connection, held for the writer's life: no pool round trip
             # per batch, nothing else interleaves commands on it, and WAIT covers its writes.
-            self._flush_client = redis.Redis(connection_pool=client.connection_pool, single_connection_client=True)
+            self._flush_client = dedicated(client)
             self._scripts = {"APPEND": script(self._flush_client, self.APPEND),
                              "COMPACT": script(self._flush_client, self.COMPACT)}
         except redis.RedisError as exc:
@@ -338,7 +356,7 @@ return g
             ao = _text(cfg.get(b"appendonly", cfg.get("appendonly", "?")))
             af = _text(cfg.get(b"appendfsync", cfg.get("appendfsync", "?")))
             server = f"appendonly={ao} appendfsync={af}"
-        except self._redis_errors:
+        except self._probe_errors:  # AttributeError: a cluster may answer per node
             ao, server = "?", "AOF setting unknown (CONFIG GET refused)"
         if self.wait_replicas:
             base += f", and after {self.wait_replicas} replica(s) acknowledged it (WAIT)"
@@ -372,7 +390,7 @@ return g
         except (WALError, redis.exceptions.ResponseError):
             raise  # an error reply: the connection is in step
         except BaseException:
-            conn = flusher.connection
+            conn = getattr(flusher, "connection", None)
             if conn is not None:  # a reply may be pending on it: never reuse it in that state
                 conn.disconnect()
             raise
@@ -424,7 +442,7 @@ return g
 
     def _close_client(self) -> None:
         flusher = getattr(self, "_flush_client", None)
-        if flusher is not None:
+        if flusher is not None and flusher is not self._client:
             self._flush_client = None
             try:
                 flusher.close()  # hands its connection back to the pool
@@ -461,7 +479,7 @@ def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, T
             "RedisWAL takes a URL or a synchronous redis.Redis client: its private flusher "
             "thread cannot share an asyncio client bound to your event loop"
         )
-    if not isinstance(target, redis.Redis):
+    if not isinstance(target, redis.Redis) and not is_cluster(target):
         raise ConfigurationError(
             f"RedisWAL takes a redis:// URL or a redis.Redis client, not {type(target).__name__}"
         )

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 MASK = "***"
 
 _CONNINFO_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_QUERY_SECRETS = frozenset({"password", "pass", "passwd", "sslpassword", "token"})
+_QUERY_SECRETS = frozenset({"password", "pass", "passwd", "sslpassword", "token", "sentinel_password"})
 
 
 def _is_url(target: str) -> bool:

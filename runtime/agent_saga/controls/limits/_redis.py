@@ -32,6 +32,10 @@ Invariants:
 - Every failure to reach the server raises ``LimitStoreUnavailable`` naming this store;
   the gate refuses the call. The scripts are idempotent on the debit id, so the one
   reconnect-and-retry the client makes cannot debit twice.
+- With ``min_replicas=N`` a debit is authorised only after ``WAIT N`` (sent with the
+  script in one pipeline, on the connection that wrote it) says N replicas hold it: a
+  failover to one of them cannot forget spend it authorised. Fewer acknowledgements
+  refuse the call and leave the debit counted (over-counting is the safe side).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..._redis import Target, connect_async, import_redis, is_timeout, script
+from ..._redis import Target, connect_async, import_redis, is_cluster, is_timeout, script
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -58,7 +62,9 @@ class RedisLimitStore:
     per event loop, and a call waits at most ``pool_timeout`` for one. ``retries`` is the
     number of reconnect-and-repeat attempts after a connection error (0 or 1). ``client``
     injects a ready ``redis.asyncio.Redis`` (used as is, bound to its event loop) instead
-    of one created per event loop from ``url``.
+    of one created per event loop from ``url``. ``min_replicas`` (with ``wait_timeout_ms``)
+    authorises a debit only once that many replicas acknowledged it (see the module doc);
+    not available on a Redis Cluster.
     """
 
     # Shared by the scripts below. ARGV[3] of a debit or refund is the call's charges,
@@ -220,12 +226,19 @@ return redis.call('HGETALL', KEYS[1])
         max_connections: int = 64,
         pool_timeout: float = 5.0,
         client: Any = None,
+        min_replicas: int = 0,
+        wait_timeout_ms: int = 500,
     ) -> None:
         if client is None and not url:
             raise ConfigurationError(
                 "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
                 "redis.asyncio client (client=...)"
             )
+        if min_replicas < 0 or wait_timeout_ms < 1:
+            raise ConfigurationError(f"min_replicas must be >= 0 and wait_timeout_ms >= 1, got {min_replicas} "
+                                     f"and {wait_timeout_ms}")
+        self.min_replicas = min_replicas
+        self._wait_ms = wait_timeout_ms
         if not namespace or any(c in namespace for c in "{}\n"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty without braces or newlines")
         self._target = Target.of(url if url else client)
@@ -339,7 +352,9 @@ return redis.call('HGETALL', KEYS[1])
         loop = asyncio.get_running_loop()
         held = self._clients.pop(loop, None)
         if held is not None:
-            await held[0].aclose(close_connection_pool=True)
+            client = held[0]
+            # A cluster client owns its node pools; a plain one is told to close its pool.
+            await (client.aclose() if is_cluster(client) else client.aclose(close_connection_pool=True))
 
     # ------------------------------------------------------------------ I/O
     def _client(self) -> Any:
@@ -382,15 +397,37 @@ return redis.call('HGETALL', KEYS[1])
             run = scripts[lua] = script(client, lua)
         for attempt in range(2):
             try:
+                if self.min_replicas and lua is not self.LUA_USAGE:
+                    return await self._replicated(client, run, keys, args)
                 return await run(keys=keys, args=args, client=client)
             except (errors.ConnectionError, errors.TimeoutError) as exc:
                 if attempt == 0 and retry_args is not None and self._retries > 0:
                     args = retry_args
                     continue
                 raise self._unavailable(what, exc) from exc
+            except (LimitStoreUnavailable, ConfigurationError):
+                raise
             except Exception as exc:
                 raise self._unavailable(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _replicated(self, client: Any, run: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
+        """The script and ``WAIT min_replicas`` in one pipeline (one connection, one round
+        trip); fewer acknowledgements raise ``LimitStoreUnavailable`` (the call is refused,
+        the write stays counted)."""
+        if is_cluster(client):
+            raise ConfigurationError("RedisLimitStore min_replicas is not available on a Redis Cluster: "
+                                     "use Sentinel (redis+sentinel://) or min_replicas=0")
+        pipe = client.pipeline(transaction=False)
+        await run(keys=keys, args=args, client=pipe)
+        pipe.execute_command("WAIT", self.min_replicas, self._wait_ms)
+        reply, acks = await pipe.execute()
+        if int(acks) < self.min_replicas:
+            raise LimitStoreUnavailable(
+                f"limit store {self.describe()}: only {acks} of {self.min_replicas} replicas acknowledged the "
+                f"write within {self._wait_ms} ms; the call is refused (the write stays counted)",
+                store=self.describe(), outcome_unknown=True)
+        return reply
 
     async def _io(self, what: str, op: Any) -> Any:
         client = self._client()

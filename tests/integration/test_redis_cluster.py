@@ -1,0 +1,165 @@
+"""A 3-master Redis Cluster (``redis-cli --cluster create``): the Redis stores through a
+``redis+cluster://`` URL, with the documented hash-tagged prefixes, and a slot migration
+in the middle of a run.
+
+The cross-section: the RedisWAL (appending while its slot moves to another master, then
+read back and verified), the limit store (a budget held across the migration), the
+recovery claims and ledger, the kill switch and the approval store on the policy plane
+(``{agentsaga}`` prefix). A key prefix without a hash tag is refused at open, naming the
+fix; ``wait_replicas`` / ``min_replicas`` are refused on a cluster (WAIT needs the
+connection that wrote).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from agent_saga import verify_records
+from agent_saga._redis import key_slot
+from agent_saga.controls.approvals import ApprovalRequest, Decision
+from agent_saga.controls.approvals._redis import RedisApprovalStore
+from agent_saga.controls.killswitch import Lever
+from agent_saga.controls.killswitch._redis import RedisSwitchStore
+from agent_saga.controls.limits import Charge, RedisLimitStore
+from agent_saga.errors import ConfigurationError
+from agent_saga.recovery.redis import RedisClaimLock
+from agent_saga.wal.readers import open_reader
+from agent_saga.wal.redis import RedisWAL
+from fixtures.redis_ha import RedisClusterGroup
+
+PLANE = "{agentsaga}:v1"
+WAL_KEY = "{agent-saga}:wal"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
+    group = RedisClusterGroup(tmp_path_factory.mktemp("cluster")).start()
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified(cluster: RedisClusterGroup) -> None:
+    cluster.flush()
+    slot = key_slot(WAL_KEY)
+    before = cluster.owner(slot)
+    wal = RedisWAL(cluster.url, key=WAL_KEY, writer="c-1", socket_timeout=2.0)
+    acked: list[tuple[str, int]] = []
+    moved = threading.Event()
+
+    async def saga(i: int) -> None:
+        k = 0
+        while not moved.is_set() or k < 5:
+            await wal.barrier(wal.append("STEP_COMMITTED", f"s-{i}", None, {"k": k}))
+            acked.append((f"s-{i}", k))
+            k += 1
+
+    async def run() -> None:
+        task = asyncio.gather(*(saga(i) for i in range(8)))
+        await asyncio.to_thread(lambda: _wait(lambda: len(acked) >= 40))
+        await asyncio.to_thread(cluster.migrate_slot, slot)
+        moved.set()
+        await asyncio.wait_for(task, 60)
+
+    try:
+        asyncio.run(run())
+    finally:
+        wal.close()
+    assert cluster.owner(slot) is not before, "the WAL's slot moved to another master mid-run"
+    reader = open_reader(f"{cluster.url}?key={WAL_KEY}")
+    try:
+        present = [(r.saga, (r.payload or {})["k"]) for r in reader.records() if r.type == "STEP_COMMITTED"]
+        assert sorted(present) == sorted(acked)
+        assert verify_records(reader.chain("c-1")).ok
+    finally:
+        reader.close()
+
+
+def _wait(cond: object, timeout: float = 30.0) -> None:
+    from fixtures.polling import until
+
+    until("the writers to make progress", cond, timeout=timeout)  # type: ignore[arg-type]
+
+
+def test_a_wal_key_without_a_hash_tag_is_refused_naming_the_fix(cluster: RedisClusterGroup) -> None:
+    with pytest.raises(ConfigurationError, match=r"give the key prefix one hash tag.*\{agent-saga\}:wal"):
+        RedisWAL(cluster.url, key="agent-saga:wal", writer="c-2")
+    with pytest.raises(ConfigurationError, match="not available on a Redis Cluster"):
+        RedisWAL(cluster.url, key=WAL_KEY, writer="c-3", wait_replicas=1)
+
+
+def test_a_budget_holds_across_a_slot_migration(cluster: RedisClusterGroup) -> None:
+    cluster.flush()
+    store = RedisLimitStore(cluster.url, namespace="cluster-budget")
+    charge = [Charge("spend", "fleet", 1.0, 30.0, 3600.0)]
+
+    async def spend(n: int) -> int:
+        ok = 0
+        for i in range(n):
+            ok += (await store.debit(charge, f"d-{time.monotonic_ns()}-{i}")).ok
+        return ok
+
+    async def run() -> int:
+        first = await spend(20)
+        await asyncio.to_thread(cluster.migrate_slot, key_slot(store._keys[0]))
+        rest = await spend(20)
+        await store.aclose()
+        return first + rest
+
+    assert asyncio.run(run()) == 30, "exactly the budget: the counters moved with their slot"
+
+    async def replicated() -> None:
+        s = RedisLimitStore(cluster.url, namespace="x", min_replicas=1)
+        try:
+            with pytest.raises(ConfigurationError, match="not available on a Redis Cluster"):
+                await s.debit(charge, "d")
+        finally:
+            await s.aclose()
+
+    asyncio.run(replicated())
+
+
+def test_claims_are_exclusive_on_a_cluster(cluster: RedisClusterGroup) -> None:
+    async def run() -> None:
+        a, b = RedisClaimLock(cluster.url, owner="a"), RedisClaimLock(cluster.url, owner="b")
+        try:
+            claim = await a.acquire("saga-1", 5.0)
+            assert claim is not None
+            assert await b.acquire("saga-1", 5.0) is None, "one claim per saga"
+            assert await a.renew(claim)
+            await a.release(claim)
+            assert await b.acquire("saga-1", 5.0) is not None
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(run())
+
+
+def test_the_kill_switch_and_approvals_on_a_cluster_policy_plane(cluster: RedisClusterGroup) -> None:
+    cluster.flush()
+    switch = RedisSwitchStore(cluster.url, grace=5, prefix=PLANE, socket_timeout=1.0)
+    try:
+        lever = Lever.new("Halt", "tool:stripe.*", reason="incident", by="soc@corp", now=time.time(), ttl=600)
+        switch.engage(lever)
+        assert [lv.id for lv in switch.levers()] == [lever.id]
+        assert switch.lift(lever.id) is not None
+        assert switch.levers() == []
+    finally:
+        switch.close()
+    approvals = RedisApprovalStore(cluster.url, prefix=PLANE)
+    try:
+        now = time.time()
+        req = ApprovalRequest("cd" * 16, "s", "s/0", "wire.send", "irreversible", "", "sha256:x", "1", now, now + 60)
+        assert approvals.create(req)[1] is True
+        assert approvals.create(req)[1] is False, "asked once"
+        assert [r.id for r in approvals.list(pending_only=True)] == [req.id]
+        decided = approvals.decide(req.id, Decision("Denied", "oncall@corp", time.time(), ""))
+        assert decided is not None and approvals.list(pending_only=True) == []
+    finally:
+        approvals.close()
