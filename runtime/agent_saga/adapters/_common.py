@@ -1,0 +1,260 @@
+"""What every framework adapter shares: the run (one saga), the step, the refusal text.
+
+    step = SagaStep(forward, tool="zendesk_create_ticket", semantics=C, compensate=...)
+    result = await run_in_saga(lambda: graph.ainvoke(state), framework="langgraph")
+
+An adapter module (``agent_saga.adapters.<framework>``) only translates: it builds a
+framework tool with the original's name, description and argument schema whose body
+calls ``SagaStep.acall`` (or ``SagaStep.call`` from a worker thread), and turns a
+``ToolRefused`` into the framework's own tool-error channel.
+
+Invariants:
+- A step is exactly one ``AgentKit.safe_tool`` call, so one ``Saga.execute``: the same
+  records, gate, compensation and LIFO rollback as everywhere else (no engine of its own).
+- ``run_in_saga`` opens one ``AgentKit.transaction``: every wrapped tool the framework
+  calls while it runs is a step of that saga; any exception leaving the run rolls back
+  every step that ran, newest first.
+- A refusal (``SagaRefused``: the kill switch, a limit, a rule, a denied approval) is
+  not a failure: it raises ``ToolRefused`` for the adapter to hand to the model, and the
+  run goes on so the model can react.
+- Any other exception from a step (the tool raised, its outcome is unknown, the log
+  failed) dooms the run even when the framework catches it and shows it to the model:
+  every later step is refused, and when the framework's run returns, ``run_in_saga``
+  raises that exception so the saga rolls back. A transaction with a failed step does
+  not commit.
+- Outside a run a wrapped tool is the original call, untouched (as ``AgentKit.safe_tool``
+  outside a transaction): nothing is logged or gated.
+- Importing this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+from ..engine import CompensationFactory, Saga
+from ..errors import ConfigurationError, SagaRefused
+from ..kit import AgentKit
+from ..retry import RetryPolicy
+from ..semantics import ActionSemantics
+
+__all__ = ["SagaStep", "ToolRefused", "refusal_text", "require", "run_in_saga"]
+
+T = TypeVar("T")
+
+
+class ToolRefused(Exception):
+    """A step was refused before it ran; ``text`` is what the model is shown.
+
+    Adapters catch it and hand ``text`` back through the framework's tool-error channel.
+    ``cause`` is the control's ``SagaRefused`` (or ``None`` for a doomed run)."""
+
+    def __init__(self, text: str, *, tool: str, cause: SagaRefused | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+        self.tool = tool
+        self.cause = cause
+
+
+@dataclass(slots=True)
+class _Run:
+    """One framework run inside one saga (shared by reference with the framework's tasks)."""
+
+    saga: Saga
+    loop: asyncio.AbstractEventLoop
+    failure: BaseException | None = None
+    failed_tool: str = ""
+
+
+_run: ContextVar[_Run | None] = ContextVar("agent_saga_adapter_run", default=None)
+
+_kits: dict[str, AgentKit] = {}
+_kits_lock = threading.Lock()
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import a framework module, or raise ``ImportError`` naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"agent_saga.adapters.{extra} needs {module!r}, which is not installed: "
+            f"pip install 'agent-saga[{extra}]'"
+        ) from exc
+
+
+def default_kit(framework: str) -> AgentKit:
+    """The kit a run uses when none is given: ``AgentKit(name=framework)``, made once.
+
+    Its gate comes from the environment (``AgentKit``'s default): with the policy plane
+    configured, the fleet's kill switch, limits and policies apply to the run."""
+    with _kits_lock:
+        kit = _kits.get(framework)
+        if kit is None:
+            kit = _kits[framework] = AgentKit(name=framework)
+        return kit
+
+
+def _tool_kit() -> AgentKit:
+    """The kit that registers tools wrapped without ``kit=`` (no gate: a step is gated
+    by the saga it runs in)."""
+    with _kits_lock:
+        kit = _kits.get("")
+        if kit is None:
+            kit = _kits[""] = AgentKit(name="adapters", gate=None)
+        return kit
+
+
+def refusal_text(tool: str, exc: SagaRefused) -> str:
+    """What the model reads when ``tool`` was refused: who refused, why, nothing ran."""
+    reason = (getattr(exc, "reason", "") or getattr(exc, "message", "") or str(exc)).rstrip(". ")
+    by = getattr(exc, "decided_by", "")
+    text = f"agent-saga refused {tool}: {reason}"
+    if by:
+        text += f" (decided by {by})"
+    return text + ". Nothing was executed."
+
+
+class SagaStep:
+    """One wrapped tool: ``forward(**kwargs)`` run as a saga step inside a run.
+
+    Args:
+        forward: the original tool's call, sync or async, taking the tool's arguments
+            as keywords; its return value is what ``compensate`` receives.
+        tool: the step's tool name (what the gate, the kill switch and the log see).
+        semantics, compensate, timeout, retry, policy_args: as ``AgentKit.safe_tool``.
+        kit: the ``AgentKit`` to register the tool with (its ``guarantees()`` list it);
+            the gate is the run's, not the kit's.
+
+    Raises ``ConfigurationError`` now for a declaration that can never run (COMPENSABLE
+    without ``compensate``, IRREVERSIBLE with one).
+    """
+
+    __slots__ = ("_forward", "_step", "tool")
+
+    def __init__(
+        self,
+        forward: Callable[..., Any],
+        *,
+        tool: str,
+        semantics: ActionSemantics | str,
+        compensate: CompensationFactory | None,
+        kit: AgentKit | None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        policy_args: Callable[..., Mapping[str, Any]] | None = None,
+    ) -> None:
+        if not isinstance(tool, str) or not tool:
+            raise ConfigurationError(f"wrap_tool: the tool needs a non-empty name, got {tool!r}")
+        if kit is not None and not isinstance(kit, AgentKit):
+            raise ConfigurationError(f"wrap_tool: kit= must be an AgentKit, got {kit!r}")
+        self.tool = tool
+        self._forward = forward
+        self._step = (kit or _tool_kit()).safe_tool(
+            forward, semantics=semantics, compensate=compensate, name=tool,
+            timeout=timeout, retry=retry, policy_args=policy_args,
+        )
+
+    async def acall(self, kwargs: Mapping[str, Any]) -> Any:
+        """Run the step (inside a run) or the original call (outside one).
+
+        Raises ``ToolRefused`` when a control refused it or the run is already doomed;
+        any other exception is the tool's (or the log's), and dooms the run."""
+        run = _run.get()
+        if run is None:
+            result = self._forward(**kwargs)
+            return await result if inspect.isawaitable(result) else result
+        if run.failure is not None:
+            raise ToolRefused(
+                f"agent-saga refused {self.tool}: an earlier tool call in this run "
+                f"({run.failed_tool}) failed, so the run is being rolled back. Nothing was executed.",
+                tool=self.tool,
+            )
+        try:
+            result = self._step(**kwargs)
+            return await result if inspect.isawaitable(result) else result
+        except SagaRefused as exc:
+            raise ToolRefused(refusal_text(self.tool, exc), tool=self.tool, cause=exc) from exc
+        except BaseException as exc:
+            if run.failure is None:
+                run.failure, run.failed_tool = exc, self.tool
+            raise
+
+    def call(self, kwargs: Mapping[str, Any]) -> Any:
+        """``acall`` for a framework that calls tools synchronously on a worker thread.
+
+        Inside a run the step is run on the run's event loop and this thread waits for
+        it. Raises ``ConfigurationError`` when called on the run's own loop thread (a sync
+        tool there would block the loop the step needs)."""
+        run = _run.get()
+        if run is None:
+            result = self._forward(**kwargs)
+            if inspect.isawaitable(result):
+                return _run_coroutine(result)
+            return result
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is run.loop:
+            raise ConfigurationError(
+                f"{self.tool} was called synchronously on the event loop of its saga run; "
+                f"call it through the framework's async API (or from a worker thread)"
+            )
+        return asyncio.run_coroutine_threadsafe(self.acall(kwargs), run.loop).result()
+
+
+def _run_coroutine(coro: Awaitable[T]) -> T:
+    async def wait() -> T:
+        return await coro
+
+    return asyncio.run(wait())
+
+
+async def run_in_saga(
+    body: Callable[[], Awaitable[T]],
+    *,
+    framework: str,
+    kit: AgentKit | None = None,
+    name: str | None = None,
+    saga_id: str | None = None,
+    tags: tuple[str, ...] = (),
+) -> T:
+    """Await ``body()`` as one saga: every wrapped tool it calls is a step of it.
+
+    Returns what ``body`` returned, after a durable SAGA_COMPLETED. Any exception from
+    ``body`` rolls back every step that ran, LIFO, and propagates (``RollbackIncomplete``
+    when the rollback was partial). A step that failed while the framework carried on
+    (it showed the error to the model) is raised here once ``body`` returns, so the saga
+    rolls back all the same. Nested runs are refused (``ConfigurationError``).
+    """
+    if _run.get() is not None:
+        raise ConfigurationError(
+            "saga_run is already running in this task: nested runs are not supported; "
+            "call the inner agent's tools as steps of the outer run"
+        )
+    kit = kit if kit is not None else default_kit(framework)
+    if not isinstance(kit, AgentKit):
+        raise ConfigurationError(f"saga_run: kit= must be an AgentKit, got {kit!r}")
+    async with kit.transaction(name, saga_id=saga_id, tags=(framework, *tags)) as saga:
+        run = _Run(saga, asyncio.get_running_loop())
+        token = _run.set(run)
+        try:
+            result = await body()
+        finally:
+            _run.reset(token)
+        if run.failure is not None:
+            failure = run.failure
+            failure.add_note(
+                f"agent-saga: {run.failed_tool} failed during the {framework} run, which handed the "
+                f"error to the model and went on; the run is rolled back"
+            )
+            raise failure
+        return result
