@@ -9,8 +9,9 @@ calls ``SagaStep.acall`` (or ``SagaStep.call`` from a worker thread), and turns 
 ``ToolRefused`` into the framework's own tool-error channel.
 
 Invariants:
-- A step is exactly one ``AgentKit.safe_tool`` call, so one ``Saga.execute``: the same
-  records, gate, compensation and LIFO rollback as everywhere else (no engine of its own).
+- A step is declared through ``AgentKit.safe_tool`` (checked when wrapped) and each call
+  is exactly one ``Saga.execute`` of the run's saga: the same records, gate, compensation
+  and LIFO rollback as everywhere else (no engine of its own).
 - ``run_in_saga`` opens one ``AgentKit.transaction``: every wrapped tool the framework
   calls while it runs is a step of that saga; any exception leaving the run rolls back
   every step that ran, newest first.
@@ -30,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import threading
@@ -41,9 +43,9 @@ from typing import Any, TypeVar
 
 from ..engine import CompensationFactory, Saga
 from ..errors import ConfigurationError, SagaRefused
-from ..kit import AgentKit
+from ..kit import AgentKit, _json_kwargs
 from ..retry import RetryPolicy
-from ..semantics import ActionSemantics
+from ..semantics import ActionSemantics, coerce_semantics
 
 __all__ = ["SagaStep", "ToolRefused", "refusal_text", "require", "run_in_saga"]
 
@@ -127,7 +129,8 @@ class SagaStep:
 
     Args:
         forward: the original tool's call, sync or async, taking the tool's arguments
-            as keywords; its return value is what ``compensate`` receives.
+            as keywords; its return value is what ``compensate`` receives. ``None``
+            when the adapter passes ``call=`` to every ``acall``.
         tool: the step's tool name (what the gate, the kill switch and the log see).
         semantics, compensate, timeout, retry, policy_args: as ``AgentKit.safe_tool``.
         kit: the ``AgentKit`` to register the tool with (its ``guarantees()`` list it);
@@ -137,11 +140,11 @@ class SagaStep:
     without ``compensate``, IRREVERSIBLE with one).
     """
 
-    __slots__ = ("_forward", "_step", "tool")
+    __slots__ = ("_compensate", "_forward", "_policy_args", "_retry", "_semantics", "_timeout", "tool")
 
     def __init__(
         self,
-        forward: Callable[..., Any],
+        forward: Callable[..., Any] | None,
         *,
         tool: str,
         semantics: ActionSemantics | str,
@@ -155,21 +158,36 @@ class SagaStep:
             raise ConfigurationError(f"wrap_tool: the tool needs a non-empty name, got {tool!r}")
         if kit is not None and not isinstance(kit, AgentKit):
             raise ConfigurationError(f"wrap_tool: kit= must be an AgentKit, got {kit!r}")
-        self.tool = tool
-        self._forward = forward
-        self._step = (kit or _tool_kit()).safe_tool(
-            forward, semantics=semantics, compensate=compensate, name=tool,
+        # The kit checks the declaration now (not at the first call) and lists the tool
+        # in its guarantees(); each call is then one Saga.execute of the run's saga.
+        (kit or _tool_kit()).safe_tool(
+            forward or _given_per_call, semantics=semantics, compensate=compensate, name=tool,
             timeout=timeout, retry=retry, policy_args=policy_args,
         )
+        self.tool = tool
+        self._forward = forward
+        self._semantics = coerce_semantics(semantics)
+        self._compensate = compensate
+        self._timeout = timeout
+        self._retry = retry
+        self._policy_args = policy_args
 
-    async def acall(self, kwargs: Mapping[str, Any]) -> Any:
+    async def acall(self, kwargs: Mapping[str, Any], call: Callable[[], Any] | None = None) -> Any:
         """Run the step (inside a run) or the original call (outside one).
 
+        ``kwargs`` are the tool's arguments (the gate sees them); ``call``, when given,
+        is how this framework runs the original with them (default ``forward(**kwargs)``).
         Raises ``ToolRefused`` when a control refused it or the run is already doomed;
         any other exception is the tool's (or the log's), and dooms the run."""
+        if call is not None:
+            forward: Callable[[], Any] = call
+        elif self._forward is not None:
+            forward = functools.partial(self._forward, **kwargs)
+        else:
+            raise ConfigurationError(f"{self.tool}: this step is run with call= (the adapter's own call)")
         run = _run.get()
         if run is None:
-            result = self._forward(**kwargs)
+            result = forward()
             return await result if inspect.isawaitable(result) else result
         if run.failure is not None:
             raise ToolRefused(
@@ -177,9 +195,12 @@ class SagaStep:
                 f"({run.failed_tool}) failed, so the run is being rolled back. Nothing was executed.",
                 tool=self.tool,
             )
+        pargs = self._policy_args(**kwargs) if self._policy_args is not None else _json_kwargs(dict(kwargs))
         try:
-            result = self._step(**kwargs)
-            return await result if inspect.isawaitable(result) else result
+            return await run.saga.execute(
+                self.tool, self._semantics, forward, self._compensate,
+                timeout=self._timeout, retry=self._retry, policy_args=pargs,
+            )
         except SagaRefused as exc:
             raise ToolRefused(refusal_text(self.tool, exc), tool=self.tool, cause=exc) from exc
         except BaseException as exc:
@@ -187,7 +208,7 @@ class SagaStep:
                 run.failure, run.failed_tool = exc, self.tool
             raise
 
-    def call(self, kwargs: Mapping[str, Any]) -> Any:
+    def call(self, kwargs: Mapping[str, Any], call: Callable[[], Any] | None = None) -> Any:
         """``acall`` for a framework that calls tools synchronously on a worker thread.
 
         Inside a run the step is run on the run's event loop and this thread waits for
@@ -195,7 +216,7 @@ class SagaStep:
         tool there would block the loop the step needs)."""
         run = _run.get()
         if run is None:
-            result = self._forward(**kwargs)
+            result = call() if call is not None else (self._forward or _given_per_call)(**kwargs)
             if inspect.isawaitable(result):
                 return _run_coroutine(result)
             return result
@@ -208,7 +229,12 @@ class SagaStep:
                 f"{self.tool} was called synchronously on the event loop of its saga run; "
                 f"call it through the framework's async API (or from a worker thread)"
             )
-        return asyncio.run_coroutine_threadsafe(self.acall(kwargs), run.loop).result()
+        return asyncio.run_coroutine_threadsafe(self.acall(kwargs, call), run.loop).result()
+
+
+def _given_per_call(**kwargs: Any) -> Any:
+    """The stand-in forward of a step whose adapter passes ``call=`` each time."""
+    raise ConfigurationError("this tool's call is given by its adapter")
 
 
 def _run_coroutine(coro: Awaitable[T]) -> T:
