@@ -121,7 +121,7 @@ def refusal_text(tool: str, exc: SagaRefused) -> str:
     text = f"agent-saga refused {tool}: {reason}"
     if by:
         text += f" (decided by {by})"
-    return text + ". Nothing was executed."
+    return text + ("." if "nothing was executed" in reason.lower() else ". Nothing was executed.")
 
 
 class SagaStep:

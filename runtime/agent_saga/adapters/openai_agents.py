@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,13 +57,14 @@ def wrap_tool(
     Other arguments as ``agent_saga.adapters.langgraph.wrap_tool``. Raises
     ``ConfigurationError`` for a declaration that can never run or a tool that is not a
     ``FunctionTool`` (hosted tools run on OpenAI's side: there is nothing to wrap)."""
-    original = tool if isinstance(tool, _agents.FunctionTool) else None
-    if original is None:
-        if isinstance(tool, _agents.Tool) or not callable(tool):
-            raise ConfigurationError(
-                f"wrap_tool needs a FunctionTool (@function_tool) or a plain function, got {tool!r}"
-            )
+    if isinstance(tool, _agents.FunctionTool):
+        original = tool
+    elif inspect.isfunction(tool) or inspect.ismethod(tool):
         original = _agents.function_tool(tool)
+    else:
+        raise ConfigurationError(
+            f"wrap_tool needs a FunctionTool (@function_tool) or a plain function, got {tool!r}"
+        )
     invoker = original.on_invoke_tool
     # @function_tool's invoker applies the failure policy around the function's own call:
     # the step runs the inner call, and the copy keeps the policy around the step.

@@ -91,6 +91,6 @@ def assert_refused_in_band(world: World, seen_by_model: str) -> None:
     """The halted tool never ran; the model read the refusal; the saga still completed."""
     assert not any(r.startswith("wire:") for r in world.ran)
     assert "agent-saga refused wire_transfer" in seen_by_model
-    assert "fraud pattern on wires" in seen_by_model and "Nothing was executed" in seen_by_model
+    assert "fraud pattern on wires" in seen_by_model and "nothing was executed" in seen_by_model.lower()
     types = [r.type for r in world.last_saga()]
     assert "STEP_REFUSED" in types and types[-1] == "SAGA_COMPLETED", types

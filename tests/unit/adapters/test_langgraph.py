@@ -141,3 +141,16 @@ async def test_outside_saga_run_the_wrapped_tool_is_the_original(world: World, l
     before = len(world.records())
     assert await wrapped[0].ainvoke({"amount": 3, "customer": "c3"}) == {"id": "ch_3", "amount": 3, "customer": "c3"}
     assert len(world.records()) == before
+
+
+def test_the_langgraph_example_runs_offline_and_ends_clean(capsys) -> None:
+    import runpy
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[3] / "examples" / "adapters" / "langgraph_devops.py"
+    runpy.run_path(str(example), run_name="__main__")  # in-process: LangGraph is imported already
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("clean")
+    assert "model reads: agent-saga refused wire_transfer" in out
+    undo = [ln.strip() for ln in out.splitlines() if "closed T-1" in ln or "scaled web back" in ln]
+    assert undo == ["[zendesk] closed T-1", "[k8s] scaled web back to 2"]  # newest first
