@@ -18,6 +18,9 @@ Invariants:
 - A refusal (``SagaRefused``: the kill switch, a limit, a rule, a denied approval) is
   not a failure: it raises ``ToolRefused`` for the adapter to hand to the model, and the
   run goes on so the model can react.
+- A QUARANTINE (``SagaQuarantined``) is told to the model the same way, but every later
+  step is refused and the run leaves its scope with it once the framework returns: the
+  saga is frozen for a human (SAGA_QUARANTINED), never rolled back.
 - Any other exception from a step (the tool raised, its outcome is unknown, the log
   failed) dooms the run even when the framework catches it and shows it to the model:
   every later step is refused, and when the framework's run returns, ``run_in_saga``
@@ -39,15 +42,18 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 
 from ..engine import CompensationFactory, Saga
-from ..errors import ConfigurationError, SagaRefused
+from ..errors import ConfigurationError, SagaQuarantined, SagaRefused
 from ..kit import AgentKit, _json_kwargs
 from ..retry import RetryPolicy
 from ..semantics import ActionSemantics, coerce_semantics
 
-__all__ = ["SagaStep", "ToolRefused", "refusal_text", "require", "run_in_saga"]
+__all__ = [
+    "RunOptions", "SagaStep", "StepOptions", "ToolRefused", "make_saga_run", "refusal_text", "require",
+    "run_in_saga",
+]
 
 T = TypeVar("T")
 
@@ -63,6 +69,33 @@ class ToolRefused(Exception):
         self.text = text
         self.tool = tool
         self.cause = cause
+
+
+class StepOptions(TypedDict, total=False):
+    """What every ``wrap_tool`` takes besides the tool, ``semantics`` and ``compensate``.
+
+    ``name``: the step's name for the gate and the log (default: the tool's name; the
+    name the model sees never changes). ``timeout`` / ``retry`` / ``policy_args``: as
+    ``AgentKit.safe_tool``. ``kit``: the ``AgentKit`` whose ``guarantees()`` list the
+    tool (the gate is the run's)."""
+
+    name: str | None
+    timeout: float | None
+    retry: RetryPolicy | None
+    policy_args: Callable[..., Mapping[str, Any]] | None
+    kit: AgentKit | None
+
+
+class RunOptions(TypedDict, total=False):
+    """What every ``saga_run`` takes besides the framework's own arguments.
+
+    ``kit``: the WAL and the gate (default: ``AgentKit(name=<framework>)``, its gate from
+    the environment); ``name`` / ``saga_id`` / ``tags``: as ``AgentKit.transaction``."""
+
+    kit: AgentKit | None
+    name: str | None
+    saga_id: str | None
+    tags: tuple[str, ...]
 
 
 @dataclass(slots=True)
@@ -172,6 +205,23 @@ class SagaStep:
         self._retry = retry
         self._policy_args = policy_args
 
+    @classmethod
+    def declare(
+        cls,
+        forward: Callable[..., Any] | None,
+        tool: str,
+        semantics: ActionSemantics | str,
+        compensate: CompensationFactory | None,
+        options: StepOptions,
+    ) -> SagaStep:
+        """The step of a ``wrap_tool(tool, semantics=, compensate=, **options)`` call;
+        ``tool`` is the framework tool's name (``options["name"]`` wins for the step)."""
+        return cls(
+            forward, tool=options.get("name") or tool, semantics=semantics, compensate=compensate,
+            kit=options.get("kit"), timeout=options.get("timeout"), retry=options.get("retry"),
+            policy_args=options.get("policy_args"),
+        )
+
     async def acall(self, kwargs: Mapping[str, Any], call: Callable[[], Any] | None = None) -> Any:
         """Run the step (inside a run) or the original call (outside one).
 
@@ -190,17 +240,19 @@ class SagaStep:
             result = forward()
             return await result if inspect.isawaitable(result) else result
         if run.failure is not None:
-            raise ToolRefused(
-                f"agent-saga refused {self.tool}: an earlier tool call in this run "
-                f"({run.failed_tool}) failed, so the run is being rolled back. Nothing was executed.",
-                tool=self.tool,
-            )
+            raise ToolRefused(_doomed_text(self.tool, run), tool=self.tool)
         pargs = self._policy_args(**kwargs) if self._policy_args is not None else _json_kwargs(dict(kwargs))
         try:
             return await run.saga.execute(
                 self.tool, self._semantics, forward, self._compensate,
                 timeout=self._timeout, retry=self._retry, policy_args=pargs,
             )
+        except SagaQuarantined as exc:
+            # Frozen, not refused: the model is told, and the run then leaves its scope
+            # with this exception, so the saga is quarantined (never rolled back).
+            if run.failure is None:
+                run.failure, run.failed_tool = exc, self.tool
+            raise ToolRefused(refusal_text(self.tool, exc), tool=self.tool, cause=exc) from exc
         except SagaRefused as exc:
             raise ToolRefused(refusal_text(self.tool, exc), tool=self.tool, cause=exc) from exc
         except BaseException as exc:
@@ -232,6 +284,14 @@ class SagaStep:
         return asyncio.run_coroutine_threadsafe(self.acall(kwargs, call), run.loop).result()
 
 
+def _doomed_text(tool: str, run: _Run) -> str:
+    if isinstance(run.failure, SagaQuarantined):
+        return (f"agent-saga refused {tool}: this run's saga is quarantined; no further tool runs "
+                f"and a human decides what happens to it. Nothing was executed.")
+    return (f"agent-saga refused {tool}: an earlier tool call in this run ({run.failed_tool}) "
+            f"failed, so the run is being rolled back. Nothing was executed.")
+
+
 def _given_per_call(**kwargs: Any) -> Any:
     """The stand-in forward of a step whose adapter passes ``call=`` each time."""
     raise ConfigurationError("this tool's call is given by its adapter")
@@ -244,14 +304,26 @@ def _run_coroutine(coro: Awaitable[T]) -> T:
     return asyncio.run(wait())
 
 
+def make_saga_run(framework: str, start: Callable[..., Awaitable[Any]], doc: str) -> Callable[..., Any]:
+    """An adapter's ``saga_run(target, *args, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``await start(target, *args, **kwargs)`` as one saga (``run_in_saga``)."""
+
+    async def saga_run(target: Any, *args: Any, **kwargs: Any) -> Any:
+        options = {k: kwargs.pop(k) for k in ("kit", "name", "saga_id", "tags") if k in kwargs}
+        return await run_in_saga(
+            lambda: start(target, *args, **kwargs), framework=framework, **cast(RunOptions, options)
+        )
+
+    saga_run.__doc__ = doc
+    saga_run.__qualname__ = saga_run.__name__ = "saga_run"
+    return saga_run
+
+
 async def run_in_saga(
     body: Callable[[], Awaitable[T]],
     *,
     framework: str,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
+    **options: Unpack[RunOptions],
 ) -> T:
     """Await ``body()`` as one saga: every wrapped tool it calls is a step of it.
 
@@ -266,10 +338,12 @@ async def run_in_saga(
             "saga_run is already running in this task: nested runs are not supported; "
             "call the inner agent's tools as steps of the outer run"
         )
+    kit = options.get("kit")
     kit = kit if kit is not None else default_kit(framework)
     if not isinstance(kit, AgentKit):
         raise ConfigurationError(f"saga_run: kit= must be an AgentKit, got {kit!r}")
-    async with kit.transaction(name, saga_id=saga_id, tags=(framework, *tags)) as saga:
+    tags = tuple(options.get("tags", ()))
+    async with kit.transaction(options.get("name"), saga_id=options.get("saga_id"), tags=(framework, *tags)) as saga:
         run = _Run(saga, asyncio.get_running_loop())
         token = _run.set(run)
         try:
@@ -278,9 +352,10 @@ async def run_in_saga(
             _run.reset(token)
         if run.failure is not None:
             failure = run.failure
-            failure.add_note(
-                f"agent-saga: {run.failed_tool} failed during the {framework} run, which handed the "
-                f"error to the model and went on; the run is rolled back"
-            )
+            if not isinstance(failure, SagaQuarantined):
+                failure.add_note(
+                    f"agent-saga: {run.failed_tool} failed during the {framework} run, which handed "
+                    f"the error to the model and went on; the run is rolled back"
+                )
             raise failure
         return result

@@ -29,15 +29,13 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Unpack
 
 from ..engine import CompensationFactory
 from ..errors import ConfigurationError
-from ..kit import AgentKit
-from ..retry import RetryPolicy
 from ..semantics import ActionSemantics
-from ._common import SagaStep, ToolRefused, require, run_in_saga
+from ._common import SagaStep, StepOptions, ToolRefused, make_saga_run, require
 
 __all__ = ["ToolRefused", "saga_run", "wrap_tool"]
 
@@ -49,11 +47,7 @@ def wrap_tool(
     *,
     semantics: ActionSemantics | str,
     compensate: CompensationFactory | None = None,
-    name: str | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    policy_args: Callable[..., Mapping[str, Any]] | None = None,
-    kit: AgentKit | None = None,
+    **options: Unpack[StepOptions],
 ) -> Any:
     """Return ``tool`` (a plain sync or async function, or an ``autogen_core.tools.
     FunctionTool``) as a saga step. ``name`` is the step's name for the gate and the log
@@ -61,29 +55,18 @@ def wrap_tool(
     ``agent_saga.adapters.langgraph.wrap_tool``. Raises ``ConfigurationError`` for a
     declaration that can never run or a tool that is neither."""
     if isinstance(tool, _tools.FunctionTool):
-        fn = tool._func
-        wrapped = _wrap_callable(fn, name or tool.name, semantics, compensate, timeout, retry, policy_args, kit)
+        step = SagaStep.declare(tool._func, tool.name, semantics, compensate, options)
+        wrapped = _wrap_callable(tool._func, step)
         return _tools.FunctionTool(wrapped, description=tool.description, name=tool.name,
                                    global_imports=tool._global_imports, strict=tool._strict)
     if not callable(tool) or isinstance(tool, _tools.BaseTool):
         raise ConfigurationError(
             f"wrap_tool needs a plain function or an autogen_core FunctionTool, got {tool!r}"
         )
-    return _wrap_callable(tool, name or tool.__name__, semantics, compensate, timeout, retry, policy_args, kit)
+    return _wrap_callable(tool, SagaStep.declare(tool, tool.__name__, semantics, compensate, options))
 
 
-def _wrap_callable(
-    fn: Callable[..., Any],
-    tool: str,
-    semantics: ActionSemantics | str,
-    compensate: CompensationFactory | None,
-    timeout: float | None,
-    retry: RetryPolicy | None,
-    policy_args: Callable[..., Mapping[str, Any]] | None,
-    kit: AgentKit | None,
-) -> Callable[..., Any]:
-    step = SagaStep(fn, tool=tool, semantics=semantics, compensate=compensate, kit=kit,
-                    timeout=timeout, retry=retry, policy_args=policy_args)
+def _wrap_callable(fn: Callable[..., Any], step: SagaStep) -> Callable[..., Any]:
     signature = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -102,22 +85,14 @@ def _wrap_callable(
     return wrapper
 
 
-async def saga_run(
-    agent: Any,
-    *,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
-    **run_kwargs: Any,
-) -> Any:
-    """``await agent.run(**run_kwargs)`` as one saga (an AgentChat agent or team:
+saga_run = make_saga_run(
+    "autogen", lambda agent, **kwargs: agent.run(**kwargs),
+    """``await saga_run(agent, *, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``agent.run(**kwargs)`` as one saga (an AgentChat agent or team:
     ``saga_run(agent, task="...")``).
 
     AutoGen shows a tool's exception to the model and goes on; the run is still rolled
     back when it ends (every tool that ran is compensated LIFO, and the tool's exception
     is raised), and so it is when the run itself raises. ``kit`` / ``name`` / ``saga_id``
-    / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``."""
-    return await run_in_saga(
-        lambda: agent.run(**run_kwargs), framework="autogen", kit=kit, name=name, saga_id=saga_id, tags=tags,
-    )
+    / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``.""",
+)

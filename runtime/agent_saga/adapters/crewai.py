@@ -25,15 +25,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from ..engine import CompensationFactory
 from ..errors import ConfigurationError
-from ..kit import AgentKit
-from ..retry import RetryPolicy
 from ..semantics import ActionSemantics
-from ._common import SagaStep, ToolRefused, require, run_in_saga
+from ._common import SagaStep, StepOptions, ToolRefused, make_saga_run, require
 
 __all__ = ["saga_run", "wrap_tool"]
 
@@ -72,11 +69,7 @@ def wrap_tool(
     *,
     semantics: ActionSemantics | str,
     compensate: CompensationFactory | None = None,
-    name: str | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    policy_args: Callable[..., Mapping[str, Any]] | None = None,
-    kit: AgentKit | None = None,
+    **options: Unpack[StepOptions],
 ) -> Any:
     """Return ``tool`` (a CrewAI ``BaseTool``, e.g. from ``@tool``) as a saga step.
     Other arguments as ``agent_saga.adapters.langgraph.wrap_tool``."""
@@ -84,8 +77,7 @@ def wrap_tool(
         raise ConfigurationError(
             f"wrap_tool needs a CrewAI tool (crewai.tools.BaseTool, e.g. from @tool), got {tool!r}"
         )
-    step = SagaStep(None, tool=name or tool.name, semantics=semantics, compensate=compensate,
-                    kit=kit, timeout=timeout, retry=retry, policy_args=policy_args)
+    step = SagaStep.declare(None, tool.name, semantics, compensate, options)
     wrapped = SagaTool(
         original=tool, name=tool.name, description=tool.description, args_schema=tool.args_schema,
         result_as_answer=tool.result_as_answer, max_usage_count=tool.max_usage_count,
@@ -95,22 +87,13 @@ def wrap_tool(
     return wrapped
 
 
-async def saga_run(
-    crew: Any,
-    *,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
-    **kickoff_kwargs: Any,
-) -> Any:
-    """``await crew.akickoff(**kickoff_kwargs)`` as one saga (a ``Crew``; an ``Agent``
-    or ``Flow`` with ``akickoff`` works the same way).
+saga_run = make_saga_run(
+    "crewai", lambda crew, **kwargs: crew.akickoff(**kwargs),
+    """``await saga_run(crew, *, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``crew.akickoff(**kwargs)`` as one saga (a ``Crew``; an ``Agent`` or ``Flow`` with
+    ``akickoff`` works the same way).
 
     If the kickoff raises, or a wrapped tool failed while the crew carried on, every tool
     that ran is compensated LIFO and the exception propagates. ``kit`` / ``name`` /
-    ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``."""
-    return await run_in_saga(
-        lambda: crew.akickoff(**kickoff_kwargs), framework="crewai", kit=kit, name=name,
-        saga_id=saga_id, tags=tags,
-    )
+    ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``.""",
+)

@@ -21,14 +21,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Unpack
 
 from ..engine import CompensationFactory
-from ..kit import AgentKit
-from ..retry import RetryPolicy
 from ..semantics import ActionSemantics
-from ._common import SagaStep, ToolRefused, require, run_in_saga
+from ._common import SagaStep, StepOptions, ToolRefused, make_saga_run, require
 
 __all__ = ["saga_run", "wrap_tool"]
 
@@ -40,11 +38,7 @@ def wrap_tool(
     *,
     semantics: ActionSemantics | str,
     compensate: CompensationFactory | None = None,
-    name: str | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    policy_args: Callable[..., Mapping[str, Any]] | None = None,
-    kit: AgentKit | None = None,
+    **options: Unpack[StepOptions],
 ) -> Any:
     """Return ``tool`` (a LangChain ``BaseTool`` or a plain function) as a saga step.
 
@@ -62,10 +56,7 @@ def wrap_tool(
         async def forward(**kwargs: Any) -> Any:
             return await original.ainvoke(kwargs)
 
-    step = SagaStep(
-        forward, tool=name or original.name, semantics=semantics, compensate=compensate,
-        kit=kit, timeout=timeout, retry=retry, policy_args=policy_args,
-    )
+    step = SagaStep.declare(forward, original.name, semantics, compensate, options)
     inherited = original.handle_tool_error
 
     def handle_tool_error(exc: Any) -> Any:
@@ -117,27 +108,15 @@ class _Refused(_tools.ToolException):  # type: ignore[misc,name-defined]
         self.text = text
 
 
-async def saga_run(
-    graph: Any,
-    input: Any,
-    config: Any = None,
-    *,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
-    **invoke_kwargs: Any,
-) -> Any:
-    """``await graph.ainvoke(input, config, **invoke_kwargs)`` as one saga.
+saga_run = make_saga_run(
+    "langgraph", lambda graph, input, config=None, **kwargs: graph.ainvoke(input, config, **kwargs),
+    """``await saga_run(graph, input, config=None, *, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``graph.ainvoke(input, config, **kwargs)`` as one saga.
 
     Every wrapped tool the graph runs is a step of it; if any node raises (or a wrapped
     tool failed and the graph carried on), every tool that ran is compensated LIFO and
     the exception propagates (``RollbackIncomplete`` if the rollback was partial).
     ``kit`` supplies the WAL and the gate (default: ``AgentKit(name="langgraph")``, its
     gate from the environment); ``name`` / ``saga_id`` / ``tags`` as
-    ``AgentKit.transaction``.
-    """
-    return await run_in_saga(
-        lambda: graph.ainvoke(input, config, **invoke_kwargs),
-        framework="langgraph", kit=kit, name=name, saga_id=saga_id, tags=tags,
-    )
+    ``AgentKit.transaction``.""",
+)

@@ -23,14 +23,12 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
 from ..engine import CompensationFactory
-from ..kit import AgentKit
-from ..retry import RetryPolicy
 from ..semantics import ActionSemantics
-from ._common import SagaStep, ToolRefused, require, run_in_saga
+from ._common import SagaStep, StepOptions, ToolRefused, make_saga_run, require
 
 __all__ = ["saga_run", "wrap_tool"]
 
@@ -84,11 +82,7 @@ def wrap_tool(
     *,
     semantics: ActionSemantics | str,
     compensate: CompensationFactory | None = None,
-    name: str | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    policy_args: Callable[..., Mapping[str, Any]] | None = None,
-    kit: AgentKit | None = None,
+    **options: Unpack[StepOptions],
 ) -> SagaTool:
     """Return ``tool`` (a LlamaIndex ``BaseTool`` such as ``FunctionTool``, or a plain
     function) as a saga step. Other arguments as ``agent_saga.adapters.langgraph.wrap_tool``."""
@@ -100,32 +94,19 @@ def wrap_tool(
         assert compensate is not None
         return compensate(out.raw_output if isinstance(out, _types.ToolOutput) else out)
 
-    step = SagaStep(
-        None, tool=name or original.metadata.get_name(), semantics=semantics,
-        compensate=on_output if compensate is not None else None,
-        kit=kit, timeout=timeout, retry=retry, policy_args=policy_args,
-    )
+    step = SagaStep.declare(None, original.metadata.get_name(), semantics,
+                            on_output if compensate is not None else None, options)
     return SagaTool(original, step)
 
 
-async def saga_run(
-    agent: Any,
-    *args: Any,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
-    **run_kwargs: Any,
-) -> Any:
-    """``await agent.run(*args, **run_kwargs)`` as one saga (a ``FunctionAgent``,
-    ``ReActAgent``, ``AgentWorkflow`` or any workflow whose steps call wrapped tools).
+saga_run = make_saga_run(
+    "llamaindex", lambda agent, *args, **kwargs: agent.run(*args, **kwargs),
+    """``await saga_run(agent, *args, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``agent.run(*args, **kwargs)`` as one saga (a ``FunctionAgent``, ``ReActAgent``,
+    ``AgentWorkflow`` or any workflow whose steps call wrapped tools).
 
     LlamaIndex agents show a tool's exception to the model and go on; the run is still
     rolled back when it ends (every tool that ran is compensated LIFO, and the tool's
     exception is raised), and so it is when the workflow itself raises. ``kit`` /
-    ``name`` / ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``."""
-
-    async def body() -> Any:
-        return await agent.run(*args, **run_kwargs)
-
-    return await run_in_saga(body, framework="llamaindex", kit=kit, name=name, saga_id=saga_id, tags=tags)
+    ``name`` / ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``.""",
+)

@@ -25,15 +25,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from ..engine import CompensationFactory
 from ..errors import ConfigurationError
-from ..kit import AgentKit
-from ..retry import RetryPolicy
 from ..semantics import ActionSemantics
-from ._common import SagaStep, ToolRefused, require, run_in_saga
+from ._common import SagaStep, StepOptions, ToolRefused, make_saga_run, require
 
 __all__ = ["saga_run", "wrap_tool"]
 
@@ -45,11 +42,7 @@ def wrap_tool(
     *,
     semantics: ActionSemantics | str,
     compensate: CompensationFactory | None = None,
-    name: str | None = None,
-    timeout: float | None = None,
-    retry: RetryPolicy | None = None,
-    policy_args: Callable[..., Mapping[str, Any]] | None = None,
-    kit: AgentKit | None = None,
+    **options: Unpack[StepOptions],
 ) -> Any:
     """Return ``tool`` (a ``FunctionTool``, e.g. from ``@function_tool``, or a plain
     function) as a saga step. ``compensate`` receives what the tool's function returned.
@@ -71,10 +64,7 @@ def wrap_tool(
     raw = getattr(invoker, "_invoke_tool_impl", invoker)
     handled = getattr(invoker, "_on_handled_error", None)
 
-    step = SagaStep(
-        None, tool=name or original.name, semantics=semantics, compensate=compensate,
-        kit=kit, timeout=timeout, retry=retry, policy_args=policy_args,
-    )
+    step = SagaStep.declare(None, original.name, semantics, compensate, options)
 
     async def invoke(ctx: Any, input: str) -> Any:
         try:
@@ -95,23 +85,13 @@ def wrap_tool(
     return dataclasses.replace(original, on_invoke_tool=new_invoker)
 
 
-async def saga_run(
-    agent: Any,
-    input: Any,
-    *,
-    kit: AgentKit | None = None,
-    name: str | None = None,
-    saga_id: str | None = None,
-    tags: tuple[str, ...] = (),
-    **run_kwargs: Any,
-) -> Any:
-    """``await Runner.run(agent, input, **run_kwargs)`` as one saga.
+saga_run = make_saga_run(
+    "openai_agents", lambda agent, input, **kwargs: _agents.Runner.run(agent, input, **kwargs),
+    """``await saga_run(agent, input, *, kit=, name=, saga_id=, tags=, **kwargs)``:
+    ``Runner.run(agent, input, **kwargs)`` as one saga.
 
     If the run raises (a tool with no failure function, ``MaxTurnsExceeded``, a
     guardrail tripwire) or a wrapped tool failed while the run went on, every tool that
     ran is compensated LIFO and the exception propagates. ``kit`` / ``name`` /
-    ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``."""
-    return await run_in_saga(
-        lambda: _agents.Runner.run(agent, input, **run_kwargs),
-        framework="openai_agents", kit=kit, name=name, saga_id=saga_id, tags=tags,
-    )
+    ``saga_id`` / ``tags`` as ``agent_saga.adapters.langgraph.saga_run``.""",
+)

@@ -21,6 +21,7 @@ from agent_saga.wal.file import FileWAL, iter_file_records
 class World:
     wal: FileWAL
     kit: AgentKit
+    switch: KillSwitch
     ran: list[str] = field(default_factory=list)
     refunded: list[str] = field(default_factory=list)
 
@@ -49,7 +50,7 @@ def make_world(tmp: Path, framework: str) -> World:
     switch = KillSwitch(FileSwitchStore(warn=False), wal=wal)
     switch.halt("tool:wire_transfer", reason="fraud pattern on wires", by="soc@corp")
     kit = AgentKit(name=framework, wal=wal, gate=PreFlightGate(checks=[switch]))
-    return World(wal, kit)
+    return World(wal, kit, switch)
 
 
 def tools_for(world: World):

@@ -21,7 +21,6 @@ from adapter_support import (  # noqa: E402
     World,
     assert_refused_in_band,
     assert_rolled_back_lifo,
-    make_world,
     tools_for,
 )
 
@@ -67,10 +66,6 @@ def crew_with(llm: ScriptedLLM, tools: list) -> Crew:
                                             agent=agent)], verbose=False)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("crewai"), "crewai")
-
 
 @pytest.fixture(scope="module")
 def crew_tools(world: World):
@@ -81,10 +76,6 @@ def crew_tools(world: World):
                wrap_tool(originals[2], semantics="REVERSIBLE")]
     return originals, wrapped
 
-
-@pytest.fixture(autouse=True)
-def _clean(world: World):
-    world.reset()
 
 
 def test_the_model_sees_the_original_tool(crew_tools) -> None:

@@ -9,7 +9,6 @@ from adapter_support import (
     World,
     assert_refused_in_band,
     assert_rolled_back_lifo,
-    make_world,
     tools_for,
 )
 from agent_saga.adapters.autogen import saga_run, wrap_tool
@@ -48,10 +47,6 @@ def agent_with(client: Recording, tools: list) -> AssistantAgent:
     return AssistantAgent("shop", model_client=client, tools=tools, max_tool_iterations=6)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("autogen"), "autogen")
-
 
 @pytest.fixture(scope="module")
 def ag_tools(world: World):
@@ -61,10 +56,6 @@ def ag_tools(world: World):
                wrap_tool(FunctionTool(wire, description="Send a bank wire."), semantics="REVERSIBLE")]
     return (charge, ship, FunctionTool(wire, description="Send a bank wire.")), wrapped
 
-
-@pytest.fixture(autouse=True)
-def _clean(world: World):
-    world.reset()
 
 
 def schema(t) -> dict:

@@ -7,9 +7,9 @@ from adapter_support import (
     World,
     assert_refused_in_band,
     assert_rolled_back_lifo,
-    make_world,
     tools_for,
 )
+from agent_saga import SagaQuarantined
 from agent_saga.adapters.langgraph import saga_run, wrap_tool
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -49,10 +49,6 @@ def graph_for(script: list[AIMessage], tools: list):
     return g.compile()
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("langgraph"), "langgraph")
-
 
 @pytest.fixture(scope="module")
 def lc_tools(world: World):
@@ -65,10 +61,6 @@ def lc_tools(world: World):
     ]
     return originals, wrapped
 
-
-@pytest.fixture(autouse=True)
-def _clean(world: World):
-    world.reset()
 
 
 def test_the_model_sees_the_original_schema(lc_tools) -> None:
@@ -134,6 +126,18 @@ async def test_a_tool_error_the_graph_hands_to_the_model_still_rolls_back(world:
         await saga_run(g.compile(), {"messages": [("user", "go")]}, kit=world.kit)
     assert world.ran == ["charge:7", "ship:o-2"]  # the third call was refused, not run
     assert world.refunded == ["ch_7"]
+
+
+async def test_a_quarantined_run_is_frozen_not_rolled_back(world: World, lc_tools) -> None:
+    _, wrapped = lc_tools
+    world.switch.quarantine("lg-quarantined", reason="suspected account takeover", by="soc@corp")
+    script = [call("charge", {"amount": 5, "customer": "c9"}, "t1"), AIMessage(content="ok")]
+    with pytest.raises(SagaQuarantined):
+        await saga_run(graph_for(script, wrapped), {"messages": [("user", "charge")]}, kit=world.kit,
+                       saga_id="lg-quarantined")
+    assert world.ran == [] and world.refunded == []  # refused, and nothing rolled back
+    types = [r.type for r in world.records("lg-quarantined")]
+    assert types[-1] == "SAGA_QUARANTINED" and "SAGA_ROLLED_BACK" not in types, types
 
 
 async def test_outside_saga_run_the_wrapped_tool_is_the_original(world: World, lc_tools) -> None:

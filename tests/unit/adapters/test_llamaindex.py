@@ -7,7 +7,6 @@ from adapter_support import (
     World,
     assert_refused_in_band,
     assert_rolled_back_lifo,
-    make_world,
     tools_for,
 )
 from agent_saga.adapters.llamaindex import saga_run, wrap_tool
@@ -49,10 +48,6 @@ def agent_with(script: Script, tools: list) -> FunctionAgent:
                          system_prompt="help", streaming=False)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("llamaindex"), "llamaindex")
-
 
 @pytest.fixture(scope="module")
 def li_tools(world: World):
@@ -66,10 +61,6 @@ def li_tools(world: World):
     ]
     return originals, wrapped
 
-
-@pytest.fixture(autouse=True)
-def _clean(world: World):
-    world.reset()
 
 
 def test_the_llm_sees_the_original_schema(li_tools) -> None:

@@ -9,7 +9,6 @@ from adapter_support import (
     World,
     assert_refused_in_band,
     assert_rolled_back_lifo,
-    make_world,
     tools_for,
 )
 from agent_saga.adapters.openai_agents import saga_run, wrap_tool
@@ -61,10 +60,6 @@ def say(text: str) -> ResponseOutputMessage:
                                  content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> World:
-    return make_world(tmp_path_factory.mktemp("openai_agents"), "openai_agents")
-
 
 @pytest.fixture(scope="module")
 def sdk_tools(world: World):
@@ -77,10 +72,6 @@ def sdk_tools(world: World):
     ]
     return originals, wrapped
 
-
-@pytest.fixture(autouse=True)
-def _clean(world: World):
-    world.reset()
 
 
 def agent_with(model: ScriptedModel, tools: list) -> Agent:
