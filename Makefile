@@ -4,6 +4,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
 VENV ?= .venv
+# CrewAI pins mcp<2, openai<3 and pydantic<2.13: its adapter's tests run in their own venv.
+CREWAI_VENV ?= .venv-crewai
 PY := $(CURDIR)/$(VENV)/bin/python
 PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
@@ -17,7 +19,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+$(CREWAI_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CREWAI_VENV)
+	$(CREWAI_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CREWAI_VENV)/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.24' 'pytest-timeout>=2.3'
+	touch $@
+
+install: $(VENV)/.installed $(CREWAI_VENV)/.installed
 
 demo: install
 	$(PY) examples/multi_domain.py
@@ -132,4 +140,4 @@ bench-node: install system-deps control-plane node
 	$(PY) bench/bench_node.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CREWAI_VENV) .pytest_cache .mypy_cache .ruff_cache
