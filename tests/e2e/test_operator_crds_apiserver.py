@@ -248,7 +248,7 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
         ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "REMAINING", "WINDOW", "READY", "AGE"]),
         ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "ACKED", "READY", "AGE"]),
         ("approvals", ["NAME", "TOOL", "SAGA", "PHASE", "APPROVER", "DEADLINE", "READY", "AGE"]),
-        ("modelroutes", ["NAME", "HOSTS", "PREFERRED", "READY", "AGE"]),
+        ("modelroutes", ["NAME", "HOSTS", "PREFERRED", "ACKED", "READY", "AGE"]),
     ):
         header = crds.kubectl("get", plural, "-n", ns, "cols").stdout.splitlines()[0]
         assert header.split() == cols, (plural, header)

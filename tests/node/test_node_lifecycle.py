@@ -78,7 +78,8 @@ def test_a_stopped_node_leaves_nothing_behind(local_session: NodeSession) -> Non
     assert lock_is_free()
 
 
-def test_a_killed_owner_takes_the_node_with_it(local_session: NodeSession, tmp_path: Path) -> None:
+def test_a_killed_owner_takes_the_node_with_it(local_session: NodeSession,
+                                               tmp_path_factory: pytest.TempPathFactory) -> None:
     """SIGKILL the process that started a node (no finalizer, no atexit runs): its keeper
     kills what is left (servers, containers, shims) and undoes every host change."""
     local_session.down()
@@ -87,7 +88,7 @@ def test_a_killed_owner_takes_the_node_with_it(local_session: NodeSession, tmp_p
         from dataclasses import asdict
         sys.path.insert(0, {str(TESTS_DIR)!r})
         from fixtures.node import Node
-        node = Node({str(tmp_path / "orphan")!r}).start()
+        node = Node({str(tmp_path_factory.mktemp("o"))!r}).start()  # short: unix socket paths
         c = node.cluster()
         c.kubectl("-n", "default", "run", "sleeper", "--image=" + node.images["debian-python"].ref,
                   "--image-pull-policy=Never", "--restart=Never", "--", "sleep", "infinity")
