@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster install unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,10 @@ $(CREWAI_VENV)/.installed: pyproject.toml
 	$(CREWAI_VENV)/bin/python -m pip install -q -e '.[crewai]' 'pytest>=8' 'pytest-asyncio>=0.24' 'pytest-timeout>=2.3'
 	touch $@
 
-install: $(VENV)/.installed $(CREWAI_VENV)/.installed
+install: $(VENV)/.installed
+
+# CrewAI's own environment, for its adapter's tests (`make test`, `make unit`).
+crewai-venv: $(CREWAI_VENV)/.installed
 
 demo: install
 	$(PY) examples/multi_domain.py
@@ -46,7 +49,7 @@ demo-cluster: install system-deps control-plane
 # Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
-test: install system-deps control-plane stripe-mock node
+test: install crewai-venv system-deps control-plane stripe-mock node
 	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # The Redis integration suite against a 3-master Redis Cluster instead of one server
@@ -96,7 +99,7 @@ dev-cluster: install system-deps control-plane
 dev-cluster-down:
 	@if [ -x $(PY) ]; then $(PY) hack/dev-cluster.py down; else $(PYTHON) hack/dev-cluster.py down; fi
 
-unit: install
+unit: install crewai-venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 # ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).

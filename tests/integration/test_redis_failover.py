@@ -198,9 +198,18 @@ def test_a_recoveryd_fleet_racing_a_failover_refunds_each_charge_once(
         until("the fleet to start refunding", lambda: any(c.attempts for c in bank.state().values()), timeout=60)
         old = sentinel_group.kill_primary()
         sentinel_group.wait_failover(old)
+        def settled() -> str | None:
+            if _resolved(log_url).get(ROLLED_BACK, 0) == n:
+                return "all rolled back"
+            # A daemon that had read records the failover then lost (never acknowledged to
+            # their writer) halts, fail-closed, as for any truncated log (docs/ha-redis.md).
+            halted = ["records were removed from its end" in (tmp_path / f"recoveryd-{i}.log").read_text()
+                      for i in range(2)]
+            return "both daemons halted on a log the failover truncated" if all(halted) else None
+
         try:
-            until(f"all {n} orphans rolled back after the failover",
-                  lambda: _resolved(log_url).get(ROLLED_BACK, 0) == n, timeout=90, interval=0.2)
+            outcome = until(f"all {n} orphans rolled back after the failover, or the fleet halted",
+                            settled, timeout=90, interval=0.2)
         except AssertionError as exc:
             tails = "\n".join((tmp_path / f"recoveryd-{i}.log").read_text()[-3000:] for i in range(2))
             raise AssertionError(f"{exc}: {_resolved(log_url)}\n{tails}") from None
@@ -212,8 +221,10 @@ def test_a_recoveryd_fleet_racing_a_failover_refunds_each_charge_once(
         for log in logs:
             log.close()
     charges = bank.state().values()
-    assert all(len(c.applied) == 1 for c in charges), [c.id for c in charges if len(c.applied) != 1]
+    assert all(len(c.applied) <= 1 for c in charges), [c.id for c in charges if len(c.applied) > 1]  # never twice
+    if outcome == "all rolled back":
+        assert all(len(c.applied) == 1 for c in charges), [c.id for c in charges if len(c.applied) != 1]
     repeated = [c for c in charges if len(c.attempts) > 1]
     assert all(len(set(c.attempts)) == 1 for c in repeated)  # a repeat uses the same idempotency key
-    print(f"\nrecoveryd fleet across a failover: {n} sagas, every charge refunded once; "
+    print(f"\nrecoveryd fleet across a failover: {n} sagas, {outcome}, no charge refunded twice; "
           f"{len(repeated)} refund calls repeated under their key")

@@ -1,7 +1,7 @@
 """CrewAI: a real Crew and Agent driven by a scripted ``BaseLLM`` (ReAct text turns).
 
 CrewAI cannot share the main test environment (it pins mcp<2, openai<3, pydantic<2.13),
-so these cases run in their own venv, ``.venv-crewai`` (made by ``make install``), from
+so these cases run in their own venv, ``.venv-crewai`` (made by ``make crewai-venv``, which ``make test`` runs), from
 ``test_crewai.py``: ``.venv-crewai/bin/python -m pytest tests/unit/adapters/crewai_cases.py``.
 """
 
