@@ -19,15 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import playwright.sync_api as playwright_sync  # the dev extra
 import pytest
 import ui_logs
 from agent_saga.audit.merkle import audit_root, verify_disclosure
 from agent_saga.idempotency import COMPENSATION_SCOPE, idempotency_key
 from agent_saga.wal.file import read_log
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (make system-deps installs it)")
 SHOTS = os.environ.get("AGENT_SAGA_UI_SCREENSHOTS")  # a directory: write the docs' screenshots there
 TOKEN = "ui-test-token-4f1c"
 
@@ -82,6 +81,8 @@ def servers(logs: dict[str, Any]) -> Iterator[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def browser(building: Any) -> Iterator[Any]:
+    if CHROMIUM is None:  # a missing part fails, saying how to get it; nothing is skipped
+        pytest.fail("missing part: chromium is not installed (`make system-deps` installs it)", pytrace=False)
     with playwright_sync.sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         yield b

@@ -20,7 +20,8 @@ drift was seen but something could not be verified.
 
 Invariants:
 - Reading only: the pass writes nothing to the log and runs no compensation.
-- Checks run one at a time, at most ``rate`` per second, each bounded by ``timeout``.
+- Checks run one at a time, at most ``rate`` per second (each starts at least ``1/rate``
+  after the previous one returned), each bounded by ``timeout``.
 - A finding's text and JSON carry the observation's detail with credentials redacted.
 """
 
@@ -187,12 +188,13 @@ async def run_checks(
     next_at = time.monotonic()
     for check in checks:
         if interval:
-            # The rate limit: calls start at least 1/rate apart (the loop may wake a little
-            # early, so wait until the monotonic clock says so).
+            # The rate limit: the next call waits 1/rate after the previous one returned, so
+            # calls start at least 1/rate apart however late a call's own start is scheduled
+            # (the loop may wake a little early: wait until the monotonic clock says so).
             while (delay := next_at - time.monotonic()) > 0:  # noqa: ASYNC110 - a deadline, not an event
                 await asyncio.sleep(delay)
-            next_at = time.monotonic() + interval
         report.findings.append(await _one(check, timeout, ex))
+        next_at = time.monotonic() + interval
     return report
 
 
