@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster test-redis-ha install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,11 +61,6 @@ REDIS_SUITE = $(sort $(wildcard tests/integration/test_*redis*.py tests/integrat
 	tests/integration/test_recovery*.py))
 test-redis-cluster: install system-deps
 	AGENT_SAGA_TEST_REDIS=cluster $(PY) -m pytest $(REDIS_SUITE) $(PYTEST_ARGS)
-
-# The Sentinel failover tests including the recoveryd fleet racing a failover, which
-# `make test` leaves out while it can leave an orphan in flight (docs/ha-redis.md).
-test-redis-ha: install system-deps
-	AGENT_SAGA_TEST_FAILOVER_FLEET=1 $(PY) -m pytest tests/integration/test_redis_failover.py $(PYTEST_ARGS)
 
 # redis-server, PostgreSQL and the node's packages (containerd, runc, CNI plugins,
 # iptables, buildah, mmdebstrap) from Debian (no-op when present). See docs/control-plane.md.
