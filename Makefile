@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,8 +49,13 @@ demo-cluster: install system-deps control-plane
 # Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
-test: install crewai-venv system-deps control-plane stripe-mock node
+test: test-deps
 	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# Everything the suites need, prepared in parallel: the two pip installs and the image
+# build overlap the Go builds (which take turns on one lock).
+test-deps:
+	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock node
 
 # The Redis integration suite against a 3-master Redis Cluster instead of one server
 # (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster). `make test`
