@@ -70,8 +70,12 @@ def _print(view: MeshView, damage: list[Damage], *, order: bool) -> None:
             step = f" {r.step}" if r.step else ""
             print(f"  {d} seq {r.seq} {r.type} {r.saga}{step}")
     verdict = "OK" if view.ok and not damage else "NOT OK"
-    print(f"{verdict}: {len(view.records)} records of {len(view.chains)} devices, "
-          f"{len(view.conflicts)} conflicts, {len(damage)} damaged lines")
+    print(f"{verdict}: {_n(len(view.records), 'record')} of {_n(len(view.chains), 'device')}, "
+          f"{_n(len(view.conflicts), 'conflict')}, {_n(len(damage), 'damaged line')}")
+
+
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -85,7 +89,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print(json.dumps({**_report(view, damage, order=False),
                           "written": [str(p) for p in written]}, indent=2))
     else:
-        print(f"merged {len(args.replicas)} replicas into {out}: {len(written)} device logs")
+        print(f"merged {_n(len(args.replicas), 'replica')} into {out}: {_n(len(written), 'device log')}")
         _print(view, damage, order=False)
     return 0 if view.ok and not damage else 1
 
