@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, SagaError
 from ..records import Record
-from ..wal.base import BaseWAL, WALStats
+from ..wal.base import WrappedWAL
+from ..wal.compaction import CompactionReport
 from ..wal.file import FileWAL, iter_file_records
 from .gset import MESH_KEY, SUFFIX, RecordSet, stamp, validate_device
 
@@ -41,7 +42,7 @@ def _clock(rec: Record) -> int:
     return lam if isinstance(lam, int) and not isinstance(lam, bool) else 0
 
 
-class MeshWAL(BaseWAL):
+class MeshWAL(WrappedWAL):
     """A device's local, stamped ``FileWAL`` (see the module doc).
 
     Args:
@@ -62,8 +63,7 @@ class MeshWAL(BaseWAL):
                     clock = max(clock, _clock(item))
         self._lock = threading.Lock()
         self._clock = clock
-        self._wal = FileWAL(self.path, **filewal)
-        self.durability = self._wal.durability
+        super().__init__(FileWAL(self.path, **filewal))
 
     @property
     def clock(self) -> int:
@@ -95,7 +95,7 @@ class MeshWAL(BaseWAL):
         with self._lock:
             self._clock += 1
             p[MESH_KEY] = {"device": self.device, "lamport": self._clock}
-            return self._wal.append(type, saga, step, p)
+            return self.inner.append(type, saga, step, p)
 
     def claim(self, entity: str, saga: str, step: str | None = None) -> int:
         """Record that ``saga`` on this device claims ``entity`` (a seat, an invoice
@@ -104,31 +104,14 @@ class MeshWAL(BaseWAL):
             raise ConfigurationError("entity must be a non-empty string naming what is claimed")
         return self.append(MESH_CLAIM, saga, step, {"entity": entity})
 
-    async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
-        """See ``FileWAL.barrier``."""
-        await self._wal.barrier(seq, timeout=timeout)
-
-    def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
-        """See ``FileWAL.barrier_sync``."""
-        self._wal.barrier_sync(seq, timeout=timeout)
-
-    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """This device's records, in ``seq`` order."""
-        async for rec in self._wal.read_all(page_size=page_size):
-            yield rec
-
-    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
-        """This device's records after ``seq``."""
-        async for rec in self._wal.read_since(seq, page_size=page_size):
-            yield rec
-
-    def stats(self) -> WALStats:
-        """The underlying FileWAL's counters."""
-        return self._wal.stats()
-
-    def close(self, *, timeout: float = 10.0) -> None:
-        """Flush and close the device's log."""
-        self._wal.close(timeout=timeout)
+    async def compact(
+        self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
+    ) -> CompactionReport:
+        """Refused: a mesh device's log is merged record by record (see the module doc)."""
+        raise SagaError(
+            f"MeshWAL does not implement compact(): device {self.device}'s log is merged "
+            f"record by record and a compaction would leave its peers gaps; the log was not changed"
+        )
 
     def __repr__(self) -> str:
         return f"<MeshWAL device={self.device} {self.path}>"

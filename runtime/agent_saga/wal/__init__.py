@@ -4,7 +4,7 @@ FileWAL is the zero-dependency default. Fleet backends (Redis, PostgreSQL) live 
 own modules and import their client libraries only when used.
 """
 
-from .base import Backpressure, BaseWAL, WALStats
+from .base import Backpressure, BaseWAL, WALStats, WrappedWAL
 from .compaction import CompactionAborted, CompactionReport
 from .default import get_default_wal, set_default_wal
 from .file import FileWAL, read_log
@@ -27,6 +27,7 @@ __all__ = [
     "PostgresWAL",
     "RedisWAL",
     "WALStats",
+    "WrappedWAL",
     "get_default_wal",
     "open_reader",
     "open_wal",
