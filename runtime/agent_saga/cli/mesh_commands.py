@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..mesh import MeshView, RecordSet
 from ..mesh.gset import Damage
 
@@ -81,6 +82,8 @@ def _n(count: int, word: str) -> str:
 def cmd_merge(args: argparse.Namespace) -> int:
     """Union the replicas (and what --out holds) into --out."""
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"--out {out} is a file: give the directory the merged replica goes to")
     sources = [*args.replicas, *([out] if out.is_dir() else [])]
     merged, damage = RecordSet.load(*sources)
     written = merged.write(out)

@@ -116,6 +116,8 @@ def test_bad_input_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="does not exist"):
         RecordSet.load(tmp_path / "nowhere")
     wal.close()
+    assert main(["mesh", "merge", str(tmp_path), "--out", str(wal.path)]) == 2
+    assert main(["mesh", "verify", str(tmp_path / "nowhere")]) == 2
 
 
 async def test_compaction_is_refused_and_the_clock_resumes_on_reopen(tmp_path: Path) -> None:
