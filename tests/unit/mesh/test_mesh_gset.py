@@ -13,10 +13,13 @@ from dataclasses import replace
 from agent_saga.chain import seal
 from agent_saga.mesh import MESH_CLAIM, MeshView, RecordSet, fingerprint
 from agent_saga.records import GENESIS, Record, encode_line
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-PROPS = settings(max_examples=50, deadline=None, derandomize=True)
+# Deterministic examples, no per-example deadline, and no timing-based health check: the
+# suite runs on loaded machines, and a slow example is not a failed property.
+PROPS = settings(max_examples=50, deadline=None, derandomize=True,
+                 suppress_health_check=[HealthCheck.too_slow])
 
 
 def chain(device: str, steps: list[tuple[str, str, str | None, dict]], *, clock0: int = 0,
