@@ -1,8 +1,8 @@
 """SinkWAL over a real asynchronous store (psycopg's AsyncConnection on a real PostgreSQL):
 the engine runs a saga on it, the log it writes is the same log PostgresWAL and the CLI
-read and continue, a second writer with the same id is fenced, and a store error fails
-the pending fence at once with the real cause. (The whole WAL contract runs against it in
-test_wal_contract.py.)"""
+read and continue, and a store error fails the pending fence at once with the real cause.
+(The whole WAL contract runs against it in test_wal_contract.py; the fence of a second
+writer with the same id in test_wal_postgres.py.)"""
 
 from __future__ import annotations
 
@@ -10,37 +10,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from agent_saga import Compensation, ConfigurationError, WALError, saga_scope, verify_records
 from agent_saga.wal import AsyncSink, PostgresAsyncSink, PostgresWAL, SinkWAL
-from agent_saga.wal.postgres import PostgresLog
-
-
-def chain_of(dsn: str, writer: str) -> list[tuple[str, Any]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return list(PostgresLog(lambda: _Same(conn), "saga_wal", "test").chain(writer))
-
-
-class _Same:
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> Any:
-        return self.conn
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def causes(exc: BaseException | None) -> list[BaseException]:
-    out = []
-    while exc is not None:
-        out.append(exc)
-        exc = exc.__cause__
-    return out
+from test_wal_postgres import causes, chain_of
 
 
 async def test_the_engine_runs_a_saga_on_an_async_store_that_postgres_wal_and_the_cli_read(
@@ -78,21 +53,6 @@ async def test_the_engine_runs_a_saga_on_an_async_store_that_postgres_wal_and_th
     r = subprocess.run([exe, "verify", "--wal-url", f"{postgres_db}?table=saga_wal&writer=edge-1"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
-
-
-async def test_a_second_writer_with_the_same_id_is_fenced(postgres_db: str) -> None:
-    first = SinkWAL(PostgresAsyncSink(postgres_db), writer="dup")
-    await first.barrier(first.append("X", "s-1"))
-    second = SinkWAL(PostgresAsyncSink(postgres_db), writer="dup")
-    await first.barrier(first.append("X", "s-1"))
-    with pytest.raises(WALError) as ei:
-        await second.barrier(second.append("X", "s-2"))
-    assert any("another process writes with that writer id" in str(c) for c in causes(ei.value))
-    first.close()
-    with pytest.raises(WALError):
-        second.close()
-    items = chain_of(postgres_db, "dup")
-    assert [r.saga for _l, r in items] == ["s-1", "s-1"] and verify_records(iter(items)).ok
 
 
 async def test_a_store_error_fails_the_pending_fence_with_the_real_cause(postgres_db: str) -> None:

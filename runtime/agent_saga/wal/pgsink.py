@@ -114,10 +114,10 @@ class PostgresAsyncSink(AsyncSink):
 
     def _fenced(self, writer: str, expect: int) -> WALError:
         return WALError(
-            f"{self.name}: the table's last record of writer {writer!r} is not seq {expect} "
-            f"as this writer last wrote: another process writes with that writer id, or rows "
-            f"were deleted. Nothing was written; open a new SinkWAL to continue from what "
-            f"the table holds"
+            f"{self.name}: the table's last record of this writer is not seq {expect} as "
+            f"this writer last wrote: another process writes with writer id {writer!r}, or "
+            f"rows were deleted. Nothing was written; open a new SinkWAL to continue from "
+            f"what the table holds"
         )
 
     async def chain(self, writer: str, after: int, limit: int) -> list[Located]:
