@@ -1,5 +1,6 @@
-"""WAL benchmark: the durable step (append + barrier) of FileWAL, RedisWAL and PostgresWAL,
-each next to its floor measured in the same run, under 1..256 concurrent writers.
+"""WAL benchmark: the durable step (append + barrier) of FileWAL, RedisWAL, PostgresWAL and
+SinkWAL over PostgresAsyncSink (`postgres-async`), each next to its floor measured in the
+same run, under 1..256 concurrent writers.
 
     python bench/bench_wal.py                        # all three, table
     python bench/bench_wal.py --json                 # machine-readable
@@ -12,6 +13,7 @@ Floors (what the step cannot beat on this machine, right now):
             a pipeline of N XADDs (N = concurrency) for the throughput floor
   postgres  bare INSERT + COMMIT (autocommit, one row of the WAL's shape into a copy of
             its table; asyncio connection on the loop, and sync)
+  postgres-async  the same floors as postgres (the same table and server)
 
 Shared machines are noisy (other builds run here), so absolute times are not the result:
 floor and measured rounds are interleaved, a ratio is computed per round from the same
@@ -232,6 +234,15 @@ class PostgresBackend(Backend):
         self.sync.close()
 
 
+class PostgresAsyncBackend(PostgresBackend):
+    name = "postgres-async"
+
+    async def open(self) -> Any:
+        from agent_saga.wal import PostgresAsyncSink, SinkWAL
+
+        return SinkWAL(PostgresAsyncSink(self.dsn, self.table, synchronous_commit=self.sc))
+
+
 # ---------------------------------------------------------------------------- servers
 
 
@@ -251,7 +262,7 @@ def servers(args: argparse.Namespace, want: set[str]) -> Iterator[dict[str, str]
                 srv = RedisServer(appendonly=args.redis_aof).start()
                 started.append(srv)
                 out["redis"] = srv.url
-        if "postgres" in want:
+        if want & {"postgres", "postgres-async"}:
             if args.postgres_dsn:
                 out["postgres"] = args.postgres_dsn
             else:
@@ -326,15 +337,19 @@ def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"target": "PostgresWAL durable step p50 <= 2 x bare INSERT+COMMIT (c=1)",
                         "ratio": r["ratios"]["insert_async"], "ok": r["ratios"]["insert_async"] <= 2.0,
                         "also_vs_sync_insert": r["ratios"]["insert_sync"]})
+        if r["backend"] == "postgres-async" and r["concurrency"] == 1:
+            out.append({"target": "SinkWAL(PostgresAsyncSink) durable step p50 <= 2.5 x bare INSERT+COMMIT (c=1)",
+                        "ratio": r["ratios"]["insert_async"], "ok": r["ratios"]["insert_async"] <= 2.5,
+                        "also_vs_sync_insert": r["ratios"]["insert_sync"]})
     return out
 
 
 def table(rows: list[dict[str, Any]], checks: list[dict[str, Any]]) -> str:
-    lines = [f"{'backend':9} {'conc':>4} {'p50 us':>8} {'p99 us':>8} {'rec/s':>9}  floors p50 us (step p50 / floor)"]
+    lines = [f"{'backend':14} {'conc':>4} {'p50 us':>8} {'p99 us':>8} {'rec/s':>9}  floors p50 us (step p50 / floor)"]
     for r in rows:
         fl = "  ".join(f"{k} {v:.0f} ({r['ratios'][k]:.2f}x)" for k, v in r["floors_p50_us"].items())
         rate = f"  rate {r['rate_vs_floor']:.2f}x of {r['floor_records_per_s']:,.0f}/s" if "rate_vs_floor" in r else ""
-        lines.append(f"{r['backend']:9} {r['concurrency']:>4} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f} "
+        lines.append(f"{r['backend']:14} {r['concurrency']:>4} {r['p50_us']:>8.0f} {r['p99_us']:>8.0f} "
                      f"{r['records_per_s']:>9,.0f}  {fl}{rate}")
     for c in checks:
         val = f"{c['ratio']:.2f}x" if "ratio" in c else f"{c['records_per_s']:,.0f}/s"
@@ -355,6 +370,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             makers.append(lambda: RedisBackend(urls["redis"]))
         if "postgres" in want:
             makers.append(lambda: PostgresBackend(urls["postgres"], args.pg_synchronous_commit))
+        if "postgres-async" in want:
+            makers.append(lambda: PostgresAsyncBackend(urls["postgres"], args.pg_synchronous_commit))
         for make in makers:
             rows += await bench_backend(make(), levels, args.rounds, args.ops, args.floor_ops, progress)
     checks = verdicts(rows)
@@ -370,7 +387,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backends", default="file,redis,postgres")
+    p.add_argument("--backends", default="file,redis,postgres,postgres-async")
     p.add_argument("--concurrency", default="1,4,16,64,256")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--ops", type=int, default=1500, help="steps per measured round (at least 4 x concurrency)")

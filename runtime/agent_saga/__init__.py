@@ -115,6 +115,7 @@ from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
 from .kit import AgentKit
 from .loop import AgentLoop, LoopResult, LoopTool, StopReason
+from .mesh import MeshView, MeshWAL, RecordSet
 from .metrics import setup_metrics
 from .observe import Observer
 from .plane import connect_policy_plane
@@ -126,13 +127,16 @@ from .scope import saga_scope
 from .semantics import ActionSemantics
 from .telemetry import setup_telemetry
 from .wal import (
+    AsyncSink,
     Backpressure,
     BaseWAL,
     CompactionAborted,
     CompactionReport,
     FileWAL,
+    PostgresAsyncSink,
     PostgresWAL,
     RedisWAL,
+    SinkWAL,
     WALStats,
     get_default_wal,
     read_log,
@@ -153,6 +157,7 @@ __all__ = [
     "ApprovalProvider",
     "ApprovalRefused",
     "ApprovalStoreUnavailable",
+    "AsyncSink",
     "AuditRoot",
     "Backpressure",
     "BaseWAL",
@@ -193,18 +198,22 @@ __all__ = [
     "LoopResult",
     "LoopTool",
     "ManualClock",
+    "MeshView",
+    "MeshWAL",
     "NotSerializable",
     "Notifier",
     "NotifierError",
     "Observation",
     "Observer",
     "PayloadEncryptor",
+    "PostgresAsyncSink",
     "PostgresWAL",
     "PreCheck",
     "PreFlightDecision",
     "PreFlightGate",
     "RateLimit",
     "Record",
+    "RecordSet",
     "RecordType",
     "RecoveryDaemon",
     "RecoveryHalted",
@@ -226,6 +235,7 @@ __all__ = [
     "SagaRuntime",
     "SagaState",
     "SecretDetected",
+    "SinkWAL",
     "StepOutcome",
     "StepOutcomeUnknown",
     "StepRequest",

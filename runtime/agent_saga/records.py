@@ -90,6 +90,8 @@ EXTENSION_TYPES = frozenset(
         "CONTEXT_SERVED", "CONTEXT_EVICTED",
         # the agent loop, in the saga of its run
         "LOOP_STEP", "LOOP_STOPPED",
+        # an offline mesh device claims an entity, in the saga that claims it
+        "MESH_CLAIM",
     }
 )
 

@@ -218,6 +218,18 @@ class PostgresHarness(Harness):
         self.conn.close()
 
 
+class PostgresAsyncHarness(PostgresHarness):
+    """The same table, written by SinkWAL through psycopg's asynchronous connection."""
+
+    name = "postgres-async"
+
+    def open(self, **kw: Any) -> BaseWAL:
+        from agent_saga.wal import PostgresAsyncSink, SinkWAL
+
+        kw.setdefault("writer", WRITER)
+        return SinkWAL(PostgresAsyncSink(self.dsn), **kw)
+
+
 @contextlib.contextmanager
 def harness_for(name: str, request: Any, tmp_path: Path) -> Iterator[Harness]:
     h: Harness
@@ -225,6 +237,8 @@ def harness_for(name: str, request: Any, tmp_path: Path) -> Iterator[Harness]:
         h = FileHarness(tmp_path)
     elif name == "redis":
         h = RedisHarness(request.getfixturevalue("fresh_redis"))
+    elif name == "postgres-async":
+        h = PostgresAsyncHarness(request.getfixturevalue("postgres_db"))
     else:
         h = PostgresHarness(request.getfixturevalue("postgres_db"))
     try:

@@ -1,4 +1,5 @@
-"""The WAL contract, run against FileWAL, RedisWAL and PostgresWAL (real servers).
+"""The WAL contract, run against FileWAL, RedisWAL, PostgresWAL and SinkWAL over an
+asynchronous PostgreSQL store (real servers).
 
 Ordering, barrier, group commit, stalls, backpressure, rejected records, paging,
 reopen-continues-chain, compaction with attestation, tamper detection, damaged records,
@@ -29,7 +30,7 @@ from agent_saga.chain import removal_digest
 from agent_saga.records import encode_line
 from agent_saga.wal.file import iter_file_records
 
-BACKENDS = ["file", "redis", "postgres"]
+BACKENDS = ["file", "redis", "postgres", "postgres-async"]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -186,10 +186,17 @@ async def test_concurrent_first_opens_create_the_table_once(postgres_db: str) ->
     assert not errors and len(wals) == 6
 
 
-async def test_a_second_process_with_the_same_writer_id_is_fenced(postgres_db: str) -> None:
-    first = PostgresWAL(postgres_db, writer="dup")
+def _sink_wal(dsn: str, **kw: Any) -> Any:
+    from agent_saga.wal import PostgresAsyncSink, SinkWAL
+
+    return SinkWAL(PostgresAsyncSink(dsn), **kw)
+
+
+@pytest.mark.parametrize("open_wal", [PostgresWAL, _sink_wal], ids=["postgres", "postgres-async"])
+async def test_a_second_process_with_the_same_writer_id_is_fenced(postgres_db: str, open_wal: Any) -> None:
+    first = open_wal(postgres_db, writer="dup")
     await first.barrier(first.append("X", "s-1"))
-    second = PostgresWAL(postgres_db, writer="dup")
+    second = open_wal(postgres_db, writer="dup")
     await first.barrier(first.append("X", "s-1"))
     with pytest.raises(WALError) as ei:
         await second.barrier(second.append("X", "s-2"))

@@ -27,6 +27,10 @@ EXPECTED = {
     "Backpressure", "BaseWAL", "CompactionAborted", "CompactionReport", "FileWAL", "PostgresWAL",
     "RedisWAL", "SagaState", "StepState", "VerifyResult", "WALStats", "get_default_wal", "read_log",
     "saga_states", "set_default_wal", "verify_records",
+    # storage: the async sink interface the engine's WAL needs from a store
+    "AsyncSink", "SinkWAL", "PostgresAsyncSink",
+    # offline mesh sagas: device logs, the G-Set replicas exchange, the merged view
+    "MeshWAL", "RecordSet", "MeshView",
     # audit (the brief's names first)
     "audit_root", "build_disclosure", "verify_disclosure", "redact_record", "certify",
     "export_bundle", "verify_bundle", "make_checkpoint", "verify_checkpoint", "EncryptedWAL",
@@ -95,7 +99,7 @@ PUBLIC_PACKAGES = (
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
     "agent_saga.routing", "agent_saga.contextbroker", "agent_saga.codemod", "agent_saga.loop",
-    "agent_saga.ui",
+    "agent_saga.ui", "agent_saga.mesh",
 )
 
 MCP_EXPECTED = {

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import ConfigurationError, NotSerializable, WALDecryptFailed, WALKeyMissing
 from ..records import Record, canonical_json
 from ..scrubber import scrub_id, scrub_payload
-from ..wal.base import BaseWAL, WALStats
+from ..wal.base import BaseWAL, WrappedWAL
 
 if TYPE_CHECKING:
     from ..wal.compaction import CompactionReport
@@ -301,7 +301,7 @@ def key_usage(records: Iterable[Record]) -> Counter[str]:
     return used
 
 
-class EncryptedWAL(BaseWAL):
+class EncryptedWAL(WrappedWAL):
     """Wrap any ``BaseWAL`` so payloads are encrypted before they are queued.
 
     Encryption runs on the caller's thread inside ``append`` (microseconds for a record);
@@ -314,9 +314,8 @@ class EncryptedWAL(BaseWAL):
     """
 
     def __init__(self, inner: BaseWAL, encryptor: PayloadEncryptor | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.encryptor: PayloadEncryptor = encryptor if encryptor is not None else encryptor_from_env()
-        self.durability = inner.durability
 
     def append(
         self,
@@ -334,14 +333,6 @@ class EncryptedWAL(BaseWAL):
             payload = self.encryptor.encrypt(payload, associated_data(type, saga, step))
         return self.inner.append(type, saga, step, payload)
 
-    async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
-        """The inner WAL's ``barrier``."""
-        await self.inner.barrier(seq, timeout=timeout)
-
-    def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
-        """The inner WAL's ``barrier_sync``."""
-        self.inner.barrier_sync(seq, timeout=timeout)
-
     async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
         """Every record, decrypted."""
         async for rec in self.inner.read_all(page_size=page_size):
@@ -351,14 +342,6 @@ class EncryptedWAL(BaseWAL):
         """Every record after ``seq``, decrypted."""
         async for rec in self.inner.read_since(seq, page_size=page_size):
             yield decrypt_record(rec, self.encryptor)
-
-    def stats(self) -> WALStats:
-        """The inner WAL's statistics."""
-        return self.inner.stats()
-
-    def close(self, *, timeout: float = 10.0) -> None:
-        """Close the inner WAL."""
-        self.inner.close(timeout=timeout)
 
     async def compact(
         self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None

@@ -18,6 +18,7 @@ from . import (
     audit_commands,
     help_text,
     mcp_commands,
+    mesh_commands,
     policy_commands,
     reconcile_commands,
     recover_commands,
@@ -29,7 +30,7 @@ from . import (
 
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
-    approval_commands, policy_commands, mcp_commands, acl_commands, ui_commands,
+    approval_commands, policy_commands, mcp_commands, acl_commands, ui_commands, mesh_commands,
 )
 
 

@@ -117,6 +117,29 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent-saga resume --scope tool:wire.send --by soc@corp",
          "agent-saga resume --id payments/halt-wire-send --by soc@corp"),
     ),
+    "mesh": (
+        "Offline devices each keep their own log (<device>.wal); replicas exchange them as a "
+        "grow-only set. Merge replicas in any order, any number of times: every replica that "
+        "saw the same records holds the same set. Verify checks each device's chain in the "
+        "union and names every conflict with all its sides; nothing is resolved for you.",
+        ("agent-saga mesh merge ./laptop ./tablet --out ./merged",
+         "agent-saga mesh verify ./merged --order"),
+    ),
+    "mesh merge": (
+        "Union the replicas (and what --out already holds) into --out, one <device>.wal per "
+        "device, each line exactly as its device wrote it. Refuses to overwrite a device's "
+        "live log. Exits 1 if the merged view has a broken chain or a conflict (it is still "
+        "written).",
+        ("agent-saga mesh merge ./laptop ./tablet --out ./merged",
+         "agent-saga mesh merge ./merged ./phone/phone.wal --out ./merged --json"),
+    ),
+    "mesh verify": (
+        "Check every device's hash chain inside the union of the replicas, and list every "
+        "conflict: a forked or tampered device log, a saga started or a step acted on by two "
+        "devices, two outcomes of one saga, an entity claimed twice. Exits 1 on any of them.",
+        ("agent-saga mesh verify ./merged",
+         "agent-saga mesh verify ./laptop ./tablet --order --json"),
+    ),
     "approvals": (
         "List the approval requests agents are waiting on, and approve or deny one. The "
         "decision lands in the approval store, where the waiting agent sees it.",

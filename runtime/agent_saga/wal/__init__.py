@@ -4,28 +4,34 @@ FileWAL is the zero-dependency default. Fleet backends (Redis, PostgreSQL) live 
 own modules and import their client libraries only when used.
 """
 
-from .base import Backpressure, BaseWAL, WALStats
+from .base import Backpressure, BaseWAL, WALStats, WrappedWAL
 from .compaction import CompactionAborted, CompactionReport
 from .default import get_default_wal, set_default_wal
 from .file import FileWAL, read_log
+from .pgsink import PostgresAsyncSink
 from .postgres import PostgresWAL
 from .readers import LogReader, open_reader
 from .redis import RedisWAL
+from .sink import AsyncSink, SinkWAL
 from .targets import open_wal
 
 __all__ = [
+    "AsyncSink",
     "Backpressure",
     "BaseWAL",
     "CompactionAborted",
     "CompactionReport",
     "FileWAL",
     "LogReader",
+    "PostgresAsyncSink",
     "PostgresWAL",
     "RedisWAL",
     "WALStats",
+    "WrappedWAL",
     "get_default_wal",
     "open_reader",
     "open_wal",
     "read_log",
+    "SinkWAL",
     "set_default_wal",
 ]

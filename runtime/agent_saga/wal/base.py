@@ -127,3 +127,55 @@ class BaseWAL(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class WrappedWAL(BaseWAL):
+    """A ``BaseWAL`` that adds to another one (``inner``) and passes the rest through:
+    appends, fences, reads, statistics, compaction and close are ``inner``'s unless a
+    subclass overrides them (``EncryptedWAL`` encrypts, ``MeshWAL`` stamps)."""
+
+    def __init__(self, inner: BaseWAL) -> None:
+        self.inner = inner
+        self.durability = inner.durability
+
+    def append(
+        self,
+        type: str,
+        saga: str,
+        step: str | None = None,
+        payload: dict[str, Any] | None = None,
+    ) -> int:
+        """The inner WAL's ``append``."""
+        return self.inner.append(type, saga, step, payload)
+
+    async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """The inner WAL's ``barrier``."""
+        await self.inner.barrier(seq, timeout=timeout)
+
+    def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
+        """The inner WAL's ``barrier_sync``."""
+        self.inner.barrier_sync(seq, timeout=timeout)
+
+    async def read_all(self, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """The inner WAL's records."""
+        async for rec in self.inner.read_all(page_size=page_size):
+            yield rec
+
+    async def read_since(self, seq: int, *, page_size: int = 1000) -> AsyncIterator[Record]:
+        """The inner WAL's records after ``seq``."""
+        async for rec in self.inner.read_since(seq, page_size=page_size):
+            yield rec
+
+    def stats(self) -> WALStats:
+        """The inner WAL's statistics."""
+        return self.inner.stats()
+
+    def close(self, *, timeout: float = 10.0) -> None:
+        """Close the inner WAL."""
+        self.inner.close(timeout=timeout)
+
+    async def compact(
+        self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
+    ) -> CompactionReport:
+        """The inner WAL's compaction."""
+        return await self.inner.compact(keep_sagas, timeout=timeout)

@@ -92,6 +92,26 @@ def dsn_secrets(dsn: str) -> list[str]:
     return found
 
 
+def lock_key(oid: int) -> int:
+    """The advisory lock key of a WAL table: its OID under a fixed high half."""
+    return (0x5A6A << 32) | int(oid)
+
+
+def durability_of(kind: str, name: str, synchronous_commit: str, fsync: str) -> str:
+    """The ``durability`` statement of a writer on a server with these settings (and a
+    warning in the log if a server crash can lose acknowledged records)."""
+    if synchronous_commit == "off" or fsync == "off":
+        log.warning(
+            "%s %s: synchronous_commit=%s fsync=%s, so a server crash can lose "
+            "acknowledged records; pass synchronous_commit='on' (and run with fsync=on)",
+            kind, name, synchronous_commit, fsync,
+        )
+    return (
+        "postgres: barrier returns after the batch's transaction committed "
+        f"[synchronous_commit={synchronous_commit} fsync={fsync}]"
+    )
+
+
 class PostgresLog:
     """The read side of a PostgreSQL WAL table (synchronous; PostgresWAL and the CLI).
 
@@ -137,6 +157,11 @@ class PostgresLog:
             "SELECT (SELECT writer FROM {t} WHERE writer > w.writer ORDER BY writer LIMIT 1) "
             "FROM w WHERE w.writer IS NOT NULL) SELECT writer FROM w WHERE writer IS NOT NULL"
         ).format(t=self.t)
+        self.q_delete = sql.SQL(
+            "DELETE FROM {t} AS x USING unnest(%s::bigint[], %s::bigint[]) AS r(a, b) "
+            "WHERE x.writer = %s AND x.seq BETWEEN r.a AND r.b"
+        ).format(t=self.t)
+        self.q_oid = sql.SQL("SELECT {}::regclass::oid").format(sql.Literal(table))
         self.q_resolved = sql.SQL(
             "SELECT DISTINCT saga FROM {t} WHERE type = ANY(%s)"
         ).format(t=self.t)
@@ -259,6 +284,52 @@ CREATE SEQUENCE IF NOT EXISTS {m};
                 return
             cursor = rows[-1][3]
 
+    def append_sql(self, many: bool) -> Any:
+        """The fenced INSERT of a batch of one record (``many=False``) or several."""
+        sql = self._sql
+        # The lock comes first (a materialised CTE) and nextval is evaluated per inserted
+        # row, after it: gseq is drawn under the lock, so commits follow gseq order.
+        head = """
+WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(%(lock)s)),
+h AS MATERIALIZED (SELECT coalesce(
+        (SELECT seq FROM {t} WHERE writer = %(w)s ORDER BY seq DESC LIMIT 1), 0) AS head)
+INSERT INTO {t} (v, writer, seq, gseq, ts, type, saga, step, payload, salt, digest, prev, hash, redacted)
+"""
+        if many:
+            # The batch travels as one jsonb array of arrays (one parameter; psycopg's
+            # per-element array dumping costs more than the insert). A payload is a JSON
+            # *string* in it, so its canonical text arrives byte for byte.
+            body = """
+SELECT %(v)s, %(w)s, (e->>0)::bigint, nextval({s}), (e->>1)::bigint, e->>2, e->>3, e->>4, e->>5,
+       e->>6, e->>7, e->>8, e->>9, (e->>10)::boolean
+FROM l, h, jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
+WHERE h.head = %(expect)s ORDER BY r.ord
+"""
+        else:
+            body = """
+SELECT %(v)s, %(w)s, %(seq)s, nextval({s}), %(ts)s, %(type)s, %(saga)s, %(step)s, %(payload)s,
+       %(salt)s, %(digest)s, %(prev)s, %(hash)s, %(redacted)s
+FROM l, h WHERE h.head = %(expect)s
+"""
+        return sql.SQL(head + body).format(t=self.t, s=sql.Literal(self.seq_name))
+
+    def append_params(self, lock: int, writer: str, sealed: Sealed, expect: int) -> dict[str, Any]:
+        """The parameters of ``append_sql`` for ``sealed``, fenced on the head ``expect``."""
+        common = {"lock": lock, "w": writer, "expect": expect, "v": SCHEMA_VERSION}
+        if len(sealed) == 1:
+            r, c = sealed[0]
+            return {
+                **common, "seq": r.seq, "ts": r.ts, "type": r.type, "saga": r.saga,
+                "step": r.step, "payload": None if r.redacted else c, "salt": r.salt,
+                "digest": r.digest, "prev": r.prev, "hash": r.hash, "redacted": r.redacted,
+            }
+        rows = [
+            [r.seq, r.ts, r.type, r.saga, r.step, None if r.redacted else c, r.salt, r.digest,
+             r.prev, r.hash, r.redacted]
+            for r, c in sealed
+        ]
+        return {**common, "rows": json.dumps(rows, ensure_ascii=False, separators=(",", ":"))}
+
     def resolved(self, conn: Any) -> set[str]:
         """The sagas with a terminal record."""
         return {r[0] for r in conn.execute(self.q_resolved, (sorted(TERMINAL_SAGA_TYPES),)).fetchall()}
@@ -339,15 +410,10 @@ class PostgresWAL(SharedLogReads, BatchingWAL):
             tail = self._log.tail(self._conn, self.writer)
             self.durability = self._probe_durability()
             # The lock key: the table's OID under a fixed high half, unique per table.
-            oid = self._conn.execute("SELECT %s::regclass::oid", (table_name,)).fetchone()[0]
-            self._lock_key = (0x5A6A << 32) | int(oid)
+            self._lock_key = lock_key(self._conn.execute(self._log.q_oid).fetchone()[0])
             self._cur = self._conn.cursor()  # the flusher's, reused for every batch
-            self._q_one = self._append_sql(many=False)
-            self._q_many = self._append_sql(many=True)
-            self._q_delete = psycopg.sql.SQL(
-                "DELETE FROM {t} AS x USING unnest(%s::bigint[], %s::bigint[]) AS r(a, b) "
-                "WHERE x.writer = %s AND x.seq BETWEEN r.a AND r.b"
-            ).format(t=self._log.t)
+            self._q_one = self._log.append_sql(many=False)
+            self._q_many = self._log.append_sql(many=True)
         except psycopg.Error as exc:
             self._release()
             raise WALError(
@@ -360,60 +426,7 @@ class PostgresWAL(SharedLogReads, BatchingWAL):
     def _probe_durability(self) -> str:
         sc = self._conn.execute("SHOW synchronous_commit").fetchone()[0]
         fs = self._conn.execute("SHOW fsync").fetchone()[0]
-        if sc == "off" or fs == "off":
-            log.warning(
-                "PostgresWAL %s: synchronous_commit=%s fsync=%s, so a server crash can lose "
-                "acknowledged records; pass synchronous_commit='on' (and run with fsync=on)",
-                self.name, sc, fs,
-            )
-        return (
-            "postgres: barrier returns after the batch's transaction committed "
-            f"[synchronous_commit={sc} fsync={fs}]"
-        )
-
-    def _append_sql(self, many: bool) -> Any:
-        sql = _import_psycopg().sql
-        # The lock comes first (a materialised CTE) and nextval is evaluated per inserted
-        # row, after it: gseq is drawn under the lock, so commits follow gseq order.
-        head = """
-WITH l AS MATERIALIZED (SELECT pg_advisory_xact_lock(%(lock)s)),
-h AS MATERIALIZED (SELECT coalesce(
-        (SELECT seq FROM {t} WHERE writer = %(w)s ORDER BY seq DESC LIMIT 1), 0) AS head)
-INSERT INTO {t} (v, writer, seq, gseq, ts, type, saga, step, payload, salt, digest, prev, hash, redacted)
-"""
-        if many:
-            # The batch travels as one jsonb array of arrays (one parameter; psycopg's
-            # per-element array dumping costs more than the insert). A payload is a JSON
-            # *string* in it, so its canonical text arrives byte for byte.
-            body = """
-SELECT %(v)s, %(w)s, (e->>0)::bigint, nextval({s}), (e->>1)::bigint, e->>2, e->>3, e->>4, e->>5,
-       e->>6, e->>7, e->>8, e->>9, (e->>10)::boolean
-FROM l, h, jsonb_array_elements(%(rows)s::jsonb) WITH ORDINALITY AS r(e, ord)
-WHERE h.head = %(expect)s ORDER BY r.ord
-"""
-        else:
-            body = """
-SELECT %(v)s, %(w)s, %(seq)s, nextval({s}), %(ts)s, %(type)s, %(saga)s, %(step)s, %(payload)s,
-       %(salt)s, %(digest)s, %(prev)s, %(hash)s, %(redacted)s
-FROM l, h WHERE h.head = %(expect)s
-"""
-        return sql.SQL(head + body).format(t=self._log.t, s=sql.Literal(self._log.seq_name))
-
-    def _params(self, sealed: Sealed, expect: int) -> dict[str, Any]:
-        common = {"lock": self._lock_key, "w": self.writer, "expect": expect, "v": SCHEMA_VERSION}
-        if len(sealed) == 1:
-            r, c = sealed[0]
-            return {
-                **common, "seq": r.seq, "ts": r.ts, "type": r.type, "saga": r.saga,
-                "step": r.step, "payload": None if r.redacted else c, "salt": r.salt,
-                "digest": r.digest, "prev": r.prev, "hash": r.hash, "redacted": r.redacted,
-            }
-        rows = [
-            [r.seq, r.ts, r.type, r.saga, r.step, None if r.redacted else c, r.salt, r.digest,
-             r.prev, r.hash, r.redacted]
-            for r, c in sealed
-        ]
-        return {**common, "rows": json.dumps(rows, ensure_ascii=False, separators=(",", ":"))}
+        return durability_of(type(self).__name__, self.name, sc, fs)
 
     def _insert(self, sealed: Sealed) -> None:
         psycopg = _import_psycopg()
@@ -421,7 +434,7 @@ FROM l, h WHERE h.head = %(expect)s
         try:
             q = self._q_one if len(sealed) == 1 else self._q_many
             cur = self._cur
-            cur.execute(q, self._params(sealed, expect), prepare=True)
+            cur.execute(q, self._log.append_params(self._lock_key, self.writer, sealed, expect), prepare=True)
         except psycopg.errors.UniqueViolation as exc:
             raise self._fenced(expect) from exc
         if cur.rowcount != len(sealed):
@@ -458,7 +471,7 @@ FROM l, h WHERE h.head = %(expect)s
             self._insert([(rec, canonical)])
             if report.runs:
                 cur = self._conn.execute(
-                    self._q_delete,
+                    self._log.q_delete,
                     ([a for a, _ in report.runs], [b for _, b in report.runs], self.writer),
                 )
                 if cur.rowcount != report.removed:
