@@ -174,7 +174,8 @@ class PasskeyVerifier:
     def __init__(self, keyring: ApproverKeyring | str, *, rp_id: str | None = None) -> None:
         self.keyring = keyring if isinstance(keyring, ApproverKeyring) else ApproverKeyring(keyring)
         self.rp_id = rp_id
-        self._redeemed: dict[str, float] = {}
+        self._redeemed: dict[str, tuple[float, float]] = {}  # nonce -> (redeemed at, challenge expiry)
+        self._parsed: dict[str, Any] = {}  # PEM -> public key (parsing costs as much as a verify)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -216,16 +217,19 @@ class PasskeyVerifier:
             used = self._redeemed.get(challenge.nonce)
             if used is not None:
                 raise PasskeyRefused("replayed", f"challenge {challenge.nonce[:8]} signed by key {kid} was already "
-                                     f"redeemed at {format_instant(used)}: a signature approves one call, once")
-            self._redeemed = {n: t for n, t in self._redeemed.items() if t > now - 86_400}
-            self._redeemed[challenge.nonce] = now
+                                     f"redeemed at {format_instant(used[0])}: a signature approves one call, once")
+            if len(self._redeemed) >= 4096:  # amortised: a nonce past its challenge's expiry is refused as expired
+                self._redeemed = {n: t for n, t in self._redeemed.items() if t[1] > now}
+            self._redeemed[challenge.nonce] = (now, challenge.expires_at)
         return {"keyId": kid, "approver": entry.approver, "label": entry.label, "format": assertion.format,
                 "challenge": digest.hex(), "nonce": challenge.nonce, "verified": True, **proof}
 
     def _check_signature(self, entry: EnrolledKey, a: PasskeyAssertion, digest: bytes) -> dict[str, Any]:
         from cryptography.exceptions import InvalidSignature
 
-        public = load_public_key(entry.public_key)
+        public = self._parsed.get(entry.public_key)
+        if public is None:
+            public = self._parsed[entry.public_key] = load_public_key(entry.public_key)
         extra: dict[str, Any] = {}
         if a.format == "ed25519":
             message = digest
