@@ -98,6 +98,8 @@ def _line(r: ApprovalRequest, now: float) -> list[str]:
         state += ", BREAK-GLASS"
     if r.consumed_at is not None:
         state += ", used"
+    if r.challenge is not None:
+        state += ", passkey required (approvals sign)"
     head = (f"[{state}] {r.tool} -- {r.reason or 'approval required'} (rule {rule}, {_age(now - r.requested_at)} "
             f"old, id {r.id[:8]})")
     out = [head]

@@ -119,7 +119,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "approvals": (
         "List the approval requests agents are waiting on, and approve or deny one. The "
-        "decision lands in the approval store, where the waiting agent sees it.",
+        "decision lands in the approval store, where the waiting agent sees it. A request marked "
+        "'passkey required' is approved with the approver's enrolled key (approvals sign); the "
+        "keyring of those keys is managed with approvals keys.",
         ("agent-saga approvals list",
          "agent-saga approvals approve af83c011 --approver risk@corp --note 'verified by phone'"),
     ),

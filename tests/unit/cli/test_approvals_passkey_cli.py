@@ -69,6 +69,8 @@ async def test_enrol_challenge_sign_then_revoke(tmp_path: Path, capsys):
         # a hardware key's path: the digest bytes out, a raw signature in
         agent = asyncio.create_task(run_agent(wal, store, ring, "s-hw"))
         rid = await waiting(store, "s-hw", agent)
+        assert await cli("approvals", "list", "--store", str(approvals)) == 0
+        assert "passkey required (approvals sign)" in capsys.readouterr().out
         assert await cli("approvals", "challenge", rid[:8], "--store", str(approvals),
                          "--out", str(tmp_path / "c.bin")) == 0
         printed = capsys.readouterr().out
