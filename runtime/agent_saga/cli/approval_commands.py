@@ -247,7 +247,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
     store, which = _store(args)
     try:
         r = decide_request(store, args.request_id, approved=True, approver=args.approver, now=time.time(),
-                           note=args.note, passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
+                           note=args.note, break_glass=args.break_glass,
+                           passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals sign: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -258,7 +259,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r.view_doc()))
     else:
-        print(f"approved {r.id} ({r.tool}) by {r.approver} with passkey {kid}; the waiting agent checks the "
+        glass = " (BREAK-GLASS: flagged for review)" if r.break_glass else ""
+        print(f"approved {r.id} ({r.tool}) by {r.approver}{glass} with passkey {kid}; the waiting agent checks the "
               f"signature against its approver keyring on its next read of {store.describe()}")
     return 0
 
@@ -330,6 +332,9 @@ def _register_passkeys(asub: Any, common: Any) -> None:
     q.add_argument("--signature", default=None, metavar="FILE",
                    help="a raw or base64 Ed25519 signature over the challenge digest, made by a hardware key")
     q.add_argument("--key-id", default=None, help="the enrolled key id that made --signature")
+    q.add_argument("--break-glass", action="store_true",
+                   help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note); "
+                        "the passkey is still required")
     common(q)
     q.set_defaults(handler=cmd_sign)
 

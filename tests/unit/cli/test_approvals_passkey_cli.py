@@ -82,10 +82,17 @@ async def test_enrol_challenge_sign_then_revoke(tmp_path: Path, capsys):
                          "--signature", str(tmp_path / "sig.bin")) == 2
         assert "--approver NAME is required" in capsys.readouterr().err
         assert await cli("approvals", "sign", rid[:8], "--approver", "risk@corp", "--store", str(approvals),
-                         "--key-id", kid, "--signature", str(tmp_path / "sig.bin")) == 0
-        assert f"with passkey {kid}" in capsys.readouterr().out
+                         "--key-id", kid, "--signature", str(tmp_path / "sig.bin"), "--break-glass") == 1
+        assert "break-glass approval needs --note" in capsys.readouterr().err
+        assert await cli("approvals", "sign", rid[:8], "--approver", "risk@corp", "--store", str(approvals),
+                         "--key-id", kid, "--signature", str(tmp_path / "sig.bin"), "--break-glass",
+                         "--note", "oncall asleep") == 0
+        assert f"BREAK-GLASS: flagged for review) with passkey {kid}" in capsys.readouterr().out
         assert await agent == ["sent"]
-        assert decided(wal, "s-hw")["passkey"]["keyId"] == kid
+        wal.barrier_sync()
+        (glass,) = [r.payload for _, r in iter_file_records(wal.path)
+                    if not isinstance(r, Exception) and r.saga == "s-hw" and r.type == "APPROVAL_BREAK_GLASS"]
+        assert glass["passkey"]["keyId"] == kid and glass["requires_review"] is True
 
         # revoked with the CLI: the agent refuses the next signature by that key, naming why
         assert await cli("approvals", "keys", "revoke", kid[:6], "--keyring", str(ring), "--by", "soc@corp") == 0
