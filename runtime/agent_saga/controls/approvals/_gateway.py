@@ -385,7 +385,7 @@ class ApprovalGateway:
             challenge = ActionChallenge.from_doc(current.challenge)
             if (challenge.request_id, challenge.arguments_digest, challenge.saga_id, challenge.step_id,
                     challenge.tool) != (current.id, current.arguments_digest, current.saga_id, current.step_id,
-                                        current.tool):
+                                        current.tool) or abs(challenge.expires_at - current.deadline) >= 1.0:
                 raise PasskeyRefused("other-action", f"the challenge stored with request {current.id} names "
                                      f"another action (request {challenge.request_id[:12]}, step "
                                      f"{challenge.step_id})")

@@ -222,3 +222,22 @@ def test_the_keyring_enrols_lists_and_revokes_and_refuses_what_it_cannot_do(tmp_
         ring.enrol("not a key", approver="x@corp", by="soc@corp", now=NOW)
     text = Path(ring.path).read_text()
     assert "PRIVATE" not in text and json.loads(text)["kind"] == "ApproverKeyring"
+
+
+@pytest.mark.parametrize("field", ["stepId", "expiresAt"])
+async def test_a_challenge_altered_in_the_store_and_then_signed_is_refused(tmp_path, wal, keys, field):
+    """Whoever can write the store could rewrite the challenge before the approver signs
+    it (another step, a later expiry): the agent compares it with its own request."""
+    from dataclasses import replace
+
+    def tamper_then_sign(store, r):
+        doc = dict(r.challenge)
+        doc[field] = "s-other/9" if field == "stepId" else "2099-01-01T00:00:00.000000Z"
+        store.update(r.id, lambda cur: replace(cur, challenge=doc))
+        approve_with(lambda c: sign_challenge(keys["risk"], c).to_doc())(store, r)
+
+    gw = gateway(tmp_path, wal, tamper_then_sign, keys["ring"])
+    with pytest.raises(GateBlocked) as info:
+        await wire(wal, gw, saga_id="s-tamper")
+    assert "names another action" in info.value.reason
+    assert decided(wal, "s-tamper")["passkey"]["refused"] == "other-action"
