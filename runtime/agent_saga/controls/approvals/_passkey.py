@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...clocks import format_instant, parse_instant
-from ...errors import ConfigurationError, SagaError
+from ...errors import ConfigurationError, SagaRefused
 from ...records import canonical_json
 from ._keyring import ApproverKeyring, EnrolledKey, load_public_key, unb64
 from ._signing import _crypto, key_id
@@ -64,7 +64,7 @@ def _b64url(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-class PasskeyRefused(SagaError):
+class PasskeyRefused(SagaRefused):
     """A passkey assertion that does not approve this action. ``code`` is one of
     ``missing``, ``unenrolled``, ``revoked``, ``approver``, ``other-action``, ``forged``,
     ``expired``, ``replayed``; the message says what failed and what to do."""
