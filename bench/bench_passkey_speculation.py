@@ -24,7 +24,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
@@ -41,21 +40,9 @@ from agent_saga.speculation import Speculator  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-pct = _common.pct
 
 
-def measure(fn, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
-
-
-def row(name: str, s: list[float]) -> dict:
-    return {"name": name, "n": len(s), "p50_us": round(pct(s, 0.5), 2), "p95_us": round(pct(s, 0.95), 2),
-            "p99_us": round(pct(s, 0.99), 2)}
+measure, row = _common.measure_us, _common.latency_row
 
 
 def passkey_rows(n: int, d: str) -> list[dict]:
@@ -131,17 +118,7 @@ def main() -> int:
     }
     result = {"bench": "passkey_speculation", "python": sys.version.split()[0], "load": os.getloadavg()[0],
               "rows": rows, "targets": targets}
-    if not args.json:
-        print(f"{'measurement':30} {'n':>7} {'p50 µs':>9} {'p95 µs':>9} {'p99 µs':>9}")
-        for r in rows:
-            print(f"{r['name']:30} {r['n']:>7} {r['p50_us']:>9.2f} {r['p95_us']:>9.2f} {r['p99_us']:>9.2f}")
-        print()
-        for name, t in targets.items():
-            print(f"{name:30} {t['value']:>9} target <= {t['target']}  {'OK' if t['ok'] else 'MISSED'}")
-        print()
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0 if all(t["ok"] for t in targets.values()) else 1
-
+    return _common.report(result, as_json=args.json, width=30)
 
 if __name__ == "__main__":
     sys.exit(main())
