@@ -40,8 +40,6 @@ from agent_saga.speculation import Speculator  # noqa: E402
 from cryptography.hazmat.primitives import serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-
-
 measure, row = _common.measure_us, _common.latency_row
 
 
