@@ -138,6 +138,7 @@ bench: install system-deps
 	$(PY) bench/bench_killswitch.py
 	$(PY) bench/bench_mcp.py
 	$(PY) bench/bench_approvals.py
+	$(PY) bench/bench_passkey_speculation.py
 	$(PY) bench/bench_routing.py
 	$(PY) bench/bench_recovery_fleet.py
 	$(PY) bench/bench_ui.py

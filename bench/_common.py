@@ -35,6 +35,40 @@ def pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
+def measure_us(fn: Any, n: int) -> list[float]:
+    """``n`` timings of ``fn()`` in microseconds."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
+def latency_row(name: str, samples: list[float]) -> dict[str, Any]:
+    """``{name, n, p50_us, p95_us, p99_us}`` of ``samples`` (microseconds)."""
+    return {"name": name, "n": len(samples), "p50_us": round(pct(samples, 0.5), 2),
+            "p95_us": round(pct(samples, 0.95), 2), "p99_us": round(pct(samples, 0.99), 2)}
+
+
+def report(result: dict[str, Any], *, as_json: bool, width: int = 36) -> int:
+    """Print ``result`` (its latency ``rows`` and ``targets`` as a table unless
+    ``as_json``, then the JSON); 0 if every target is met, else 1."""
+    import json
+
+    rows, targets = result["rows"], result["targets"]
+    if not as_json:
+        print(f"{'measurement':{width}} {'n':>7} {'p50 µs':>9} {'p95 µs':>9} {'p99 µs':>9}")
+        for r in rows:
+            print(f"{r['name']:{width}} {r['n']:>7} {r['p50_us']:>9.2f} {r['p95_us']:>9.2f} {r['p99_us']:>9.2f}")
+        print()
+        for name, t in targets.items():
+            print(f"{name:{width}} {t['value']:>9} target <= {t['target']}  {'OK' if t['ok'] else 'MISSED'}")
+        print()
+    print(json.dumps(result, indent=None if as_json else 2))
+    return 0 if all(t["ok"] for t in targets.values()) else 1
+
+
 def start_redis(prefix: str = "bench-redis-") -> tuple[str, subprocess.Popen[bytes], str]:
     """Start redis-server (no persistence) on a free 127.0.0.1 port: (url, process, dir)."""
     binary = shutil.which("redis-server")

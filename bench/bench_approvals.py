@@ -17,10 +17,8 @@ Targets:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
@@ -29,19 +27,12 @@ import _common  # bench/_common.py (benchmarks run as scripts from bench/)
 from agent_saga.audit.checkpoints import generate_signing_key  # noqa: E402
 from agent_saga.controls.approvals import Decision, DecisionSigner, TrustedKeys  # noqa: E402
 
-pct = _common.pct
 RID = "af83c011" * 4
 DIGEST = "sha256:" + "ab" * 32
 DEADLINE = 1_800_000_900.0
 
 
-def measure(fn, n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-    return out
+measure = _common.measure_us
 
 
 def main() -> int:
@@ -76,8 +67,7 @@ def main() -> int:
     for name, fn in (("unsigned decision: read", unsigned_read), ("signed decision: read + verify", signed_check),
                      ("bare Ed25519 verify", bare_verify)):
         s = measure(fn, args.n)
-        rows.append({"name": name, "n": len(s), "p50_us": round(pct(s, 0.5), 2), "p95_us": round(pct(s, 0.95), 2),
-                     "p99_us": round(pct(s, 0.99), 2)})
+        rows.append(_common.latency_row(name, s))
     by = {r["name"]: r for r in rows}
     added = by["signed decision: read + verify"]["p50_us"] - by["unsigned decision: read"]["p50_us"]
     ratio = by["signed decision: read + verify"]["p50_us"] / (
@@ -87,17 +77,7 @@ def main() -> int:
         "check_over_read_plus_bare_verify_p50": {"value": round(ratio, 3), "target": 1.3, "ok": ratio <= 1.3},
     }
     result = {"bench": "approvals", "python": sys.version.split()[0], "rows": rows, "targets": targets}
-    if not args.json:
-        print(f"{'measurement':36} {'n':>7} {'p50 µs':>9} {'p95 µs':>9} {'p99 µs':>9}")
-        for r in rows:
-            print(f"{r['name']:36} {r['n']:>7} {r['p50_us']:>9.2f} {r['p95_us']:>9.2f} {r['p99_us']:>9.2f}")
-        print()
-        for name, t in targets.items():
-            print(f"{name:36} {t['value']:>9} target <= {t['target']}  {'OK' if t['ok'] else 'MISSED'}")
-        print()
-    print(json.dumps(result, indent=None if args.json else 2))
-    return 0 if all(t["ok"] for t in targets.values()) else 1
-
+    return _common.report(result, as_json=args.json)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,8 +2,10 @@
 
     SagaError                        every error this library raises on purpose
     ├── SagaRefused                  a control refused the step; nothing happened
-    │   └── GateBlocked              the pre-flight gate said BLOCK (or approval was denied)
-    │       └── SagaQuarantined      a kill-switch QUARANTINE froze the saga: no rollback
+    │   ├── GateBlocked              the pre-flight gate said BLOCK (or approval was denied)
+    │   │   └── SagaQuarantined      a kill-switch QUARANTINE froze the saga: no rollback
+    │   ├── PasskeyRefused           a passkey does not approve this action (controls.approvals)
+    │   └── SpeculationRefused       a speculation may not run, or a lease not redeem (speculation)
     ├── StepOutcomeUnknown           the step may or may not have happened (timeout)
     ├── RollbackIncomplete           a rollback left at least one step not restored
     ├── CompensationError            a compensation could not be built or run

@@ -229,3 +229,59 @@ def test_an_unreachable_store_denies(redis_server_factory, tmp_path: Path):
     finally:
         store.close()
         wal.close()
+
+
+def test_a_passkey_approval_through_redis_signed_in_place_and_a_replay_onto_a_retry_is_refused(
+        fresh_redis: RedisServer, tmp_path: Path):
+    """The challenge and the assertion ride in the Redis documents (read back byte-exact for
+    the compare-and-set that consumes the approval); the assertion of one request copied onto
+    a later request for the same step does not approve it (a fresh nonce: another action)."""
+    from agent_saga.controls.approvals import ActionChallenge, ApproverKeyring, sign_challenge
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    ring = ApproverKeyring(tmp_path / "keyring.json")
+    ring.enrol(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                             serialization.PublicFormat.SubjectPublicKeyInfo),
+               approver="risk@corp", by="soc@corp", now=time.time())
+    wal, store = FileWAL(tmp_path / "a.wal"), RedisApprovalStore(fresh_redis.url)
+    r = redis.Redis.from_url(fresh_redis.url)
+    try:
+        gw = ApprovalGateway(store, None, wal, ApprovalPolicy(timeout=60), poll=0.02, passkeys=ring)
+        step = StepRequest("saga-pk", "saga-pk/0", "wire.send", I, {"amount": 80000, "to": "acct_9"}, ())
+
+        async def ask(answer) -> Any:
+            task = asyncio.create_task(gw.request_approval(step, PENDING))
+            while not (listed := store.list()):
+                await asyncio.sleep(0.01)
+            answer(listed[0])
+            return await task
+
+        signed: dict = {}
+
+        def approve(req) -> None:
+            def assertion(current) -> dict:
+                signed["doc"] = sign_challenge(key, ActionChallenge.from_doc(current.challenge)).to_doc()
+                return signed["doc"]
+            decide_request(store, req.id, approved=True, approver="risk@corp", now=time.time(), passkey=assertion)
+
+        outcome = asyncio.run(ask(approve))
+        assert outcome.approved and outcome.approver == "risk@corp"
+        (req,) = store.list()
+        doc = json.loads(r.get(f"agentsaga:v1:approval:request:{req.id}"))
+        decision = json.loads(r.get(f"agentsaga:v1:approval:decision:{req.id}"))
+        assert doc["challenge"]["nonce"] and doc["challenge"]["stepId"] == "saga-pk/0" and doc["consumedAt"]
+        assert decision["passkey"] == signed["doc"]
+        r.delete(f"agentsaga:v1:approval:request:{req.id}", f"agentsaga:v1:approval:decision:{req.id}")
+
+        def replay(req2) -> None:
+            assert req2.id == req.id and req2.challenge["nonce"] != doc["challenge"]["nonce"]
+            store.decide(req2.id, Decision.from_doc(decision))  # yesterday's signed yes, copied
+
+        denied = asyncio.run(ask(replay))
+        assert not denied.approved and "passkey refused" in denied.note and "another action" in denied.note
+    finally:
+        r.close()
+        store.close()
+        wal.close()

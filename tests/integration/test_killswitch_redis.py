@@ -88,6 +88,42 @@ def test_levers_are_the_policy_plane_documents(fresh_redis: RedisServer, stores)
     assert [lv.id for lv in only_other.levers()] == [lever.id], "namespaced: payments' switch is not ours"
 
 
+def test_a_secret_in_a_reason_is_scrubbed_in_the_redis_document(fresh_redis: RedisServer, stores):
+    s = store(stores, fresh_redis.url)
+    leaked = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    lever = Lever.new("Halt", "tool:stripe.*", reason=f"stripe key {leaked} leaked; password=hunter2",
+                      by="soc@corp", now=time.time())
+    # a lever built directly (an embedding application) is scrubbed when stored, too
+    direct = Lever("cli/halt-direct", lever.action, "tool:wire.send", f"rotated {leaked}", "soc@corp", time.time(),
+                   None, None)
+    s.engage(lever)
+    s.engage(direct)
+    r = redis.Redis.from_url(fresh_redis.url)
+    try:
+        raws = [r.get(f"agentsaga:v1:killswitch:{lv.id}") for lv in (lever, direct)]
+    finally:
+        r.close()
+    assert all(raw is not None and leaked.encode() not in raw and b"hunter2" not in raw for raw in raws)
+    assert json.loads(raws[0])["reason"] == "stripe key [REDACTED] leaked; password=[REDACTED]"
+    assert json.loads(raws[1])["reason"] == "rotated [REDACTED]"
+    assert {lv.reason for lv in s.levers()} == {"stripe key [REDACTED] leaked; password=[REDACTED]",
+                                                "rotated [REDACTED]"}
+
+
+def test_two_cli_halts_on_one_scope_are_two_levers(fresh_redis: RedisServer, stores):
+    s = store(stores, fresh_redis.url)
+    now = time.time()
+    first = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=now, ttl=600)
+    second = Lever.new("Halt", "tool:wire.send", reason="regulator hold", by="risk@corp", now=now)
+    assert first.id != second.id and first.id.rsplit("-", 1)[0] == second.id.rsplit("-", 1)[0]
+    s.engage(first)
+    s.engage(second)
+    assert sorted((lv.requested_by, lv.reason, lv.ttl) for lv in s.levers()) == [
+        ("risk@corp", "regulator hold", None), ("soc@corp", "fraud pattern", 600)], "neither replaced the other"
+    s.lift(first.id)
+    assert [lv.id for lv in s.levers()] == [second.id], "lifting one leaves the other engaged"
+
+
 def test_changes_are_notified_as_the_operator_does(fresh_redis: RedisServer, stores):
     s = store(stores, fresh_redis.url)
     r = redis.Redis.from_url(fresh_redis.url)

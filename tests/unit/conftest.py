@@ -1,6 +1,6 @@
 """Unit tests: no servers. The folders mirror the packages under test:
 
-    engine/    the saga engine (steps, rollback, retry, timeouts, executor, credentials)
+    engine/    the saga engine (steps, rollback, retry, timeouts, executor, credentials, speculation)
     kit/       AgentKit
     controls/  one folder per control: approvals/ breaker/ gate/ killswitch/ limits/
     wal/       the WAL interface and FileWAL          chain/   the hash chain

@@ -19,6 +19,7 @@ PUBLIC = (
     "agent_saga.controls.killswitch",
     "agent_saga.controls.limits",
     "agent_saga.recovery",
+    "agent_saga.speculation",
     "agent_saga.wal",
 )
 ROOTS = {"SagaError": Exception, "ValueError": ValueError, "Exception": Exception}

@@ -99,7 +99,7 @@ PUBLIC_PACKAGES = (
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
     "agent_saga.routing", "agent_saga.contextbroker", "agent_saga.codemod", "agent_saga.loop",
-    "agent_saga.ui", "agent_saga.mesh",
+    "agent_saga.ui", "agent_saga.mesh", "agent_saga.speculation",
 )
 
 MCP_EXPECTED = {

@@ -17,6 +17,16 @@ waiting agent sees it there (no connection into the agent). An ID may be a uniqu
 with the approver's Ed25519 key (``agent-saga keygen approver --out KEY.pem``): agents
 that trust approver keys accept an approval only when it is signed by one of them.
 
+Passkey approvals (an IRREVERSIBLE step whose agent has an approver keyring): the
+request carries a challenge naming the exact action, and the approver's own enrolled key
+signs it::
+
+    agent-saga approvals keys enrol --keyring keyring.json --approver risk@corp --public-key risk.pem.pub --by soc@corp
+    agent-saga approvals challenge af83c011 --out challenge.bin     # the 32 bytes a hardware key signs
+    agent-saga approvals sign af83c011 --approver risk@corp --key risk.pem     # a software key
+    agent-saga approvals sign af83c011 --approver risk@corp --key-id 3f2a9c... --signature sig.bin
+    agent-saga approvals keys revoke 3f2a9c --keyring keyring.json --by soc@corp
+
 Refused, with a message saying why: an approval without ``--approver`` (an anonymous
 approval proves nothing), a break-glass approval without ``--note``, a request already
 decided or past its deadline. Exit codes: 0 done, 1 refused, 2 bad usage or an
@@ -26,6 +36,7 @@ unreachable store.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import sys
@@ -34,13 +45,19 @@ from typing import Any
 
 from ..clocks import format_instant
 from ..controls.approvals import (
+    ActionChallenge,
     ApprovalRefused,
     ApprovalRequest,
     ApprovalStore,
+    ApproverKeyring,
     DecisionSigner,
+    PasskeyAssertion,
     decide_request,
     open_approval_store,
+    resolve_id,
+    sign_challenge,
 )
+from ..controls.approvals._keyring import ENV_KEYRING
 from ..controls.approvals._signing import ENV_SIGNING_KEY
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
@@ -81,6 +98,8 @@ def _line(r: ApprovalRequest, now: float) -> list[str]:
         state += ", BREAK-GLASS"
     if r.consumed_at is not None:
         state += ", used"
+    if r.challenge is not None:
+        state += ", passkey required (approvals sign)"
     head = (f"[{state}] {r.tool} -- {r.reason or 'approval required'} (rule {rule}, {_age(now - r.requested_at)} "
             f"old, id {r.id[:8]})")
     out = [head]
@@ -147,6 +166,205 @@ def cmd_deny(args: argparse.Namespace) -> int:
     return _decide(args, False)
 
 
+# --------------------------------------------------------------------------- passkeys
+def _challenge_of(store: ApprovalStore, request_id: str) -> tuple[ApprovalRequest, ActionChallenge]:
+    r = store.get(resolve_id(store, request_id))
+    if r is None:
+        raise ApprovalRefused(f"approval request {request_id} disappeared from {store.describe()}")
+    if r.challenge is None:
+        raise ApprovalRefused(f"approval request {r.id} asks for no passkey (it carries no challenge): approve it "
+                              f"with agent-saga approvals approve")
+    return r, ActionChallenge.from_doc(r.challenge)
+
+
+def cmd_challenge(args: argparse.Namespace) -> int:
+    store, which = _store(args)
+    try:
+        r, challenge = _challenge_of(store, args.request_id)
+    except ApprovalRefused as exc:
+        print(f"agent-saga approvals challenge: refused: {exc.message} ({which})", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    digest = challenge.digest
+    if args.out:
+        with open(args.out, "wb") as f:
+            f.write(digest)
+    if args.json:
+        print(json.dumps({"requestId": r.id, "challenge": challenge.to_doc(), "digest": digest.hex(),
+                          "digestBase64url": base64.urlsafe_b64encode(digest).rstrip(b"=").decode()}))
+        return 0
+    print(which)
+    print(f"{r.tool} (saga {r.saga_id}, step {r.step_id}), arguments {r.arguments_digest}")
+    print(f"  expires {challenge.to_doc()['expiresAt']}, nonce {challenge.nonce}")
+    print(f"  digest (what the key signs): {digest.hex()}")
+    print(f"  as a WebAuthn challenge (base64url): {base64.urlsafe_b64encode(digest).rstrip(b'=').decode()}")
+    if args.out:
+        print(f"  wrote the 32 digest bytes to {args.out}")
+    return 0
+
+
+def _assertion(args: argparse.Namespace, challenge: ActionChallenge) -> dict[str, Any]:
+    if args.key:
+        from cryptography.hazmat.primitives import serialization
+
+        with open(args.key, "rb") as f:
+            try:
+                key = serialization.load_pem_private_key(f.read(), password=None)
+            except (ValueError, TypeError) as exc:
+                raise ConfigurationError(f"--key {args.key!r} is not a PEM private key (make one with `agent-saga "
+                                         f"keygen approver --out FILE`)") from exc
+        return sign_challenge(key, challenge).to_doc()
+    if args.assertion:
+        with open(args.assertion, encoding="utf-8") as f:
+            try:
+                doc = json.load(f)
+                PasskeyAssertion.from_doc(doc)
+            except ValueError as exc:
+                raise ConfigurationError(f"--assertion {args.assertion!r}: {exc}") from None
+        return dict(doc)
+    if not (args.signature and args.key_id):
+        raise ConfigurationError("agent-saga approvals sign needs --key PEM (a software key), --assertion FILE (a "
+                                 "WebAuthn assertion) or --signature FILE with --key-id KID (a hardware key's "
+                                 "signature over `agent-saga approvals challenge --out`)")
+    with open(args.signature, "rb") as f:
+        raw = f.read()
+    if len(raw) != 64:
+        try:
+            raw = base64.b64decode(raw.strip(), validate=True)
+        except ValueError:
+            raw = b""
+    if len(raw) != 64:
+        raise ConfigurationError(f"--signature {args.signature!r} is not a 64-byte Ed25519 signature (raw or base64)")
+    return PasskeyAssertion(args.key_id, challenge.digest.hex(), raw).to_doc()
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    if not (args.approver or "").strip():
+        print("agent-saga approvals sign: refused: --approver NAME is required (the key approves only as the "
+              "approver it is enrolled for)", file=sys.stderr)
+        return 2
+    store, which = _store(args)
+    try:
+        r = decide_request(store, args.request_id, approved=True, approver=args.approver, now=time.time(),
+                           note=args.note, break_glass=args.break_glass,
+                           passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
+    except ApprovalRefused as exc:
+        print(f"agent-saga approvals sign: refused: {exc.message} ({which})", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    assert r.decision is not None and r.decision.passkey is not None
+    kid = r.decision.passkey.get("keyId")
+    if args.json:
+        print(json.dumps(r.view_doc()))
+    else:
+        glass = " (BREAK-GLASS: flagged for review)" if r.break_glass else ""
+        print(f"approved {r.id} ({r.tool}) by {r.approver}{glass} with passkey {kid}; the waiting agent checks the "
+              f"signature against its approver keyring on its next read of {store.describe()}")
+    return 0
+
+
+def _keyring(args: argparse.Namespace) -> ApproverKeyring:
+    path = args.keyring or os.environ.get(ENV_KEYRING, "").strip()
+    if not path:
+        raise ConfigurationError(f"name the approver keyring: --keyring FILE or ${ENV_KEYRING}")
+    return ApproverKeyring(path)
+
+
+def cmd_keys_enrol(args: argparse.Namespace) -> int:
+    ring = _keyring(args)
+    if args.public_key:
+        with open(args.public_key, "rb") as f:
+            material: bytes | str = f.read()
+    elif args.raw:
+        material = args.raw
+    else:
+        raise ConfigurationError("enrol needs --public-key FILE (PEM) or --raw BASE64 (a credential's 32-byte key)")
+    entry = ring.enrol(material, approver=args.approver or "", by=args.by or "", now=time.time(),
+                       label=args.label or "", rp_id=args.rp_id or "")
+    if args.json:
+        print(json.dumps(entry.to_doc()))
+    else:
+        print(f"enrolled key {entry.key_id} for {entry.approver} in {ring.path}")
+    return 0
+
+
+def cmd_keys_list(args: argparse.Namespace) -> int:
+    ring = _keyring(args)
+    keys = ring.keys()
+    if args.json:
+        print(json.dumps([k.to_doc() for k in keys], indent=2))
+        return 0
+    print(f"keyring: {ring.path}")
+    if not keys:
+        print("  no keys enrolled")
+    for k in keys:
+        state = "REVOKED " + format_instant(k.revoked_at) + f" by {k.revoked_by}" if k.revoked_at else "enrolled"
+        label = f" ({k.label})" if k.label else ""
+        print(f"  {k.key_id} {k.approver}{label}: {state}; enrolled {format_instant(k.enrolled_at)} by "
+              f"{k.enrolled_by}")
+    return 0
+
+
+def cmd_keys_revoke(args: argparse.Namespace) -> int:
+    ring = _keyring(args)
+    entry = ring.revoke(args.key_id, by=args.by or "", now=time.time())
+    print(json.dumps(entry.to_doc()) if args.json else
+          f"revoked key {entry.key_id} of {entry.approver}; agents refuse it from their next check")
+    return 0
+
+
+def _register_passkeys(asub: Any, common: Any) -> None:
+    q = asub.add_parser("challenge", help="print a passkey request's challenge (what the approver's key signs)")
+    q.add_argument("request_id", metavar="ID", help="the request id (a unique prefix is enough)")
+    q.add_argument("--out", default=None, metavar="FILE", help="also write the 32 digest bytes to FILE")
+    common(q)
+    q.set_defaults(handler=cmd_challenge)
+
+    q = asub.add_parser("sign", help="approve a passkey request with the approver's enrolled key")
+    q.add_argument("request_id", metavar="ID", help="the request id (a unique prefix is enough)")
+    q.add_argument("--approver", default=None, help="who approves (required; the key must be enrolled for them)")
+    q.add_argument("--note", default=None, help="why (lands in the WAL)")
+    q.add_argument("--key", default=None, metavar="PEM", help="a software Ed25519 private key (keygen approver)")
+    q.add_argument("--assertion", default=None, metavar="FILE",
+                   help="a WebAuthn assertion JSON (format webauthn) made by your approval page")
+    q.add_argument("--signature", default=None, metavar="FILE",
+                   help="a raw or base64 Ed25519 signature over the challenge digest, made by a hardware key")
+    q.add_argument("--key-id", default=None, help="the enrolled key id that made --signature")
+    q.add_argument("--break-glass", action="store_true",
+                   help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note); "
+                        "the passkey is still required")
+    common(q)
+    q.set_defaults(handler=cmd_sign)
+
+    k = asub.add_parser("keys", help="the approver keyring: enrol, list, revoke passkeys")
+    ksub = k.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+
+    def ring(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--keyring", default=None, metavar="FILE", help=f"the keyring file (default: ${ENV_KEYRING})")
+        q.add_argument("--json", action="store_true")
+
+    q = ksub.add_parser("enrol", help="enrol an approver's public key")
+    q.add_argument("--approver", default=None, help="whose key it is (required): it approves only as them")
+    q.add_argument("--public-key", default=None, metavar="FILE", help="the public key (PEM, e.g. KEY.pem.pub)")
+    q.add_argument("--raw", default=None, metavar="BASE64",
+                   help="the 32 raw public key bytes (a WebAuthn credential's COSE x), base64 or base64url")
+    q.add_argument("--by", default=None, help="who enrols it (required)")
+    q.add_argument("--label", default=None, help="what the key is (yubikey 5c, laptop passkey)")
+    q.add_argument("--rp-id", default=None, help="the WebAuthn relying party id its assertions must name")
+    ring(q)
+    q.set_defaults(handler=cmd_keys_enrol)
+    q = ksub.add_parser("list", help="every enrolled and revoked key")
+    ring(q)
+    q.set_defaults(handler=cmd_keys_list)
+    q = ksub.add_parser("revoke", help="revoke a key (final)")
+    q.add_argument("key_id", metavar="KEYID", help="the key id (a unique prefix is enough)")
+    q.add_argument("--by", default=None, help="who revokes it (required)")
+    ring(q)
+    q.set_defaults(handler=cmd_keys_revoke)
+
+
 def register(sub: Any) -> None:
     """Add ``approvals`` to the command line."""
     p = sub.add_parser("approvals", help="list the approval requests agents wait on; approve or deny one")
@@ -176,3 +394,4 @@ def register(sub: Any) -> None:
                            help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note)")
         common(q)
         q.set_defaults(handler=handler)
+    _register_passkeys(asub, common)

@@ -142,7 +142,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "approvals": (
         "List the approval requests agents are waiting on, and approve or deny one. The "
-        "decision lands in the approval store, where the waiting agent sees it.",
+        "decision lands in the approval store, where the waiting agent sees it. A request marked "
+        "'passkey required' is approved with the approver's enrolled key (approvals sign); the "
+        "keyring of those keys is managed with approvals keys.",
         ("agent-saga approvals list",
          "agent-saga approvals approve af83c011 --approver risk@corp --note 'verified by phone'"),
     ),
@@ -168,6 +170,39 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "approvals deny": (
         "Deny one request, as a named approver: the waiting step is refused.",
         ("agent-saga approvals deny af83c011 --approver risk@corp --note 'not this one'",),
+    ),
+    "approvals challenge": (
+        "Print a passkey request's challenge: the exact action (tool, arguments digest, saga, step, "
+        "deadline, nonce) and the 32-byte digest the approver's key signs. --out writes the bytes for a "
+        "hardware key's signing tool; the base64url form is the challenge of a WebAuthn assertion.",
+        ("agent-saga approvals challenge af83c011",
+         "agent-saga approvals challenge af83c011 --out challenge.bin --json"),
+    ),
+    "approvals sign": (
+        "Approve a passkey request with the approver's own enrolled key: a software key (--key), a "
+        "WebAuthn assertion (--assertion) or a hardware key's raw signature over the challenge "
+        "(--signature with --key-id). Agents check it against their approver keyring before the call.",
+        ("agent-saga approvals sign af83c011 --approver risk@corp --key risk.pem --note 'verified by phone'",
+         "agent-saga approvals sign af83c011 --approver risk@corp --key-id 3f2a9c0d1e2f3a4b --signature sig.bin"),
+    ),
+    "approvals keys": (
+        "The approver keyring (a JSON file agents read): enrol an approver's public key, list keys, "
+        "revoke one. A key approves only as the approver it is enrolled for; revocation is final.",
+        ("agent-saga approvals keys list --keyring keyring.json",
+         "agent-saga approvals keys enrol --keyring keyring.json --approver risk@corp --public-key risk.pem.pub --by soc@corp"),
+    ),
+    "approvals keys enrol": (
+        "Enrol an Ed25519 public key (PEM, or a WebAuthn credential's 32 raw bytes with --raw) for one approver.",
+        ("agent-saga approvals keys enrol --keyring keyring.json --approver risk@corp --public-key risk.pem.pub --by soc@corp --label 'yubikey 5c'",
+         "agent-saga approvals keys enrol --keyring keyring.json --approver cfo@corp --raw 11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo --rp-id approve.corp --by soc@corp"),
+    ),
+    "approvals keys list": (
+        "Every key in the approver keyring: who it belongs to, who enrolled it, whether it is revoked.",
+        ("agent-saga approvals keys list --keyring keyring.json", "agent-saga approvals keys list --json"),
+    ),
+    "approvals keys revoke": (
+        "Revoke an approver key (by a unique id prefix): agents refuse its signatures from their next check.",
+        ("agent-saga approvals keys revoke 3f2a9c --keyring keyring.json --by soc@corp",),
     ),
     "reconcile": (
         "Ask each effect's @reconciler what the external system says, ignoring what the log "

@@ -9,7 +9,9 @@ The store is ``--store``, else ``$AGENT_SAGA_SWITCH_STORE``, else ``$AGENT_SAGA_
 (the policy plane agents wired by it watch): a ``redis://`` URL or a file path (a
 ``FileSwitchStore``: only processes on this host reading that file see it). Every command
 says which store it used and why. Levers are written exactly as the operator projects
-``KillSwitch`` resources (docs/killswitch.md), with the id ``cli/<action>-<hash>``.
+``KillSwitch`` resources (docs/killswitch.md), with the id ``cli/<action>-<scope hash>-<random>``: each
+engagement is its own lever (two operators halting one scope do not replace each
+other), and ``resume --scope`` lifts every CLI lever on the scope.
 
 Who/why/when: every agent watching the store records the change in its own WAL when it
 sees it. With ``--wal-path`` / ``--wal-url`` the CLI also appends the change to that

@@ -27,6 +27,7 @@ imported only inside the Redis stores when they are used (``agent_saga._redis``)
 
 from ..clocks import ControlClock, ManualClock
 from .approvals import (
+    ActionChallenge,
     ApprovalGateway,
     ApprovalNotice,
     ApprovalOutcome,
@@ -36,11 +37,14 @@ from .approvals import (
     ApprovalRequest,
     ApprovalStore,
     ApprovalStoreUnavailable,
+    ApproverKeyring,
     Decision,
     EscalationLevel,
     FileApprovalStore,
     Notifier,
     NotifierError,
+    PasskeyRefused,
+    PasskeyVerifier,
     RedisApprovalStore,
     WebhookNotifier,
     open_approval_store,
@@ -104,6 +108,7 @@ from .limits import (
 
 __all__ = [
     "DEFAULT_RULES",
+    "ActionChallenge",
     "ApprovalGateway",
     "ApprovalNotice",
     "ApprovalOutcome",
@@ -113,6 +118,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "ApprovalStoreUnavailable",
+    "ApproverKeyring",
     "BreakerPolicy",
     "BudgetLimit",
     "CheckRefusal",
@@ -135,6 +141,8 @@ __all__ = [
     "ManualClock",
     "Notifier",
     "NotifierError",
+    "PasskeyRefused",
+    "PasskeyVerifier",
     "PreCheck",
     "PreFlightDecision",
     "PreFlightGate",

@@ -89,3 +89,21 @@ def test_the_cli_refuses_bad_levers_and_a_missing_store(tmp_path: Path, capsys, 
         main(["halt", "--scope", "global", "--by", "b", "--store", path])  # --reason is required
     with pytest.raises(SystemExit):
         main(["halt", "--reason", "r", "--by", "b", "--ttl", "soon", "--store", path])
+
+
+async def test_two_halts_on_one_scope_are_two_levers_resume_lifts_both_and_a_secret_reason_is_redacted(
+        tmp_path: Path, capsys):
+    path = str(tmp_path / "switch.json")
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    for who in ("soc@corp", "risk@corp"):
+        assert main(["halt", "--scope", "tool:wire.send", "--reason", f"leaked {token}", "--by", who,
+                     "--store", path, "--json"]) == 0
+    ids = [json.loads(line)["engaged"]["id"] for line in capsys.readouterr().out.splitlines()]
+    assert len(set(ids)) == 2 and all(i.startswith("cli/halt-") for i in ids), "one lever each, neither replaced"
+    text = Path(path).read_text()
+    assert token not in text and "leaked [REDACTED]" in text
+    refusal = await agent_switch(Path(path)).check(req("wire.send"))
+    assert refusal is not None and token not in refusal.reason
+    assert main(["resume", "--scope", "tool:wire.send", "--by", "soc@corp", "--store", path, "--json"]) == 0
+    assert sorted(lv["id"] for lv in json.loads(capsys.readouterr().out)["lifted"]) == sorted(ids)
+    assert await agent_switch(Path(path)).check(req("wire.send")) is None

@@ -17,6 +17,8 @@ The layout every control shares (``agent_saga.controls``):
     _gateway.py    ApprovalGateway: ask, escalate, wait, record (an ApprovalProvider)
     _notifiers.py  Notifier, WebhookNotifier: how a human hears about a request
     _signing.py    DecisionSigner, TrustedKeys: signed decisions, checked by the agent
+    _keyring.py    ApproverKeyring: the approver keys enrolled for passkey approvals
+    _passkey.py    ActionChallenge, PasskeyVerifier: the approver's own key signs the exact action
 
 Only this module is public.
 """
@@ -28,6 +30,7 @@ from ._default import (
     set_approval_provider,
 )
 from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
+from ._keyring import ApproverKeyring, EnrolledKey
 from ._local import FileApprovalStore
 from ._model import (
     ApprovalOutcome,
@@ -39,6 +42,13 @@ from ._model import (
     request_id_for,
 )
 from ._notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
+from ._passkey import (
+    ActionChallenge,
+    PasskeyAssertion,
+    PasskeyRefused,
+    PasskeyVerifier,
+    sign_challenge,
+)
 from ._redis import RedisApprovalStore
 from ._signing import DecisionSigner, TrustedKeys
 from ._store import (
@@ -51,6 +61,7 @@ from ._store import (
 
 __all__ = [
     "APPROVAL_STORES",
+    "ActionChallenge",
     "ApprovalGateway",
     "ApprovalNotice",
     "ApprovalOutcome",
@@ -61,12 +72,17 @@ __all__ = [
     "ApprovalState",
     "ApprovalStore",
     "ApprovalStoreUnavailable",
+    "ApproverKeyring",
     "Decision",
     "DecisionSigner",
+    "EnrolledKey",
     "EscalationLevel",
     "FileApprovalStore",
     "Notifier",
     "NotifierError",
+    "PasskeyAssertion",
+    "PasskeyRefused",
+    "PasskeyVerifier",
     "RedisApprovalStore",
     "TrustedKeys",
     "WebhookNotifier",
@@ -77,4 +93,5 @@ __all__ = [
     "request_id_for",
     "resolve_id",
     "set_approval_provider",
+    "sign_challenge",
 ]

@@ -43,8 +43,10 @@ from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
 from ...wal.base import BaseWAL
+from ._keyring import ApproverKeyring
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
 from ._notifiers import ApprovalNotice, Notifier
+from ._passkey import ActionChallenge, PasskeyRefused, PasskeyVerifier
 from ._signing import DecisionSigner, TrustedKeys
 from ._store import ApprovalStore, decide_request
 
@@ -130,7 +132,11 @@ class ApprovalGateway:
     ``$AGENT_SAGA_APPROVAL_KEYS``); keys the policy plane publishes are trusted too, and
     once any key is trusted an unsigned or forged approval is ignored (the request
     stays pending until it expires). With no key anywhere, approvals are accepted
-    unsigned and the WAL says their signature was not checked.
+    unsigned and the WAL says their signature was not checked. ``passkeys``: the
+    approver keyring (``PasskeyVerifier``, ``ApproverKeyring`` or its file; default
+    ``$AGENT_SAGA_APPROVER_KEYRING``): when set, every IRREVERSIBLE step's request carries
+    a challenge, and its approval counts only with a signature over that challenge from
+    the approver's own enrolled, unrevoked key (docs/approvals.md, "Passkey approvals").
     """
 
     def __init__(
@@ -145,6 +151,7 @@ class ApprovalGateway:
         agent: str | None = None,
         clock: ControlClock | None = None,
         trusted_keys: TrustedKeys | str | os.PathLike[str] | None = None,
+        passkeys: PasskeyVerifier | ApproverKeyring | str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(store, ApprovalStore):
             raise ConfigurationError(f"store must be an approval store (FileApprovalStore(), RedisApprovalStore(url)), "
@@ -176,6 +183,11 @@ class ApprovalGateway:
         self._configured: TrustedKeys | None = trusted_keys
         self._trust: TrustedKeys | None = trusted_keys
         self._forged: set[str] = set()
+        if passkeys is None:
+            passkeys = ApproverKeyring.from_env()
+        if passkeys is not None and not isinstance(passkeys, PasskeyVerifier):
+            passkeys = PasskeyVerifier(passkeys if isinstance(passkeys, ApproverKeyring) else os.fspath(passkeys))
+        self.passkeys: PasskeyVerifier | None = passkeys
 
     def __repr__(self) -> str:
         return f"ApprovalGateway({self.store.describe()}, timeout={self.policy.timeout:g})"
@@ -220,6 +232,10 @@ class ApprovalGateway:
                 semantics=str(getattr(request.semantics, "value", request.semantics)),
                 levels=tuple((lv.targets, float(lv.after_seconds)) for lv in self.policy.levels),
             )
+            if self._needs_passkey(request):
+                fresh = replace(fresh, challenge=ActionChallenge.issue(
+                    request_id=rid, tool=request.tool, arguments_digest=digest, saga_id=request.saga_id,
+                    step_id=request.step_id, expires_at=fresh.deadline).to_doc())
             current, created = await asyncio.to_thread(self.store.create, fresh)
             if created:
                 seq = self.wal.append(REQUESTED, request.saga_id, request.step_id, {
@@ -239,6 +255,11 @@ class ApprovalGateway:
                 f"approval request {rid} was made for other arguments ({current.arguments_digest}), this call is "
                 f"{digest}: an approval covers exactly the action a human saw, so changing the arguments after "
                 f"approval is refused"), extra={"call_digest": digest})
+        if self._needs_passkey(request) and current.challenge is None:
+            return self._record(request, current, False, SYSTEM_APPROVER, (
+                f"passkey refused: approval request {rid} was made without a passkey challenge, and this "
+                f"IRREVERSIBLE step needs the approver's enrolled key to sign one"), extra={"passkey": {
+                    "refused": "missing"}})
         return await self._wait(request, current)
 
     async def _wait(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
@@ -248,6 +269,10 @@ class ApprovalGateway:
             if current.state == "Approved":
                 forged, proof = await self._verify(current)
                 if forged is None:
+                    refused = self._check_passkey(current, proof)
+                    if refused is not None:
+                        return self._record(request, current, False, SYSTEM_APPROVER, refused[0],
+                                            extra={"passkey": refused[1]})
                     return await self._consume(request, current, proof)
                 self._ignore(current, forged)
             if current.state == "Denied":
@@ -339,6 +364,40 @@ class ApprovalGateway:
         if decision.signed and decision.signed.get("authenticatedUser"):
             proof["authenticated_user"] = str(decision.signed["authenticatedUser"])
         return None, proof
+
+    def _needs_passkey(self, request: StepRequest) -> bool:
+        return self.passkeys is not None and str(getattr(request.semantics, "value", request.semantics)) \
+            == "IRREVERSIBLE"
+
+    def _check_passkey(self, current: ApprovalRequest,
+                       proof: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """Why the approval's passkey does not approve this action (and what the WAL
+        records), or ``None`` (then ``proof`` holds the passkey's proof)."""
+        if current.challenge is None:
+            return None
+        decision = current.decision
+        assert decision is not None
+        if self.passkeys is None:
+            return (f"passkey refused: approval request {current.id} asks for a passkey, and this process has no "
+                    f"approver keyring to check it (ApprovalGateway(passkeys=...) or $AGENT_SAGA_APPROVER_KEYRING)",
+                    {"refused": "no-keyring"})
+        try:
+            challenge = ActionChallenge.from_doc(current.challenge)
+            if (challenge.request_id, challenge.arguments_digest, challenge.saga_id, challenge.step_id,
+                    challenge.tool) != (current.id, current.arguments_digest, current.saga_id, current.step_id,
+                                        current.tool) or abs(challenge.expires_at - current.deadline) >= 1.0:
+                raise PasskeyRefused("other-action", f"the challenge stored with request {current.id} names "
+                                     f"another action (request {challenge.request_id[:12]}, step "
+                                     f"{challenge.step_id})")
+            proof["passkey"] = self.passkeys.verify(decision.passkey, challenge, approver=decision.approver,
+                                                    now=self._clock.time())
+        except ValueError as exc:
+            return (f"passkey refused: the challenge of request {current.id} cannot be read ({exc})",
+                    {"refused": "challenge"})
+        except PasskeyRefused as exc:
+            kid = (decision.passkey or {}).get("keyId")
+            return f"passkey refused: {exc.message}", {"refused": exc.code, "keyId": kid}
+        return None
 
     def _merged(self, published: Mapping[str, str]) -> TrustedKeys:
         """The configured keys, those the policy plane publishes, and every key trusted so

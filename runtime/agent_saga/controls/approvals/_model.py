@@ -13,7 +13,8 @@ Two documents per request, with two writers, so neither can overwrite the other:
      "policyVersion": "1", "requestedBy": "host:pid",
      "levels": [{"targets": ["@oncall"], "afterSeconds": 0}, ...],
      "escalations": [{"level": 0, "targets": ["@oncall"], "at": "<RFC 3339>"}],
-     "consumedAt": null, "consumedBy": null}
+     "consumedAt": null, "consumedBy": null,
+     "challenge": {"format": "agent-saga.passkey-challenge/v1", ...}}   # passkey approvals only
 
 - the DECISION, written once (by the CLI, the operator from an ``Approval`` resource, or
   the agent itself when it gives up: expiry, a failed notifier)::
@@ -22,7 +23,8 @@ Two documents per request, with two writers, so neither can overwrite the other:
      "argumentsDigest": "sha256:...", "decision": "approved" | "denied" | "expired",
      "approver": "risk@corp", "note": "verified by phone", "decidedAt": "<RFC 3339>",
      "source": "cli:host:pid", "breakGlass": false,
-     "expiresAt": "<the request's deadline>", "signature": {"alg": "Ed25519", "keyId": ..., "sig": ...}}
+     "expiresAt": "<the request's deadline>", "signature": {"alg": "Ed25519", "keyId": ..., "sig": ...},
+     "passkey": {"format": "ed25519", "keyId": ..., "challenge": ..., "sig": ...}}   # passkey approvals only
 
   An ``approved`` decision counts only with a valid signature from a trusted key when
   the agent trusts keys (``_signing``); denials and expiries need none.
@@ -105,6 +107,8 @@ class Decision:
     #: The signed fields as the document carries them (``requestId`` ... ``expiresAt``,
     #: ``signature``; ``_signing``), or ``None`` for an unsigned decision.
     signed: Mapping[str, Any] | None = field(default=None, hash=False)
+    #: The approver's passkey assertion over the request's challenge (``_passkey``), if any.
+    passkey: Mapping[str, Any] | None = field(default=None, hash=False)
 
     @property
     def seal(self) -> Seal | None:
@@ -124,6 +128,7 @@ class Decision:
             "requestId": request_id, "argumentsDigest": self.arguments_digest,
             "decision": self.state.lower(), "approver": self.approver, "note": self.note,
             "decidedAt": _t(self.decided_at), "source": self.source, "breakGlass": self.break_glass,
+            **({"passkey": dict(self.passkey)} if self.passkey is not None else {}),
             **(self.signed or {}),
         }
 
@@ -141,8 +146,10 @@ class Decision:
         if decided is None:
             raise ValueError("decision has no decidedAt")
         signed = {k: doc.get(k) for k in SIGNED_FIELDS} if "signature" in doc else None
+        passkey = doc.get("passkey")
         return cls(_STATES[raw], str(doc.get("approver") or ""), decided, str(doc.get("argumentsDigest") or ""),
-                   doc.get("note"), str(doc.get("source") or ""), bool(doc.get("breakGlass")), signed)
+                   doc.get("note"), str(doc.get("source") or ""), bool(doc.get("breakGlass")), signed,
+                   dict(passkey) if isinstance(passkey, Mapping) else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +178,9 @@ class ApprovalRequest:
     escalations: tuple[tuple[int, tuple[str, ...], float], ...] = ()
     consumed_at: float | None = None
     consumed_by: str | None = None
+    #: The passkey challenge the approver's key must sign (``_passkey``), when the
+    #: action needs a passkey approval.
+    challenge: Mapping[str, Any] | None = None
     decision: Decision | None = None
 
     @property
@@ -223,6 +233,7 @@ class ApprovalRequest:
             "levels": [{"targets": list(tg), "afterSeconds": a} for tg, a in self.levels],
             "escalations": [{"level": lv, "targets": list(tg), "at": _t(at)} for lv, tg, at in self.escalations],
             "consumedAt": _t(self.consumed_at), "consumedBy": self.consumed_by,
+            **({"challenge": dict(self.challenge)} if self.challenge is not None else {}),
         }
 
     def to_json(self) -> str:
@@ -262,6 +273,7 @@ class ApprovalRequest:
                     for e in doc.get("escalations") or ()
                 ),
                 consumed_at=parse_instant(doc.get("consumedAt")), consumed_by=doc.get("consumedBy"),
+                challenge=dict(doc["challenge"]) if isinstance(doc.get("challenge"), Mapping) else None,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"approval request is missing or has a malformed field: {exc}") from exc

@@ -17,8 +17,8 @@ Invariants:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from ...clocks import format_instant
 from ...errors import SagaError, StoreUnavailable
@@ -96,8 +96,13 @@ def decide_request(
     break_glass: bool = False,
     source: str = "",
     signer: DecisionSigner | None = None,
+    passkey: Callable[[ApprovalRequest], Mapping[str, Any]] | None = None,
 ) -> ApprovalRequest:
     """Record a human's decision on a pending request (the CLI, ``ApprovalGateway.decide``).
+
+    ``passkey`` makes the approver's assertion over the request's challenge (``sign``
+    of ``agent-saga approvals sign``): it is called with the request and returns the
+    decision's ``passkey`` field; a request without a challenge is refused.
 
     ``request_id`` may be a unique prefix. ``signer`` signs the decision (over the request
     id, its action digest and its deadline): agents that trust keys accept an approval
@@ -120,8 +125,15 @@ def decide_request(
     if now >= current.deadline:
         raise ApprovalRefused(f"approval request {full} expired at {format_instant(current.deadline)} (expiry "
                               f"denies); the agent must ask again")
+    assertion = None
+    if passkey is not None:
+        if current.challenge is None:
+            raise ApprovalRefused(f"approval request {full} asks for no passkey (it carries no challenge): approve "
+                                  f"it with agent-saga approvals approve")
+        assertion = dict(passkey(current))
     mine = Decision("Approved" if approved else "Denied", approver, now, current.arguments_digest,
-                    (note or "").strip() or None, source or _source(), bool(break_glass and approved))
+                    (note or "").strip() or None, source or _source(), bool(break_glass and approved),
+                    passkey=assertion)
     if signer is not None:
         mine = Decision.from_doc(signer.sign(mine.to_doc(full, current.namespace), expires_at=current.deadline))
     after = store.decide(full, mine)

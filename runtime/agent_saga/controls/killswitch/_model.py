@@ -4,8 +4,8 @@ A ``Lever`` is one engaged HALT, DRAIN or QUARANTINE. It is stored as a policy-p
 document (docs/policy-plane.md, docs/killswitch.md; the operator projects ``KillSwitch``
 resources into the same form, with ``rev``, ``uid`` and ``generation`` added)::
 
-    {"v": 1, "kind": "KillSwitch", "id": "cli/halt-3fa2b1c0d4e5", "namespace": "cli",
-     "name": "halt-3fa2b1c0d4e5", "action": "Halt", "scope": "tool:stripe.*",
+    {"v": 1, "kind": "KillSwitch", "id": "cli/halt-3fa2b1c0d4e5-9c1d07ee", "namespace": "cli",
+     "name": "halt-3fa2b1c0d4e5-9c1d07ee", "action": "Halt", "scope": "tool:stripe.*",
      "reason": "fraud pattern", "requestedBy": "soc@corp", "ttl": 600,
      "engagedAt": "2025-06-01T03:00:00.000000Z", "expiresAt": "2025-06-01T03:10:00.000000Z"}
 
@@ -34,6 +34,7 @@ import enum
 import hashlib
 import math
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ from typing import Any
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError
 from ...records import ID_PATTERN
+from ...scrubber import redact_text
 
 __all__ = [
     "Lever",
@@ -157,12 +159,15 @@ def compile_glob(glob: str) -> re.Pattern[str]:
 
 
 def cli_lever_id(action: LeverAction, scope: str) -> str:
-    """The id the CLI gives the lever it engages on ``scope``: ``cli/<action>-<12 hex>``.
+    """A fresh id for a lever the CLI engages on ``scope``: ``cli/<action>-<12 hex>-<8 hex>``.
 
-    Deterministic, so engaging the same lever twice replaces it and ``resume`` finds it."""
+    The first part is derived from (action, scope), so levers on one scope sort together;
+    the second is random, so two operators (two hosts, two processes) halting the same
+    scope engage two levers, each with its own who/why/TTL, instead of one silently
+    replacing the other. ``resume --scope`` lifts every CLI lever on the scope."""
     kind, value = parse_scope(scope)
     digest = hashlib.sha256(f"{action.value}\n{format_scope(kind, value)}".encode()).hexdigest()[:12]
-    return f"cli/{action.value.lower()}-{digest}"
+    return f"cli/{action.value.lower()}-{digest}-{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +221,9 @@ class Lever:
         canonical = format_scope(kind, value)
         lid = lever_id or cli_lever_id(act, canonical)
         _check_id(lid)
-        return cls(lid, act, canonical, reason.strip(), by.strip(), now,
+        # The reason is free text shown in refusals, WAL records and the policy plane: a
+        # credential pasted into it is redacted before it reaches any of them.
+        return cls(lid, act, canonical, redact_text(reason.strip()), by.strip(), now,
                    None if ttl is None else float(ttl), None if ttl is None else now + float(ttl))
 
     @property
@@ -247,7 +254,7 @@ class Lever:
             "name": name,
             "action": self.action.value,
             "scope": self.scope,
-            "reason": self.reason,
+            "reason": redact_text(self.reason),  # whoever built the lever: no credential is stored
             "requestedBy": self.requested_by,
             "ttl": ttl,
             "engagedAt": None if self.engaged_at is None else format_instant(self.engaged_at),
