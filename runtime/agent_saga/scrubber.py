@@ -243,7 +243,10 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
             if tv is str:
                 if not v:
                     continue
-                sub = _scrub_str(k, v, free or k in FREE_TEXT_KEYS, shapes)
+                fk = free or k in FREE_TEXT_KEYS
+                if not (shapes or fk) and (k.__class__ is not str or _key_class(k) == 0):
+                    continue  # what _scrub_str would return unchanged, without the call
+                sub = _scrub_str(k, v, fk, shapes)
             elif tv is dict or tv is list or tv is tuple:
                 sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
             else:
@@ -255,7 +258,11 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
         return obj if new is None else new
     if t is list or t is tuple:
         items: list[Any] | None = None
+        # Strings that _scrub_str would return unchanged whatever they say (checked once).
+        inert = not (shapes or free) and (key.__class__ is not str or _key_class(key) == 0)
         for i, v in enumerate(obj):
+            if inert and v.__class__ is str:
+                continue
             # A list inherits its key: {"tokens": ["..."]} is still a list of tokens.
             sub = _walk(v, key, free, shapes)
             if sub is not v:
