@@ -29,7 +29,9 @@ What each figure includes (all measured in the same run, in the same process):
     durable_p50_us      complete() followed by barrier_sync(): the latency if a caller
                         waited for the decision to be fdatasync'ed before using the answer
                         (``Router(durable=True)``); not the default, reported separately.
-    no_wal_p50_us       Router(wal=None): the decision logic without any record.
+    no_wal_p50_us       Router(wal=None): the decision logic without any record (and
+                        cpu_per_decision_no_wal_us its CPU; cpu_per_record_us the difference:
+                        what recording one decision costs, mostly the flusher's sealing).
 
 Floors, measured in the same run: ``floor_sha256`` (the SHA-256 of one request's canonical
 JSON, which every decision computes), ``floor_loop`` (a bare Python loop building one small
@@ -159,6 +161,7 @@ def main() -> None:
                     best[name] = s
             cpu.append(cpu_per_call(call, per, wal))
         model_cpu = min(cpu_per_call(measures["model_call"][0], per, wal) for _ in range(3))
+        no_wal_cpu = min(cpu_per_call(measures["no_wal"][0], per, wal) for _ in range(3))
         wal.barrier_sync()
         decisions = router.calls + durable.calls
         stats = wal.stats()
@@ -181,6 +184,8 @@ def main() -> None:
         "decision_p50_us": round(decision, 2),
         "decision_p99_us": round(_common.pct(best["decision"], 0.99) - model, 2),
         "cpu_per_decision_us": round(cpu_decision, 2),
+        "cpu_per_decision_no_wal_us": round(no_wal_cpu - model_cpu, 2),
+        "cpu_per_record_us": round(cpu_decision - (no_wal_cpu - model_cpu), 2),
         "durable_p50_us": round(p50["durable"] - model, 2),
         "no_wal_p50_us": round(p50["no_wal"] - model, 2),
         "model_call_p50_us": round(model, 2),

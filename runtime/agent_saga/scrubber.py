@@ -171,12 +171,26 @@ def looks_random(value: str) -> bool:
     return entropy >= min(4.0, 0.8 * math.log2(n))
 
 
+def _group_hints(hints: tuple[str, ...], gates: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The hints grouped under a substring each of them contains (checked first: a text
+    without ``"gh"`` cannot contain ``"ghp_"``), the rest each under itself."""
+    groups = [(g, tuple(h for h in hints if g in h)) for g in gates]
+    grouped = {h for _, members in groups for h in members}
+    return tuple(groups) + tuple((h, (h,)) for h in hints if h not in grouped)
+
+
+# Same answer as scanning for every hint, in about half the scans of a long text.
+_HINT_GROUPS = _group_hints(_HINTS, ("A", "gh", "k_"))
+
+
 def _hinted(value: str) -> bool:
     if len(value) < _MIN_SHAPE:
         return False
-    for h in _HINTS:
-        if h in value:
-            return True
+    for gate, members in _HINT_GROUPS:
+        if gate in value:
+            for h in members:
+                if h in value:
+                    return True
     return False
 
 

@@ -85,7 +85,7 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("_screens", "_untried", "applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
+    __slots__ = ("_docs", "_screens", "_untried", "applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -119,8 +119,11 @@ class Route:
         self.uid = uid
         self.generation = generation
         self.applies_to = None if applies_to is None else tuple(applies_to)
-        self._screens: dict[tuple[Any, ...], tuple[ScreenRow, ...]] = {}
+        self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
         self._untried: dict[tuple[int, str], Candidate] = {}
+        #: id(candidate) -> its record document, for the candidates the two memos hold
+        #: (cleared with them, so an id is never that of another object).
+        self._docs: dict[int, dict[str, Any]] = {}
 
     def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
                     call_json: bool) -> tuple[ScreenRow, ...]:
@@ -129,12 +132,15 @@ class Route:
         ``json_mode``: what the call needs; ``call_*``: whether the call itself asks for
         it, which the reason says). Built once per shape and kept with the route, so a
         call only compares its size with each context window."""
-        key = (c, tools, json_mode, call_tools, call_json)
+        key = (c.max_cost_class, tools, json_mode, call_tools, call_json)  # all a table depends on
         rows = self._screens.get(key)
         if rows is None:
             if len(self._screens) >= _MEMO:
-                self._screens.clear()
+                self._forget()
             rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
+            for row in rows:
+                if row[4] is not None:
+                    self._docs[id(row[4])] = row[4].to_doc()
         return rows
 
     def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
@@ -161,10 +167,21 @@ class Route:
         c = self._untried.get(key)
         if c is None:
             if len(self._untried) >= _MEMO * len(self.hosts):
-                self._untried.clear()
+                self._forget()
             c = self._untried[key] = Candidate(host.name, host.model, rank, "untried",
                                                (f"eligible; {chosen} answered first",))
+            self._docs[id(c)] = c.to_doc()
         return c
+
+    def candidate_docs(self) -> Mapping[int, dict[str, Any]]:
+        """The record documents of the verdicts this route keeps (``RoutingDecision.to_doc``
+        reuses them instead of rebuilding the same document for every call)."""
+        return self._docs
+
+    def _forget(self) -> None:
+        self._screens.clear()
+        self._untried.clear()
+        self._docs.clear()
 
     def describe(self) -> str:
         """``ModelRoute ns/name (generation g)`` or ``route`` for one built in code."""

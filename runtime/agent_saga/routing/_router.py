@@ -240,10 +240,10 @@ class Router:
                                    context, attempt)
         self.calls += 1
         if chosen is None or answer is None:
-            self._append(REFUSED, decision)
+            self._append(REFUSED, decision, route)
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._append(DECISION, decision)
+        self._append(DECISION, decision, route)
         return decision, answer
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
@@ -278,11 +278,11 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision) -> None:
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None) -> None:
         if self._wal is None:
             return
         if isinstance(payload, RoutingDecision):
-            payload = payload.to_doc()
+            payload = payload.to_doc(known=None if route is None else route.candidate_docs())
             payload["saga"] = current_saga_id()
         try:
             seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
