@@ -1,7 +1,11 @@
 """agent-saga: the accountable runtime for AI agents that touch real systems.
 
 Every public name is re-exported here; everything else is internal. A test pins this list.
+The context broker's names are loaded when first used (``agent_saga.ContextBroker``), so
+``import agent_saga`` does not pay for them; the router's are already loaded by the loop.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .audit import (
     AESGCMEncryptor,
@@ -123,6 +127,27 @@ from .records import Record, RecordType
 from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
 from .retry import RetryPolicy
 from .rollback import RollbackOutcome, RollbackReport, StepOutcome
+from .routing import (
+    CallableHost,
+    Candidate,
+    Capabilities,
+    Constraints,
+    HostAnswer,
+    Message,
+    ModelActionRefused,
+    ModelRequest,
+    ModelResponse,
+    OpenAIHost,
+    RedisRouteSource,
+    Route,
+    Router,
+    RoutingDecision,
+    RoutingRefused,
+    RoutingUnavailable,
+    Tool,
+    ToolCall,
+    Usage,
+)
 from .scope import saga_scope
 from .semantics import ActionSemantics
 from .telemetry import setup_telemetry
@@ -142,6 +167,12 @@ from .wal import (
     read_log,
     set_default_wal,
 )
+
+if TYPE_CHECKING:
+    from .contextbroker import ContextBroker, DriftedSource, Receipt, ServedContext, Tier
+
+#: Loaded on first use (PEP 562): name -> the module that defines it.
+_LAZY = {name: ".contextbroker" for name in ("ContextBroker", "DriftedSource", "Receipt", "ServedContext", "Tier")}
 
 __version__ = "0.1.0"
 
@@ -163,6 +194,9 @@ __all__ = [
     "BaseWAL",
     "BreakerPolicy",
     "BudgetLimit",
+    "CallableHost",
+    "Candidate",
+    "Capabilities",
     "Certificate",
     "CheckRefusal",
     "Checkpoint",
@@ -177,7 +211,10 @@ __all__ = [
     "Compensation",
     "CompensationError",
     "ConfigurationError",
+    "Constraints",
+    "ContextBroker",
     "DEFAULT_RULES",
+    "DriftedSource",
     "EncryptedWAL",
     "EscalationLevel",
     "FileApprovalStore",
@@ -187,6 +224,7 @@ __all__ = [
     "GateBlocked",
     "GateDecision",
     "HandlerNotRegistered",
+    "HostAnswer",
     "InProcessLimitStore",
     "Keyring",
     "KillSwitch",
@@ -200,11 +238,16 @@ __all__ = [
     "ManualClock",
     "MeshView",
     "MeshWAL",
+    "Message",
+    "ModelActionRefused",
+    "ModelRequest",
+    "ModelResponse",
     "NotSerializable",
     "Notifier",
     "NotifierError",
     "Observation",
     "Observer",
+    "OpenAIHost",
     "PayloadEncryptor",
     "PostgresAsyncSink",
     "PostgresWAL",
@@ -212,6 +255,7 @@ __all__ = [
     "PreFlightDecision",
     "PreFlightGate",
     "RateLimit",
+    "Receipt",
     "Record",
     "RecordSet",
     "RecordType",
@@ -220,12 +264,18 @@ __all__ = [
     "RedisApprovalStore",
     "RedisLimitSource",
     "RedisLimitStore",
+    "RedisRouteSource",
     "RedisSwitchStore",
     "RedisWAL",
     "RetryPolicy",
     "RollbackIncomplete",
     "RollbackOutcome",
     "RollbackReport",
+    "Route",
+    "Router",
+    "RoutingDecision",
+    "RoutingRefused",
+    "RoutingUnavailable",
     "Rule",
     "Saga",
     "SagaContextFilter",
@@ -235,6 +285,7 @@ __all__ = [
     "SagaRuntime",
     "SagaState",
     "SecretDetected",
+    "ServedContext",
     "SinkWAL",
     "StepOutcome",
     "StepOutcomeUnknown",
@@ -243,7 +294,11 @@ __all__ = [
     "StopReason",
     "StoreUnavailable",
     "SwitchStoreUnavailable",
+    "Tier",
+    "Tool",
+    "ToolCall",
     "ToolExecutorStats",
+    "Usage",
     "VerifyFailed",
     "VerifyResult",
     "WALBackpressure",
@@ -311,3 +366,14 @@ __all__ = [
     "verify_disclosure",
     "verify_records",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agent_saga' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -18,12 +18,16 @@
     │   ├── LimitStoreUnavailable    limit windows (controls.limits): budgets fail closed
     │   ├── SwitchStoreUnavailable   kill-switch levers (controls.killswitch)
     │   ├── ApprovalStoreUnavailable approval requests (controls.approvals): denies
+    │   ├── RoutingUnavailable       no model route has been read yet (routing): refuses calls
     │   └── ClaimStoreUnavailable    recovery claims or ledger (recovery); also a RecoveryError
     ├── ApprovalRefused              a decision that cannot be recorded (controls.approvals)
     ├── NotifierError                an approval notifier failed (controls.approvals)
     ├── CodemodError                 a repository edit could not be made or undone (codemod)
     │   ├── CodemodRefused           the target repository is not clean, or moved: nothing changed
     │   └── VerifyFailed             the verify command failed in the shadow: target untouched
+    ├── RoutingRefused               no model host answered a call: every candidate's reason (routing)
+    ├── ModelActionRefused           a model's answer was still malformed after one repair (routing)
+    ├── DriftedSource                a source no longer hashes to its receipt (contextbroker)
     ├── RecoveryError                recovery could not do what it was asked (recovery)
     │   ├── RecoveryHalted           fail-closed: unreadable log or journal; a human must look
     │   │   └── LedgerCorrupt        the recovery journal itself cannot be read

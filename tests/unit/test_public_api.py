@@ -43,6 +43,11 @@ EXPECTED = {
     "Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed",
     # the agent runtime: the loop
     "AgentLoop", "LoopResult", "LoopTool", "StopReason",
+    # the agent runtime: the router and its IR, and the context broker (loaded on first use)
+    "Router", "Route", "Constraints", "Capabilities", "OpenAIHost", "CallableHost", "RedisRouteSource",
+    "Message", "Tool", "ToolCall", "ModelRequest", "HostAnswer", "Usage", "ModelResponse", "RoutingDecision",
+    "Candidate", "RoutingRefused", "ModelActionRefused", "RoutingUnavailable",
+    "ContextBroker", "Tier", "Receipt", "ServedContext", "DriftedSource",
     # controls: the gate, rules, limits
     "PreFlightGate", "PreFlightDecision", "PreCheck", "CheckRefusal", "DEFAULT_RULES", "Rule",
     "arg_exceeds", "irreversible_requires_human", "rule", "tagged", "tool_matches",

@@ -21,9 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from ._decision import Candidate
 from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 
 __all__ = ["Constraints", "Route"]
+
+#: One host as screening reads it for one shape of call: (rank, host, context tokens, the
+#: reasons it is refused whatever the call's size, its refusal when it has such reasons).
+ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None]
+_MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +85,7 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
+    __slots__ = ("_docs", "_screens", "_untried", "applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -113,6 +119,69 @@ class Route:
         self.uid = uid
         self.generation = generation
         self.applies_to = None if applies_to is None else tuple(applies_to)
+        self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
+        self._untried: dict[tuple[int, str], Candidate] = {}
+        #: id(candidate) -> its record document, for the candidates the two memos hold
+        #: (cleared with them, so an id is never that of another object).
+        self._docs: dict[int, dict[str, Any]] = {}
+
+    def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
+                    call_json: bool) -> tuple[ScreenRow, ...]:
+        """Every host with what refuses it for a call of this shape except its size: tool
+        calling, JSON mode, cost class (``c``: the merged constraints; ``tools`` /
+        ``json_mode``: what the call needs; ``call_*``: whether the call itself asks for
+        it, which the reason says). Built once per shape and kept with the route, so a
+        call only compares its size with each context window."""
+        key = (c.max_cost_class, tools, json_mode, call_tools, call_json)  # all a table depends on
+        rows = self._screens.get(key)
+        if rows is None:
+            if len(self._screens) >= _MEMO:
+                self._forget()
+            rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
+            for row in rows:
+                if row[4] is not None:
+                    self._docs[id(row[4])] = row[4].to_doc()
+        return rows
+
+    def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
+                    call_json: bool) -> tuple[ScreenRow, ...]:
+        max_cost = COST_CLASSES.index(c.max_cost_class) if c.max_cost_class else len(COST_CLASSES)
+        out = []
+        for rank, h, ctx, has_tools, has_json, cost in self.rows:
+            why: list[str] = []
+            if tools and not has_tools:
+                why.append("no tool calling, and " + ("the call offers tools" if call_tools
+                                                      else "the route requires tools"))
+            if json_mode and not has_json:
+                why.append("no JSON mode, and " + ("the call asks for JSON" if call_json
+                                                   else "the route requires JSON mode"))
+            if cost > max_cost:
+                why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
+            static = tuple(why)
+            out.append((rank, h, ctx, static, Candidate(h.name, h.model, rank, "refused", static) if static else None))
+        return tuple(out)
+
+    def untried(self, rank: int, host: Host, chosen: str) -> Candidate:
+        """The verdict on an eligible host left untried because ``chosen`` answered first."""
+        key = (rank, chosen)
+        c = self._untried.get(key)
+        if c is None:
+            if len(self._untried) >= _MEMO * len(self.hosts):
+                self._forget()
+            c = self._untried[key] = Candidate(host.name, host.model, rank, "untried",
+                                               (f"eligible; {chosen} answered first",))
+            self._docs[id(c)] = c.to_doc()
+        return c
+
+    def candidate_docs(self) -> Mapping[int, dict[str, Any]]:
+        """The record documents of the verdicts this route keeps (``RoutingDecision.to_doc``
+        reuses them instead of rebuilding the same document for every call)."""
+        return self._docs
+
+    def _forget(self) -> None:
+        self._screens.clear()
+        self._untried.clear()
+        self._docs.clear()
 
     def describe(self) -> str:
         """``ModelRoute ns/name (generation g)`` or ``route`` for one built in code."""

@@ -44,11 +44,12 @@ from ..context import current_saga_id
 from ..controls.breaker import BreakerPolicy, CircuitBreaker
 from ..errors import ConfigurationError
 from ..gates import StepRequest
+from ..records import canonical_json
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
 from ._decision import Candidate, ModelActionRefused, ModelResponse, RoutingDecision, RoutingRefused
-from ._hosts import COST_CLASSES, Host, HostError
+from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
 from ._route import Constraints, Route
 
@@ -125,12 +126,16 @@ class Router:
     nothing and is for tests only). ``breaker``: a ``BreakerPolicy`` for the per-host
     circuit breakers (or a ``CircuitBreaker`` to share). ``timeout``: seconds one host may
     take for one call. ``count_tokens``: request -> tokens (default: ``estimate_tokens``
-    over the messages and tools).
+    over the messages and tools). ``durable``: every record of a call is fdatasync'ed
+    (``barrier_sync``) before ``complete`` returns or raises; by default a decision is
+    appended (its place in the chain fixed) and made durable by the next fence of the
+    WAL — a COMPENSABLE or IRREVERSIBLE step's intent, which covers every earlier record
+    — or the flusher's linger (see docs/agent-runtime.md, "Durability").
     """
 
     def __init__(self, route: Route | RouteSource, *, wal: BaseWAL | None = DEFAULT_WAL,
                  breaker: BreakerPolicy | CircuitBreaker | None = None, timeout: float = 60.0,
-                 count_tokens: Callable[[ModelRequest], int] | None = None) -> None:
+                 count_tokens: Callable[[ModelRequest], int] | None = None, durable: bool = False) -> None:
         if isinstance(route, Route):
             self._source: RouteSource = _Static(route)
         elif isinstance(route, RouteSource):
@@ -143,6 +148,7 @@ class Router:
         if not 0 < timeout < float("inf"):
             raise ConfigurationError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self._wal = wal
+        self.durable = bool(durable)
         if isinstance(breaker, CircuitBreaker):
             self.breaker = breaker
         else:
@@ -198,27 +204,18 @@ class Router:
         need_ctx = max(tokens, c.min_context_tokens or 0)
         tools = bool(request.tools) or c.require_tools
         json_mode = request.json_mode or c.require_json_mode
-        max_cost = COST_CLASSES.index(c.max_cost_class) if c.max_cost_class else len(COST_CLASSES)
         needs = {"tokens": tokens, "context_tokens": need_ctx, "tools": tools, "json_mode": json_mode,
                  "max_cost_class": c.max_cost_class}
+        what = "the call needs" if need_ctx == tokens else "the route requires"
         out: list[Candidate | None] = []
-        for rank, h, ctx, has_tools, has_json, cost in route.rows:
-            if ctx >= need_ctx and (has_tools or not tools) and (has_json or not json_mode) and cost <= max_cost:
-                out.append(None)  # eligible; an open breaker is decided at try time (a trial call may be due)
-                continue
-            why: list[str] = []
-            if ctx < need_ctx:
-                what = "the call needs" if need_ctx == tokens else "the route requires"
-                why.append(f"context window {ctx} tokens < {need_ctx} {what}")
-            if tools and not has_tools:
-                why.append("no tool calling, and " + ("the call offers tools" if request.tools
-                                                      else "the route requires tools"))
-            if json_mode and not has_json:
-                why.append("no JSON mode, and " + ("the call asks for JSON" if request.json_mode
-                                                   else "the route requires JSON mode"))
-            if cost > max_cost:
-                why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
-            out.append(Candidate(h.name, h.model, rank, "refused", tuple(why)))
+        # None: eligible (an open breaker is decided at try time: a trial call may be due)
+        for rank, h, ctx, static, refusal in route.screen_rows(c, tools, json_mode, bool(request.tools),
+                                                               request.json_mode):
+            if ctx >= need_ctx:
+                out.append(refusal)
+            else:
+                out.append(Candidate(h.name, h.model, rank, "refused",
+                                     (f"context window {ctx} tokens < {need_ctx} {what}", *static)))
         return needs, out
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
@@ -232,24 +229,22 @@ class Router:
             if verdicts[i] is not None:
                 continue
             if chosen is not None:
-                verdicts[i] = Candidate(h.name, h.model, i + 1, "untried", (f"eligible; {chosen.name} answered first",))
+                verdicts[i] = route.untried(i + 1, h, chosen.name)
                 continue
             verdicts[i], answer = self._try(h, i + 1, request, call, budget)
             if answer is not None:
                 chosen = h
-        sent = json.dumps(request.to_doc(), sort_keys=True, separators=(",", ":")).encode()
+        sent = canonical_json(request.to_doc()).encode()
         decision = RoutingDecision(call, route.to_doc(), needs, tuple(v for v in verdicts if v is not None),
                                    None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
                                    context, attempt)
         self.calls += 1
         if chosen is None or answer is None:
-            self._append(REFUSED, decision)
+            self._append(REFUSED, decision, route)
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._append(DECISION, decision)
+        self._append(DECISION, decision, route)
         return decision, answer
-
-
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
              budget: float) -> tuple[Candidate, HostAnswer | None]:
@@ -283,14 +278,16 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision) -> None:
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None) -> None:
         if self._wal is None:
             return
         if isinstance(payload, RoutingDecision):
-            payload = payload.to_doc()
+            payload = payload.to_doc(known=None if route is None else route.candidate_docs())
             payload["saga"] = current_saga_id()
         try:
-            self._wal.append(type_, RESERVED_SAGA, None, payload)
+            seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
+            if self.durable:
+                self._wal.barrier_sync(seq)
         except Exception:
             log.error("router: %s could not be recorded in the WAL", type_)
             raise

@@ -1,0 +1,130 @@
+"""The router's per-route screening tables and the durability of its decision records.
+
+Screening is prepared once per route and call shape (tool calling, JSON mode, cost
+class) and kept with the route; only the context window is compared per call. These
+tests check that what a call is told never comes from an earlier call of another size or
+shape, and that a decision is durable exactly when the documentation says: with the next
+fence of the WAL by default, before ``complete`` returns with ``durable=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+
+import pytest
+from agent_saga import FileWAL
+from agent_saga.errors import WALStalled
+from agent_saga.routing import (
+    CallableHost,
+    Capabilities,
+    Constraints,
+    HostAnswer,
+    Message,
+    ModelRequest,
+    Route,
+    Router,
+    Tool,
+)
+from engine_support import read, wal_fixture  # noqa: F401
+
+ANSWER = HostAnswer('{"ok": true}')
+
+
+def fleet() -> list[CallableHost]:
+    return [
+        CallableHost("small", lambda r: ANSWER, Capabilities(40, json_mode=True, cost_class="Free")),
+        CallableHost("plain", lambda r: ANSWER, Capabilities(4096, cost_class="Free")),
+        CallableHost("dear", lambda r: ANSWER, Capabilities(4096, tools=True, json_mode=True, cost_class="High")),
+        CallableHost("good", lambda r: ANSWER, Capabilities(4096, tools=True, json_mode=True, cost_class="Low")),
+        CallableHost("spare", lambda r: ANSWER, Capabilities(4096, tools=True, json_mode=True, cost_class="Low")),
+    ]
+
+
+def ask(words: int, *, json_mode: bool = False, tools: bool = False) -> ModelRequest:
+    return ModelRequest((Message("user", "slot " * words),), json_mode=json_mode,
+                        tools=(Tool("book"),) if tools else ())
+
+
+def reasons(router: Router, request: ModelRequest, constraints: Constraints | None = None) -> dict[str, tuple]:
+    d = router.complete(request, constraints=constraints).decision
+    return {c.host: (c.outcome, c.reasons) for c in d.candidates}
+
+
+def test_each_call_is_screened_for_its_own_size_and_shape_on_a_reused_route() -> None:
+    route = Route(fleet(), constraints=Constraints(max_cost_class="Medium"))
+    router = Router(route, wal=None)
+    calls = [(ask(1), None), (ask(30), None), (ask(1, json_mode=True), None), (ask(30, tools=True), None),
+             (ask(1), Constraints(require_tools=True)), (ask(30, json_mode=True), Constraints(min_context_tokens=100)),
+             (ask(1), None)]
+    for request, constraints in calls * 2:  # the second pass reads every table the first one built
+        fresh = Router(Route(fleet(), constraints=Constraints(max_cost_class="Medium")), wal=None)
+        assert reasons(router, request, constraints) == reasons(fresh, request, constraints)
+    # the context reason names this call's size, never a remembered one
+    for words in (40, 60):
+        needed = ask(words).needed_tokens()
+        assert reasons(router, ask(words))["small"] == ("refused", (f"context window 40 tokens < {needed} the call "
+                                                                    f"needs",))
+    got = reasons(router, ask(1, json_mode=True, tools=True), Constraints(min_context_tokens=100))
+    assert got["small"] == ("refused", ("context window 40 tokens < 100 the route requires",
+                                        "no tool calling, and the call offers tools"))
+    assert got["plain"] == ("refused", ("no tool calling, and the call offers tools",
+                                        "no JSON mode, and the call asks for JSON"))
+    assert got["dear"] == ("refused", ("cost class High is above the Medium allowed",))
+    assert got["good"][0] == "chosen" and got["spare"] == ("untried", ("eligible; good answered first",))
+    route_tools = reasons(router, ask(1), Constraints(require_tools=True, require_json_mode=True))
+    assert route_tools["plain"] == ("refused", ("no tool calling, and the route requires tools",
+                                                "no JSON mode, and the route requires JSON mode"))
+
+
+def wedged_wal(tmp_path: Path, stall: float) -> tuple[FileWAL, threading.Event]:
+    """A FileWAL whose flusher waits before every fdatasync until the event is set."""
+    release = threading.Event()
+
+    def hook(point: str) -> None:
+        if point == "before_sync":
+            release.wait(30)
+
+    return FileWAL(tmp_path / "wedged.wal", stall_timeout=stall, fault_hook=hook), release
+
+
+def test_by_default_a_decision_is_in_the_chain_at_once_and_durable_with_the_next_fence(tmp_path: Path) -> None:
+    wal, release = wedged_wal(tmp_path, 30)
+    try:
+        router = Router(Route(fleet()), wal=wal)
+        response = router.complete(ask(1))           # returns while the disk is wedged
+        assert response.host == "small"
+        seq = wal.stats().appended_seq
+        assert wal.stats().durable_seq < seq         # appended (seq fixed), not yet durable
+        release.set()
+        wal.barrier_sync()                           # e.g. the next step's intent
+        assert wal.stats().durable_seq >= seq
+        [rec] = [r for r in read(wal, "wal") if r.type == "ROUTING_DECISION"]
+        assert rec.seq == seq and rec.payload["call"] == response.decision.id
+    finally:
+        release.set()
+        wal.close()
+
+
+def test_durable_router_returns_only_once_the_decision_is_fsynced(wal) -> None:
+    router = Router(Route(fleet()), wal=wal, durable=True)
+    response = router.complete(ask(1))
+    stats = wal.stats()
+    assert stats.durable_seq == stats.appended_seq and stats.syncs >= 1
+    [rec] = [r for r in read(wal, "wal") if r.type == "ROUTING_DECISION"]
+    assert rec.payload["call"] == response.decision.id
+
+
+def test_durable_router_raises_when_the_decision_cannot_be_made_durable(tmp_path: Path) -> None:
+    wal, release = wedged_wal(tmp_path, 0.2)
+    try:
+        router = Router(Route(fleet()), wal=wal, durable=True)
+        with pytest.raises(WALStalled):
+            router.complete(ask(1))                  # no answer is handed back unrecorded
+        with pytest.raises(WALStalled):
+            router.complete(ask(1))                  # nor later, on a log known to be wedged
+    finally:
+        release.set()
+        with contextlib.suppress(WALStalled):        # close of a stalled writer says so too
+            wal.close()
