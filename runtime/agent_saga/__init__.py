@@ -113,6 +113,22 @@ from .fastapi import SagaRuntime, current_saga, saga, saga_lifespan
 from .gates import Gate, GateDecision, StepRequest
 from .history import SagaState, StepState, saga_states
 from .idempotency import idempotency_key
+from .isolation import (
+    FileSnapshots,
+    InProcessSnapshots,
+    LockClaim,
+    LockStoreUnavailable,
+    RedisSemanticLocks,
+    SemanticLockManager,
+    SemanticLockNotHeld,
+    SemanticLocks,
+    SemanticLockTimeout,
+    Snapshot,
+    SnapshotGCReport,
+    SnapshotMissing,
+    TentativeResource,
+    TentativeStatus,
+)
 from .kit import AgentKit
 from .loop import AgentLoop, LoopResult, LoopTool, StopReason
 from .metrics import setup_metrics
@@ -176,6 +192,7 @@ __all__ = [
     "EncryptedWAL",
     "EscalationLevel",
     "FileApprovalStore",
+    "FileSnapshots",
     "FileSwitchStore",
     "FileWAL",
     "Gate",
@@ -183,6 +200,7 @@ __all__ = [
     "GateDecision",
     "HandlerNotRegistered",
     "InProcessLimitStore",
+    "InProcessSnapshots",
     "Keyring",
     "KillSwitch",
     "Lever",
@@ -190,6 +208,8 @@ __all__ = [
     "LimitStore",
     "LimitStoreUnavailable",
     "LimitUsage",
+    "LockClaim",
+    "LockStoreUnavailable",
     "LoopResult",
     "LoopTool",
     "ManualClock",
@@ -211,6 +231,7 @@ __all__ = [
     "RedisApprovalStore",
     "RedisLimitSource",
     "RedisLimitStore",
+    "RedisSemanticLocks",
     "RedisSwitchStore",
     "RedisWAL",
     "RetryPolicy",
@@ -226,6 +247,13 @@ __all__ = [
     "SagaRuntime",
     "SagaState",
     "SecretDetected",
+    "SemanticLockManager",
+    "SemanticLockNotHeld",
+    "SemanticLockTimeout",
+    "SemanticLocks",
+    "Snapshot",
+    "SnapshotGCReport",
+    "SnapshotMissing",
     "StepOutcome",
     "StepOutcomeUnknown",
     "StepRequest",
@@ -233,6 +261,8 @@ __all__ = [
     "StopReason",
     "StoreUnavailable",
     "SwitchStoreUnavailable",
+    "TentativeResource",
+    "TentativeStatus",
     "ToolExecutorStats",
     "VerifyFailed",
     "VerifyResult",
