@@ -9,6 +9,7 @@
     cli/       the ``agent-saga`` commands             k8s/     operator models, CRDs, chart
     routing/   the Router over protocol-level chat-completions servers
     contextbroker/  the ContextBroker (receipts, drift, serving records)
+    isolation/  tentative resources, semantic locks, snapshots (a SIGKILLed owner included)
     integrations/  saga_lifespan in process, OpenTelemetry (real SDK), Prometheus (real registry)
     (here)     the whole runtime: public API, error tree, layers, backends, examples
 
