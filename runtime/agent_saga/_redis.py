@@ -58,6 +58,7 @@ __all__ = [
     "is_cluster",
     "is_timeout",
     "key_slot",
+    "loop_client",
     "one_slot",
     "script",
     "topology",
@@ -316,6 +317,16 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
         raise ConfigurationError(
             f"{feature}: {redact(url)} is not a usable Redis URL: {Scrubber(secrets_in(url))(str(exc))}"
         ) from None
+
+
+def loop_client(clients: dict[int, tuple[Any, Any]], url: str, *, feature: str, socket_timeout: float) -> Any:
+    """The ``redis.asyncio`` client for the running event loop, kept in ``clients`` (made
+    there on first use: an asyncio client belongs to the loop that first used it)."""
+    loop = asyncio.get_running_loop()
+    held = clients.get(id(loop))
+    if held is None or held[0] is not loop:
+        held = clients[id(loop)] = (loop, connect_async(url, feature=feature, socket_timeout=socket_timeout))
+    return held[1]
 
 
 def _sentinel_kwargs(topo: Topology, socket_timeout: float, connect_timeout: float) -> dict[str, Any]:

@@ -27,6 +27,13 @@ REVERSIBLE steps write the same records but never wait for the disk.
 Leaving the ``saga_scope`` (``agent_saga.scope``) completes the saga or rolls it back
 (``agent_saga.rollback``); user code is called through ``agent_saga.invoke``.
 
+Boundary hooks (what tentative resources, semantic locks and snapshots stand on,
+``agent_saga.isolation``): ``on_commit(fn)`` runs ``await fn()`` once every step has
+settled and before SAGA_COMPLETED is written (in registration order; one that raises
+rolls the saga back instead); ``on_exit(fn)`` runs ``fn(saga)`` (sync or async) after
+the saga is resolved however it left its scope (completed, rolled back, partial,
+quarantined, cancelled), newest first, each once.
+
 Invariants:
 - Nothing user-supplied reaches the WAL without a caller-side JSON snapshot and secret
   check (the WAL encodes on its own thread, too late to tell the caller).
@@ -44,6 +51,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, TypeVar, overload
@@ -120,8 +128,8 @@ class Saga:
     """
 
     __slots__ = (
-        "__weakref__", "_append", "_clock", "_done", "_executor", "_inflight", "_next", "_on_outcome",
-        "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
+        "__weakref__", "_append", "_clock", "_commit_hooks", "_done", "_executor", "_exit_hooks", "_inflight",
+        "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
     )
 
     def __init__(
@@ -148,6 +156,8 @@ class Saga:
         self._inflight = 0
         self._settled: asyncio.Future[None] | None = None
         self._state = _RUNNING
+        self._commit_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._exit_hooks: list[Callable[[Saga], Any]] = []
         hook = getattr(gate, "on_outcome", None)
         self._on_outcome: Callable[[StepRequest, bool, BaseException | None], None] | None = (
             hook if callable(hook) else None
@@ -160,6 +170,46 @@ class Saga:
 
     def __repr__(self) -> str:
         return f"<Saga {self.saga_id} {self.status} steps={self._next}>"
+
+    # ------------------------------------------------------------------ boundary hooks
+
+    def on_commit(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``await fn()`` at the commit point: after every step settled, before the
+        durable SAGA_COMPLETED. If it raises, the saga rolls back instead (the error
+        leaves the scope). Raises ``ConfigurationError`` unless the saga is running."""
+        self._hook(fn, "on_commit")
+        self._commit_hooks.append(fn)
+
+    def on_exit(self, fn: Callable[[Saga], Any]) -> None:
+        """Run ``fn(saga)`` (awaited if it returns an awaitable) once the saga is resolved,
+        on every exit path: completed, rolled back (clean or partial), quarantined or
+        cancelled. Hooks run newest first; one that raises is logged and the others still
+        run. Raises ``ConfigurationError`` unless the saga is running."""
+        self._hook(fn, "on_exit")
+        self._exit_hooks.append(fn)
+
+    def _hook(self, fn: object, what: str) -> None:
+        if not callable(fn):
+            raise ConfigurationError(f"{what} takes a callable, got {fn!r}", saga_id=self.saga_id)
+        if self._state is not _RUNNING:
+            raise ConfigurationError(
+                f"saga {self.saga_id} is {self.status.lower().replace('_', ' ')}: {what} hooks can only be "
+                f"added while it runs", saga_id=self.saga_id,
+            )
+
+    async def _run_exit_hooks(self) -> None:
+        hooks, self._exit_hooks = self._exit_hooks, []
+        for fn in reversed(hooks):
+            try:
+                out = fn(self)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception as exc:  # noqa: BLE001 - one hook never stops the others
+                import logging
+
+                logging.getLogger("agent_saga.engine").error(
+                    "saga %s: an on_exit hook failed (%s: %s)", self.saga_id, type(exc).__name__, exc
+                )
 
     # ------------------------------------------------------------------ execute
 
@@ -556,6 +606,9 @@ class Saga:
     async def _complete(self) -> None:
         self._state = _CLOSING
         await self._settle()
+        hooks, self._commit_hooks = self._commit_hooks, []
+        for fn in hooks:
+            await fn()
         self._state = _COMPLETED
         seq = self._append(RecordType.SAGA_COMPLETED.value, self.saga_id, None, {"steps": self._next})
         await self.wal.barrier(seq)

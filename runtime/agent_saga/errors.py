@@ -19,7 +19,11 @@
     │   ├── SwitchStoreUnavailable   kill-switch levers (controls.killswitch)
     │   ├── ApprovalStoreUnavailable approval requests (controls.approvals): denies
     │   ├── RoutingUnavailable       no model route has been read yet (routing): refuses calls
-    │   └── ClaimStoreUnavailable    recovery claims or ledger (recovery); also a RecoveryError
+    │   ├── ClaimStoreUnavailable    recovery claims or ledger (recovery); also a RecoveryError
+    │   └── LockStoreUnavailable     semantic locks (isolation): nothing claimed or freed
+    ├── SemanticLockTimeout          a lock wait ran out; ``holder`` names the saga (isolation)
+    ├── SemanticLockNotHeld          a release by a saga that does not hold it (isolation)
+    ├── SnapshotMissing              a snapshot cannot be read back (isolation)
     ├── ApprovalRefused              a decision that cannot be recorded (controls.approvals)
     ├── NotifierError                an approval notifier failed (controls.approvals)
     ├── CodemodError                 a repository edit could not be made or undone (codemod)

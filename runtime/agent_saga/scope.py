@@ -26,6 +26,9 @@ Invariants:
   one, or a cancellation). A human decides; the recovery daemon skips the saga.
 - The saga id is validated before anything is written: ``[A-Za-z0-9._:@/+=-]``, at most
   190 characters so that every step id ``"{saga_id}/{index}"`` is a valid id too.
+- Leaving, whichever way, runs the saga's ``on_exit`` hooks once it is resolved (after the
+  completion, rollback or freeze), shielded from cancellation; ``on_commit`` hooks run
+  before SAGA_COMPLETED (``agent_saga.engine``).
 - While the scope is open (rollback included) the saga's lease is renewed from a
   background thread (``agent_saga.leases``), never per step: SAGA_STARTED grants the
   default lease, a SAGA_LEASE record follows it when ``lease_seconds`` differs.
@@ -199,6 +202,8 @@ class SagaScope:
             saga_id_var.reset(self._token)
             if self._lease is not None:
                 unregister_lease(self._lease)
+            if saga._exit_hooks:
+                await _shielded(saga._run_exit_hooks())
         if frozen is not None:
             return self._frozen_exit(saga, exc, raised_here)
         if report.clean:
@@ -250,6 +255,22 @@ class SagaScope:
             f"was NOT rolled back: {standing} step(s) are left standing for a human (SAGA_QUARANTINED in the WAL)",
             reason="quarantined", saga_id=saga.saga_id,
         ) from exc
+
+
+async def _shielded(coro: Any) -> None:
+    """Run ``coro`` to its end even if the caller is cancelled meanwhile (the cancellation
+    is re-raised once it finished): exit hooks release what the saga held."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError("cancelled while the saga's exit hooks ran (they finished first)")
 
 
 def saga_scope(

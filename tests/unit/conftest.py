@@ -10,6 +10,7 @@
     routing/   the Router over protocol-level chat-completions servers
     contextbroker/  the ContextBroker (receipts, drift, serving records)
     mesh/      offline mesh sagas: the G-Set merge (hypothesis), device logs, ``agent-saga mesh``
+    isolation/  tentative resources, semantic locks, snapshots (a SIGKILLed owner included)
     integrations/  saga_lifespan in process, OpenTelemetry (real SDK), Prometheus (real registry)
     (here)     the whole runtime: public API, error tree, layers, backends, examples
 

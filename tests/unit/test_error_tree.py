@@ -18,6 +18,7 @@ PUBLIC = (
     "agent_saga.controls.gate",
     "agent_saga.controls.killswitch",
     "agent_saga.controls.limits",
+    "agent_saga.isolation",
     "agent_saga.recovery",
     "agent_saga.speculation",
     "agent_saga.wal",
@@ -74,6 +75,6 @@ def test_every_store_error_is_one_store_unavailable() -> None:
     public = public_exceptions()
     stores = {n for n in public if n.endswith("StoreUnavailable") and n != "StoreUnavailable"}
     assert stores == {"LimitStoreUnavailable", "SwitchStoreUnavailable", "ApprovalStoreUnavailable",
-                      "ClaimStoreUnavailable"}
+                      "ClaimStoreUnavailable", "LockStoreUnavailable"}
     for name in stores:
         assert issubclass(public[name], agent_saga.errors.StoreUnavailable), name

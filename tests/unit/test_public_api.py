@@ -37,6 +37,10 @@ EXPECTED = {
     "AESGCMEncryptor", "AuditRoot", "Certificate", "Checkpoint", "Keyring", "PayloadEncryptor",
     "build_consistency", "certify_log", "decrypting", "encryptor_from_env", "redact_records",
     "verify_consistency",
+    # saga isolation: tentative resources, semantic locks, snapshots
+    "TentativeResource", "TentativeStatus", "SemanticLockManager", "RedisSemanticLocks", "SemanticLocks",
+    "LockClaim", "LockStoreUnavailable", "SemanticLockNotHeld", "SemanticLockTimeout", "FileSnapshots",
+    "InProcessSnapshots", "Snapshot", "SnapshotGCReport", "SnapshotMissing",
     # recovery
     "RecoveryDaemon", "RecoveryHalted", "reconciler", "Observation",
     # the agent runtime: repository edits as transactions
@@ -104,7 +108,7 @@ PUBLIC_PACKAGES = (
     "agent_saga.controls.breaker", "agent_saga.controls.gate", "agent_saga.controls.killswitch",
     "agent_saga.controls.limits", "agent_saga.mcp", "agent_saga.recovery", "agent_saga.wal", "agent_saga.connectors",
     "agent_saga.routing", "agent_saga.contextbroker", "agent_saga.codemod", "agent_saga.loop",
-    "agent_saga.ui", "agent_saga.mesh", "agent_saga.speculation",
+    "agent_saga.ui", "agent_saga.mesh", "agent_saga.speculation", "agent_saga.isolation",
 )
 
 MCP_EXPECTED = {

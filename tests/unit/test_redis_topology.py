@@ -71,6 +71,7 @@ def _script_key_sets() -> dict[str, list[str]]:
     from agent_saga.controls.limits._redis import RedisLimitStore
     from agent_saga.controls.policy._surface import surface_index_key, surface_key
     from agent_saga.heartbeat._model import heartbeat_index_key, heartbeat_key
+    from agent_saga.isolation import RedisSemanticLocks
     from agent_saga.recovery.redis import RedisClaimLock, RedisLedger
     from agent_saga.wal.redis import RedisLog
     from agent_saga_operator.projection import Keys
@@ -82,6 +83,7 @@ def _script_key_sets() -> dict[str, list[str]]:
     claims = RedisClaimLock("redis+cluster://n1:7000")
     ledger = RedisLedger("redis+cluster://n1:7000")
     k = Keys("{agentsaga}")
+    locks = RedisSemanticLocks("redis+cluster://n1:7000")
     return {
         "RedisWAL APPEND/COMPACT": [wal.stream("pod-7"), wal.gseq_key, wal.writers_key],
         "RedisLimitStore debit/refund/usage": [*limits._keys, limits.defs_key],
@@ -94,6 +96,7 @@ def _script_key_sets() -> dict[str, list[str]]:
         "agent surface": [surface_key(PLANE, "payments", "agent"), surface_index_key(PLANE)],
         "recovery claims and ledger": [claims.key("saga-1"), ledger._done, ledger._attempts, ledger._esc,
                                        ledger._resolved, ledger._journal],
+        "semantic locks acquire/renew/release": [locks.key("account:42")],
         "operator put/delete": [k.doc("killswitch", "x"), k.index("killswitch"), k.rev],
         "operator decision": [k.decision("r1"), k.rev, k.pending],
         "operator sync": [k.synced, k.rev, k.sync_pending("n1")],

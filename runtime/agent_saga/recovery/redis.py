@@ -32,7 +32,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from .._redis import Target, connect_async, import_redis, script
+from .._redis import Target, import_redis, loop_client, script
 from ..errors import ConfigurationError
 from .claims import Claim, new_token
 from .errors import ClaimStoreUnavailable
@@ -65,12 +65,7 @@ class _RedisBase:
     def _client(self) -> Any:
         if self._fixed is not None:
             return self._fixed
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(id(loop))
-        if held is None or held[0] is not loop:
-            client = connect_async(self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
-            held = self._clients[id(loop)] = (loop, client)
-        return held[1]
+        return loop_client(self._clients, self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
 
     def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
         return self._target.unavailable(

@@ -1,0 +1,148 @@
+"""``RedisSemanticLocks``: semantic locks shared by every process of a fleet, in Redis.
+
+``pip install 'agent-saga[redis]'``; the client is imported when the store is made.
+
+Keys (``namespace`` defaults to ``agent-saga``)::
+
+    {namespace}:lock:<resource_id>    STRING  the holder's saga id, PX = the lease
+
+Invariants:
+- Acquire is ``SET NX PX`` inside a script that, when the key is taken, answers who holds
+  it (and extends it if that is the caller): one round trip, no window between the
+  refusal and the name of the holder.
+- Renewal (compare-and-extend) and release (compare-and-delete) compare the stored saga
+  id before acting, in Lua, so no saga can extend or free another's claim, and a saga
+  whose lease lapsed cannot free its successor's.
+- Every script touches one key (no cross-slot risk on a Redis Cluster). Scripts are
+  class constants run through ``agent_saga._redis.script`` (EVALSHA, reloaded by
+  redis-py on NOSCRIPT).
+- A failure to reach the server raises ``LockStoreUnavailable`` naming the server
+  without its password; nothing was claimed or freed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._redis import Target, import_redis, loop_client, script
+from ..errors import ConfigurationError
+from ..recovery.redis import RedisClaimLock
+from .errors import LockStoreUnavailable
+from .locks import SemanticLocks
+
+__all__ = ["RedisSemanticLocks"]
+
+_FEATURE = "RedisSemanticLocks"
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value is False or value == b"" or value == "":
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisSemanticLocks(SemanticLocks):
+    """Semantic locks in Redis (see the module doc); the same calls as
+    ``SemanticLockManager``. ``target`` is a ``redis://`` URL (its password never appears
+    in a message) or a ``redis.asyncio.Redis`` client."""
+
+    # KEYS[1] the lock key. ARGV[1] the saga id, ARGV[2] the lease in ms.
+    # Returns {1, saga} if claimed (or already ours: extended), {0, holder} if not.
+    ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, ARGV[1]}
+end
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, holder}
+end
+return {0, holder or ''}
+"""
+
+    # KEYS[1] the lock key. ARGV[1] the saga id, ARGV[2] the lease in ms.
+    # Extends the claim only if it is still ours; 1 if extended, 0 if not ours.
+    RENEW = RedisClaimLock.RENEW  # the same compare-and-extend as a recovery claim
+
+    # KEYS[1] the lock key. ARGV[1] the saga id.
+    # Deletes the claim only if it is ours: {1, ''}; else {0, holder or ''} untouched.
+    RELEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return {1, ''}
+end
+return {0, holder or ''}
+"""
+
+    SCRIPTS = {"ACQUIRE": ACQUIRE, "RENEW": RENEW, "RELEASE": RELEASE}
+
+    def __init__(self, target: str | Any, *, namespace: str = "agent-saga", socket_timeout: float = 5.0) -> None:
+        self._redis = import_redis(_FEATURE)
+        if not isinstance(namespace, str) or not namespace or any(c in namespace for c in " \n\r{}"):
+            raise ConfigurationError(
+                f"namespace {namespace!r} must be a non-empty string without spaces or braces "
+                f"(it prefixes every lock key: {{namespace}}:lock:<resource_id>)")
+        if isinstance(socket_timeout, bool) or not isinstance(socket_timeout, int | float) or socket_timeout <= 0:
+            raise ConfigurationError(f"socket_timeout must be a positive number of seconds, got {socket_timeout!r}")
+        self._prefix = f"{{{namespace}}}:lock:"
+        self._timeout = float(socket_timeout)
+        self._target = Target.of(target)
+        self.where = self._target.where
+        self.description = f"semantic locks in {self.where} ({self._prefix}*)"
+        self._url: str | None = target if isinstance(target, str) else None
+        self._fixed: Any = None if isinstance(target, str) else target
+        self._clients: dict[int, tuple[Any, Any]] = {}
+        self._scripts: dict[tuple[int, str], Any] = {}
+
+    def key(self, resource_id: str) -> str:
+        """The Redis key of ``resource_id``'s claim."""
+        return self._prefix + resource_id
+
+    def _client(self) -> Any:
+        if self._fixed is not None:
+            return self._fixed
+        return loop_client(self._clients, self._url or "", feature=_FEATURE, socket_timeout=self._timeout)
+
+    async def _eval(self, name: str, resource_id: str, args: list[Any], doing: str) -> Any:
+        client = self._client()
+        run = self._scripts.get((id(client), name))
+        if run is None:
+            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+        try:
+            return await run(keys=[self.key(resource_id)], args=args, client=client)
+        except self._redis.RedisError as exc:
+            raise self._target.unavailable(
+                LockStoreUnavailable,
+                f"Redis at {self.where} failed while {doing} {resource_id!r}; nothing was claimed or freed",
+                exc, store=f"Redis at {self.where}") from exc
+
+    async def _do_acquire(self, resource_id: str, saga_id: str, lease: float) -> tuple[bool, str | None]:
+        ok, holder = await self._eval("ACQUIRE", resource_id, [saga_id, max(1, int(lease * 1000))], "claiming")
+        return bool(int(ok)), _text(holder)
+
+    async def _do_renew(self, resource_id: str, saga_id: str, lease: float) -> bool:
+        return bool(int(await self._eval("RENEW", resource_id, [saga_id, max(1, int(lease * 1000))], "renewing")))
+
+    async def _do_release(self, resource_id: str, saga_id: str) -> tuple[bool, str | None]:
+        ok, holder = await self._eval("RELEASE", resource_id, [saga_id], "releasing")
+        return bool(int(ok)), _text(holder)
+
+    async def _do_holder(self, resource_id: str) -> str | None:
+        try:
+            return _text(await self._client().get(self.key(resource_id)))
+        except self._redis.RedisError as exc:
+            raise self._target.unavailable(
+                LockStoreUnavailable, f"Redis at {self.where} failed while reading the holder of {resource_id!r}",
+                exc, store=f"Redis at {self.where}") from exc
+
+    async def close(self) -> None:
+        """Close this store's connections made on the running loop."""
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.values():
+            if loop is asyncio.get_running_loop():
+                await client.aclose()
+
+    def __repr__(self) -> str:
+        return f"<RedisSemanticLocks {self.where}>"
