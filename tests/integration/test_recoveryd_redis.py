@@ -108,7 +108,7 @@ async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_r
         pass
 
     # The agent commits two charges and "dies": its scope is abandoned without rollback.
-    scope = saga_scope(agent, saga_id="s", lease_seconds=0.2)
+    scope = saga_scope(agent, saga_id="s", lease_seconds=1.5)
     saga = await scope.__aenter__()
     for cid in ("c0", "c1"):
         await saga.execute(
@@ -126,7 +126,7 @@ async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_r
     d = RecoveryDaemon(daemon_wal, ledger=RedisLedger(fresh_redis.url), lock=RedisClaimLock(fresh_redis.url),
                        lease_grace=0)
     rep = await d.sweep()
-    assert rep.live == 1 and rep.recovered == 0  # 200 ms lease still running
+    assert rep.live == 1 and rep.recovered == 0  # the 1.5 s lease still running
     deadline = time.monotonic() + 10
     while rep.recovered == 0:
         assert time.monotonic() < deadline

@@ -534,14 +534,16 @@ class BatchingWAL(BaseWAL):
                             keep.append(x)
                     heapq.heapify(keep)
                     self._waiters = keep
+            if expired:
+                # Fail-stop before any fence raises: once a caller has seen the stall, a
+                # later write error (say the wedged device returning EIO) is not the cause.
+                _, _, seq, limit = min(expired, key=lambda x: x[2])
+                self._stall(self._stalled(seq, limit))
             for loop, fut, seq, limit in expired:
                 try:
                     loop.call_soon_threadsafe(_expire, fut, self._stalled, seq, limit)
                 except RuntimeError:
                     pass  # the loop is closed: nobody is waiting any more
-            if expired:
-                _, _, seq, limit = min(expired, key=lambda x: x[2])
-                self._stall(self._stalled(seq, limit))
 
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """``barrier`` for threads and synchronous code."""
