@@ -30,6 +30,7 @@ from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
 from .scrubber import scrub_id, scrub_payload
 
 SALT_BYTES = 16
+_sha256 = hashlib.sha256
 _SALT_HEX = re.compile(f"[0-9a-f]{{{SALT_BYTES * 2}}}")
 
 
@@ -40,19 +41,10 @@ def content_digest(salt_hex: str, canonical_payload: str) -> str:
 
 def header_hash(rec: Record) -> str:
     """The hash of ``rec``'s header fields (its content digest included)."""
-    text = "\n".join(
-        (
-            str(SCHEMA_VERSION),
-            str(rec.seq),
-            str(rec.ts),
-            rec.type,
-            rec.saga,
-            rec.step or "",
-            rec.digest,
-            rec.prev,
-        )
-    )
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return _sha256(
+        f"{SCHEMA_VERSION}\n{rec.seq}\n{rec.ts}\n{rec.type}\n{rec.saga}\n{rec.step or ''}\n"
+        f"{rec.digest}\n{rec.prev}".encode()
+    ).hexdigest()
 
 
 def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
@@ -73,8 +65,12 @@ def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
         if scrubbed is not rec.payload:
             rec.payload = scrubbed
             canonical = canonical_json(scrubbed)
-    rec.salt = (os.urandom(SALT_BYTES) if salt is None else salt).hex()
-    rec.digest = content_digest(rec.salt, canonical)
+    if salt is None:
+        salt = os.urandom(SALT_BYTES)
+    rec.salt = salt.hex()
+    digest = _sha256(salt)  # = content_digest(rec.salt, canonical), without the hex round trip
+    digest.update(canonical.encode())
+    rec.digest = digest.hexdigest()
     rec.prev = prev
     rec.hash = header_hash(rec)
     return canonical

@@ -418,10 +418,17 @@ class Saga:
         def note(type_: str, payload: dict[str, Any]) -> None:
             self._append(type_, saga_id, step_id, {"tool": tool, **payload})
 
+        # An async forward with no timeout, retry or fallback is awaited here directly:
+        # what call_with_retries would do in one attempt, without its three coroutine frames.
+        info = callable_info(forward) if timeout is None and policy is NO_RETRY and fallback is None else None
         try:
-            result, attempts, used_fallback = await call_with_retries(
-                forward, key, self._executor, timeout, policy, fallback, self._clock, note
-            )
+            if info is not None and info.is_async:
+                result = await (forward(idempotency_key=key) if info.accepts_key else forward())
+                attempts, used_fallback = 1, False
+            else:
+                result, attempts, used_fallback = await call_with_retries(
+                    forward, key, self._executor, timeout, policy, fallback, self._clock, note
+                )
         except Expired as exc:
             unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
             if durable and unknown_seq is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from .credentials import check_value, redact_secrets
 from .errors import NotSerializable
+from .scrubber import why_secret
 
 __all__ = ["describe_error", "error_text", "snapshot", "snapshot_mapping"]
 
@@ -34,7 +35,7 @@ _MAX_MESSAGE = 2000
 
 def snapshot_mapping(value: object, path: str) -> dict[str, Any]:
     """``snapshot`` for a value that must be a JSON object (kwargs, policy arguments)."""
-    if not isinstance(value, Mapping):
+    if value.__class__ is not dict and not isinstance(value, Mapping):
         raise NotSerializable(
             f"{path} must be a mapping of JSON values (a dict with str keys), got "
             f"{type(value).__name__}",
@@ -50,45 +51,57 @@ def snapshot(value: object, path: str) -> Any:
     return _copy(value, path, None, 0)
 
 
-def _copy(value: object, path: str, key: object, depth: int) -> Any:
-    if value is None or value is True or value is False:
+# A key path is built only when an error names it (formatting one per value was most of
+# a snapshot's cost): ``path`` is the root's name (a str) or a ``(parent, key)`` pair,
+# rendered as ``parent[key!r]`` by ``_render``.
+
+
+def _render(path: Any) -> str:
+    if path.__class__ is str:
+        return str(path)
+    parent, k = path
+    return f"{_render(parent)}[{k!r}]"
+
+
+def _copy(value: Any, path: Any, key: object, depth: int) -> Any:
+    t = value.__class__
+    if t is str:
+        if value and why_secret(key, value) is not None:
+            check_value(_render(path), key, value)  # raises, naming the path
         return value
-    if type(value) is str:
-        check_value(path, key, value)
+    if value is None or value is True or value is False or t is int:
         return value
-    if type(value) is int:
-        return value
-    if type(value) is float:
+    if t is float:
         if not math.isfinite(value):
-            raise _unserialisable(path, value, "NaN and infinities are not JSON")
+            raise _unserialisable(_render(path), value, "NaN and infinities are not JSON")
         return value
     if depth >= _MAX_DEPTH:
-        raise _unserialisable(path, value, f"nested more than {_MAX_DEPTH} levels deep")
-    if isinstance(value, Mapping):
+        raise _unserialisable(_render(path), value, f"nested more than {_MAX_DEPTH} levels deep")
+    if t is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            sub = f"{path}[{k!r}]"
-            if not isinstance(k, str):
+            if k.__class__ is not str and not isinstance(k, str):
+                sub = _render((path, k))
                 raise NotSerializable(
                     f"{sub} has a {type(k).__name__} key; JSON object keys are strings: "
                     f"convert the key with str() before passing it",
                     key=sub,
                 )
-            out[str(k)] = _copy(v, sub, k, depth + 1)
+            out[str(k)] = _copy(v, (path, k), k, depth + 1)
         return out
-    if isinstance(value, list | tuple):
-        return [_copy(v, f"{path}[{i}]", key, depth + 1) for i, v in enumerate(value)]
+    if t is list or t is tuple or isinstance(value, list | tuple):
+        return [_copy(v, (path, i), key, depth + 1) for i, v in enumerate(value)]
     # Subclasses of the JSON scalars (str/int enums, numpy-free bool-likes) keep their value.
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, str):
-        check_value(path, key, value)
+        check_value(_render(path), key, value)
         return str(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
         return _copy(float(value), path, key, depth)
-    raise _unserialisable(path, value, None)
+    raise _unserialisable(_render(path), value, None)
 
 
 def _unserialisable(path: str, value: object, why: str | None) -> NotSerializable:

@@ -178,9 +178,34 @@ _CANONICAL = json.JSONEncoder(
 )
 
 
+def _c_encoder() -> Any:
+    """The C encoder behind ``_CANONICAL``, built directly (``JSONEncoder.encode`` builds
+    one per call through two Python frames), or None where this Python's differs."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+
+    def build() -> Any:
+        # A fresh ``markers`` dict per call: the circular-reference check stays exact.
+        return make({}, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+
+    try:
+        probe: Any = {"b": [1, 2.5, None, True], "a": "é\n\"", "c": {"z": 1e300, "y": -0.0}}
+        if "".join(build()(probe, 0)) != _CANONICAL.encode(probe):
+            return None
+    except Exception:  # noqa: BLE001 - another signature: use the public path
+        return None
+    return build
+
+
+_BUILD = _c_encoder()
+
+
 def canonical_json(obj: Any) -> str:
     """The canonical text of a payload: sorted keys, no spaces, UTF-8, no NaN."""
-    return _CANONICAL.encode(obj)
+    if _BUILD is None or obj.__class__ is str:
+        return _CANONICAL.encode(obj)
+    return "".join(_BUILD()(obj, 0))
 
 
 def encode_line(rec: Record, canonical_payload: str | None = None) -> bytes:

@@ -162,7 +162,7 @@ def looks_random(value: str) -> bool:
     base64/URL-safe alphabet mixing upper case, lower case and digits, not a hex digest or
     UUID, with a Shannon entropy of at least min(4.0, 0.8 * log2(length)) bits a character."""
     n = len(value)
-    if n < 20 or not _TOKENISH.fullmatch(value) or _HEXISH.fullmatch(value):
+    if n < 20 or _HEXISH.fullmatch(value) or not _TOKENISH.fullmatch(value):  # hex first: ids and keys
         return False
     if not (any(c.islower() for c in value) and any(c.isupper() for c in value)
             and any(c.isdigit() for c in value)):
@@ -301,8 +301,11 @@ def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
         out.append(path)
 
 
+_ENVELOPE_KEYS = frozenset({"enc", "kid", "nonce", "ct"})
+
+
 def _is_envelope(payload: dict[str, Any]) -> bool:
-    return payload.keys() == {"enc", "kid", "nonce", "ct"} and isinstance(payload.get("ct"), str)
+    return len(payload) == 4 and payload.keys() == _ENVELOPE_KEYS and isinstance(payload.get("ct"), str)
 
 
 def scrub_payload(
@@ -328,10 +331,31 @@ def scrub_payload(
     return out  # type: ignore[no-any-return]
 
 
+# A step id "<saga>/<n>" is new for every step, so the cache below never holds it. It has
+# no hint (so no shape) when its saga id has none and does not end in ":": a hint inside
+# "/<digits>" or across the "/" would have to contain a digit or a "/", and the only
+# one that does is "://". Checked here so that a new hint cannot silently break that.
+if any(c.isdigit() for h in _HINTS for c in h) or any("/" in h for h in _HINTS if h != "://"):
+    raise RuntimeError("scrubber: a credential hint contains a digit or a '/': revise _plain_head")
+
+
 @functools.lru_cache(maxsize=4096)
+def _plain_head(head: str) -> bool:
+    """True if ``head + "/" + digits`` can contain no credential hint (see above)."""
+    return not head.endswith(":") and not any(h in head for h in _HINTS)  # not _hinted: no length cut
+
+
 def scrub_id(value: str) -> str:
     """A header id (saga, step) with a secret shape becomes ``redacted-<24 hex>``: the
     same for the same id, so a saga's records still group, and valid as an id."""
+    head, sep, index = value.rpartition("/")
+    if sep and index.isdigit() and index.isascii() and _plain_head(head):
+        return value  # a step id of a saga id with no hint: no shape can match
+    return _scrub_id(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scrub_id(value: str) -> str:
     if secret_kind(value) is None:
         return value
     head, sep, index = value.rpartition("/")

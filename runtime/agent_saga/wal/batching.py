@@ -222,10 +222,11 @@ class BatchingWAL(BaseWAL):
     ) -> int:
         """Queue a record and return its ``seq``; never waits for the server."""
         with self._lock:
-            self._refuse()
+            pending = self._pending
+            if self._failed is not None or self._closing or len(pending) >= self._max_pending:
+                self._refuse()
             seq = self._next_seq
             self._next_seq = seq + 1
-            pending = self._pending
             pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
             if len(pending) >= self._max_batch:
                 self._work.notify()  # a full batch goes now; otherwise a fence or linger
@@ -480,7 +481,8 @@ class BatchingWAL(BaseWAL):
                     await fut
                 finally:
                     _observe.safely(obs.fence_waited, time.monotonic() - t0)
-        self._check(seq)
+        if self._rejected or self._failed is not None:
+            self._check(seq)  # nothing to raise otherwise
 
     def _ask(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
