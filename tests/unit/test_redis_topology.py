@@ -112,3 +112,26 @@ def test_a_script_across_slots_is_refused_naming_the_hash_tag_fix() -> None:
         one_slot(["agent-saga:wal:w:pod-7", "agent-saga:wal:gseq"], "RedisWAL key 'agent-saga:wal'")
     assert "give the key prefix one hash tag" in str(e.value)
     assert "{agent-saga}:wal" in str(e.value)
+
+
+def test_every_script_of_the_runtime_operator_and_recoveryd_goes_through_the_one_redis_module() -> None:
+    """``_redis.script`` is where the one-slot guard lives: a direct ``register_script``
+    elsewhere would send a cross-slot script to a cluster unchecked."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    direct = [str(p.relative_to(root)) for d in ("runtime", "operator", "recoveryd") for p in (root / d).rglob("*.py")
+              if p.name != "_redis.py" and ".register_script(" in p.read_text()]
+    assert direct == [], f"register_script called outside agent_saga._redis.script: {direct}"
+
+
+def test_a_heartbeat_on_a_cluster_without_a_hash_tagged_prefix_is_refused_at_start() -> None:
+    from agent_saga.heartbeat._writer import HeartbeatWriter
+
+    def writer(prefix: str) -> HeartbeatWriter:
+        return HeartbeatWriter("redis+cluster://n1:7000", namespace="payments", agent="a", state=lambda: None,  # type: ignore[arg-type,return-value]
+                               prefix=prefix)
+
+    with pytest.raises(ConfigurationError, match=r"the agent heartbeat .* give the key prefix one hash tag"):
+        writer("agentsaga:v1")
+    assert writer(PLANE).prefix == PLANE
