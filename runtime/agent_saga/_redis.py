@@ -54,12 +54,14 @@ __all__ = [
     "connect",
     "connect_async",
     "dedicated",
+    "has_hash_tag",
     "import_redis",
     "is_cluster",
     "is_timeout",
     "key_slot",
     "one_slot",
     "script",
+    "tagged_on_cluster",
     "topology",
 ]
 
@@ -352,6 +354,23 @@ def one_slot(keys: list[str], what: str) -> None:
         raise ConfigurationError(
             f"{what} touches keys in {len(slots)} Redis Cluster slots ({', '.join(keys[:4])}): on a cluster give "
             f"the key prefix one hash tag, e.g. {{agentsaga}} for the policy plane or {{agent-saga}}:wal for a WAL")
+
+
+def has_hash_tag(prefix: str) -> bool:
+    """Does ``prefix`` carry a hash tag (``{...}``, not empty), so that every key built on
+    it lands in one Redis Cluster slot?"""
+    start = prefix.find("{")
+    return start >= 0 and prefix.find("}", start + 1) > start + 1
+
+
+def tagged_on_cluster(url: str, prefix: str, what: str, fix: str) -> None:
+    """Raise ``ConfigurationError`` if ``url`` names a Redis Cluster and ``prefix`` has no
+    hash tag: every script of ``what`` touches several keys of the prefix, which a cluster
+    runs only if they share one slot. The message ends with ``fix`` (the setting to change)."""
+    if not has_hash_tag(prefix) and topology(url).kind == "cluster":
+        raise ConfigurationError(
+            f"{what}: on a Redis Cluster the key prefix {prefix!r} needs a hash tag, so that each "
+            f"script's keys share one slot: {fix}")
 
 
 def is_timeout(exc: BaseException) -> bool:

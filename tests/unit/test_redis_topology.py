@@ -125,13 +125,22 @@ def test_every_script_of_the_runtime_operator_and_recoveryd_goes_through_the_one
     assert direct == [], f"register_script called outside agent_saga._redis.script: {direct}"
 
 
-def test_a_heartbeat_on_a_cluster_without_a_hash_tagged_prefix_is_refused_at_start() -> None:
+def test_the_policy_plane_on_a_cluster_without_a_hash_tagged_prefix_is_refused_at_open_naming_the_setting() -> None:
+    from agent_saga.controls.approvals._redis import RedisApprovalStore
+    from agent_saga.controls.killswitch._redis import RedisSwitchStore
     from agent_saga.heartbeat._writer import HeartbeatWriter
 
-    def writer(prefix: str) -> HeartbeatWriter:
-        return HeartbeatWriter("redis+cluster://n1:7000", namespace="payments", agent="a", state=lambda: None,  # type: ignore[arg-type,return-value]
-                               prefix=prefix)
-
-    with pytest.raises(ConfigurationError, match=r"the agent heartbeat .* give the key prefix one hash tag"):
-        writer("agentsaga:v1")
-    assert writer(PLANE).prefix == PLANE
+    cluster = "redis+cluster://n1:7000"
+    opens = {
+        "RedisSwitchStore": lambda prefix: RedisSwitchStore(cluster, grace=0, prefix=prefix),
+        "RedisApprovalStore": lambda prefix: RedisApprovalStore(cluster, prefix=prefix),
+        "the agent heartbeat": lambda prefix: HeartbeatWriter(cluster, namespace="payments", agent="a",
+                                                              state=lambda: None, prefix=prefix),  # type: ignore[arg-type,return-value]
+    }
+    for what, open_ in opens.items():
+        with pytest.raises(ConfigurationError) as e:
+            open_("agentsaga:v1")  # the default: no hash tag
+        assert what in str(e.value) and "needs a hash tag" in str(e.value)
+        assert "AGENT_SAGA_KEY_PREFIX" in str(e.value) and "{agentsaga}" in str(e.value)
+        assert open_(PLANE).prefix == PLANE
+    assert RedisSwitchStore("redis://h:6379/0", grace=0).prefix == "agentsaga:v1"  # one server: no tag needed

@@ -139,10 +139,10 @@ return 1
 
         self._scrub = Scrubber(secrets_in(url))
         self._scripts: dict[str, Any] = {}  # registered on the current client
-        from .._redis import one_slot, topology
+        from .._redis import tagged_on_cluster
+        from ..controls._policyplane import PLANE_FIX
 
-        if topology(url).kind == "cluster":  # both scripts touch the heartbeat and the index
-            one_slot([heartbeat_key(prefix, "ns/x"), heartbeat_index_key(prefix)], "the agent heartbeat")
+        tagged_on_cluster(url, prefix, "the agent heartbeat", PLANE_FIX)
 
     @property
     def id(self) -> str:
