@@ -47,6 +47,7 @@ from .wal.urls import Scrubber, redact, secrets_in
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "PLANE_FIX",
     "SENTINEL_SCHEMES",
     "Target",
     "Topology",
@@ -361,6 +362,12 @@ def has_hash_tag(prefix: str) -> bool:
     it lands in one Redis Cluster slot?"""
     start = prefix.find("{")
     return start >= 0 and prefix.find("}", start + 1) > start + 1
+
+
+#: How to give the policy plane's key prefix a hash tag (said when a cluster needs one).
+PLANE_FIX = ("pass prefix='{agentsaga}:v1', or set the key prefix to {agentsaga} in AGENT_SAGA_KEY_PREFIX, "
+             "the operator's --key-prefix and the chart's policyPlane.keyPrefix (one value for every "
+             "reader and writer of the plane)")
 
 
 def tagged_on_cluster(url: str, prefix: str, what: str, fix: str) -> None:

@@ -70,7 +70,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
-from .._redis import Target, confirmed_subscription, connect, script, tagged_on_cluster
+from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
 from ..errors import ConfigurationError, StoreUnavailable
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
@@ -85,10 +85,6 @@ def env_prefix() -> str:
     return f"{(os.environ.get('AGENT_SAGA_KEY_PREFIX') or 'agentsaga').strip()}:v1"
 
 
-#: How to give the policy plane's key prefix a hash tag (said when a cluster needs one).
-PLANE_FIX = ("pass prefix='{agentsaga}:v1', or set the key prefix to {agentsaga} in AGENT_SAGA_KEY_PREFIX, "
-             "the operator's --key-prefix and the chart's policyPlane.keyPrefix (one value for every "
-             "reader and writer of the plane)")
 
 #: A ``rev`` no server holds: while the plane has lost its data, every heartbeat re-reads.
 _NEVER: Any = object()

@@ -139,8 +139,7 @@ return 1
 
         self._scrub = Scrubber(secrets_in(url))
         self._scripts: dict[str, Any] = {}  # registered on the current client
-        from .._redis import tagged_on_cluster
-        from ..controls._policyplane import PLANE_FIX
+        from .._redis import PLANE_FIX, tagged_on_cluster
 
         tagged_on_cluster(url, prefix, "the agent heartbeat", PLANE_FIX)
 

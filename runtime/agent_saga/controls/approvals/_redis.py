@@ -28,7 +28,7 @@ import json
 import threading
 from typing import Any
 
-from ..._redis import Target, connect, script, tagged_on_cluster
+from ..._redis import PLANE_FIX, Target, connect, script, tagged_on_cluster
 from ...errors import ConfigurationError
 from ._model import ApprovalRequest, Decision
 from ._store import ApprovalStoreUnavailable, Change
@@ -85,8 +85,6 @@ return {1, doc}
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
-        from .._policyplane import PLANE_FIX
-
         tagged_on_cluster(url, prefix, "RedisApprovalStore", PLANE_FIX)
         self.url = url
         self.prefix = prefix
