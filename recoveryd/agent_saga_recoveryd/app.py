@@ -3,6 +3,10 @@
 Lifecycle:
 - start: import the handler modules (a missing one exits 2 before anything is claimed),
   open the logs, connect the shared ledger and claims, serve /metrics /livez /readyz;
+  a fleet log whose server cannot be reached yet (Redis or PostgreSQL still starting, or
+  failing over) does not stop the start: the process stays up, /readyz is 503 naming the
+  log and the error, and opening it is tried again every ``interval`` seconds (at least
+  one); that log's daemon starts sweeping once it opens. With ``--once`` it exits 1;
 - run: every daemon sweeps every ``interval`` seconds; each report feeds the metrics;
 - SIGTERM / SIGINT: drain. Each daemon finishes the claims in hand and takes no new one;
   the process then closes its logs and exits 0. A second signal exits at once (130):
@@ -28,13 +32,14 @@ from collections.abc import Callable, Sequence
 from agent_saga import configure_logging
 from agent_saga.audit.encryption import EncryptedWAL
 from agent_saga.audit.keys import reader_encryptor
-from agent_saga.errors import SagaError
+from agent_saga.errors import SagaError, WALCorrupt, WALError
 from agent_saga.recovery import FileClaimLock, FileLedger, RecoveryDaemon, SweepReport
 from agent_saga.recovery.claims import ClaimLock
 from agent_saga.recovery.daemon import import_modules
 from agent_saga.recovery.ledger import RecoveryLedger
 from agent_saga.recovery.targets import default_file_paths, open_claim_lock, open_fleet_wal
 from agent_saga.wal.base import BaseWAL
+from agent_saga.wal.urls import redact
 
 from .config import Config, parse_args
 from .health import HealthServer
@@ -52,6 +57,7 @@ class Recoveryd:
         self.daemons: list[RecoveryDaemon] = []
         self._wals: list[BaseWAL] = []
         self._last: dict[str, SweepReport] = {}
+        self._unopened: dict[str, str] = {}  # fleet log URL -> why it cannot be opened yet
         self._draining = False
         self._signals = 0
         self.server: HealthServer | None = None
@@ -101,10 +107,48 @@ class Recoveryd:
             self._wals.append(wal)
             return wal if encryptor is None else EncryptedWAL(wal, encryptor)
 
-        for url in c.wal_urls:
+        def fleet(url: str) -> RecoveryDaemon:
             # A fleet log's writer is fail-stop; after a Redis failover or restart the
             # daemon opens a new writer (a new chain in the same log) instead of stopping.
-            self.daemons.append(daemon(opened(url), ledger, lock, reopen=functools.partial(opened, url)))
+            return daemon(opened(url), ledger, lock, reopen=functools.partial(opened, url))
+
+        self._fleet = fleet
+        for url in c.wal_urls:
+            try:
+                self.daemons.append(fleet(url))
+            except WALError as exc:
+                if isinstance(exc, WALCorrupt):
+                    raise
+                self._cannot_open(url, exc)
+
+    def _cannot_open(self, url: str, exc: WALError) -> None:
+        first = url not in self._unopened
+        self._unopened[url] = exc.message
+        if first:
+            log.error("%s: the log cannot be opened yet, retrying every %gs: %s", redact(url),
+                      self._retry_every, exc.message)
+
+    @property
+    def _retry_every(self) -> float:
+        return max(self.config.interval, 1.0)
+
+    async def _open_when_reachable(self, url: str) -> None:
+        """Try to open ``url`` every ``_retry_every`` seconds until it opens (then sweep it
+        like the others) or the process drains."""
+        while not self._draining:
+            try:
+                d = await asyncio.to_thread(self._fleet, url)
+            except WALError as exc:
+                self._cannot_open(url, exc)
+                await asyncio.sleep(self._retry_every)
+                continue
+            self._unopened.pop(url, None)
+            log.info("%s: the log is open now", redact(url))
+            self.daemons.append(d)
+            if self._draining:
+                d.drain()
+            await d.run(interval=self.config.interval, on_report=self.on_report)
+            return
 
     # ------------------------------------------------------------------ health
 
@@ -118,6 +162,9 @@ class Recoveryd:
         problems: list[str] = []
         if self._draining:
             problems.append("draining")
+        for url, why in self._unopened.items():
+            problems.append(f"{redact(url)}: the log cannot be opened yet (retrying every "
+                            f"{self._retry_every:g}s): {why}")
         for d in self.daemons:
             src = d.source.description
             if d.halted is not None:
@@ -184,12 +231,15 @@ class Recoveryd:
                 for rep in reports:
                     self.on_report(rep)
                     print(rep.summary())
+                for url, why in self._unopened.items():
+                    print(f"{redact(url)}: the log cannot be opened: {why}")
                 if any(r.halted for r in reports):
                     code = 2
-                elif any(r.escalations or r.error for r in reports):
+                elif any(r.escalations or r.error for r in reports) or self._unopened:
                     code = 1
             else:
-                await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons))
+                await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons),
+                                     *(self._open_when_reachable(url) for url in list(self._unopened)))
                 log.info("drained: every claim in hand finished; exiting")
         finally:
             for d in self.daemons:

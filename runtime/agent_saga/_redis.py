@@ -47,6 +47,7 @@ from .wal.urls import Scrubber, redact, secrets_in
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "PLANE_FIX",
     "SENTINEL_SCHEMES",
     "Target",
     "Topology",
@@ -54,6 +55,7 @@ __all__ = [
     "connect",
     "connect_async",
     "dedicated",
+    "has_hash_tag",
     "import_redis",
     "is_cluster",
     "is_timeout",
@@ -61,6 +63,7 @@ __all__ = [
     "loop_client",
     "one_slot",
     "script",
+    "tagged_on_cluster",
     "topology",
 ]
 
@@ -363,6 +366,29 @@ def one_slot(keys: list[str], what: str) -> None:
         raise ConfigurationError(
             f"{what} touches keys in {len(slots)} Redis Cluster slots ({', '.join(keys[:4])}): on a cluster give "
             f"the key prefix one hash tag, e.g. {{agentsaga}} for the policy plane or {{agent-saga}}:wal for a WAL")
+
+
+def has_hash_tag(prefix: str) -> bool:
+    """Does ``prefix`` carry a hash tag (``{...}``, not empty), so that every key built on
+    it lands in one Redis Cluster slot?"""
+    start = prefix.find("{")
+    return start >= 0 and prefix.find("}", start + 1) > start + 1
+
+
+#: How to give the policy plane's key prefix a hash tag (said when a cluster needs one).
+PLANE_FIX = ("pass prefix='{agentsaga}:v1', or set the key prefix to {agentsaga} in AGENT_SAGA_KEY_PREFIX, "
+             "the operator's --key-prefix and the chart's policyPlane.keyPrefix (one value for every "
+             "reader and writer of the plane)")
+
+
+def tagged_on_cluster(url: str, prefix: str, what: str, fix: str) -> None:
+    """Raise ``ConfigurationError`` if ``url`` names a Redis Cluster and ``prefix`` has no
+    hash tag: every script of ``what`` touches several keys of the prefix, which a cluster
+    runs only if they share one slot. The message ends with ``fix`` (the setting to change)."""
+    if not has_hash_tag(prefix) and topology(url).kind == "cluster":
+        raise ConfigurationError(
+            f"{what}: on a Redis Cluster the key prefix {prefix!r} needs a hash tag, so that each "
+            f"script's keys share one slot: {fix}")
 
 
 def is_timeout(exc: BaseException) -> bool:

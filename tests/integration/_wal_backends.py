@@ -15,6 +15,7 @@ from agent_saga import BaseWAL, FileWAL, verify_records
 from agent_saga.chain import VerifyResult
 from agent_saga.records import Record
 from agent_saga.wal.file import iter_file_records
+from fixtures.redis_server import client_for
 
 WRITER = "w1"
 
@@ -114,12 +115,11 @@ class RedisHarness(Harness):
     name = "redis"
 
     def __init__(self, server: Any) -> None:
-        import redis
         from agent_saga.wal.redis import RedisLog
 
         self.server = server
         self.key = f"t-{uuid.uuid4().hex[:8]}:wal"
-        self.client = redis.Redis.from_url(server.url)
+        self.client = client_for(server.url)
         self.log = RedisLog(self.client, self.key, "test")
         self.stream = self.log.stream(WRITER)
 

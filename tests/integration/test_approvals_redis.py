@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
 from agent_saga.controls import (
     ApprovalGateway,
     ApprovalPolicy,
@@ -27,6 +26,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
 from fixtures.polling import until
+from fixtures.redis_server import PLANE_PREFIX as P
 from fixtures.redis_server import RedisServer
 
 I = ActionSemantics.IRREVERSIBLE  # noqa: E741
@@ -39,7 +39,7 @@ from agent_saga.controls import (ApprovalGateway, ApprovalPolicy, EscalationLeve
                                  RedisApprovalStore)
 from agent_saga.scope import saga_scope
 
-wal_path, url, saga_id, out = sys.argv[1:5]
+wal_path, url, saga_id, out, prefix = sys.argv[1:6]
 
 class Counter:
     async def notify(self, notice):
@@ -48,7 +48,7 @@ class Counter:
 
 async def main():
     wal = FileWAL(wal_path)
-    store = RedisApprovalStore(url)
+    store = RedisApprovalStore(url, prefix=prefix)
     gw = ApprovalGateway(store, Counter(), wal,
                          ApprovalPolicy(timeout=120, levels=(EscalationLevel(("@oncall",)),)), poll=0.05)
     def send():
@@ -64,7 +64,9 @@ asyncio.run(main())
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "AGENT_SAGA_KEY_PREFIX": P.removesuffix(":v1")}  # the plane the test's stores use
+    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
 
 
 def pending(url: str) -> list[dict]:
@@ -75,7 +77,7 @@ def pending(url: str) -> list[dict]:
 
 def start(tmp_path: Path, url: str) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-c", AGENT, str(tmp_path / "agent.wal"), url, "saga-wire-1",
-                             str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(tmp_path / "out"), P], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(agent: subprocess.Popen[str]) -> None:
@@ -85,10 +87,10 @@ def finish(agent: subprocess.Popen[str]) -> None:
 
 def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisServer, tmp_path: Path):
     wal = FileWAL(tmp_path / "a.wal")
-    store = RedisApprovalStore(fresh_redis.url)
-    r = redis.Redis.from_url(fresh_redis.url)
+    store = RedisApprovalStore(fresh_redis.url, prefix=P)
+    r = fresh_redis.client()
     events = r.pubsub()
-    events.subscribe("agentsaga:v1:events")
+    events.subscribe(f"{P}:events")
     try:
         gw = ApprovalGateway(store, None, wal, ApprovalPolicy(timeout=900, levels=(
             EscalationLevel(("@oncall",)), EscalationLevel(("@head-of-risk",), 300))), poll=0.02,
@@ -102,11 +104,11 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
             while not (listed := store.list()) or not listed[0].escalated_to(0):
                 await asyncio.sleep(0.01)
             (req,) = listed
-            doc = json.loads(r.get(f"agentsaga:v1:approval:request:{req.id}"))
-            assert abs(r.zscore("agentsaga:v1:approval:pending", req.id) - req.deadline) < 1e-3
+            doc = json.loads(r.get(f"{P}:approval:request:{req.id}"))
+            assert abs(r.zscore(f"{P}:approval:pending", req.id) - req.deadline) < 1e-3
             decide_request(store, req.id, approved=True, approver="risk@corp", now=time.time(), note="ok")
-            decision = json.loads(r.get(f"agentsaga:v1:approval:decision:{req.id}"))
-            assert r.zscore("agentsaga:v1:approval:pending", req.id) is None
+            decision = json.loads(r.get(f"{P}:approval:decision:{req.id}"))
+            assert r.zscore(f"{P}:approval:pending", req.id) is None
             return doc, decision, await task
 
         doc, decision, outcome = asyncio.run(ask_and_answer())
@@ -117,7 +119,7 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
             "levels", "escalations", "consumedAt", "consumedBy"}
         assert doc["kind"] == "ApprovalRequest" and doc["rule"] == "irreversible" and doc["tool"] == "wire.send"
         assert doc["namespace"] == "payments" and doc["semantics"] == "IRREVERSIBLE" and doc["consumedAt"] is None
-        assert decision["rev"] == int(r.get("agentsaga:v1:rev")) and decision["kind"] == "ApprovalDecision"
+        assert decision["rev"] == int(r.get(f"{P}:rev")) and decision["kind"] == "ApprovalDecision"
         assert decision["id"] == f"payments/{doc['requestId']}" and decision["requestId"] == doc["requestId"]
         assert decision["decision"] == "approved" and decision["approver"] == "risk@corp"
         assert decision["argumentsDigest"] == doc["argumentsDigest"] and decision["source"].startswith("cli:")
@@ -125,7 +127,7 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
         assert doc["display"] == {"amount": "80000", "to": "acct_9"}
         assert doc["levels"] == [{"targets": ["@oncall"], "afterSeconds": 0.0},
                                  {"targets": ["@head-of-risk"], "afterSeconds": 300.0}]
-        assert r.pttl(f"agentsaga:v1:approval:request:{doc['requestId']}") > 0
+        assert r.pttl(f"{P}:approval:request:{doc['requestId']}") > 0
         seen = []
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and len(seen) < 4:
@@ -192,7 +194,7 @@ def test_a_crash_between_request_and_decision_does_not_ask_twice(fresh_redis: Re
 
 def test_an_approval_is_used_once_even_by_racing_processes(fresh_redis: RedisServer, tmp_path: Path):
     wals = [FileWAL(tmp_path / f"{i}.wal") for i in range(2)]
-    stores = [RedisApprovalStore(fresh_redis.url) for _ in range(2)]
+    stores = [RedisApprovalStore(fresh_redis.url, prefix=P) for _ in range(2)]
     try:
         gws = [ApprovalGateway(s, None, w, ApprovalPolicy(timeout=900), poll=0.01) for s, w in zip(stores, wals, strict=True)]
         request = StepRequest("saga-1", "saga-1/0", "wire.send", I, {"amount": 1}, ())

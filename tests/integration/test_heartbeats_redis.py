@@ -14,21 +14,20 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
-import redis.asyncio as aioredis
 from agent_saga.heartbeat import AppliedRef, AppliedState, Heartbeat, HeartbeatWriter, heartbeat_key
 from agent_saga_operator.acks import Tracked, read_fleet, tally
 from agent_saga_operator.testing import poll
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
+from fixtures.redis_server import RedisServer, client_for
 
 pytestmark = pytest.mark.integration
-P = "agentsaga:v1"
+P = f"{P}"
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def fleet(url: str, now: float | None = None):
     async def read():
-        client = aioredis.Redis.from_url(url)
+        client = client_for(url, asynchronous=True)
         try:
             return await read_fleet(client, P, now=now)
         finally:
@@ -40,11 +39,11 @@ def fleet(url: str, now: float | None = None):
 def test_a_heartbeat_says_what_the_process_applied(fresh_redis: RedisServer) -> None:
     state = AppliedState(rev="7", posture="ok", killswitches=(AppliedRef("payments/halt", "u1", 3),),
                          policies=None, limits=(), routes=(AppliedRef("payments/default", "u2", 4),))
-    w = HeartbeatWriter(fresh_redis.url, namespace="payments", agent="payments-agent", state=lambda: state,
+    w = HeartbeatWriter(fresh_redis.url, prefix=P, namespace="payments", agent="payments-agent", state=lambda: state,
                         pod="p-1", interval=5)
     w.start()
     try:
-        raw = redis.Redis.from_url(fresh_redis.url).get(heartbeat_key(P, w.id))
+        raw = fresh_redis.client().get(heartbeat_key(P, w.id))
         doc = json.loads(raw)
         assert doc["agent"] == "payments-agent" and doc["pod"] == "p-1" and doc["pid"] == os.getpid()
         assert doc["killswitches"] == [{"id": "payments/halt", "uid": "u1", "generation": 3}]
@@ -60,9 +59,9 @@ def test_a_heartbeat_says_what_the_process_applied(fresh_redis: RedisServer) -> 
 
 def test_a_change_of_what_was_applied_is_notified_and_a_refresh_is_not(fresh_redis: RedisServer) -> None:
     applied: list[AppliedRef] = []
-    w = HeartbeatWriter(fresh_redis.url, namespace="payments", agent="a", state=lambda: AppliedState(
+    w = HeartbeatWriter(fresh_redis.url, prefix=P, namespace="payments", agent="a", state=lambda: AppliedState(
         killswitches=tuple(applied)), pod="p-1", interval=60)
-    sub = redis.Redis.from_url(fresh_redis.url).pubsub()
+    sub = fresh_redis.client().pubsub()
     sub.subscribe(f"{P}:agents:events")
     assert sub.get_message(timeout=2)["type"] == "subscribe"
     try:
@@ -80,21 +79,21 @@ def test_a_change_of_what_was_applied_is_notified_and_a_refresh_is_not(fresh_red
 
 
 def test_a_clean_exit_removes_the_heartbeat(fresh_redis: RedisServer) -> None:
-    w = HeartbeatWriter(fresh_redis.url, namespace="payments", agent="a", state=AppliedState, pod="p-1", interval=5)
+    w = HeartbeatWriter(fresh_redis.url, prefix=P, namespace="payments", agent="a", state=AppliedState, pod="p-1", interval=5)
     w.start()
     assert len(fleet(fresh_redis.url).beats) == 1
     w.close()
     assert fleet(fresh_redis.url).beats == ()
-    assert redis.Redis.from_url(fresh_redis.url).zcard(f"{P}:agent:index") == 0
+    assert fresh_redis.client().zcard(f"{P}:agent:index") == 0
 
 
 def test_a_heartbeat_past_its_ttl_does_not_count_even_before_redis_expires_it(fresh_redis: RedisServer) -> None:
-    w = HeartbeatWriter(fresh_redis.url, namespace="payments", agent="a", state=AppliedState, pod="p-1", interval=5)
+    w = HeartbeatWriter(fresh_redis.url, prefix=P, namespace="payments", agent="a", state=AppliedState, pod="p-1", interval=5)
     w.start()
     try:
         assert len(fleet(fresh_redis.url).beats) == 1
         assert fleet(fresh_redis.url, now=time.time() + 16).beats == ()
-        assert redis.Redis.from_url(fresh_redis.url).zcard(f"{P}:agent:index") == 0  # cleaned up
+        assert fresh_redis.client().zcard(f"{P}:agent:index") == 0  # cleaned up
     finally:
         w.close()
 
@@ -103,7 +102,7 @@ def test_a_killed_agent_drops_out_within_its_ttl(fresh_redis: RedisServer) -> No
     code = textwrap.dedent(f"""
         import sys, time
         from agent_saga.heartbeat import AppliedState, HeartbeatWriter
-        w = HeartbeatWriter({fresh_redis.url!r}, namespace="payments", agent="doomed", state=AppliedState,
+        w = HeartbeatWriter({fresh_redis.url!r}, prefix={P!r}, namespace="payments", agent="doomed", state=AppliedState,
                             pod="p-9", interval=0.2)
         w.start()
         print("beating", flush=True)

@@ -14,6 +14,7 @@ import pytest
 from agent_saga.controls import KillSwitch, Lever, ManualClock, RedisSwitchStore
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.redis_server import client_for
 
 K = "agentsaga:v1"
 
@@ -22,9 +23,8 @@ class Plane:
     """Writes the keys the operator and the CLI write, on a real Redis."""
 
     def __init__(self, url: str) -> None:
-        import redis
 
-        self.client = redis.Redis.from_url(url)
+        self.client = client_for(url)
         self.client.flushall()
 
     def put(self, lever: Lever) -> None:

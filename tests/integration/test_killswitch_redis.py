@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from agent_saga.clocks import format_instant
 from agent_saga.controls import KillSwitch, Lever, ManualClock, PreFlightGate, RedisSwitchStore
 from agent_saga.errors import GateBlocked
@@ -25,7 +24,8 @@ from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
 from fixtures.polling import until
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import PLANE_ENV, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 C = ActionSemantics.COMPENSABLE
 
@@ -46,6 +46,7 @@ def store(stores: list[RedisSwitchStore], url: str, **kw: Any) -> RedisSwitchSto
     kw.setdefault("grace", 30)
     kw.setdefault("heartbeat", 0.1)
     kw.setdefault("socket_timeout", 0.5)
+    kw.setdefault("prefix", P)
     s = RedisSwitchStore(url, **kw)
     stores.append(s)
     return s
@@ -61,25 +62,25 @@ def test_levers_are_the_policy_plane_documents(fresh_redis: RedisServer, stores)
     now = time.time()
     lever = Lever.new("Halt", "tool:stripe.*", reason="stripe incident", by="soc@corp", now=now, ttl=600)
     s.engage(lever)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     try:
-        assert r.smembers("agentsaga:v1:killswitch:index") == {lever.id.encode()}
-        raw = r.get(f"agentsaga:v1:killswitch:{lever.id}")
+        assert r.smembers(f"{P}:killswitch:index") == {lever.id.encode()}
+        raw = r.get(f"{P}:killswitch:{lever.id}")
         assert raw.startswith(b'{"rev":'), "rev first, as every policy-plane document"
         doc = json.loads(raw)
-        assert int(r.get("agentsaga:v1:rev")) == doc.pop("rev")
+        assert int(r.get(f"{P}:rev")) == doc.pop("rev")
         ns, name = lever.id.split("/")
         assert doc == {"v": 1, "kind": "KillSwitch", "id": lever.id, "namespace": ns, "name": name, "action": "Halt", "scope": "tool:stripe.*", "reason": "stripe incident",
                        "requestedBy": "soc@corp", "ttl": 600, "engagedAt": format_instant(now),
                        "expiresAt": format_instant(now + 600)}
         assert doc["engagedAt"].endswith("Z") and "T" in doc["engagedAt"]
-        assert r.pttl(f"agentsaga:v1:killswitch:{lever.id}") > 0, "Redis forgets a lapsed lever on its own"
+        assert r.pttl(f"{P}:killswitch:{lever.id}") > 0, "Redis forgets a lapsed lever on its own"
         # a document as the operator projects a KillSwitch resource (object scope, no ttl)
-        r.set("agentsaga:v1:killswitch:payments/stop-eu", json.dumps({
+        r.set(f"{P}:killswitch:payments/stop-eu", json.dumps({
             "rev": 7, "v": 1, "kind": "KillSwitch", "id": "payments/stop-eu", "namespace": "payments",
             "name": "stop-eu", "uid": "6f1c", "generation": 1, "action": "Halt", "scope": {"tag": "eu"}, "reason": "regulator", "requestedBy": "soc@corp",
             "ttl": None, "engagedAt": "2025-06-01T03:00:00Z", "expiresAt": None}))
-        r.sadd("agentsaga:v1:killswitch:index", "payments/stop-eu")
+        r.sadd(f"{P}:killswitch:index", "payments/stop-eu")
     finally:
         r.close()
     assert sorted((lv.id, lv.scope) for lv in s.levers()) == [
@@ -126,9 +127,9 @@ def test_two_cli_halts_on_one_scope_are_two_levers(fresh_redis: RedisServer, sto
 
 def test_changes_are_notified_as_the_operator_does(fresh_redis: RedisServer, stores):
     s = store(stores, fresh_redis.url)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     events = r.pubsub()
-    events.subscribe("agentsaga:v1:events")
+    events.subscribe(f"{P}:events")
     try:
         until("the subscription", lambda: (events.get_message(timeout=0.1) or {}).get("type") == "subscribe", timeout=10)
         lever = Lever.new("Halt", "global", reason="r", by="b", now=time.time())
@@ -141,7 +142,7 @@ def test_changes_are_notified_as_the_operator_does(fresh_redis: RedisServer, sto
                 got.append(json.loads(msg["data"]))
         assert [(e["kind"], e["id"], e["op"]) for e in got] == [
             ("KillSwitch", lever.id, "put"), ("KillSwitch", lever.id, "delete")]
-        assert got[1]["rev"] == got[0]["rev"] + 1 == int(r.get("agentsaga:v1:rev"))
+        assert got[1]["rev"] == got[0]["rev"] + 1 == int(r.get(f"{P}:rev"))
     finally:
         events.close()
         r.close()
@@ -155,15 +156,15 @@ async def test_a_halt_from_another_process_is_seen_by_a_running_agent(fresh_redi
         assert await refusal(ks, "wire.send") is None
         out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "halt", "--scope", "tool:wire.send",
                               "--reason", "fraud pattern", "--by", "soc@corp", "--store", f"{fresh_redis.url}"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **PLANE_ENV})
         assert out.returncode == 0, out.stderr
-        assert "RedisSwitchStore(redis://127.0.0.1" in out.stdout
+        assert f"RedisSwitchStore({fresh_redis.url.split('://')[0]}://127.0.0.1" in out.stdout
         until("the halt to reach the agent", lambda: agent.view().levers, timeout=10)
         assert "fraud pattern" in (await refusal(ks, "wire.send") or "")
         assert await refusal(ks, "wire.receive") is None
         out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "resume", "--scope", "tool:wire.send",
                               "--by", "soc@corp", "--store", fresh_redis.url], capture_output=True, text=True,
-                             timeout=60)
+                             timeout=60, env={**os.environ, **PLANE_ENV})
         assert out.returncode == 0, out.stderr
         until("the lift to reach the agent", lambda: not agent.view().levers, timeout=10)
         assert await refusal(ks, "wire.send") is None
@@ -283,10 +284,10 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
         ks = KillSwitch(agent, wal=wal, clock=clock)
         halt = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time())
         store(stores, fresh_redis.url).engage(halt)
-        r = redis.Redis.from_url(fresh_redis.url)
+        r = fresh_redis.client()
         try:
-            marker = json.loads(r.hget("agentsaga:v1:synced", "store"))
-            assert marker["writer"] == "store" and marker["rev"] == int(r.get("agentsaga:v1:rev"))
+            marker = json.loads(r.hget(f"{P}:synced", "store"))
+            assert marker["writer"] == "store" and marker["rev"] == int(r.get(f"{P}:rev"))
         finally:
             r.close()
         await ks.check(req("x"))  # started
@@ -314,7 +315,7 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
         # The CLI (a write through RedisSwitchStore) re-projects the halt and the marker.
         out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "halt", "--scope", "tool:wire.send",
                               "--reason", "fraud pattern again", "--by", "soc@corp", "--store", fresh_redis.url],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=60, env={**os.environ, **PLANE_ENV})
         assert out.returncode == 0, out.stderr
         until("the agent to recover", lambda: agent.view().usable and agent.data_lost is None, timeout=10)
         assert ks.status()["posture"] == "ok"

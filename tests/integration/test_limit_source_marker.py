@@ -21,6 +21,7 @@ from agent_saga.controls import (
 from agent_saga.controls.limits._source import _about_limits
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.redis_server import client_for
 
 P = "agentsaga:v1"
 
@@ -29,9 +30,8 @@ class Plane:
     """Writes the keys the operator's projection writes, on a real Redis."""
 
     def __init__(self, url: str) -> None:
-        import redis
 
-        self.client = redis.Redis.from_url(url)
+        self.client = client_for(url)
         self.client.flushall()
 
     def put(self, id_: str, lim: BudgetLimit | RateLimit) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import time
 
 import pytest
-import redis
 from agent_saga.cli import main
 from agent_saga.controls import (
     BudgetLimit,
@@ -111,7 +110,7 @@ async def test_redis_repeat_after_a_lost_reply_is_not_debited_twice(store):
 async def test_redis_scripts_are_reloaded_after_the_server_forgets_them(store, fresh_redis):
     gate = PreFlightGate(limits=[RateLimit("velocity", 10, 60)], store=store)
     assert (await gate.decide(req())).allowed
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     try:
         r.script_flush()
     finally:

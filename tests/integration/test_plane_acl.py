@@ -61,7 +61,7 @@ class Users:
 def users(fresh_redis: RedisServer) -> Iterator[Users]:
     u = Users(fresh_redis)
     yield u
-    admin = redis.Redis.from_url(fresh_redis.url)
+    admin = fresh_redis.client()
     for n in u.names:
         admin.execute_command("ACL", "DELUSER", n)
     admin.close()
@@ -193,7 +193,7 @@ async def test_approvals_with_least_privilege_and_signatures(users: Users, tmp_p
 
 def test_without_the_preloaded_scripts_an_agent_fails_closed_and_the_operator_loads_them(
         users: Users, fresh_redis: RedisServer) -> None:
-    admin = redis.Redis.from_url(fresh_redis.url)
+    admin = fresh_redis.client()
     admin.script_flush()
     store = RedisApprovalStore(users.make("agent"))
     from agent_saga.controls.approvals import ApprovalRequest, ApprovalStoreUnavailable
@@ -228,7 +228,7 @@ def test_the_cli_prints_the_acl_user_redis_accepts(fresh_redis: RedisServer, cap
     assert main(["acl", "agent", "--user", "payments-1", "--agent", "payments/payments-1"]) == 0
     argv = shlex.split(capsys.readouterr().out)
     assert argv[:3] == ["ACL", "SETUSER", "payments-1"] and not any(a.startswith(">") for a in argv)
-    admin = redis.Redis.from_url(fresh_redis.url)
+    admin = fresh_redis.client()
     try:
         assert admin.execute_command(*argv) in (b"OK", True, "OK")
         (line,) = [u for u in admin.execute_command("ACL", "LIST") if u.startswith(b"user payments-1 ")]

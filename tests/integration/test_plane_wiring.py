@@ -12,7 +12,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import redis
 from agent_saga.heartbeat import Heartbeat
 from agent_saga_operator.testing import poll
 from fixtures.redis_server import RedisServer
@@ -65,7 +64,7 @@ def test_an_unreachable_policy_plane_fails_at_start_naming_the_fix(tmp_path: Pat
 
 
 def test_a_namespace_no_operator_serves_fails_at_start_naming_them(fresh_redis: RedisServer, tmp_path: Path) -> None:
-    redis.Redis.from_url(fresh_redis.url).sadd("agentsaga:v1:namespaces", "billing", "shipping")
+    fresh_redis.client().sadd("agentsaga:v1:namespaces", "billing", "shipping")
     out = run(KIT, env(fresh_redis.url), tmp_path)
     assert out.returncode != 0
     assert "namespace 'payments' (AGENT_SAGA_NAMESPACE) is not served by any operator" in out.stderr
@@ -98,7 +97,7 @@ def test_agentkit_picks_every_control_up_from_the_environment_and_keeps_a_heartb
     assert doc["policy"].startswith("RedisPolicySource(")
     assert doc["heartbeat"].startswith("payments/")
     # A clean exit removes the heartbeat: a finished process is not a lagging agent.
-    assert redis.Redis.from_url(fresh_redis.url).zcard("agentsaga:v1:agent:index") == 0
+    assert fresh_redis.client().zcard("agentsaga:v1:agent:index") == 0
 
 
 def test_a_saga_with_no_gate_obeys_a_fleet_wide_halt(fresh_redis: RedisServer, tmp_path: Path) -> None:
@@ -140,7 +139,7 @@ def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_re
     full["PYTHONPATH"] = str(ROOT / "runtime")
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full, cwd=tmp_path)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
         halt = cli(fresh_redis.url, tmp_path, "halt", "--scope", "tool:wire.send", "--reason", "x", "--by", "soc")
@@ -195,6 +194,6 @@ def test_an_agent_on_a_read_only_root_filesystem_connects_and_names_the_wal_sett
         wired = run(code, env(fresh_redis.url, AGENT_SAGA_WAL_STREAM="agent-saga:wal"), ro)
         assert json.loads(wired.stdout.strip().splitlines()[-1]) == {"ok": True}, wired.stderr
         assert list(ro.iterdir()) == []
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     writers = r.smembers("agent-saga:wal:writers")
     assert writers and sum(r.xlen(b"agent-saga:wal:w:" + w) for w in writers) > 0

@@ -20,7 +20,7 @@ P = "agentsaga:v1"
 
 @pytest.fixture
 def r(fresh_redis: RedisServer) -> redis.Redis:
-    return redis.Redis.from_url(fresh_redis.url)
+    return fresh_redis.client()
 
 
 def record(r: redis.Redis, agent: str, tool: str, semantics: str | None = "COMPENSABLE", args=("amount",),

@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-import redis
 from agent_saga.clocks import ManualClock
 from agent_saga.controls import PreFlightGate
 from agent_saga.controls.policy import RedisPolicySource
@@ -98,7 +97,7 @@ def test_a_policy_whose_applies_to_does_not_match_the_agent_does_not_govern_it(f
 
 def test_an_unreadable_document_is_skipped_and_reported(fresh_redis: RedisServer, source) -> None:
     project(fresh_redis.url, "p", POLICY)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     doc = json.loads(r.get("agentsaga:v1:sagapolicy:payments/p"))
     doc["policy"]["mode"] = "Audit"
     r.set("agentsaga:v1:sagapolicy:payments/p", json.dumps(doc))
@@ -129,7 +128,7 @@ def test_the_plane_lost_the_last_policy_holds_for_the_grace_window_then_every_ca
 def test_a_data_loss_is_not_read_as_no_policy(fresh_redis: RedisServer, source) -> None:
     clock = ManualClock()
     project(fresh_redis.url, "p", POLICY)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     r.hset("agentsaga:v1:synced", "operator", json.dumps({"v": 1, "writer": "operator", "rev": 1, "ts": 0}))
     src = source(grace=10, clock=clock)
     assert ids(src) == [("payments/p", 1)]
@@ -155,7 +154,7 @@ def test_observe_mode_records_the_tool_surface_in_the_policy_plane(fresh_redis: 
     gate = PreFlightGate(policy=src, default_rules=())
     for _ in range(3):
         assert asyncio.run(gate.decide(req("wire.send", amount=5, to="acct_9"))).verdict == "ALLOW"
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
 
     def recorded() -> dict[str, Any] | None:
         raw = r.hget("agentsaga:v1:surface:payments/payments-agent", "wire.send")

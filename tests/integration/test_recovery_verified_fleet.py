@@ -113,13 +113,12 @@ def test_recoveryd_halts_on_a_tampered_log_and_stays_up_unready_naming_the_recor
 
 
 def test_recoveryd_over_a_redis_log_edited_at_the_server_halts(env: Env, fresh_redis: Any) -> None:
-    import redis as redis_py
     from agent_saga.wal.redis import RedisWAL
 
     wal = RedisWAL(fresh_redis.url, key="agent-saga:wal", writer="agent-7")
     write_orphan(wal, "s1", "ch_1")
     wal.close()
-    client = redis_py.Redis.from_url(fresh_redis.url)
+    client = fresh_redis.client()
     stream = "agent-saga:wal:w:agent-7"
     entries = client.xrange(stream)
     client.delete(stream)

@@ -157,3 +157,28 @@ def test_a_missing_handler_module_refuses_to_start(tmp_path: Path) -> None:
                           "no_such_module", "--metrics-port", "-1", "--once"], env=env(), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 2 and "no_such_module" in out.stderr
+
+
+def test_a_redis_not_reachable_at_start_leaves_it_up_and_unready_until_it_is(tmp_path: Path) -> None:
+    from fixtures.procs import free_ports
+    from fixtures.redis_server import RedisServer
+
+    port = free_ports(1)[0]
+    url = f"redis://127.0.0.1:{port}/0"
+    proc, http = start(tmp_path, "--wal-url", f"{url}?key={{agent-saga}}:wal", "--redis-url", url,
+                       "--imports", "chaos_handlers")
+    server = RedisServer(tmp_path / "redis", port=port)
+    try:
+        status, body = until("unready, naming the log", lambda: (r := get(http, "/readyz")) and "cannot be opened" in r[1]
+                             and r, proc=proc)
+        assert status == 503 and f"127.0.0.1:{port}" in body and "retrying" in body, body
+        assert get(http, "/livez")[0] == 200 and proc.poll() is None
+        server.start()
+        until("ready once Redis answers", lambda: get(http, "/readyz")[0] == 200, timeout=60, proc=proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.close()

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from agent_saga import ActionSemantics, Compensation, compensator, saga_scope, verify_records
 from agent_saga.history import ROLLED_BACK, fold
 from agent_saga.recovery import (
@@ -65,7 +64,7 @@ async def test_scripts_survive_a_flushed_script_cache(fresh_redis) -> None:  # t
     lock = RedisClaimLock(fresh_redis.url)
     claim = await lock.acquire("s", 30)
     assert claim is not None and await lock.renew(claim)
-    redis.Redis.from_url(fresh_redis.url).script_flush()
+    fresh_redis.client().script_flush()
     assert await lock.renew(claim)  # NOSCRIPT: loaded again, run once
     await lock.close()
 

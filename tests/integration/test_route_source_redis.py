@@ -10,14 +10,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import redis
 from agent_saga.heartbeat import AppliedRef
 from agent_saga.routing import Message, ModelRequest, RedisRouteSource, Router, RoutingUnavailable
 from agent_saga_operator.documents import Identity, model_route_doc
 from agent_saga_operator.models import ModelRouteSpec
 from agent_saga_operator.projection import Projector
 from agent_saga_operator.testing import poll
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import RedisServer, client_for
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +55,7 @@ def test_the_route_that_applies_decides_and_follows_every_edit(fresh_redis: Redi
     url = fresh_redis.url
     project(url, "billing", spec("b1", applies_to=["billing-*"]))
     project(url, "payments", spec("p1", "p2", preference=["p2", "p1"]))
-    r = redis.Redis.from_url(url)
+    r = client_for(url)
     r.set("agentsaga:v1:modelroute:payments/broken", "{not json")
     r.sadd("agentsaga:v1:modelroute:index", "payments/broken")
     src = RedisRouteSource(url, agent="payments-agent", namespaces=["payments"], heartbeat=0.1)

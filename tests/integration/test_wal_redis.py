@@ -19,6 +19,7 @@ import redis
 from agent_saga import BaseWAL, ConfigurationError, WALError, WALStalled, verify_records
 from agent_saga.wal.redis import RedisLog, RedisWAL
 from fixtures.polling import until
+from fixtures.redis_server import client_for
 
 
 def new_key() -> str:
@@ -26,7 +27,7 @@ def new_key() -> str:
 
 
 def chain_of(url: str, key: str, writer: str) -> list[tuple[str, Any]]:
-    client = redis.Redis.from_url(url)
+    client = client_for(url)
     try:
         return list(RedisLog(client, key, "test").chain(writer))
     finally:
@@ -71,7 +72,7 @@ def test_three_writer_processes_share_one_log(fresh_redis: Any) -> None:
     ]
     for p in procs:
         assert p.wait(120) == 0
-    client = redis.Redis.from_url(fresh_redis.url)
+    client = fresh_redis.client()
     log = RedisLog(client, key, "test")
     assert log.writers() == ["proc-0", "proc-1", "proc-2"]
     gseqs: list[int] = []
@@ -190,15 +191,14 @@ async def test_wait_replicas(redis_server_factory: Any) -> None:
 
 
 async def test_clients_it_accepts_and_refuses(fresh_redis: Any) -> None:
-    import redis.asyncio
 
-    aclient = redis.asyncio.Redis.from_url(fresh_redis.url)
+    aclient = fresh_redis.async_client()
     with pytest.raises(ConfigurationError, match="cannot share an asyncio client"):
         RedisWAL(aclient, key=new_key())
     await aclient.aclose()
     with pytest.raises(ConfigurationError, match="not PosixPath"):
         RedisWAL(Path("/tmp"), key=new_key())
-    client = redis.Redis.from_url(fresh_redis.url)
+    client = fresh_redis.client()
     wal = RedisWAL(client, key=new_key())
     await wal.barrier(wal.append("X", "s-1"))
     wal.close()
@@ -271,7 +271,7 @@ async def test_cli_detects_tampering_in_a_redis_log(fresh_redis: Any) -> None:
         wal.append("STEP_COMMITTED", "s-1", "s-1/0", {"amount": i})
     await wal.barrier()
     wal.close()
-    client = redis.Redis.from_url(fresh_redis.url)
+    client = fresh_redis.client()
     entries = client.xrange(f"{key}:w:w1")
     client.xdel(f"{key}:w:w1", entries[2][0])
     client.close()

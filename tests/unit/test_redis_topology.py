@@ -115,3 +115,35 @@ def test_a_script_across_slots_is_refused_naming_the_hash_tag_fix() -> None:
         one_slot(["agent-saga:wal:w:pod-7", "agent-saga:wal:gseq"], "RedisWAL key 'agent-saga:wal'")
     assert "give the key prefix one hash tag" in str(e.value)
     assert "{agent-saga}:wal" in str(e.value)
+
+
+def test_every_script_of_the_runtime_operator_and_recoveryd_goes_through_the_one_redis_module() -> None:
+    """``_redis.script`` is where the one-slot guard lives: a direct ``register_script``
+    elsewhere would send a cross-slot script to a cluster unchecked."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    direct = [str(p.relative_to(root)) for d in ("runtime", "operator", "recoveryd") for p in (root / d).rglob("*.py")
+              if p.name != "_redis.py" and ".register_script(" in p.read_text()]
+    assert direct == [], f"register_script called outside agent_saga._redis.script: {direct}"
+
+
+def test_the_policy_plane_on_a_cluster_without_a_hash_tagged_prefix_is_refused_at_open_naming_the_setting() -> None:
+    from agent_saga.controls.approvals._redis import RedisApprovalStore
+    from agent_saga.controls.killswitch._redis import RedisSwitchStore
+    from agent_saga.heartbeat._writer import HeartbeatWriter
+
+    cluster = "redis+cluster://n1:7000"
+    opens = {
+        "RedisSwitchStore": lambda prefix: RedisSwitchStore(cluster, grace=0, prefix=prefix),
+        "RedisApprovalStore": lambda prefix: RedisApprovalStore(cluster, prefix=prefix),
+        "the agent heartbeat": lambda prefix: HeartbeatWriter(cluster, namespace="payments", agent="a",
+                                                              state=lambda: None, prefix=prefix),  # type: ignore[arg-type,return-value]
+    }
+    for what, open_ in opens.items():
+        with pytest.raises(ConfigurationError) as e:
+            open_("agentsaga:v1")  # the default: no hash tag
+        assert what in str(e.value) and "needs a hash tag" in str(e.value)
+        assert "AGENT_SAGA_KEY_PREFIX" in str(e.value) and "{agentsaga}" in str(e.value)
+        assert open_(PLANE).prefix == PLANE
+    assert RedisSwitchStore("redis://h:6379/0", grace=0).prefix == "agentsaga:v1"  # one server: no tag needed

@@ -64,19 +64,27 @@ import contextlib
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
-from .._redis import Target, confirmed_subscription, connect, script
+from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
 from ..errors import ConfigurationError, StoreUnavailable
 
-__all__ = ["DEFAULT_PREFIX", "PolicyPlaneReader"]
+__all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
 
 log = logging.getLogger("agent_saga.controls")
 
 DEFAULT_PREFIX = "agentsaga:v1"
+def env_prefix() -> str:
+    """The policy-plane prefix a store opened from a URL uses: ``AGENT_SAGA_KEY_PREFIX``
+    (default ``agentsaga``, as the operator's ``--key-prefix``) plus ``:v1``, so the CLI
+    and an agent pod configured alike read the same keys."""
+    return f"{(os.environ.get('AGENT_SAGA_KEY_PREFIX') or 'agentsaga').strip()}:v1"
+
+
 
 #: A ``rev`` no server holds: while the plane has lost its data, every heartbeat re-reads.
 _NEVER: Any = object()
@@ -157,6 +165,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
             raise ConfigurationError(f"namespaces must be a collection of names, not the string {namespaces!r}")
         if not 0 < heartbeat < math.inf:
             raise ConfigurationError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+        tagged_on_cluster(url, prefix, self.NAME, PLANE_FIX)
         self.url = url
         self.prefix = prefix
         self.namespaces: frozenset[str] | None = None if namespaces is None else frozenset(namespaces)

@@ -138,6 +138,10 @@ return 1
         from ..wal.urls import Scrubber, secrets_in
 
         self._scrub = Scrubber(secrets_in(url))
+        self._scripts: dict[str, Any] = {}  # registered on the current client
+        from .._redis import PLANE_FIX, tagged_on_cluster
+
+        tagged_on_cluster(url, prefix, "the agent heartbeat", PLANE_FIX)
 
     @property
     def id(self) -> str:
@@ -174,7 +178,7 @@ return 1
             thread.join(timeout=5 + self._socket_timeout)
         try:
             client = self._connect()
-            client.register_script(self.LUA_GONE)(
+            self._script("LUA_GONE")(
                 keys=[heartbeat_key(self.prefix, self.id), heartbeat_index_key(self.prefix)],
                 args=[self.id, f"{self.prefix}:{AGENTS_CHANNEL}"], client=client)
         except Exception as exc:  # noqa: BLE001 - it expires on its own within ttl
@@ -202,7 +206,7 @@ return 1
         changed = applied != self._last_applied
         try:
             client = self._connect()
-            client.register_script(self.LUA_BEAT)(
+            self._script("LUA_BEAT")(
                 keys=[heartbeat_key(self.prefix, hb.id), heartbeat_index_key(self.prefix)],
                 args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
                       f"{self.prefix}:{AGENTS_CHANNEL}", "1" if changed else "0"],
@@ -248,8 +252,19 @@ return 1
                                    connect_timeout=self._socket_timeout)
         return self._client
 
+    def _script(self, name: str) -> Any:
+        """The script ``name`` on the current client, through the one Redis module (its
+        one-slot guard on a cluster, EVALSHA reloaded on NOSCRIPT)."""
+        run = self._scripts.get(name)
+        if run is None:
+            from .._redis import script
+
+            run = self._scripts[name] = script(self._connect(), getattr(self, name))
+        return run
+
     def _disconnect(self) -> None:
         client, self._client = self._client, None
+        self._scripts.clear()
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()

@@ -18,6 +18,11 @@ Invariants:
   fragment is not a record and does not stop the read.
 - When records left the log since the last read (a compaction), ``read_new`` reads the
   whole log again and says so (``LogRead.from_start``): the caller starts over from it.
+- A fleet log that can confirm a read (``RedisWAL.confirm_read``) is asked to after every
+  read, before anything read is handed on: with ``wait_replicas`` the records read must
+  be on the replicas (else ``LocationUnavailable``: not acted on, read again next time),
+  and the newest record read must still be there (else records were lost from the end,
+  a failover or a restore: the log is read again whole, and the anchors halt).
 - ``PathSource`` holds the file's writer lock only while resolutions are in hand and for
   at most ``writer_wait`` seconds of waiting: a live owner is never displaced, and a
   restarted owner waits at most one resolution for the lock.
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..audit.encryption import EncryptedWAL, PayloadEncryptor, decrypt_record
-from ..errors import ConfigurationError, WALCorrupt
+from ..errors import ConfigurationError, WALCorrupt, WALStalled
 from ..records import Record, decode_line
 from ..wal.base import BaseWAL
 from .errors import LocationUnavailable, RecoveryError, RecoveryHalted, location_error
@@ -140,6 +145,7 @@ class WALSource(LogSource):
         self.description = str(name)
         self._reads = VerifiedReads(self.description)
         self._cursor = 0
+        self._last: tuple[str, int] | None = None  # (writer, gseq) of the newest record read
 
     def _use(self, wal: BaseWAL) -> None:
         self.wal = wal
@@ -165,20 +171,40 @@ class WALSource(LogSource):
         # A server that cannot be reached (a Redis failover, a restart) is not a log that
         # cannot be trusted: this read stops, nothing is acted on, the next one retries.
         unreachable: tuple[type[BaseException], ...] = getattr(self._raw, "_redis_errors", ())
+        confirm: Callable[[tuple[str, int] | None], bool] | None = getattr(self._raw, "confirm_read", None)
+        scrub = getattr(self._raw, "_scrub", str)
+        last = None if from_start else self._last
         try:
             async for rec in self._raw.read_since(0 if from_start else self._cursor):
                 g = rec.extra.get("gseq")
                 out.append((f"{self.description} " + (f"gseq {g}" if g is not None else f"seq {rec.seq}"), rec))
+                w = rec.extra.get("writer")
+                if isinstance(w, str) and isinstance(g, int):
+                    last = (w, g)
+            # Only what the log will keep is acted on (RedisWAL: confirmed on the replicas
+            # with WAIT), and a newest record read that is gone means records were lost
+            # from the end (a failover, a restore): read it again whole, never past them.
+            kept = True if confirm is None else await asyncio.to_thread(confirm, last)
         except unreachable as exc:
-            scrub = getattr(self._raw, "_scrub", str)
             raise LocationUnavailable(
                 f"{self.description}: the log cannot be read now ({scrub(f'{type(exc).__name__}: {exc}')}); "
                 f"nothing was acted on, the next read tries again", path=self.description) from exc
+        except WALStalled as exc:
+            raise LocationUnavailable(
+                f"{exc.message}; nothing was acted on, the next read tries again", path=self.description) from exc
+        if not kept:
+            if from_start:
+                raise LocationUnavailable(
+                    f"{self.description}: records read were gone by the end of the read (a failover "
+                    f"or restore); nothing was acted on, the next read tries again", path=self.description)
+            raise Rescan(self.description)
         self._cursor = max((BaseWAL.cursor(r) for _, r in out if isinstance(r, Record)), default=self._cursor)
+        self._last = last
         return out
 
     def _rewind(self) -> None:
         self._cursor = 0
+        self._last = None
 
     @contextlib.asynccontextmanager
     async def writer(self) -> AsyncIterator[BaseWAL]:

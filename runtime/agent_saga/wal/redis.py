@@ -402,6 +402,36 @@ return g
             )
         return out
 
+    def confirm_read(self, last: tuple[str, int] | None) -> bool:
+        """Confirm a read before anyone acts on it: is ``last`` (the ``(writer, gseq)`` of
+        the newest record read) still in the log, and, with ``wait_replicas=N``, is
+        everything read on N replicas? One round trip.
+
+        A reader can see a batch the primary holds before its replicas do (its writer is
+        still waiting for ``WAIT``); a failover then loses it and the new primary hands
+        its ``gseq`` to other records, which a reader whose cursor passed it would never
+        see. With ``wait_replicas=N`` this writes nothing new (``INCRBY gseq 0``) and
+        ``WAIT N``s on that connection: the replication stream is ordered, so every record
+        read before the call is on N replicas once it returns; fewer acknowledgements
+        raise ``WALStalled`` (nothing read may be acted on yet). ``False``: the record is
+        gone, records were lost from the log's end (read it again whole). Raises
+        ``redis.RedisError`` if Redis cannot be reached."""
+        pipe = self._client.pipeline(transaction=False)
+        if self.wait_replicas:
+            pipe.incrby(self._log.gseq_key, 0)
+            pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        if last is not None:
+            pipe.xrange(self._log.stream(last[0]), f"{last[1]}-0", f"{last[1]}-0", count=1)
+        if not (self.wait_replicas or last is not None):
+            return True
+        out = pipe.execute()
+        if self.wait_replicas and int(out[1]) < self.wait_replicas:
+            raise WALStalled(
+                f"WAL {self.name}: what was read is on {out[1]} of {self.wait_replicas} replicas "
+                f"after {self.wait_timeout_ms} ms; a failover could still lose it, so it is not "
+                f"acted on yet")
+        return last is None or bool(out[-1])
+
     def _write_batch(self, sealed: Sealed) -> None:
         lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
         top = self._call("APPEND", [self.writer, self._last_id, *lines])

@@ -53,9 +53,10 @@ def _directory(address: Address) -> ApprovalStore:
 
 @APPROVAL_STORES.register(*REDIS_SCHEMES)
 def _redis(address: Address) -> ApprovalStore:
+    from .._policyplane import env_prefix
     from ._redis import RedisApprovalStore
 
-    return RedisApprovalStore(address.url)
+    return RedisApprovalStore(address.url, prefix=env_prefix())
 
 
 def open_approval_store(target: str) -> ApprovalStore:

@@ -28,7 +28,7 @@ import json
 import threading
 from typing import Any
 
-from ..._redis import Target, connect, script
+from ..._redis import PLANE_FIX, Target, connect, script, tagged_on_cluster
 from ...errors import ConfigurationError
 from ._model import ApprovalRequest, Decision
 from ._store import ApprovalStoreUnavailable, Change
@@ -85,6 +85,7 @@ return {1, doc}
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
+        tagged_on_cluster(url, prefix, "RedisApprovalStore", PLANE_FIX)
         self.url = url
         self.prefix = prefix
         self.pending_key = f"{prefix}:approval:pending"

@@ -92,7 +92,9 @@ def _redis(address: Address, *, grace: float | None = None, warn: bool = True) -
             grace = float(text)
         except ValueError as exc:
             raise ConfigurationError(f"grace must be a number of seconds, got {text!r}") from exc
-    return RedisSwitchStore(address.url, grace=grace)
+    from .._policyplane import env_prefix
+
+    return RedisSwitchStore(address.url, grace=grace, prefix=env_prefix())
 
 
 def open_switch_store(target: str, *, grace: float | None = None, warn: bool = True) -> SwitchStore:

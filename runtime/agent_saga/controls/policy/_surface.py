@@ -21,6 +21,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..._redis import script
 from ._skeleton import SurfaceEntry
 
 __all__ = ["LUA_RECORD", "read_surface", "record_surface", "surface_key", "surface_index_key"]
@@ -76,8 +77,8 @@ def record_surface(client: Any, prefix: str, namespace: str, agent: str,
         args += [str(e["tool"]), json.dumps(dict(e), separators=(",", ":"), sort_keys=True)]
     if len(args) == 1:
         return 0
-    script = client.register_script(LUA_RECORD)
-    return int(script(keys=[surface_key(prefix, namespace, agent), surface_index_key(prefix)], args=args,
+    run = script(client, LUA_RECORD)  # the one-slot guard on a cluster, NOSCRIPT reloaded
+    return int(run(keys=[surface_key(prefix, namespace, agent), surface_index_key(prefix)], args=args,
                       client=client))
 
 
