@@ -247,8 +247,8 @@ def test_a_passkey_approval_through_redis_signed_in_place_and_a_replay_onto_a_re
     ring.enrol(key.public_key().public_bytes(serialization.Encoding.PEM,
                                              serialization.PublicFormat.SubjectPublicKeyInfo),
                approver="risk@corp", by="soc@corp", now=time.time())
-    wal, store = FileWAL(tmp_path / "a.wal"), RedisApprovalStore(fresh_redis.url)
-    r = redis.Redis.from_url(fresh_redis.url)
+    wal, store = FileWAL(tmp_path / "a.wal"), RedisApprovalStore(fresh_redis.url, prefix=P)
+    r = fresh_redis.client()
     try:
         gw = ApprovalGateway(store, None, wal, ApprovalPolicy(timeout=60), poll=0.02, passkeys=ring)
         step = StepRequest("saga-pk", "saga-pk/0", "wire.send", I, {"amount": 80000, "to": "acct_9"}, ())
@@ -271,11 +271,11 @@ def test_a_passkey_approval_through_redis_signed_in_place_and_a_replay_onto_a_re
         outcome = asyncio.run(ask(approve))
         assert outcome.approved and outcome.approver == "risk@corp"
         (req,) = store.list()
-        doc = json.loads(r.get(f"agentsaga:v1:approval:request:{req.id}"))
-        decision = json.loads(r.get(f"agentsaga:v1:approval:decision:{req.id}"))
+        doc = json.loads(r.get(f"{P}:approval:request:{req.id}"))
+        decision = json.loads(r.get(f"{P}:approval:decision:{req.id}"))
         assert doc["challenge"]["nonce"] and doc["challenge"]["stepId"] == "saga-pk/0" and doc["consumedAt"]
         assert decision["passkey"] == signed["doc"]
-        r.delete(f"agentsaga:v1:approval:request:{req.id}", f"agentsaga:v1:approval:decision:{req.id}")
+        r.delete(f"{P}:approval:request:{req.id}", f"{P}:approval:decision:{req.id}")
 
         def replay(req2) -> None:
             assert req2.id == req.id and req2.challenge["nonce"] != doc["challenge"]["nonce"]

@@ -99,9 +99,9 @@ def test_a_secret_in_a_reason_is_scrubbed_in_the_redis_document(fresh_redis: Red
                    None, None)
     s.engage(lever)
     s.engage(direct)
-    r = redis.Redis.from_url(fresh_redis.url)
+    r = fresh_redis.client()
     try:
-        raws = [r.get(f"agentsaga:v1:killswitch:{lv.id}") for lv in (lever, direct)]
+        raws = [r.get(f"{P}:killswitch:{lv.id}") for lv in (lever, direct)]
     finally:
         r.close()
     assert all(raw is not None and leaked.encode() not in raw and b"hunter2" not in raw for raw in raws)

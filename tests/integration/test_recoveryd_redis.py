@@ -40,7 +40,7 @@ def _calls() -> Iterator[None]:
 
 async def test_a_claim_admits_one_holder_and_only_the_holder_renews_or_frees_it(fresh_redis) -> None:  # type: ignore[no-untyped-def]
     a, b = RedisClaimLock(fresh_redis.url, owner="a"), RedisClaimLock(fresh_redis.url, owner="b")
-    claim = await a.acquire("saga-1", 0.3)
+    claim = await a.acquire("saga-1", 30)
     assert claim is not None and claim.token.startswith("a:")
     assert await b.acquire("saga-1", 30) is None
     fake = type(claim)(claim.name, "b:forged", claim.ttl)
@@ -48,14 +48,18 @@ async def test_a_claim_admits_one_holder_and_only_the_holder_renews_or_frees_it(
     await b.release(fake)  # compare-and-delete: not b's, nothing happens
     assert await b.acquire("saga-1", 30) is None
     assert await a.renew(claim) is True
-    await asyncio.sleep(0.5)  # the ttl passes with no renewal: the claim expires by itself
-    taken = await b.acquire("saga-1", 30)
-    assert taken is not None
-    assert await a.renew(claim) is False  # the expired holder cannot extend its successor's
-    await a.release(claim)
-    assert await a.acquire("saga-1", 30) is None
+    # A short claim nobody renews expires by itself (polled: no wait longer than needed).
+    short = await a.acquire("saga-2", 0.2)
+    assert short is not None
+    deadline = time.monotonic() + 10
+    while (taken := await b.acquire("saga-2", 30)) is None:
+        assert time.monotonic() < deadline, "an unrenewed claim never expired"
+        await asyncio.sleep(0.02)
+    assert await a.renew(short) is False  # the expired holder cannot extend its successor's
+    await a.release(short)
+    assert await a.acquire("saga-2", 30) is None
     await b.release(taken)
-    assert await a.acquire("saga-1", 30) is not None
+    assert await a.acquire("saga-2", 30) is not None
     await a.close()
     await b.close()
 
