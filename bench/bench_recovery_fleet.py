@@ -51,6 +51,28 @@ import asyncio, json, os, resource, sys, time
 from agent_saga.recovery import RecoveryDaemon, RedisClaimLock, RedisLedger
 from agent_saga.wal.redis import RedisWAL
 
+def count_round_trips():
+    # Count every request sent to Redis (a pipeline or a script is one round trip).
+    import redis.asyncio.connection as aconn
+    import redis.connection as sconn
+    trips = {"async": 0, "sync": 0}
+    def wrap(cls, kind, is_async):
+        orig = cls.send_packed_command
+        if is_async:
+            async def send(self, command, check_health=True):
+                trips[kind] += 1
+                return await orig(self, command, check_health)
+        else:
+            def send(self, command, check_health=True):
+                trips[kind] += 1
+                return orig(self, command, check_health)
+        cls.send_packed_command = send
+    wrap(aconn.AbstractConnection, "async", True)
+    wrap(sconn.AbstractConnection, "sync", False)
+    return trips
+
+TRIPS = count_round_trips()
+
 async def main():
     url, key, go, ready, conc = sys.argv[1:6]
     wal = RedisWAL(url, key=key, max_pending=1_000_000)
@@ -64,6 +86,7 @@ async def main():
         if os.getppid() != parent:
             sys.exit(3)  # the benchmark is gone: do not wait for it forever
         await asyncio.sleep(0.002)
+    trips0 = dict(TRIPS)
     t0 = time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
@@ -82,6 +105,7 @@ async def main():
         if not rep.recovered:
             await asyncio.sleep(0.05)  # the rest is claimed by others: a short interval, not a spin
     out["seconds"] = time.monotonic() - t0
+    out["round_trips"] = {k: TRIPS[k] - trips0[k] for k in TRIPS}
     await d.close()
     wal.close()
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -171,6 +195,10 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "peak_rss_mb": max(x["maxrss_mb"] for x in results),
         # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
         "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
+        # Requests to Redis per saga, the whole fleet's (claims and ledger: the asyncio
+        # client; log reads and writes: the WAL's synchronous one)
+        "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
+                                 for k in ("async", "sync")},
         "daemons": results,
         "check": check(url, key, sagas, results),
     }
@@ -230,14 +258,16 @@ def main() -> int:
         return 0
     print(f"agent-saga recovery fleet — {args.sagas} orphans from {args.writers} writers, "
           f"daemon concurrency {args.concurrency}, load {result['machine']['loadavg']}")
-    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'CPU ms/saga':>12} {'peak RSS MB':>12}  statuses")
+    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'CPU ms/saga':>12} {'trips/saga':>11} "
+          f"{'peak RSS MB':>12}  statuses")
     for f in fleets:
         st: dict[str, int] = {}
         for d in f["daemons"]:
             for k, v in d["statuses"].items():
                 st[k] = st.get(k, 0) + v
+        trips = sum(f["round_trips_per_saga"].values())
         print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['cpu_ms_per_saga']:>12} "
-              f"{f['peak_rss_mb']:>12}  {st}")
+              f"{trips:>11.2f} {f['peak_rss_mb']:>12}  {st}")
     if "three_over_one" in result:
         print(f"  3 replicas / 1 replica: {result['three_over_one']}×")
     print("  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
