@@ -16,6 +16,12 @@ Also reported: the fleet's CPU time per saga (every daemon's, summed). It does n
 depend on how loaded the machine is, so it shows what replicas duplicate: with no
 duplicated work, 3 replicas cost the CPU per saga 1 does.
 
+And the floor, measured before each fleet in the same run: one bare round trip (a PING
+on the asyncio client the daemons use); each fleet's time per saga is also given in those
+round trips, which carries across machines and loads better than sagas/s. Round trips to
+Redis per saga are counted in the daemons (every request the clients send: a pipeline
+or a script is one).
+
 Checked, not assumed: every saga is resolved exactly once (the ledger holds one done
 entry per step, the handler was called once per step in total, no saga left in flight).
 
@@ -48,6 +54,8 @@ REPO = HERE.parent
 
 DAEMON = r"""
 import asyncio, json, os, resource, sys, time
+if os.environ.get("BENCH_FLEET_PARSER") == "python":
+    sys.modules["hiredis"] = None  # redis-py's own RESP parser, as without the hiredis package
 from agent_saga.recovery import RecoveryDaemon, RedisClaimLock, RedisLedger
 from agent_saga.wal.redis import RedisWAL
 
@@ -80,7 +88,9 @@ async def main():
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None)
     await d.sweep(dry_run=True)  # the log as a running daemon had read it
-    open(ready, "w").close()
+    with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
+        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    os.rename(ready + ".tmp", ready)
     parent = os.getppid()
     while not os.path.exists(go):
         if os.getppid() != parent:
@@ -146,6 +156,26 @@ def copy_log(url: str, src: str, dst: str) -> None:
         r.restore(dst + k.decode()[len(src):], 0, r.dump(k))
 
 
+def round_trip_floor(url: str, n: int = 2000) -> float:
+    """The floor: µs per bare round trip (PING, one at a time) of the asyncio client the
+    daemons use for claims and the ledger, measured in this run, on this machine."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    async def go() -> float:
+        client = aredis.Redis.from_url(url)
+        await client.ping()
+        t = time.perf_counter()
+        for _ in range(n):
+            await client.ping()
+        dt = time.perf_counter() - t
+        await client.aclose()
+        return dt / n * 1e6
+
+    return asyncio.run(go())
+
+
 def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict[str, Any]:
     import redis
 
@@ -178,6 +208,7 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
             errs = [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
             sys.exit(f"a daemon exited before it was ready: {errs}")
         time.sleep(0.01)
+    scan_rss = max(int((tmp / f"ready-{i}").read_text()) for i in range(replicas))
     t0 = time.monotonic()
     go.write_text("go")
     outs = [p.communicate(timeout=3600) for p in procs]
@@ -193,6 +224,8 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "seconds": round(wall, 2),
         "sagas_per_s": round(sagas / wall),
         "peak_rss_mb": max(x["maxrss_mb"] for x in results),
+        # a daemon's RSS once it holds every orphan of the log (read, verified, planned)
+        "scan_rss_mb": round(scan_rss / 1024, 1),
         # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
         "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
         # Requests to Redis per saga, the whole fleet's (claims and ledger: the asyncio
@@ -204,6 +237,14 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
     }
 
 
+def _has_hiredis() -> bool:
+    try:
+        import hiredis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sagas", type=int, default=5000, help="orphaned sagas (100000 for the memory bound)")
@@ -212,10 +253,14 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8, help="sagas each daemon resolves at once")
     ap.add_argument("--redis-url", help="an existing Redis (default: start a throwaway redis-server)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--parser", choices=["default", "python"], default="default",
+                    help="python: the daemons use redis-py's pure-Python RESP parser even if hiredis is installed")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     args = ap.parse_args()
     # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.parser == "python":
+        os.environ["BENCH_FLEET_PARSER"] = "python"
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
@@ -228,10 +273,16 @@ def main() -> int:
         build(url, base, args.sagas, args.writers)
         build_s = time.monotonic() - t
         fleets = []
+        floors = []
         for n in [int(x) for x in args.replicas.split(",") if x.strip()]:
             key = f"{base}-r{n}"
             copy_log(url, base, key)
+            floors.append(round_trip_floor(url))
             fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy))
+            fleet = fleets[-1]
+            # The saga's wall time in bare round trips of this run: comparable across loads.
+            fleet["round_trip_us"] = round(floors[-1], 1)
+            fleet["saga_time_in_round_trips"] = round(1e6 / fleet["sagas_per_s"] / floors[-1], 2)
     finally:
         if proc is not None:
             proc.kill()
@@ -242,6 +293,7 @@ def main() -> int:
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
+        "parser": "python" if args.parser == "python" else ("hiredis" if _has_hiredis() else "python"),
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }
@@ -258,16 +310,16 @@ def main() -> int:
         return 0
     print(f"agent-saga recovery fleet — {args.sagas} orphans from {args.writers} writers, "
           f"daemon concurrency {args.concurrency}, load {result['machine']['loadavg']}")
-    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'CPU ms/saga':>12} {'trips/saga':>11} "
-          f"{'peak RSS MB':>12}  statuses")
+    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'saga/bare RT':>12} {'CPU ms/saga':>12} "
+          f"{'trips/saga':>11} {'peak RSS MB':>12}  statuses")
     for f in fleets:
         st: dict[str, int] = {}
         for d in f["daemons"]:
             for k, v in d["statuses"].items():
                 st[k] = st.get(k, 0) + v
         trips = sum(f["round_trips_per_saga"].values())
-        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['cpu_ms_per_saga']:>12} "
-              f"{trips:>11.2f} {f['peak_rss_mb']:>12}  {st}")
+        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['saga_time_in_round_trips']:>12} "
+              f"{f['cpu_ms_per_saga']:>12} {trips:>11.2f} {f['peak_rss_mb']:>12}  {st}")
     if "three_over_one" in result:
         print(f"  3 replicas / 1 replica: {result['three_over_one']}×")
     print("  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
