@@ -91,6 +91,10 @@ async def main():
     with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
         f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     os.rename(ready + ".tmp", ready)
+    if go == "-":  # --scan-only: the memory of holding every orphan is all that is measured
+        await d.close()
+        wal.close()
+        return
     parent = os.getppid()
     while not os.path.exists(go):
         if os.getppid() != parent:
@@ -188,7 +192,7 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
 
 
 def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
-              py_spy: str | None = None) -> dict[str, Any]:
+              py_spy: str | None = None, scan_only: bool = False) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     go = tmp / "go"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO / "runtime"),
@@ -198,17 +202,23 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
     procs = [
         subprocess.Popen([*(["py-spy", "record", "-r", "200", "-f", "raw", "-o",
                              os.path.join(py_spy, f"daemon-{replicas}-{i}.txt"), "--"] if py_spy else []),
-                          sys.executable, "-c", DAEMON, url, key, str(go), str(tmp / f"ready-{i}"),
+                          sys.executable, "-c", DAEMON, url, key, "-" if scan_only else str(go),
+                          str(tmp / f"ready-{i}"),
                           str(concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(replicas)
     ]
     deadline = time.monotonic() + 1800
     while not all((tmp / f"ready-{i}").exists() for i in range(replicas)):
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+        gone = any(p.poll() is not None and not (tmp / f"ready-{i}").exists() for i, p in enumerate(procs))
+        if gone or time.monotonic() > deadline:
             errs = [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
             sys.exit(f"a daemon exited before it was ready: {errs}")
         time.sleep(0.01)
     scan_rss = max(int((tmp / f"ready-{i}").read_text()) for i in range(replicas))
+    if scan_only:
+        for p in procs:
+            p.communicate(timeout=600)
+        return {"replicas": replicas, "scan_rss_mb": round(scan_rss / 1024, 1)}
     t0 = time.monotonic()
     go.write_text("go")
     outs = [p.communicate(timeout=3600) for p in procs]
@@ -255,6 +265,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--parser", choices=["default", "python"], default="default",
                     help="python: the daemons use redis-py's pure-Python RESP parser even if hiredis is installed")
+    ap.add_argument("--scan-only", action="store_true",
+                    help="only read the log into each daemon and report its RSS (the memory of N orphans held)")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     args = ap.parse_args()
     # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
@@ -278,8 +290,10 @@ def main() -> int:
             key = f"{base}-r{n}"
             copy_log(url, base, key)
             floors.append(round_trip_floor(url))
-            fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy))
+            fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only))
             fleet = fleets[-1]
+            if args.scan_only:
+                continue
             # The saga's wall time in bare round trips of this run: comparable across loads.
             fleet["round_trip_us"] = round(floors[-1], 1)
             fleet["saga_time_in_round_trips"] = round(1e6 / fleet["sagas_per_s"] / floors[-1], 2)
@@ -289,7 +303,7 @@ def main() -> int:
             proc.wait()
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
-    by = {f["replicas"]: f["sagas_per_s"] for f in fleets}
+    by = {f["replicas"]: f["sagas_per_s"] for f in fleets if "sagas_per_s" in f}
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
@@ -297,6 +311,11 @@ def main() -> int:
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }
+    if args.scan_only:
+        result["targets"] = {}
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return 0
     targets: dict[str, bool] = {"exactly_once": all(f["check"]["exactly_once"] for f in fleets)}
     if 3 in by:
         targets["three_replicas_ge_1000_per_s"] = by[3] >= 1000
