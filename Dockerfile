@@ -47,7 +47,7 @@ FROM build-base AS build-recoveryd
 RUN python -m venv /opt/venv \
  && /opt/venv/bin/pip install --no-compile ".[recoveryd]" \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib \
- && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app"
+ && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app, psycopg, psycopg_pool"
 
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime

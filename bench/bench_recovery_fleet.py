@@ -16,6 +16,12 @@ Also reported: the fleet's CPU time per saga (every daemon's, summed). It does n
 depend on how loaded the machine is, so it shows what replicas duplicate: with no
 duplicated work, 3 replicas cost the CPU per saga 1 does.
 
+And the floor, measured before each fleet in the same run: one bare round trip (a PING
+on the asyncio client the daemons use); each fleet's time per saga is also given in those
+round trips, which carries across machines and loads better than sagas/s. Round trips to
+Redis per saga are counted in the daemons (every request the clients send: a pipeline
+or a script is one).
+
 Checked, not assumed: every saga is resolved exactly once (the ledger holds one done
 entry per step, the handler was called once per step in total, no saga left in flight).
 
@@ -48,8 +54,32 @@ REPO = HERE.parent
 
 DAEMON = r"""
 import asyncio, json, os, resource, sys, time
+if os.environ.get("BENCH_FLEET_PARSER") == "python":
+    sys.modules["hiredis"] = None  # redis-py's own RESP parser, as without the hiredis package
 from agent_saga.recovery import RecoveryDaemon, RedisClaimLock, RedisLedger
 from agent_saga.wal.redis import RedisWAL
+
+def count_round_trips():
+    # Count every request sent to Redis (a pipeline or a script is one round trip).
+    import redis.asyncio.connection as aconn
+    import redis.connection as sconn
+    trips = {"async": 0, "sync": 0}
+    def wrap(cls, kind, is_async):
+        orig = cls.send_packed_command
+        if is_async:
+            async def send(self, command, check_health=True):
+                trips[kind] += 1
+                return await orig(self, command, check_health)
+        else:
+            def send(self, command, check_health=True):
+                trips[kind] += 1
+                return orig(self, command, check_health)
+        cls.send_packed_command = send
+    wrap(aconn.AbstractConnection, "async", True)
+    wrap(sconn.AbstractConnection, "sync", False)
+    return trips
+
+TRIPS = count_round_trips()
 
 async def main():
     url, key, go, ready, conc = sys.argv[1:6]
@@ -58,12 +88,19 @@ async def main():
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None)
     await d.sweep(dry_run=True)  # the log as a running daemon had read it
-    open(ready, "w").close()
+    with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
+        f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    os.rename(ready + ".tmp", ready)
+    if go == "-":  # --scan-only: the memory of holding every orphan is all that is measured
+        await d.close()
+        wal.close()
+        return
     parent = os.getppid()
     while not os.path.exists(go):
         if os.getppid() != parent:
             sys.exit(3)  # the benchmark is gone: do not wait for it forever
         await asyncio.sleep(0.002)
+    trips0 = dict(TRIPS)
     t0 = time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
@@ -82,6 +119,7 @@ async def main():
         if not rep.recovered:
             await asyncio.sleep(0.05)  # the rest is claimed by others: a short interval, not a spin
     out["seconds"] = time.monotonic() - t0
+    out["round_trips"] = {k: TRIPS[k] - trips0[k] for k in TRIPS}
     await d.close()
     wal.close()
     ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -122,6 +160,26 @@ def copy_log(url: str, src: str, dst: str) -> None:
         r.restore(dst + k.decode()[len(src):], 0, r.dump(k))
 
 
+def round_trip_floor(url: str, n: int = 2000) -> float:
+    """The floor: µs per bare round trip (PING, one at a time) of the asyncio client the
+    daemons use for claims and the ledger, measured in this run, on this machine."""
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    async def go() -> float:
+        client = aredis.Redis.from_url(url)
+        await client.ping()
+        t = time.perf_counter()
+        for _ in range(n):
+            await client.ping()
+        dt = time.perf_counter() - t
+        await client.aclose()
+        return dt / n * 1e6
+
+    return asyncio.run(go())
+
+
 def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict[str, Any]:
     import redis
 
@@ -134,7 +192,7 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
 
 
 def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
-              py_spy: str | None = None) -> dict[str, Any]:
+              py_spy: str | None = None, scan_only: bool = False) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     go = tmp / "go"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO / "runtime"),
@@ -144,16 +202,23 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
     procs = [
         subprocess.Popen([*(["py-spy", "record", "-r", "200", "-f", "raw", "-o",
                              os.path.join(py_spy, f"daemon-{replicas}-{i}.txt"), "--"] if py_spy else []),
-                          sys.executable, "-c", DAEMON, url, key, str(go), str(tmp / f"ready-{i}"),
+                          sys.executable, "-c", DAEMON, url, key, "-" if scan_only else str(go),
+                          str(tmp / f"ready-{i}"),
                           str(concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(replicas)
     ]
     deadline = time.monotonic() + 1800
     while not all((tmp / f"ready-{i}").exists() for i in range(replicas)):
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+        gone = any(p.poll() is not None and not (tmp / f"ready-{i}").exists() for i, p in enumerate(procs))
+        if gone or time.monotonic() > deadline:
             errs = [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
             sys.exit(f"a daemon exited before it was ready: {errs}")
         time.sleep(0.01)
+    scan_rss = max(int((tmp / f"ready-{i}").read_text()) for i in range(replicas))
+    if scan_only:
+        for p in procs:
+            p.communicate(timeout=600)
+        return {"replicas": replicas, "scan_rss_mb": round(scan_rss / 1024, 1)}
     t0 = time.monotonic()
     go.write_text("go")
     outs = [p.communicate(timeout=3600) for p in procs]
@@ -169,11 +234,25 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "seconds": round(wall, 2),
         "sagas_per_s": round(sagas / wall),
         "peak_rss_mb": max(x["maxrss_mb"] for x in results),
+        # a daemon's RSS once it holds every orphan of the log (read, verified, planned)
+        "scan_rss_mb": round(scan_rss / 1024, 1),
         # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
         "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
+        # Requests to Redis per saga, the whole fleet's (claims and ledger: the asyncio
+        # client; log reads and writes: the WAL's synchronous one)
+        "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
+                                 for k in ("async", "sync")},
         "daemons": results,
         "check": check(url, key, sagas, results),
     }
+
+
+def _has_hiredis() -> bool:
+    try:
+        import hiredis  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def main() -> int:
@@ -184,10 +263,16 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8, help="sagas each daemon resolves at once")
     ap.add_argument("--redis-url", help="an existing Redis (default: start a throwaway redis-server)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--parser", choices=["default", "python"], default="default",
+                    help="python: the daemons use redis-py's pure-Python RESP parser even if hiredis is installed")
+    ap.add_argument("--scan-only", action="store_true",
+                    help="only read the log into each daemon and report its RSS (the memory of N orphans held)")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     args = ap.parse_args()
     # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.parser == "python":
+        os.environ["BENCH_FLEET_PARSER"] = "python"
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
@@ -200,23 +285,37 @@ def main() -> int:
         build(url, base, args.sagas, args.writers)
         build_s = time.monotonic() - t
         fleets = []
+        floors = []
         for n in [int(x) for x in args.replicas.split(",") if x.strip()]:
             key = f"{base}-r{n}"
             copy_log(url, base, key)
-            fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy))
+            floors.append(round_trip_floor(url))
+            fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only))
+            fleet = fleets[-1]
+            if args.scan_only:
+                continue
+            # The saga's wall time in bare round trips of this run: comparable across loads.
+            fleet["round_trip_us"] = round(floors[-1], 1)
+            fleet["saga_time_in_round_trips"] = round(1e6 / fleet["sagas_per_s"] / floors[-1], 2)
     finally:
         if proc is not None:
             proc.kill()
             proc.wait()
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
-    by = {f["replicas"]: f["sagas_per_s"] for f in fleets}
+    by = {f["replicas"]: f["sagas_per_s"] for f in fleets if "sagas_per_s" in f}
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
+        "parser": "python" if args.parser == "python" else ("hiredis" if _has_hiredis() else "python"),
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }
+    if args.scan_only:
+        result["targets"] = {}
+        json.dump(result, sys.stdout, indent=2)
+        print()
+        return 0
     targets: dict[str, bool] = {"exactly_once": all(f["check"]["exactly_once"] for f in fleets)}
     if 3 in by:
         targets["three_replicas_ge_1000_per_s"] = by[3] >= 1000
@@ -230,14 +329,16 @@ def main() -> int:
         return 0
     print(f"agent-saga recovery fleet — {args.sagas} orphans from {args.writers} writers, "
           f"daemon concurrency {args.concurrency}, load {result['machine']['loadavg']}")
-    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'CPU ms/saga':>12} {'peak RSS MB':>12}  statuses")
+    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'saga/bare RT':>12} {'CPU ms/saga':>12} "
+          f"{'trips/saga':>11} {'peak RSS MB':>12}  statuses")
     for f in fleets:
         st: dict[str, int] = {}
         for d in f["daemons"]:
             for k, v in d["statuses"].items():
                 st[k] = st.get(k, 0) + v
-        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['cpu_ms_per_saga']:>12} "
-              f"{f['peak_rss_mb']:>12}  {st}")
+        trips = sum(f["round_trips_per_saga"].values())
+        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['saga_time_in_round_trips']:>12} "
+              f"{f['cpu_ms_per_saga']:>12} {trips:>11.2f} {f['peak_rss_mb']:>12}  {st}")
     if "three_over_one" in result:
         print(f"  3 replicas / 1 replica: {result['three_over_one']}×")
     print("  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))

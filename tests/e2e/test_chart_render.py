@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from chart_helpers import (
     CHART,
     CI_VALUES,
@@ -187,7 +188,8 @@ def test_full_values_exercise_every_option(renders: dict[str, list[dict[str, Any
     rc = rec["spec"]["template"]["spec"]["containers"][0]
     assert rec["spec"]["replicas"] == 4
     assert {"--imports=payments.compensators", "--imports=payments.reconcilers", "--metrics-port=19102",
-            "--log-json", "--namespace=payments", "--concurrency=16", "--compensation-timeout=0"} <= set(rc["args"])
+            "--log-json", "--namespace=payments", "--concurrency=16", "--compensation-timeout=0",
+            "--claim-ttl=20", "--lease-grace=12.5", "--bind=0.0.0.0"} <= set(rc["args"])
     assert "requiredDuringSchedulingIgnoredDuringExecution" in \
         rec["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert one(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == "50%"
@@ -218,6 +220,24 @@ def test_recoveryd_logs_and_claims(renders: dict[str, list[dict[str, Any]]]) -> 
     # $(VAR) only expands variables defined earlier in the list.
     assert names.index("AGENT_SAGA_REDIS_URL") < names.index("AGENT_SAGA_RECOVERYD_REDIS_URL")
     assert names.index("AGENT_SAGA_WAL_URLS") < names.index("AGENT_SAGA_RECOVERYD_WAL_URL")
+
+
+def test_recoveryd_reads_encrypted_logs_with_a_mounted_key_file(renders: dict[str, list[dict[str, Any]]]) -> None:
+    spec = one(renders["full-values"], "Deployment", "recoveryd")["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert "--wal-key-file=/etc/agent-saga/wal-key/keys.txt" in c["args"]
+    mount = {m["name"]: m for m in c["volumeMounts"]}["wal-key"]
+    assert mount == {"name": "wal-key", "mountPath": "/etc/agent-saga/wal-key", "readOnly": True}
+    volume = {v["name"]: v for v in spec["volumes"]}["wal-key"]
+    assert volume["secret"]["secretName"] == "agent-saga-wal-key"
+    assert volume["secret"]["items"] == [{"key": "keys.txt", "path": "keys.txt"}]
+    # The key is a file, never an environment variable the pod's env would show.
+    assert not [e for e in c["env"] if "WAL_KEY" in e["name"]]
+    default = one(renders["default"], "Deployment", "recoveryd")["spec"]["template"]["spec"]
+    (dc,) = default["containers"]
+    assert not [a for a in dc["args"] if a.startswith("--wal-key-file")] and "--log-json" not in dc["args"]
+    assert "--lease-grace=5" in dc["args"]
+    assert "wal-key" not in {v["name"] for v in default["volumes"]}
 
 
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -275,6 +295,13 @@ def test_the_recoveryd_cli_accepts_what_the_chart_passes(
     assert config.redis_url == env["AGENT_SAGA_REDIS_URL"] and config.daemon_id == "rd-0"
     assert config.wal_urls and all("$(" not in u for u in config.wal_urls)
     assert config.metrics_port == int(container["ports"][0]["containerPort"])
+    values = {"default": {}, **{p.stem: yaml.safe_load(p.read_text()) for p in CI_VALUES}}[name]
+    rv = {**yaml.safe_load((CHART / "values.yaml").read_text())["recoveryd"], **values.get("recoveryd", {})}
+    assert (config.claim_ttl, config.lease_grace, config.concurrency, config.interval) == \
+        (rv["claimTtl"], rv["leaseGrace"], rv["concurrency"], rv["interval"])
+    assert config.log_json is rv["logJson"] and config.log_level == rv["logLevel"]
+    assert config.wal_key_file == (f"/etc/agent-saga/wal-key/{rv['walKey']['key']}"
+                                   if rv["walKey"]["existingSecret"] else None)
     probes = {container[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe", "startupProbe")
               if container.get(p)}
     assert probes <= {"/livez", "/readyz"}
@@ -389,6 +416,8 @@ BAD_VALUES = [
     (["json:recoveryd.wal.redisKeys=[]"], "recoveryd has no log to recover"),
     (["recoveryd.wal.redisKeys[0]=a?b"], "redisKeys"),
     (["recoveryd.concurrency=0"], "concurrency"),
+    (["recoveryd.leaseGrace=-1"], "leaseGrace"),
+    (["recoveryd.walKey.existingSecret=Not_A_Name"], "existingSecret"),
     (["redis.topology=sentinel"], "redis.topology=sentinel needs redis.sentinel.hosts"),
     (["redis.topology=cluster"], "redis.topology=cluster needs redis.cluster.hosts"),
     (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379"], "set policyPlane.keyPrefix to a hash tag"),

@@ -137,6 +137,25 @@ def test_containers_run_non_root_with_a_read_only_root(ready_release: Release) -
     assert out[0] == "999" and out[1] == "1000" and "Read-only file system" in out[2], out
 
 
+# Run inside a recoveryd pod: open a PostgresWAL fleet log (nothing listens on the port).
+OPEN_POSTGRES_WAL = """
+import json
+from agent_saga.recovery.targets import open_fleet_wal
+try:
+    open_fleet_wal("postgresql://recoveryd@127.0.0.1:9/saga?table=saga_wal")
+    print(json.dumps({"error": None}))
+except Exception as exc:
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+"""
+
+
+def test_the_recoveryd_image_can_open_a_postgres_log(ready_release: Release) -> None:
+    # psycopg is in the image: opening the log gets as far as connecting to the server.
+    pod = ready_release.component_pods("recoveryd")[0]["metadata"]["name"]
+    error = exec_python(ready_release, pod, OPEN_POSTGRES_WAL)["error"]
+    assert error is not None and "Connection refused" in error and "psycopg" not in error, error
+
+
 # Run inside a pod: the API through the `kubernetes` Service, with the pod's mounted token,
 # or with {"token", "ca", "namespace"} given on stdin (a pod that has none mounted).
 SA_CALLS = """

@@ -14,7 +14,10 @@ Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster 
 Invariants:
 - A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
   before acting, so a daemon whose claim expired can neither extend nor free its
-  successor's. Scripts are class constants run through redis-py's ``register_script``
+  successor's. The claims, releases and journal writes a daemon's workers make in one
+  event-loop turn go to Redis together (``recovery.batch``: one script over the claim
+  keys, all in the namespace's slot, or one pipeline); each caller still gets its own
+  answer, after Redis gave it. Scripts are class constants run through redis-py's ``register_script``
   (``agent_saga._redis``): EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its
   script cache; the script did not run).
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
@@ -34,6 +37,7 @@ from typing import Any
 
 from .._redis import Target, import_redis, loop_client, script
 from ..errors import ConfigurationError
+from .batch import TurnBatch
 from .claims import Claim, new_token
 from .errors import ClaimStoreUnavailable
 from .ledger import Escalation, LedgerEntry, LedgerKind
@@ -114,7 +118,33 @@ end
 return 0
 """
 
-    SCRIPTS = {"RENEW": RENEW, "RELEASE": RELEASE}
+    # KEYS[i] a claim key. ARGV[2i-1] its new token, ARGV[2i] its ttl in ms.
+    # SET NX PX each; returns 1 for each claim taken, 0 for each held by another.
+    ACQUIRE_MANY = """
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+    # KEYS[i] a claim key. ARGV[i] our token. RELEASE for each (only the ones still ours);
+    # returns how many were deleted.
+    RELEASE_MANY = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[i] then
+    n = n + redis.call('DEL', KEYS[i])
+  end
+end
+return n
+"""
+
+    SCRIPTS = {"RENEW": RENEW, "RELEASE": RELEASE, "ACQUIRE_MANY": ACQUIRE_MANY, "RELEASE_MANY": RELEASE_MANY}
 
     def __init__(
         self,
@@ -127,6 +157,8 @@ return 0
         super().__init__(target, namespace, socket_timeout)
         self.owner = owner or new_token("daemon").split(":", 1)[1]
         self.description = f"{self.where} claims {self._ns}:claim:*"
+        self._acquires: TurnBatch[tuple[str, str, int]] = TurnBatch(self._acquire_many)
+        self._releases: TurnBatch[Claim] = TurnBatch(self._release_many)
 
     def key(self, name: str) -> str:
         """The Redis key of the claim ``name``."""
@@ -138,10 +170,17 @@ return 0
             raise ConfigurationError(f"a claim ttl must be > 0 seconds, got {ttl}")
         token = new_token(self.owner)
         try:
-            ok = await self._client().set(self.key(name), token, nx=True, px=max(1, int(ttl * 1000)))
+            ok = await self._acquires.submit((self.key(name), token, max(1, int(ttl * 1000))))
         except self._redis.RedisError as exc:
             raise self._unavailable(exc, f"claiming {name}") from exc
         return Claim(name, token, ttl) if ok else None
+
+    async def _acquire_many(self, items: list[tuple[str, str, int]]) -> list[bool]:
+        args: list[Any] = []
+        for _key, token, ttl_ms in items:
+            args += [token, ttl_ms]
+        out = await self._eval("ACQUIRE_MANY", [key for key, _, _ in items], args)
+        return [bool(int(x)) for x in out]
 
     async def renew(self, claim: Claim) -> bool:
         """Extend ``claim`` if its token is still ours."""
@@ -154,9 +193,13 @@ return 0
     async def release(self, claim: Claim) -> None:
         """Delete ``claim`` if its token is still ours."""
         try:
-            await self._eval("RELEASE", [self.key(claim.name)], [claim.token])
+            await self._releases.submit(claim)
         except self._redis.RedisError as exc:
             raise self._unavailable(exc, f"releasing the claim on {claim.name}") from exc
+
+    async def _release_many(self, claims: list[Claim]) -> list[None]:
+        await self._eval("RELEASE_MANY", [self.key(c.name) for c in claims], [c.token for c in claims])
+        return [None] * len(claims)
 
     def __repr__(self) -> str:
         return f"<RedisClaimLock {self.description}>"
@@ -196,6 +239,35 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         self._resolved = f"{self._ns}:escalations:resolved"
         self._journal = f"{self._ns}:journal"
         self._maxlen = journal_maxlen
+        self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._pipeline)
+
+    async def _pipeline(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Every op of one turn in one pipeline; each op's answer is its first command's
+        reply, or the first error among its commands."""
+        pipe = self._client().pipeline(transaction=False)
+        sizes = []
+        for kind, args in ops:
+            before = len(pipe)
+            if kind == "hmget":
+                pipe.hmget(self._done, list(args))
+            elif kind == "done":
+                pipe.hset(self._done, args[0], args[1])
+            elif kind == "attempt":
+                pipe.hincrby(self._attempts, args[0], 1)
+            elif kind == "escalate":
+                pipe.hsetnx(self._esc, args[0], args[1])
+            if kind != "hmget":
+                pipe.xadd(self._journal, {"e": args[-1]}, maxlen=self._maxlen, approximate=True)
+            sizes.append(len(pipe) - before)
+        replies = await pipe.execute(raise_on_error=False)
+        out: list[Any] = []
+        at = 0
+        for n in sizes:
+            mine = replies[at:at + n]
+            at += n
+            err = next((r for r in mine if isinstance(r, BaseException)), None)
+            out.append(err if err is not None else mine[0])
+        return out
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
@@ -203,7 +275,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         if not toks:
             return set()
         try:
-            vals = await self._client().hmget(self._done, toks)
+            vals = await self._writes.submit(("hmget", tuple(toks)))
         except self._redis.RedisError as exc:
             raise self._unavailable(exc, "reading the done index") from exc
         return {t for t, v in zip(toks, vals, strict=True) if v is not None}
@@ -219,14 +291,9 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
     async def record(self, entry: LedgerEntry) -> None:
         """Record ``entry`` in the done index and the audit stream."""
         doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+        kind = {LedgerKind.DONE: "done", LedgerKind.ATTEMPT: "attempt"}.get(entry.kind, "journal")
         try:
-            pipe = self._client().pipeline(transaction=False)
-            if entry.kind is LedgerKind.DONE:
-                pipe.hset(self._done, entry.token, doc)
-            elif entry.kind is LedgerKind.ATTEMPT:
-                pipe.hincrby(self._attempts, entry.token, 1)
-            pipe.xadd(self._journal, {"e": doc}, maxlen=self._maxlen, approximate=True)
-            await pipe.execute()
+            await self._writes.submit((kind, (entry.token, doc)))
         except self._redis.RedisError as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
 
@@ -234,10 +301,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         """Record ``escalation``; False if it was already recorded."""
         doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
         try:
-            pipe = self._client().pipeline(transaction=False)
-            pipe.hsetnx(self._esc, escalation.id, doc)
-            pipe.xadd(self._journal, {"e": doc}, maxlen=self._maxlen, approximate=True)
-            new, _ = await pipe.execute()
+            new = await self._writes.submit(("escalate", (escalation.id, doc)))
         except self._redis.RedisError as exc:
             raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
         return bool(new)

@@ -7,7 +7,9 @@ re-reads the log per saga.
 Invariants:
 - Memory is proportional to the records of unresolved sagas: a saga's records are dropped
   as soon as its terminal record is read, and a record that arrives for a saga already
-  resolved (a late lease renewal) is ignored.
+  resolved (a late lease renewal) is ignored. A view keeps what a plan, an escalation and
+  a location read of each record, not its chain fields (digest, prev, hash, salt: the
+  verifier checked them before the scan saw the record).
 - The lease rule is ``agent_saga.leases``'s: the owner's last record + the lease length
   last declared. Records a daemon wrote (payload ``recovered_by``) are not signs of life.
 - A lease record that cannot be read halts (``RecoveryHalted``): it is the one fact that
@@ -32,6 +34,7 @@ from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 __all__ = ["LogScan", "SagaView", "where"]
 
 _LEASE = RecordType.SAGA_LEASE.value
+_TYPE_NAMES = {t: t for t in KNOWN_TYPES}  # one string object per type, not one per record
 _PARTIAL = RecordType.SAGA_ROLLBACK_PARTIAL.value
 
 
@@ -104,6 +107,11 @@ class LogScan:
         view = self.in_flight.get(saga_id)
         if view is None:
             view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts)
+        # Verified already: the chain fields are not needed again; shared strings for the rest.
+        rec.digest = rec.prev = rec.hash = ""
+        rec.salt = None
+        rec.type = _TYPE_NAMES.get(rec.type, rec.type)
+        rec.saga = view.saga_id
         view.records.append(rec)
         payload = rec.payload or {}
         if rec.type == SAGA_QUARANTINED:

@@ -1,0 +1,77 @@
+"""Requests made in one event-loop turn, sent to a store together: one round trip, not one each.
+
+A daemon resolves ``concurrency`` sagas at once, and its workers move in step: the WAL's
+group commit wakes several of them in the same turn, and each then claims, journals or
+releases. ``TurnBatch`` collects the requests made during one turn of the event loop and
+hands them to ``send`` together at the start of the next turn (a Lua script over many
+keys, or one pipeline); each caller gets its own answer.
+
+Invariants:
+- Nothing is weaker than one request at a time: each caller returns only once its own
+  request was answered by the store, with its own result or its own error; a request is
+  never dropped, merged with another, or answered for another.
+- A failure of the whole round trip (the store cannot be reached) is every caller's
+  error; a per-request error (``send`` returns an exception in its slot) is only its own.
+- Per event loop: a batch never mixes requests of two loops (a client belongs to one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+__all__ = ["TurnBatch"]
+
+T = TypeVar("T")
+
+
+class TurnBatch(Generic[T]):
+    """``await batch.submit(item)``: ``send(items)`` runs once per turn for every item
+    submitted in that turn and returns one result (or exception) per item, in order."""
+
+    def __init__(self, send: Callable[[list[T]], Awaitable[Sequence[Any]]]) -> None:
+        self._send = send
+        self._pending: dict[int, list[tuple[T, asyncio.Future[Any]]]] = {}
+        self._running: set[asyncio.Task[None]] = set()
+        self.batches = 0  # round trips sent (diagnostics, tests)
+        self.items = 0  # requests carried by them
+
+    async def submit(self, item: T) -> Any:
+        """Queue ``item`` for this turn's batch; its result once the store answered."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        pending = self._pending.setdefault(id(loop), [])
+        pending.append((item, fut))
+        if len(pending) == 1:
+            loop.call_soon(self._flush, loop)
+        return await fut
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        batch = self._pending.pop(id(loop), [])
+        if batch:
+            task = loop.create_task(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[tuple[T, asyncio.Future[Any]]]) -> None:
+        self.batches += 1
+        self.items += len(batch)
+        try:
+            results = await self._send([item for item, _ in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} requests got {len(results)} answers")
+        except BaseException as exc:  # noqa: BLE001 - every caller gets it, none is left waiting
+            for _, fut in batch:
+                if not fut.done():
+                    fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, fut), result in zip(batch, results, strict=True):
+            if fut.done():
+                continue  # the caller was cancelled
+            if isinstance(result, BaseException):
+                fut.set_exception(result)
+            else:
+                fut.set_result(result)
