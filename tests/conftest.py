@@ -23,6 +23,7 @@ pytest_plugins = ["fixtures.plugin"]
 _FIRST = ("node", "e2e", "chaos")  # the longest groups first, so no worker idles at the end
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without pytest-xdist still runs the suites serially
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Whole modules to a worker (module-scoped fixtures start once); the node suite as one
     unit (one real node per machine)."""
