@@ -25,6 +25,7 @@ from agent_saga.controls import RateLimit as RuntimeRateLimit
 from agent_saga.controls import Scope, by_arg, by_tool, combine, global_scope
 from agent_saga.controls.policy import PolicyError, parse_policy
 from agent_saga.errors import ConfigurationError
+from agent_saga.scrubber import redact_text
 
 from .conditions import rfc3339
 from .models import (
@@ -154,7 +155,7 @@ def killswitch_doc(spec: KillSwitchSpec, who: Identity) -> dict[str, Any]:
         **_envelope("KillSwitch", who),
         "action": spec.action,
         "scope": killswitch_scope(spec),
-        "reason": spec.reason,
+        "reason": redact_text(spec.reason),  # the policy plane never holds a pasted secret
         "requestedBy": spec.requested_by,
         "ttl": spec.ttl_seconds,
         "engagedAt": rfc3339(who.created),

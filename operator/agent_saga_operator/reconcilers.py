@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from agent_saga.controls.limits import display_amount
+from agent_saga.scrubber import redact_text
 
 from .acks import Tracked, desired_status
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
@@ -112,7 +113,7 @@ async def reconcile_killswitch(ctx: Context, spec: KillSwitchSpec, who: Identity
     until = f" until {rfc3339(expires)}" if expires is not None else ""
     acks, conds = _follow(ctx, Tracked("KillSwitch", who.namespace, who.name, who.uid, who.generation))
     return Outcome(
-        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {spec.reason}); "
+        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {redact_text(spec.reason)}); "
              f"which agents obey it: the Acknowledged condition"),
         _synced(rev, "the switch"), {**fields, **acks}, rev, engaged=True, extra=conds,
     )

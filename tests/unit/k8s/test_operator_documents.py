@@ -55,6 +55,12 @@ def test_killswitch_scopes_and_document() -> None:
     assert killswitch_doc(ks(), WHO) == killswitch_doc(ks(), WHO)  # no clock inside
 
 
+def test_a_secret_pasted_into_a_killswitch_reason_never_reaches_the_policy_plane() -> None:
+    leaked = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    doc = killswitch_doc(ks(reason=f"key {leaked} leaked; password=hunter2"), WHO)
+    assert doc["reason"] == "key [REDACTED] leaked; password=[REDACTED]"
+
+
 @pytest.mark.parametrize(("text", "seconds"), [("24h", 86400), ("1h30m", 5400), ("60s", 60), ("2m5s", 125), ("1d", 86400), ("7d", 604800), ("1d12h", 129600)])
 def test_durations(text: str, seconds: int) -> None:
     assert duration_seconds(text) == seconds
