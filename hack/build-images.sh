@@ -117,8 +117,10 @@ export_image() {  # $1 = name
     # Earlier versions of the same image: their archives and their tags in buildah's store.
     local old
     find "$OUT" -maxdepth 1 -name "${1}_*.oci.tar" ! -path "$out" -delete
-    "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | grep -Fx -v "$ref" \
-        | grep "^${ref%:*}:" | while read -r old; do "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true; done
+    # (`|| true` inside: on a first build there is no earlier version, grep finds nothing,
+    # and under pipefail that would end the script.)
+    "${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null | { grep -Fx -v "$ref" || true; } \
+        | { grep "^${ref%:*}:" || true; } | while read -r old; do "${BUILDAH[@]}" rmi "$old" >/dev/null 2>&1 || true; done
 }
 
 timed() {  # $1 = name, rest = command; output to $LOG_DIR/image-<name>.log
