@@ -62,6 +62,8 @@ def approval_object(request: Mapping[str, Any]) -> dict[str, Any]:
     }
     if request.get("reason"):
         spec["reason"] = _clip(request["reason"], 500)
+    if request.get("challenge"):  # approvals must be signed with a passkey: kubectl can only deny
+        spec["passkeyRequired"] = True
     display = request.get("display") or {}
     if display:
         spec["display"] = {str(k): _clip(v, 1024) for k, v in list(display.items())[:32]}

@@ -248,11 +248,13 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     if spec.decision is None and stored is not None:
         return _reflect_stored(spec, stored, now)
     if spec.decision is None and now < spec.deadline:
+        how = (f"it needs the approver's passkey: agent-saga approvals sign {spec.request_id} "
+               f"--approver you@corp --key your-key.pem (kubectl can only deny it)" if spec.passkey_required else
+               f"kubectl patch approval {name} -n {who.namespace} --type merge "
+               f"-p '{{\"spec\":{{\"decision\":\"Approved\",\"approver\":\"you@corp\"}}}}'")
         return Outcome(
             Cond(READY, "False", Reason.PENDING,
-                 f"{spec.tool} in saga {spec.saga_id} waits for a named human until {rfc3339(spec.deadline)}: "
-                 f"kubectl patch approval {name} -n {who.namespace} --type merge "
-                 f"-p '{{\"spec\":{{\"decision\":\"Approved\",\"approver\":\"you@corp\"}}}}'"),
+                 f"{spec.tool} in saga {spec.saga_id} waits for a named human until {rfc3339(spec.deadline)}: {how}"),
             Cond(SYNCED, "True", Reason.PENDING, "nothing to write back yet"),
             {"phase": "Pending"},
         )

@@ -215,6 +215,29 @@ def test_approval_decision_is_immutable_once_made(crds: KubeCluster, ns: str) ->
     assert got["spec"]["decision"] == "Approved" and got["spec"]["approver"] == "risk@corp"
 
 
+def test_a_passkey_request_can_only_be_denied_with_kubectl(crds: KubeCluster, ns: str) -> None:
+    api = client.CustomObjectsApi(crds.api_client())
+    args = (GROUP, VERSION, ns, "approvals")
+    api.create_namespaced_custom_object(*args, obj("Approval", "pk-approve", approval_spec(passkeyRequired=True)))
+    # An approval needs the approver's passkey signature, which kubectl cannot carry.
+    proc = crds.kubectl("patch", "-n", ns, "approval", "pk-approve", "--type=merge",
+                        "-p", json.dumps({"spec": {"decision": "Approved", "approver": "risk@corp"}}), check=False)
+    assert proc.returncode != 0 and "spec.decision" in proc.stderr, proc.stderr
+    assert "needs the approver's passkey" in proc.stderr and "agent-saga approvals sign" in proc.stderr
+    # Nor can the requirement be dropped first, then approved.
+    with pytest.raises(ApiException) as exc:
+        api.patch_namespaced_custom_object(*args, "pk-approve", {"spec": {"passkeyRequired": None}})
+    assert exc.value.status == 422 and "spec.passkeyRequired" in exc.value.body and "immutable" in exc.value.body
+    with pytest.raises(ApiException) as exc:
+        api.patch_namespaced_custom_object(*args, "pk-approve", {"spec": {"passkeyRequired": False}})
+    assert exc.value.status == 422 and "immutable" in exc.value.body
+    got = api.get_namespaced_custom_object(*args, "pk-approve")
+    assert got["spec"]["passkeyRequired"] is True and "decision" not in got["spec"]
+    # A denial needs no signature: it is the safe direction.
+    api.patch_namespaced_custom_object(*args, "pk-approve", {"spec": {"decision": "Denied", "approver": "risk@corp"}})
+    assert api.get_namespaced_custom_object(*args, "pk-approve")["spec"]["decision"] == "Denied"
+
+
 def test_printer_columns(crds: KubeCluster, ns: str) -> None:
     api = client.CustomObjectsApi(crds.api_client())
     apply(crds, ns, obj("KillSwitch", "cols", GOOD_KS))

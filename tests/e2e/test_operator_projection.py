@@ -203,6 +203,20 @@ def test_approval_decision_reaches_the_policy_plane_and_expiry_denies(
         return (obj.get("status") or {}).get("phase")  # type: ignore[no-any-return]
 
     poll(lambda: phase("req-approve") == "Pending", timeout=DEADLINE, what="Pending")
+    # A request that needs a passkey says how to approve it (kubectl can only deny it).
+    a.create_namespaced_custom_object(GROUP, VERSION, ns, "approvals",
+                                      {**approval("req-passkey", 600), "spec": {
+                                          **approval("req-passkey", 600)["spec"], "passkeyRequired": True}})
+
+    def ready_message(name: str) -> str:
+        obj = a.get_namespaced_custom_object(GROUP, VERSION, ns, "approvals", name)
+        return next((c["message"] for c in (obj.get("status") or {}).get("conditions") or ()
+                     if c["type"] == "Ready"), "")
+
+    poll(lambda: phase("req-passkey") == "Pending", timeout=DEADLINE, what="passkey request Pending")
+    said = ready_message("req-passkey")
+    assert "agent-saga approvals sign req-passkey" in said and "kubectl can only deny it" in said, said
+    assert "kubectl patch approval req-approve" in ready_message("req-approve")
     crds.kubectl("patch", "-n", ns, "approval", "req-approve", "--type=merge", "-p",
                  json.dumps({"spec": {"decision": "Approved", "approver": "risk@corp", "note": "verified by phone"}}))
     poll(lambda: phase("req-approve") == "Approved", timeout=DEADLINE, what="Approved")

@@ -111,7 +111,9 @@ async def test_reopen_finds_the_head_with_one_index_lookup(postgres_db: str) -> 
     with psycopg.connect(postgres_db, autocommit=True) as conn:
         conn.execute("ANALYZE saga_wal")
         log = PostgresLog(lambda: _same(conn), "saga_wal", "test")
-        plan = conn.execute(psycopg.sql.SQL("EXPLAIN (FORMAT JSON) ") + log.q_tail, ("w1",)).fetchone()[0]
+        row = conn.execute(psycopg.sql.SQL("EXPLAIN (FORMAT JSON) ") + log.q_tail, ("w1",)).fetchone()
+        assert row is not None
+        plan = row[0]
     text = json.dumps(plan)
     assert "Seq Scan" not in text and "saga_wal_pkey" in text, text
     assert '"Node Type": "Limit"' in text

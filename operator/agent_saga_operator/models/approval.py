@@ -10,6 +10,8 @@ Rules the API server enforces:
 - A decision needs an approver: an anonymous approval proves nothing.
 - A decision, its approver and its note are immutable once made; so is every field of
   the request (a human approves exactly what they were shown).
+- A request that needs the approver's passkey (``passkeyRequired``) can only be denied
+  here: a kubectl decision carries no passkey signature, so the agent would refuse it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,15 @@ class ApprovalSpec(CRDModel):
                 "(!has(self.note) || self.note == oldSelf.note))",
                 "note is immutable once the decision is made",
                 field_path=".note", reason="FieldValueForbidden"),
+            cel("!has(oldSelf.passkeyRequired) || (has(self.passkeyRequired) && "
+                "self.passkeyRequired == oldSelf.passkeyRequired)",
+                "passkeyRequired is immutable: it says what the agent will accept",
+                field_path=".passkeyRequired", reason="FieldValueForbidden"),
+            cel("!has(self.passkeyRequired) || !self.passkeyRequired || !has(self.decision) || "
+                "self.decision == 'Denied'",
+                "this request needs the approver's passkey, which a kubectl decision cannot carry: deny it "
+                "here, or approve it with agent-saga approvals sign <requestId> --approver you@corp --key your-key.pem",
+                field_path=".decision", reason="FieldValueForbidden"),
         )
     }
 
@@ -102,6 +113,11 @@ class ApprovalSpec(CRDModel):
     requested_at: datetime = Field(json_schema_extra=immutable("requestedAt"))
     deadline: datetime = Field(
         description="Expiry denies: no answer by then is a Denied.", json_schema_extra=immutable("deadline")
+    )
+    passkey_required: bool | None = Field(
+        default=None,
+        description="The agent accepts an approval of this request only when signed with the approver's "
+                    "passkey (agent-saga approvals sign); here it can only be denied.",
     )
     decision: Decision | None = Field(default=None, description="Approved or Denied (immutable once set).")
     approver: Principal | None = Field(default=None, description="Who decided (required with decision).")
