@@ -80,13 +80,17 @@ def count_round_trips():
     return trips
 
 TRIPS = count_round_trips()
+# Replicas split the orphans (RecoveryDaemon(shard=True)) where this version can.
+import inspect
+SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
 
 async def main():
     url, key, go, ready, conc = sys.argv[1:6]
     wal = RedisWAL(url, key=key, max_pending=1_000_000)
     d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace=key), lock=RedisClaimLock(url, namespace=key),
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
-                       concurrency=int(conc), compensation_timeout=None)
+                       concurrency=int(conc), compensation_timeout=None,
+                       **({"shard": True} if SHARD else {}))
     await d.sweep(dry_run=True)  # the log as a running daemon had read it
     with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
         f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
@@ -267,12 +271,16 @@ def main() -> int:
                     help="python: the daemons use redis-py's pure-Python RESP parser even if hiredis is installed")
     ap.add_argument("--scan-only", action="store_true",
                     help="only read the log into each daemon and report its RSS (the memory of N orphans held)")
+    ap.add_argument("--no-shard", action="store_true",
+                    help="replicas do not split the orphans (every one races for every saga; claims decide)")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     args = ap.parse_args()
     # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parser == "python":
         os.environ["BENCH_FLEET_PARSER"] = "python"
+    if args.no_shard:
+        os.environ["BENCH_FLEET_SHARD"] = "0"
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
@@ -309,6 +317,7 @@ def main() -> int:
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
         "parser": "python" if args.parser == "python" else ("hiredis" if _has_hiredis() else "python"),
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
+        "shard": not args.no_shard,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }
     if args.scan_only:
