@@ -92,6 +92,8 @@ async def main():
                        concurrency=int(conc), compensation_timeout=None,
                        **({"shard": True} if SHARD else {}))
     await d.sweep(dry_run=True)  # the log as a running daemon had read it
+    if SHARD:
+        await d.join()  # a running replica is in the membership
     with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
         f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
     os.rename(ready + ".tmp", ready)

@@ -425,9 +425,13 @@ class RecoveryDaemon:
         self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
         queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
         if self.heartbeat is not None:
-            members = self.heartbeat.members if self.heartbeat.started else await self._join()
+            members = await self.join()  # renewed, and the membership as it is now
             queue = shard_of(queue, self.daemon_id, members)
         queue.reverse()
+
+        def not_mine(saga_id: str) -> bool:  # the membership changed since the queue was made
+            members = self.heartbeat.members if self.heartbeat is not None else None
+            return not shard_of([saga_id], self.daemon_id, members)
 
         async def worker() -> None:
             while queue and state.stop is None and self.halted is None and state.open:
@@ -435,8 +439,8 @@ class RecoveryDaemon:
                     state.drained = True
                     return
                 saga_id = queue.pop()
-                if saga_id in self._in_hand:
-                    continue  # a worker of an earlier sweep took it since
+                if saga_id in self._in_hand or not_mine(saga_id):
+                    continue  # a worker of an earlier sweep took it since, or it moved to another replica
                 self._in_hand.add(saga_id)
                 try:
                     result = await self._recover_one(saga_id, state)
@@ -471,9 +475,12 @@ class RecoveryDaemon:
             log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
         return rep
 
-    async def _join(self) -> list[str] | None:
-        """Enter the membership (first sweep) and keep renewing it in the background."""
-        assert self.heartbeat is not None
+    async def join(self) -> list[str] | None:
+        """With ``shard=True``: enter the fleet's membership now (the first sweep does
+        otherwise) and keep renewing it in the background; the live members, or ``None``
+        (no sharding, or the store cannot be reached: every orphan is taken)."""
+        if self.heartbeat is None:
+            return None
         members = await self.heartbeat.beat()
         self.heartbeat.start()
         return members
