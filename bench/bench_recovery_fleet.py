@@ -113,9 +113,13 @@ async def main():
     out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}}
     while True:
         rep = await d.sweep()
-        if rep.halted or rep.error:
-            print(json.dumps({"error": rep.halted or rep.error})); sys.exit(2)
+        if rep.halted:
+            print(json.dumps({"error": rep.halted})); sys.exit(2)
         out["sweeps"] += 1
+        if rep.error:  # a store that did not answer in time (a loaded machine): the next sweep resumes
+            out["sweep_errors"] = out.get("sweep_errors", 0) + 1
+            if out["sweep_errors"] > 100:
+                print(json.dumps({"error": rep.error})); sys.exit(2)
         out["recovered"] += rep.recovered
         out["calls"] += rep.compensations_run
         for r in rep.results:
@@ -248,6 +252,8 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         # client; log reads and writes: the WAL's synchronous one)
         "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
                                  for k in ("async", "sync")},
+        # sweeps stopped early by a store that did not answer in time (resumed by the next)
+        "sweep_errors": sum(x.get("sweep_errors", 0) for x in results),
         "daemons": results,
         "check": check(url, key, sagas, results),
     }
