@@ -30,6 +30,14 @@ Guarantees:
 - ``sweep()`` never raises for one saga's failure or a place it cannot write (claims,
   journal, log: ``LocationUnavailable``): the report's ``error`` says what stopped it.
 - ``drain()``: the claim in hand is finished, no new one is taken.
+- One blocked compensation holds one of the ``concurrency`` slots, not the daemon:
+  ``run()`` waits at most ``interval`` for a sweep's resolutions, then sweeps again while
+  the slow ones go on in the background (their results are in the report of the sweep
+  they end in), and a later sweep never takes a saga one of them holds.
+- ``shard=True`` (a replica fleet): replicas split the orphans by a hash of the saga id
+  over their live membership (``recovery.shards``); a dead replica's share is taken over
+  when its membership entry expires. Claims, re-reads and the ledger still guard every
+  saga: sharding orders the work, it decides nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from .quarantine import QuarantineSource, ask_quarantine
 from .report import SweepReport
 from .resolver import Resolution, SagaResult
 from .scan import LogScan, SagaView
+from .shards import Heartbeat, shard_of
 from .sources import LogSource, PathSource, WALSource, WriterBusy, keep_set
 from .targets import default_file_paths
 
@@ -79,6 +88,7 @@ class _Sweep:
     results: list[SagaResult] = field(default_factory=list)
     stop: str | None = None  # why no further saga is taken
     drained: bool = False
+    open: bool = True  # False once its report was made: later results go to the next one
 
 
 class _ClaimGuard:
@@ -164,6 +174,12 @@ class RecoveryDaemon:
         reopen: for an open fleet WAL, how to open a writer on it again when it has
             failed (a Redis failover or restart: the writer is fail-stop); without it a
             failed writer stops every later resolution until the process restarts.
+        shard: split the orphans with the other daemons sharing ``lock`` (a replica
+            fleet; the lock must keep a membership: ``RedisClaimLock``): each takes the
+            sagas a hash of their id assigns it among the live members, and a dead one's
+            share once its entry expires (``membership_ttl``).
+        membership_ttl: seconds this daemon's membership entry lives without renewal
+            (renewed every third of it; default: ``claim_ttl``).
 
     Raises ``ConfigurationError`` for bad arguments or a module in ``imports`` that cannot
     be imported.
@@ -186,6 +202,8 @@ class RecoveryDaemon:
         writer_wait: float = 2.0,
         encryptor: PayloadEncryptor | None = None,
         reopen: Callable[[], BaseWAL] | None = None,
+        shard: bool = False,
+        membership_ttl: float | None = None,
     ) -> None:
         if isinstance(imports, str):
             raise ConfigurationError(f"imports must be a list of module names, not the string {imports!r}")
@@ -239,6 +257,22 @@ class RecoveryDaemon:
         self._reads_done = 0  # the number of the last read that completed
         self._sweep_lock = asyncio.Lock()
         self._rng = random.Random()
+        self._in_hand: set[str] = set()  # sagas a worker holds now, whichever sweep started it
+        self._background: set[asyncio.Future[None]] = set()  # workers of sweeps that reported
+        self._late: list[SagaResult] = []  # results those workers finished since
+        self._late_stop: str | None = None
+        self.heartbeat: Heartbeat | None = None
+        if shard:
+            renew = getattr(lock, "members", None)
+            if renew is None:
+                raise ConfigurationError(
+                    f"shard=True needs claims that keep a membership (RedisClaimLock); "
+                    f"{getattr(lock, 'description', lock)!r} does not"
+                )
+            ttl = claim_ttl if membership_ttl is None else membership_ttl
+            if ttl <= 0:
+                raise ConfigurationError(f"membership_ttl must be > 0 seconds, got {membership_ttl}")
+            self.heartbeat = Heartbeat(renew, self.daemon_id, ttl)
         if self.source.fleet and not getattr(ledger, "shared", False):
             self._warn(
                 f"ledger {getattr(ledger, 'description', ledger)!r} is local to this host but the "
@@ -326,16 +360,23 @@ class RecoveryDaemon:
 
     # ------------------------------------------------------------------ sweeping
 
-    async def sweep(self, *, dry_run: bool = False) -> SweepReport:
+    async def sweep(self, *, dry_run: bool = False, wait: float | None = None) -> SweepReport:
         """One pass over the log (see the module doc). ``dry_run`` plans without claiming
-        or writing anything. Never raises for a saga's failure: the report says."""
+        or writing anything. ``wait``: seconds to wait for the resolutions this sweep
+        starts (``None``: until all end); those still running then go on in the
+        background, holding their slots, and are reported by the sweep they end in.
+        Never raises for a saga's failure: the report says."""
         async with self._sweep_lock:
-            return await self._sweep(dry_run)
+            return await self._sweep(dry_run, wait)
 
-    async def _sweep(self, dry_run: bool) -> SweepReport:
+    async def _sweep(self, dry_run: bool, wait: float | None = None) -> SweepReport:
         started, t0 = self._clock.time(), self._clock.monotonic()
         before = self.scan.records_read
         state = _Sweep()
+        late_stop = None
+        if not dry_run:  # what background resolutions finished since the last report
+            state.results, self._late = self._late, []
+            late_stop, self._late_stop = self._late_stop, None
         live = quarantined = in_flight = 0
         orphans: list[SagaView] = []
 
@@ -345,7 +386,7 @@ class RecoveryDaemon:
                 records_read=self.scan.records_read - before, in_flight=in_flight,
                 live=live, quarantined=quarantined, orphans=len(orphans),
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
-                halted=None if self.halted is None else self.halted.message, error=state.stop,
+                halted=None if self.halted is None else self.halted.message, error=state.stop or late_stop,
                 drained=state.drained, dry_run=dry_run, unknown_types=tuple(sorted(self.scan.unknown_types)),
             )
 
@@ -382,19 +423,46 @@ class RecoveryDaemon:
                     break
             return report()
         self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
-        queue = [v.saga_id for v in orphans]
+        queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
+        if self.heartbeat is not None:
+            members = await self.join()  # renewed, and the membership as it is now
+            queue = shard_of(queue, self.daemon_id, members)
         queue.reverse()
 
+        def not_mine(saga_id: str) -> bool:  # the membership changed since the queue was made
+            members = self.heartbeat.members if self.heartbeat is not None else None
+            return not shard_of([saga_id], self.daemon_id, members)
+
         async def worker() -> None:
-            while queue and state.stop is None and self.halted is None:
+            while queue and state.stop is None and self.halted is None and state.open:
                 if self._draining:
                     state.drained = True
                     return
-                result = await self._recover_one(queue.pop(), state)
+                saga_id = queue.pop()
+                if saga_id in self._in_hand or not_mine(saga_id):
+                    continue  # a worker of an earlier sweep took it since, or it moved to another replica
+                self._in_hand.add(saga_id)
+                try:
+                    result = await self._recover_one(saga_id, state)
+                finally:
+                    self._in_hand.discard(saga_id)
                 if result is not None:
-                    state.results.append(result)
+                    (state.results if state.open else self._late).append(result)
+                if not state.open and state.stop is not None:
+                    self._late_stop = self._late_stop or state.stop
 
-        await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(queue)) or 1)))
+        # Slots held by the slow resolutions of earlier sweeps are not free.
+        slots = min(self.concurrency - len(self._in_hand), len(queue))
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(slots, 0))]
+        if workers:
+            done, pending = await asyncio.wait(workers, timeout=wait)
+            for task in done:
+                task.result()  # a worker's own failure is the sweep's (as with gather)
+            if pending:
+                state.open = False  # their results belong to a later report
+                for task in pending:
+                    self._background.add(task)
+                    task.add_done_callback(self._background.discard)
         if self.halted is None:
             try:
                 await self._refresh()
@@ -406,6 +474,16 @@ class RecoveryDaemon:
         if rep.recovered or rep.halted or rep.error:
             log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
         return rep
+
+    async def join(self) -> list[str] | None:
+        """With ``shard=True``: enter the fleet's membership now (the first sweep does
+        otherwise) and keep renewing it in the background; the live members, or ``None``
+        (no sharding, or the store cannot be reached: every orphan is taken)."""
+        if self.heartbeat is None:
+            return None
+        members = await self.heartbeat.beat()
+        self.heartbeat.start()
+        return members
 
     async def _queue_owner_partials(self, state: _Sweep) -> None:
         """Queue for a human every step a saga's own rollback left not restored: its
@@ -515,7 +593,7 @@ class RecoveryDaemon:
         """Sweep every ``interval`` seconds until ``drain()``; a halted daemon keeps
         reporting itself halted (so health checks see it) without acting."""
         while not self._draining:
-            rep = await self.sweep()
+            rep = await self.sweep(wait=interval)
             if on_report is not None:
                 on_report(rep)
             if self._draining:
@@ -525,6 +603,8 @@ class RecoveryDaemon:
             except TimeoutError:
                 pass
             self._wake.clear()
+        if self._background:  # the claims in hand are finished before run returns
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     async def compact(self, grace_seconds: float, *, timeout: float | None = None) -> CompactionReport:
         """Compact the log, keeping every unresolved saga, every saga resolved less than
@@ -543,7 +623,16 @@ class RecoveryDaemon:
             return await wal.compact(keep_sagas=keep, timeout=timeout)
 
     async def close(self) -> None:
-        """Release the log writer (file logs) and the lock/ledger clients."""
+        """Leave the membership, release the log writer (file logs) and the lock/ledger
+        clients."""
+        if self.heartbeat is not None and self.heartbeat.started:
+            await self.heartbeat.stop()
+            leave = getattr(self.lock, "leave", None)
+            if leave is not None:
+                try:
+                    await leave(self.daemon_id)
+                except RecoveryError as exc:
+                    log.warning("recovery membership not left (it expires by itself): %s", exc.message)
         await self.source.close()
         await self.lock.close()
         await self.ledger.close()

@@ -4,6 +4,8 @@
 Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster slot)::
 
     {ns}:recovery:claim:<saga>           STRING  the holder's token, PX = the claim's ttl
+    {ns}:recovery:members                ZSET    daemon id -> ms (server clock) its entry
+                                                 expires (``recovery.shards``)
     {ns}:recovery:done                   HASH    recovery token -> JSON entry (the index
                                                  "already compensated?" is answered from)
     {ns}:recovery:attempts               HASH    recovery token -> handler calls started
@@ -144,7 +146,19 @@ end
 return n
 """
 
-    SCRIPTS = {"RENEW": RENEW, "RELEASE": RELEASE, "ACQUIRE_MANY": ACQUIRE_MANY, "RELEASE_MANY": RELEASE_MANY}
+    # KEYS[1] the members set. ARGV[1] this member, ARGV[2] its entry's ttl in ms.
+    # Drops expired members (by the server's clock: one clock for the whole fleet), renews
+    # this one, returns the live members.
+    MEMBERS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+
+    SCRIPTS = {"RENEW": RENEW, "RELEASE": RELEASE, "ACQUIRE_MANY": ACQUIRE_MANY, "RELEASE_MANY": RELEASE_MANY,
+               "MEMBERS": MEMBERS}
 
     def __init__(
         self,
@@ -200,6 +214,22 @@ return n
     async def _release_many(self, claims: list[Claim]) -> list[None]:
         await self._eval("RELEASE_MANY", [self.key(c.name) for c in claims], [c.token for c in claims])
         return [None] * len(claims)
+
+    async def members(self, member: str, ttl: float) -> list[str]:
+        """Keep ``member`` in the fleet's membership for ``ttl`` more seconds; the live
+        members (``recovery.shards``). Raises ``ClaimStoreUnavailable``."""
+        try:
+            out = await self._eval("MEMBERS", [f"{self._ns}:members"], [member, max(1, int(ttl * 1000))])
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, "renewing the recovery membership") from exc
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in out)
+
+    async def leave(self, member: str) -> None:
+        """Take ``member`` out of the membership now: its shard moves to the others at once."""
+        try:
+            await self._client().zrem(f"{self._ns}:members", member)
+        except self._redis.RedisError as exc:
+            raise self._unavailable(exc, "leaving the recovery membership") from exc
 
     def __repr__(self) -> str:
         return f"<RedisClaimLock {self.description}>"
