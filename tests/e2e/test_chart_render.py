@@ -380,6 +380,20 @@ def test_an_existing_sentinel_deployment(helm: Helm) -> None:
     assert wal["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)&key=agent-saga:wal"
 
 
+def test_recoveryd_reads_its_logs_with_wait_behind_sentinel_and_is_refused_it_on_a_cluster(
+        helm: Helm, tmp_path: Path) -> None:
+    objs = helm.render(sets=["redis.topology=sentinel", "redis.sentinel.hosts[0]=s0.sentinel:26379",
+                             "redis.sentinel.service=payments", "recoveryd.wal.waitReplicas=1"])
+    wal = env_of(one(objs, "Deployment", "recoveryd")["spec"]["template"]["spec"]["containers"][0])
+    assert wal["AGENT_SAGA_RECOVERYD_WAL_URL"]["value"] == "$(AGENT_SAGA_REDIS_URL)?key=agent-saga:wal&wait_replicas=1"
+    values = tmp_path / "cluster.yaml"
+    values.write_text('redis: {topology: cluster, cluster: {hosts: ["c0.redis:6379"]}}\n'
+                      'policyPlane: {keyPrefix: "{agentsaga}"}\n'
+                      'recoveryd: {wal: {redisKeys: ["{agent-saga}:wal"], waitReplicas: 1}}\n')
+    proc = helm.template(values=[values], check=False)
+    assert proc.returncode != 0 and "waitReplicas is not available on a Redis Cluster" in proc.stderr, proc.stderr
+
+
 def test_an_existing_redis_cluster_with_hash_tagged_keys(helm: Helm, tmp_path: Path) -> None:
     values = tmp_path / "cluster.yaml"
     values.write_text('redis: {topology: cluster, cluster: {hosts: ["c0.redis:6379", "c1.redis:6379"]}}\n'
@@ -423,6 +437,7 @@ BAD_VALUES = [
     (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379"], "set policyPlane.keyPrefix to a hash tag"),
     (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379", "redis.db=1"], "has only database 0"),
     (["redis.topology=replicated"], "topology"),
+    (["recoveryd.wal.waitReplicas=-1"], "waitReplicas"),
 ]
 
 

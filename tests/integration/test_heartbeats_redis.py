@@ -129,6 +129,26 @@ def test_a_killed_agent_drops_out_within_its_ttl(fresh_redis: RedisServer) -> No
         proc.stdout.close()
 
 
+def test_heartbeats_resume_after_a_redis_restart(fresh_redis: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A heartbeat is a report, not a record: a beat that fails is retried on a new
+    connection at the next tick, so a Redis restart (which empties it here) hides the
+    process only until Redis is back."""
+    w = HeartbeatWriter(fresh_redis.url, prefix=P, namespace="payments", agent="survivor", state=AppliedState,
+                        pod="p-2", interval=0.1, ttl=5.0)
+    w.start()
+    try:
+        fresh_redis.stop()
+        poll(lambda: w.last_error, timeout=10, what="a beat to fail while Redis is down")
+        fresh_redis.start()  # empty (no persistence): only a new beat puts the heartbeat back
+        after = w.beats
+        poll(lambda: (w.beats > after and [b.pod for b in fleet(fresh_redis.url).beats] == ["p-2"]) or None,
+             timeout=10, what="the heartbeat to be written again after the restart")
+        assert w.last_error is None
+        assert "heartbeats are written again" in caplog.text
+    finally:
+        w.close()
+
+
 def test_an_unreachable_policy_plane_fails_the_first_beat_naming_the_store() -> None:
     w = HeartbeatWriter("redis://127.0.0.1:1/0", namespace="payments", agent="a", state=AppliedState, pod="p")
     with pytest.raises(ConnectionError, match=r"HeartbeatWriter\(redis://127.0.0.1:1/0, payments/p\.\d+\) could not"):

@@ -3,7 +3,8 @@ SIGKILLed while 32 sagas append to a RedisWAL and 4 processes spend one budget.
 
 - With ``wait_replicas=1`` (WAIT) every record whose barrier returned is on the new
   primary; with ``min_replicas=1`` every debit the limit store authorised is too, so the
-  budget is never exceeded however the spenders race the failover.
+  budget is never exceeded however the spenders race the failover (they are paused for
+  the kill, so it provably lands mid-budget, and spend on across it).
 - Without WAIT the records lost are counted and printed (the loss window, measured; it
   is usually 0 on one machine, where replication takes microseconds, and is not asserted).
 - A recoveryd fleet sweeping orphans over the Sentinel URL while the primary dies
@@ -12,19 +13,23 @@ SIGKILLed while 32 sagas append to a RedisWAL and 4 processes spend one budget.
 - A recovery reader acts only on records the failover keeps (its reads confirmed with
   WAIT), and one without WAIT that read records the failover lost halts, never hides
   the records written after it.
+- While no primary answers (the replicas are stopped, so none can be promoted), the kill
+  switch honours its last levers for the grace window and then refuses everything, and
+  an approval is denied; after the failover the agent reads the new primary's levers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from agent_saga.errors import WALError
@@ -32,13 +37,13 @@ from agent_saga.history import IN_FLIGHT, ROLLBACK_PARTIAL, ROLLED_BACK, fold
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
 from fixtures.polling import until
-from fixtures.redis_ha import RedisSentinelGroup
+from fixtures.redis_ha import SERVICE, RedisSentinelGroup
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "tests" / "chaos"
 SAGAS = 32
 SPENDERS = 4
-BUDGET = 60
+BUDGET = 300
 KEY = "{agent-saga}:wal"
 
 
@@ -78,6 +83,7 @@ SPENDER = textwrap.dedent("""
             if not r.ok:
                 break
             ok += 1
+            await asyncio.sleep(0.01)  # the workload's pace: the budget lasts across the failover
         print(f"authorised {ok} errors {errors}", flush=True)
     asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
 """)
@@ -105,13 +111,34 @@ def _present(url: str) -> set[tuple[str, int]]:
         reader.close()
 
 
-def _failover_under_load(group: RedisSentinelGroup, replicas: int) -> tuple[int, int, int, float]:
-    """Run the sagas and the spenders, SIGKILL the primary mid-run; return (acknowledged,
-    lost, authorised spend, failover seconds)."""
+def _spent(group: RedisSentinelGroup) -> float:
+    """The budget's counter on the current primary (what the limit store will go by)."""
+    import redis
+
+    port = group.primary_port()
+    assert port is not None
+    v = redis.Redis(port=port, socket_timeout=2).hget("{ha}:limits:totals", "spend:fleet")
+    return float(v) if v is not None else 0.0
+
+
+class Run(NamedTuple):
+    acked: int  # records whose barrier returned
+    lost: int  # of those, missing after the failover
+    authorised: int  # debits the spenders were told were authorised
+    errors: int  # debits that failed (the failover)
+    at_kill: float  # the counter when the primary was killed (the spenders paused)
+    after: float  # the counter on the new primary once the spenders stopped
+    failover: float  # seconds from the kill to a settled failover
+
+
+def _failover_under_load(group: RedisSentinelGroup, replicas: int) -> Run:
+    """Run the sagas and the spenders, SIGKILL the primary mid-run (mid-budget: the
+    spenders are paused while it is killed, so the counter at the kill is exact)."""
     spenders = [subprocess.Popen([sys.executable, "-c", SPENDER, group.url, str(replicas), str(BUDGET)],
                                  env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for _ in range(SPENDERS)]
     acked: list[tuple[str, int]] = []
+    at_kill: list[float] = []
     failover = 0.0
     try:
         for p in spenders:
@@ -122,9 +149,16 @@ def _failover_under_load(group: RedisSentinelGroup, replicas: int) -> tuple[int,
                            socket_timeout=1.0)
             stop = asyncio.Event()
             task = asyncio.ensure_future(_append_until_failed(wal, acked, stop))
-            await asyncio.to_thread(until, "records acknowledged before the kill", lambda: len(acked) >= 200,
-                                    timeout=60)
-            old = group.kill_primary()
+            await asyncio.to_thread(until, "records acknowledged and debits authorised before the kill",
+                                    lambda: len(acked) >= 200 and _spent(group) >= 10, timeout=60)
+            for p in spenders:
+                os.kill(p.pid, signal.SIGSTOP)
+            try:
+                at_kill.append(_spent(group))
+                old = group.kill_primary()
+            finally:
+                for p in spenders:
+                    os.kill(p.pid, signal.SIGCONT)
             t = time.monotonic()
             await asyncio.to_thread(group.wait_failover, old)
             took = time.monotonic() - t
@@ -141,34 +175,43 @@ def _failover_under_load(group: RedisSentinelGroup, replicas: int) -> tuple[int,
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    authorised = sum(int(line.split()[1]) for out in outs for line in out.splitlines() if line.startswith("authorised"))
+    counts = [line.split() for out in outs for line in out.splitlines() if line.startswith("authorised")]
+    assert len(counts) == SPENDERS, outs
     lost = len(set(acked) - _present(group.url))
-    return len(acked), lost, authorised, failover
+    return Run(len(acked), lost, sum(int(c[1]) for c in counts), sum(int(c[3]) for c in counts), at_kill[0],
+               _spent(group), failover)
 
 
 def test_with_wait_no_acknowledged_record_or_authorised_debit_is_lost_across_a_failover(
         sentinel_group: RedisSentinelGroup) -> None:
-    acked, lost, authorised, took = _failover_under_load(sentinel_group, replicas=1)
-    print(f"\nfailover with WAIT 1: {acked} records acknowledged, {lost} lost; {authorised} of {BUDGET} "
-          f"authorised; the Sentinels promoted a replica in {took:.2f}s")
-    assert acked >= 200
-    assert lost == 0
-    assert authorised <= BUDGET
+    run = _failover_under_load(sentinel_group, replicas=1)
+    print(f"\nfailover with WAIT 1: {run.acked} records acknowledged, {run.lost} lost; {run.authorised} of "
+          f"{BUDGET} authorised ({run.at_kill:g} when the primary died, {run.errors} debits failed during the "
+          f"failover, {run.after:g} counted on the new primary); settled in {run.failover:.2f}s")
+    assert run.acked >= 200
+    assert run.lost == 0
+    assert run.at_kill < BUDGET - SPENDERS, "the budget was spent before the kill: nothing raced the failover"
+    assert run.errors > 0 and run.authorised > run.at_kill  # spending went on across the failover
+    assert run.authorised <= BUDGET
+    assert run.after >= run.authorised  # no authorised debit was forgotten by the new primary
 
 
 def test_without_wait_the_loss_window_is_measured(sentinel_group: RedisSentinelGroup) -> None:
-    acked, lost, authorised, took = _failover_under_load(sentinel_group, replicas=0)
-    print(f"\nfailover without WAIT: {acked} records acknowledged, {lost} lost; {authorised} authorised "
-          f"against a budget of {BUDGET} (may exceed it: debits only the old primary had); failover {took:.2f}s")
-    assert acked >= 200
-    assert 0 <= lost <= acked  # measured, not promised: asynchronous replication may lose the tail
+    run = _failover_under_load(sentinel_group, replicas=0)
+    print(f"\nfailover without WAIT: {run.acked} records acknowledged, {run.lost} lost; {run.authorised} "
+          f"authorised against a budget of {BUDGET} (may exceed it: debits only the old primary had), "
+          f"{run.after:g} counted on the new primary; settled in {run.failover:.2f}s")
+    assert run.acked >= 200
+    assert 0 <= run.lost <= run.acked  # measured, not promised: asynchronous replication may lose the tail
 
 
 def _cut_replication(group: RedisSentinelGroup) -> None:
     """From now on the primary's writes reach no replica (they may not PSYNC, and their
-    links are dropped): what it acknowledges next is exactly what a failover loses."""
+    links are dropped): what it acknowledges next is exactly what a failover loses, and
+    what it acknowledged before is on both replicas (so on whichever one is promoted)."""
     import redis
 
+    group.wait_replicated()
     primary = redis.Redis(port=group.primary_port(), socket_timeout=2)
     primary.execute_command("ACL", "SETUSER", "default", "-psync", "-sync")
     primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
@@ -224,7 +267,10 @@ def test_a_recovery_reader_acts_only_on_records_a_failover_keeps(sentinel_group:
         old = sentinel_group.kill_primary()
         await asyncio.to_thread(sentinel_group.wait_failover, old)
         agent.close()
-        again = RedisWAL(url, key=KEY, writer="agent-2", socket_timeout=1.0)
+        # Written with WAIT: a record the failover keeps (without it, a further failover
+        # before it replicates, which a Sentinel may start on its own, would discard it).
+        again = RedisWAL(url, key=KEY, writer="agent-2", wait_replicas=1, wait_timeout_ms=5000,
+                         socket_timeout=6.0)
         await write(again, 3)  # takes the sequence number the lost record had
         assert steps(await next_read(confirmed)) == [3], "the record after the failover is read, not hidden"
         with pytest.raises(RecoveryHalted, match="records were removed from its end"):
@@ -232,6 +278,101 @@ def test_a_recovery_reader_acts_only_on_records_a_failover_keeps(sentinel_group:
         again.close()
 
     asyncio.run(run())
+
+
+def _sentinels_flag_replicas_down(group: RedisSentinelGroup) -> bool:
+    import redis
+
+    for sp in group.sentinel_ports:
+        replicas = redis.Redis(port=sp, socket_timeout=2).sentinel_slaves(SERVICE)
+        if len(replicas) < 2 or not all(r["is_sdown"] for r in replicas):
+            return False
+    return True
+
+
+def test_the_kill_switch_and_approvals_across_a_failover_follow_their_failure_rules(
+        sentinel_group: RedisSentinelGroup, tmp_path: Path) -> None:
+    """While no primary answers: the kill switch holds its last levers for the grace
+    window, then refuses everything (grace 0: at once), and an approval is denied; once
+    a replica is promoted, the agent reads the levers the new primary holds. The window
+    without a primary is made by stopping the replicas (SIGSTOP) before the kill, so
+    nothing can be promoted until they are resumed: no race with the Sentinels."""
+    from agent_saga.controls import (
+        ApprovalGateway,
+        ApprovalPolicy,
+        KillSwitch,
+        Lever,
+        ManualClock,
+        RedisApprovalStore,
+        RedisSwitchStore,
+    )
+    from agent_saga.controls.gate import PreFlightDecision
+    from agent_saga.gates import StepRequest
+    from agent_saga.semantics import ActionSemantics
+    from agent_saga.wal.file import FileWAL
+
+    url, clock = sentinel_group.url, ManualClock()
+    opts: dict[str, Any] = {"heartbeat": 0.1, "socket_timeout": 0.5, "prefix": "agentsaga:v1", "clock": clock}
+    agent, strict = RedisSwitchStore(url, grace=30, **opts), RedisSwitchStore(url, grace=0, **opts)
+    operator = RedisSwitchStore(url, grace=30, **opts)
+    approvals = RedisApprovalStore(url, socket_timeout=0.5, connect_timeout=0.5)
+    wal = FileWAL(tmp_path / "agent.wal")
+    replicas = [s for s in sentinel_group.servers if s.port != sentinel_group.primary_port()]
+    stopped: list[int] = []
+
+    def req(tool: str) -> StepRequest:
+        return StepRequest("s-1", "s-1/0", tool, ActionSemantics.IRREVERSIBLE, {}, ())
+
+    async def refusal(ks: KillSwitch, tool: str) -> str | None:
+        r = await ks.check(req(tool))
+        return None if r is None else r.reason
+
+    async def run() -> None:
+        ks, ks0 = KillSwitch(agent, clock=clock), KillSwitch(strict, clock=clock)
+        halt = Lever.new("Halt", "tool:wire.send", reason="fraud pattern", by="soc@corp", now=clock.time())
+        operator.engage(halt)
+        assert await refusal(ks, "x") is None and await refusal(ks0, "x") is None  # started
+        await asyncio.to_thread(until, "the halt to reach both agents",
+                                lambda: agent.view().levers and strict.view().levers, timeout=10)
+        await asyncio.to_thread(sentinel_group.wait_replicated)  # the halt is on both replicas
+        for r in replicas:
+            assert r.pid is not None
+            os.kill(r.pid, signal.SIGSTOP)
+            stopped.append(r.pid)
+        await asyncio.to_thread(until, "every Sentinel to flag both replicas down",
+                                lambda: _sentinels_flag_replicas_down(sentinel_group), timeout=30)
+        old = sentinel_group.kill_primary()  # no replica can be promoted: no primary answers
+        await asyncio.to_thread(until, "both agents to notice", lambda: not (agent.connected or strict.connected),
+                                timeout=10)
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the halt still holds"
+        assert await refusal(ks, "stripe.charge") is None, "within grace the last levers are honoured"
+        assert "grace window of 0s has passed" in (await refusal(ks0, "stripe.charge") or "")
+        pending = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule:irreversible", False,
+                                    "rules")
+        gw = ApprovalGateway(approvals, None, wal, ApprovalPolicy(timeout=900))
+        outcome = await gw.request_approval(req("wire.send"), pending)
+        assert not outcome.approved and "approvals fail closed" in outcome.note
+        clock.advance(30.1)
+        assert "refuses everything" in (await refusal(ks, "stripe.charge") or "")
+
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        stopped.clear()
+        new = await asyncio.to_thread(sentinel_group.wait_failover, old, 60)
+        await asyncio.to_thread(until, f"the agent to read the levers of 127.0.0.1:{new}",
+                                lambda: agent.connected and agent.view().usable and agent.data_lost is None,
+                                timeout=30)
+        assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the new primary holds the halt"
+        assert await refusal(ks, "stripe.charge") is None
+
+    try:
+        asyncio.run(run())
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+        for st in (agent, strict, operator, approvals):
+            st.close()
+        wal.close()
 
 
 def _statuses(url: str) -> dict[str, str]:

@@ -141,6 +141,26 @@ async def test_redis_restarted_mid_append_loses_nothing_acknowledged(
     assert -1 in present and items[-1][1].seq == seq
 
 
+async def test_a_writer_failed_by_a_restart_stays_failed_when_redis_is_back(fresh_redis: Any) -> None:
+    """Fail-stop, not reconnect: the server came back empty (no AOF), so what this writer
+    had acknowledged is gone; resuming its chain there would hide that. Every later
+    append is refused naming the first failure; only a new RedisWAL continues."""
+    key = new_key()
+    wal = RedisWAL(fresh_redis.url, key=key, writer="w1", socket_timeout=1.0)
+    await wal.barrier(wal.append("STEP_COMMITTED", "s-1"))
+    await asyncio.to_thread(fresh_redis.stop)
+    with pytest.raises(WALError):
+        await wal.barrier(wal.append("STEP_COMMITTED", "s-1"))
+    await asyncio.to_thread(fresh_redis.start)
+    assert fresh_redis.client().exists(f"{key}:w:w1") == 0  # the acknowledged record is gone
+    with pytest.raises(WALError, match="ConnectionError"):
+        wal.append("STEP_COMMITTED", "s-2")  # Redis answers again; this writer does not resume
+    assert wal.stats().failed
+    assert fresh_redis.client().exists(f"{key}:w:w1") == 0  # nothing written behind the failure
+    with pytest.raises(WALError):
+        wal.close()
+
+
 async def test_a_second_process_with_the_same_writer_id_is_fenced(fresh_redis: Any) -> None:
     key = new_key()
     first = RedisWAL(fresh_redis.url, key=key, writer="dup")

@@ -228,8 +228,12 @@ plus the comma-separated URLs kept in recoveryd.wal.existingSecret (PostgreSQL, 
 {{- if and (eq (.Values.redis.topology | default "single") "sentinel") (ne (int .Values.redis.db) 0) (not .Values.redis.inChart.enabled) -}}
 {{- $sep = "&" -}}{{/* the Sentinel URL carries ?db=N */}}
 {{- end -}}
+{{- $wait := int ($w.waitReplicas | default 0) -}}
+{{- if and $wait (eq (.Values.redis.topology | default "single") "cluster") (not .Values.redis.inChart.enabled) -}}
+{{- fail "recoveryd.wal.waitReplicas is not available on a Redis Cluster (WAIT must run on the connection that wrote); use redis.topology=sentinel, or waitReplicas: 0" -}}
+{{- end -}}
 {{- range $w.redisKeys -}}
-{{- $urls = append $urls (printf "$(AGENT_SAGA_REDIS_URL)%skey=%s" $sep .) -}}
+{{- $urls = append $urls (printf "$(AGENT_SAGA_REDIS_URL)%skey=%s%s" $sep . (ternary (printf "&wait_replicas=%d" $wait) "" (gt $wait 0))) -}}
 {{- end -}}
 {{- if $w.existingSecret -}}
 {{- $urls = append $urls "$(AGENT_SAGA_WAL_URLS)" -}}
