@@ -327,8 +327,9 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
                   max_connections: int | None = None, pool_timeout: float | None = None, **kw: Any) -> Any:
     """A ``redis.asyncio.Redis`` for ``url`` (bound to the running event loop once used),
     with the project's timeouts and no client retries. With ``max_connections`` the pool
-    is bounded and a burst queues for at most ``pool_timeout`` seconds instead of failing
-    with "Too many connections"."""
+    of one server is bounded and a burst queues for at most ``pool_timeout`` seconds
+    instead of failing with "Too many connections" (Sentinel and Cluster pools do not
+    queue, so theirs are left unbounded)."""
     redis = import_redis(feature)
     connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
     topo = topology(url)
@@ -346,12 +347,13 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
         if topo.kind == "cluster":
             import redis.asyncio.cluster
 
-            bound = {} if max_connections is None else {"max_connections": max_connections}
-            return redis.asyncio.cluster.RedisCluster(
+            # Nor is the cluster's (per node, 100 by default): beyond its max_connections a
+            # call fails at once (MaxConnectionsError) instead of queueing, so it is
+            # left unbounded too.
+            return redis.asyncio.cluster.RedisCluster(max_connections=2**31,
                 startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in topo.nodes],
                 socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-                retry=_no_retry(redis, True), require_full_coverage=True, **bound,
-                **topo.node_kwargs(), **kw)
+                retry=_no_retry(redis, True), require_full_coverage=True, **topo.node_kwargs(), **kw)
         if max_connections is not None:
             pool = redis.asyncio.BlockingConnectionPool.from_url(
                 url, max_connections=max_connections, timeout=pool_timeout,
