@@ -58,12 +58,14 @@ test-deps:
 	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock node
 
 # The Redis integration suite against a 3-master Redis Cluster instead of one server
-# (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster). `make test`
-# runs only the cluster cross-section and the Sentinel failover tests; docs/ha-redis.md.
+# (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster): every
+# integration module that talks to Redis. `make test` runs the suite on one server plus
+# the cluster cross-section (test_redis_cluster.py, one test per kind of data, with a slot
+# migration) and the Sentinel failover tests; docs/ha-redis.md.
 REDIS_SUITE = $(sort $(wildcard tests/integration/test_*redis*.py tests/integration/test_plane_*.py \
 	tests/integration/test_policy_*.py tests/integration/test_cli_plane_stores.py \
 	tests/integration/test_killswitch_marker.py tests/integration/test_limit_source_marker.py \
-	tests/integration/test_recovery*.py))
+	tests/integration/test_recovery*.py tests/integration/test_wal_contract.py tests/integration/test_wal_secrets.py))
 test-redis-cluster: install system-deps
 	AGENT_SAGA_TEST_REDIS=cluster $(PY) -m pytest $(REDIS_SUITE) $(PYTEST_ARGS)
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_saga._redis import connect_async, script
+from agent_saga._redis import PLANE_FIX, connect_async, script, tagged_on_cluster
 from agent_saga.controls import BudgetLimit, RateLimit
 from agent_saga.controls.limits import limits_from_documents, scope_from_name
 
@@ -212,6 +212,7 @@ return rev
                  client: Any = None) -> None:
         if not prefix or any(c in prefix for c in " \n"):
             raise ValueError(f"key prefix {prefix!r} must be non-empty without spaces")
+        tagged_on_cluster(url, prefix, "the operator's projection", PLANE_FIX)
         self.url = url
         self.keys = Keys(prefix)
         if client is None:

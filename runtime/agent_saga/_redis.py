@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import threading
 import time
 import urllib.parse
@@ -49,12 +50,14 @@ __all__ = [
     "CLUSTER_SCHEMES",
     "PLANE_FIX",
     "SENTINEL_SCHEMES",
+    "LazyCluster",
     "Target",
     "Topology",
     "confirmed_subscription",
     "connect",
     "connect_async",
     "dedicated",
+    "failures",
     "has_hash_tag",
     "import_redis",
     "is_cluster",
@@ -88,6 +91,14 @@ def import_redis(feature: str) -> Any:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ConfigurationError(f"{feature} needs the redis package: pip install 'agent-saga[redis]'") from exc
     return redis
+
+
+def failures(redis: Any) -> tuple[type[BaseException], ...]:
+    """What a Redis call raises when the server cannot serve it: ``RedisError`` and, from
+    a Redis Cluster client, ``RedisClusterException`` (no node reachable, a slot not
+    served), which redis-py does not derive from ``RedisError``. Catch this tuple, never
+    ``RedisError`` alone, so a cluster failure is reported like any other."""
+    return (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +212,43 @@ def topology(url: str) -> Topology:
 
 def is_cluster(client: Any) -> bool:
     """Is ``client`` a Redis Cluster client (sync or asyncio)?"""
-    return hasattr(client, "nodes_manager")
+    return isinstance(client, LazyCluster) or hasattr(client, "nodes_manager")
+
+
+class LazyCluster:
+    """A synchronous ``RedisCluster`` made on first use, which is what ``connect`` returns
+    for a cluster URL. redis-py's sync cluster client reads the slot map from a node when
+    it is constructed (and raises if none answers); a one-server client connects on its
+    first command. Every store opens its client when it is made and reports an unreachable
+    Redis on its first call (fail closed then, not a crash at start), so the cluster
+    client is made then too, and made again on the next call if that failed."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _real(self) -> Any:
+        client = self._client
+        if client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._make()
+                client = self._client
+        return client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> LazyCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def dedicated(client: Any) -> Any:
@@ -259,10 +306,10 @@ def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: f
             import redis.cluster
 
             kw.pop("single_connection_client", None)
-            return redis.cluster.RedisCluster(
+            return LazyCluster(lambda: redis.cluster.RedisCluster(
                 startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in topo.nodes],
                 socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-                retry=_no_retry(redis), require_full_coverage=True, **topo.node_kwargs(), **kw)
+                retry=_no_retry(redis), require_full_coverage=True, **topo.node_kwargs(), **kw))
         return redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
@@ -280,8 +327,9 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
                   max_connections: int | None = None, pool_timeout: float | None = None, **kw: Any) -> Any:
     """A ``redis.asyncio.Redis`` for ``url`` (bound to the running event loop once used),
     with the project's timeouts and no client retries. With ``max_connections`` the pool
-    is bounded and a burst queues for at most ``pool_timeout`` seconds instead of failing
-    with "Too many connections"."""
+    of one server is bounded and a burst queues for at most ``pool_timeout`` seconds
+    instead of failing with "Too many connections" (Sentinel and Cluster pools do not
+    queue, so theirs are left unbounded)."""
     redis = import_redis(feature)
     connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
     topo = topology(url)
@@ -299,12 +347,13 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
         if topo.kind == "cluster":
             import redis.asyncio.cluster
 
-            bound = {} if max_connections is None else {"max_connections": max_connections}
-            return redis.asyncio.cluster.RedisCluster(
+            # Nor is the cluster's (per node, 100 by default): beyond its max_connections a
+            # call fails at once (MaxConnectionsError) instead of queueing, so it is
+            # left unbounded too.
+            return redis.asyncio.cluster.RedisCluster(max_connections=2**31,
                 startup_nodes=[redis.asyncio.cluster.ClusterNode(h, p) for h, p in topo.nodes],
                 socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
-                retry=_no_retry(redis, True), require_full_coverage=True, **bound,
-                **topo.node_kwargs(), **kw)
+                retry=_no_retry(redis, True), require_full_coverage=True, **topo.node_kwargs(), **kw)
         if max_connections is not None:
             pool = redis.asyncio.BlockingConnectionPool.from_url(
                 url, max_connections=max_connections, timeout=pool_timeout,
@@ -346,15 +395,17 @@ def script(client: Any, lua: str) -> Any:
     and runs it again; the script did not run the first time, so that repeat is safe.
     On a Redis Cluster client the call first checks that its keys share one slot
     (``one_slot``): a cross-slot script is a configuration error, not a server error."""
-    registered = client.register_script(lua)
     if not is_cluster(client):
-        return registered
+        return client.register_script(lua)
+    owner, registered = client, list[Any]()  # registered at the first call: a LazyCluster is made then
 
     def call(keys: Any = None, args: Any = None, client: Any = None) -> Any:
         one_slot(list(keys or ()), "a Lua script")
-        return registered(keys=keys, args=args, client=client)
+        if not registered:
+            registered.append(owner.register_script(lua))
+        return registered[0](keys=keys, args=args, client=client)
 
-    call.sha = registered.sha  # type: ignore[attr-defined]
+    call.sha = hashlib.sha1(lua.encode()).hexdigest()  # type: ignore[attr-defined]  # noqa: S324 - Redis's name
     return call
 
 

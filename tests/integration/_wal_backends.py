@@ -15,7 +15,7 @@ from agent_saga import BaseWAL, FileWAL, verify_records
 from agent_saga.chain import VerifyResult
 from agent_saga.records import Record
 from agent_saga.wal.file import iter_file_records
-from fixtures.redis_server import client_for
+from fixtures.redis_server import client_for, tagged
 
 WRITER = "w1"
 
@@ -118,7 +118,7 @@ class RedisHarness(Harness):
         from agent_saga.wal.redis import RedisLog
 
         self.server = server
-        self.key = f"t-{uuid.uuid4().hex[:8]}:wal"
+        self.key = tagged(f"t-{uuid.uuid4().hex[:8]}:wal")
         self.client = client_for(server.url)
         self.log = RedisLog(self.client, self.key, "test")
         self.stream = self.log.stream(WRITER)

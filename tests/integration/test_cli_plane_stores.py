@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from agent_saga.controls import RedisApprovalStore
 from agent_saga.controls.approvals import ApprovalRequest
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import PLANE_ENV, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,14 +23,14 @@ ROOT = Path(__file__).resolve().parents[2]
 def cli(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
     env.update({"AGENT_SAGA_REDIS_URL": url, "AGENT_SAGA_NAMESPACE": "payments",
-                "PYTHONPATH": str(ROOT / "runtime")})
+                "PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
     return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
                           timeout=60, env=env, cwd=cwd)
 
 
 def test_approvals_list_on_the_pods_settings_shows_the_request_pending_in_redis(
         fresh_redis: RedisServer, tmp_path: Path) -> None:
-    store = RedisApprovalStore(fresh_redis.url)
+    store = RedisApprovalStore(fresh_redis.url, prefix=P)
     now = time.time()
     store.create(ApprovalRequest("af83c011" + "0" * 24, "saga-1", "saga-1/0", "wire.send", "rule:irreversible",
                                  "Action cannot be undone", "sha256:" + "0" * 64, "v1", now, now + 600,
@@ -38,7 +39,8 @@ def test_approvals_list_on_the_pods_settings_shows_the_request_pending_in_redis(
     out = cli(fresh_redis.url, tmp_path, "approvals", "list")
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
-    assert first.startswith("store: redis://") and first.endswith("(from $AGENT_SAGA_REDIS_URL)"), first
+    scheme = fresh_redis.url.split("://")[0]  # redis, or redis+cluster
+    assert first.startswith(f"store: {scheme}://") and first.endswith("(from $AGENT_SAGA_REDIS_URL)"), first
     assert "[PENDING] wire.send -- Action cannot be undone" in out.stdout and "amount: 80000" in out.stdout
     listed = cli(fresh_redis.url, tmp_path, "approvals", "list", "--json")
     assert [r["requestId"] for r in json.loads(listed.stdout)] == ["af83c011" + "0" * 24]

@@ -36,9 +36,9 @@ from fixtures.polling import until, until_async
 
 
 def pttl(url: str, key: str) -> int:
-    import redis
+    from fixtures.redis_server import client_for
 
-    client = redis.Redis.from_url(url)
+    client = client_for(url)
     try:
         return int(client.pttl(key))
     finally:

@@ -14,9 +14,8 @@ import pytest
 from agent_saga.controls import KillSwitch, Lever, ManualClock, RedisSwitchStore
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.redis_server import PLANE_PREFIX as K
 from fixtures.redis_server import client_for
-
-K = "agentsaga:v1"
 
 
 class Plane:
@@ -76,7 +75,7 @@ class Unwatched(RedisSwitchStore):
 
 
 def make(clock: ManualClock, grace: float = 30) -> RedisSwitchStore:
-    return Unwatched("redis://127.0.0.1:1/0", grace=grace, heartbeat=0.5, clock=clock)
+    return Unwatched("redis://127.0.0.1:1/0", prefix=K, grace=grace, heartbeat=0.5, clock=clock)
 
 
 async def test_marker_lost_honours_the_last_levers_for_grace_then_refuses(plane, clock, caplog):

@@ -234,14 +234,16 @@ async def test_a_silent_loss_is_noticed_by_the_heartbeat(fresh_redis: RedisServe
     agent = store(stores, fresh_redis.url, grace=0, clock=clock, heartbeat=0.1, socket_timeout=0.3)
     ks = KillSwitch(agent, clock=clock)
     assert await refusal(ks, "stripe.charge") is None
-    pid = fresh_redis.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGSTOP)  # the server hangs: connections stay open, nothing answers
+    pids = fresh_redis.pids  # one server, or every node of a cluster
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)  # the server hangs: connections stay open, nothing answers
     try:
         until("the agent to notice", lambda: not agent.connected, timeout=10)
         assert await refusal(ks, "stripe.charge") is not None
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
     until("the agent to recover", lambda: agent.connected and agent.view().usable, timeout=10)
     assert await refusal(ks, "stripe.charge") is None
 

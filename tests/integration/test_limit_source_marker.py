@@ -21,9 +21,8 @@ from agent_saga.controls import (
 from agent_saga.controls.limits._source import _about_limits
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.redis_server import PLANE_PREFIX as P
 from fixtures.redis_server import client_for
-
-P = "agentsaga:v1"
 
 
 class Plane:
@@ -63,7 +62,7 @@ VELOCITY = RateLimit("payments.velocity", max_calls=3, window=60)
 
 
 def source(plane: Plane, **kw: Any) -> RedisLimitSource:
-    src = RedisLimitSource("redis://unused:6379/0", **kw)  # no watcher: the test drives the reads
+    src = RedisLimitSource("redis://unused:6379/0", prefix=P, **kw)  # no watcher: the test drives the reads
     src._load(plane.client)
     return src
 

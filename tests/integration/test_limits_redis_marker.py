@@ -16,7 +16,8 @@ from agent_saga_operator.documents import Identity, budget_limit_doc
 from agent_saga_operator.models import BudgetLimitSpec
 from agent_saga_operator.projection import Projector
 from fixtures.polling import until
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import KEY_PREFIX, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
 NAME = "payments.daily-spend"
@@ -29,7 +30,7 @@ def spec(max_total: float) -> BudgetLimitSpec:
 
 async def project(url: str, max_total: float, *, mark: bool = True) -> None:
     """What the operator does: put the document; after a full projection, the marker."""
-    projector = Projector(url)
+    projector = Projector(url, prefix=KEY_PREFIX)
     try:
         nonce = secrets.token_hex(8)
         await projector.begin_sync(nonce)
@@ -51,7 +52,7 @@ def max_totals(source: RedisLimitSource) -> list[float]:
 async def test_flushall_keeps_the_projected_limit_until_the_operator_re_projects_it(fresh_redis: RedisServer):
     url = fresh_redis.url
     await project(url, 1000)
-    source = RedisLimitSource(url, namespaces=["payments"], heartbeat=0.2)
+    source = RedisLimitSource(url, namespaces=["payments"], heartbeat=0.2, prefix=P)
     store = RedisLimitStore(url)
     gate = PreFlightGate(limits=source, store=store, default_rules=(), checks=())
     try:
@@ -90,7 +91,7 @@ async def test_flushall_keeps_the_projected_limit_until_the_operator_re_projects
 async def test_a_source_that_never_saw_the_marker_reads_an_empty_plane_as_no_limits(fresh_redis: RedisServer):
     url = fresh_redis.url
     await project(url, 1000, mark=False)  # no marker yet (the operator is still projecting)
-    source = RedisLimitSource(url, namespaces=["payments"], heartbeat=0.2)
+    source = RedisLimitSource(url, namespaces=["payments"], heartbeat=0.2, prefix=P)
     try:
         source.start()
         assert max_totals(source) == [1000]

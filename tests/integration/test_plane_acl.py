@@ -35,36 +35,35 @@ from agent_saga.heartbeat import AppliedState, HeartbeatWriter
 from agent_saga.plane._acl import acl_rules, acl_setuser, agent_scripts, preload_scripts
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import KEY_PREFIX, RedisServer, client_for, tagged
+from fixtures.redis_server import PLANE_PREFIX as P
 
-P = "agentsaga:v1"
 LIM = "{agent-saga}:limits"
 PENDING = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule:irreversible", False, "rules")
 
 
 class Users:
-    """The ACL users, created on the shared server and deleted afterwards."""
+    """The ACL users, created on the shared server (on every node of a cluster, as its
+    operator would) and deleted afterwards."""
 
     def __init__(self, server: RedisServer) -> None:
         self.server, self.names, self.password = server, [], secrets.token_hex(12)
 
     def make(self, role: str, **kw: str) -> str:
         name = f"{role}-{secrets.token_hex(3)}"
-        admin = redis.Redis.from_url(self.server.url)
-        admin.execute_command(*acl_setuser(name, acl_rules(role, **kw), password=self.password))  # type: ignore[arg-type]
-        admin.close()
+        kw.setdefault("prefix", KEY_PREFIX)
+        reply = self.server.command(*acl_setuser(name, acl_rules(role, **kw), password=self.password))  # type: ignore[arg-type]
+        assert reply.startswith(b"+OK"), reply
         self.names.append(name)
-        return self.server.url.replace("redis://", f"redis://{name}:{self.password}@")
+        return self.server.url.replace("://", f"://{name}:{self.password}@", 1)
 
 
 @pytest.fixture
 def users(fresh_redis: RedisServer) -> Iterator[Users]:
     u = Users(fresh_redis)
     yield u
-    admin = fresh_redis.client()
     for n in u.names:
-        admin.execute_command("ACL", "DELUSER", n)
-    admin.close()
+        fresh_redis.command("ACL", "DELUSER", n)
 
 
 def noperm(fn) -> str:
@@ -76,11 +75,11 @@ def noperm(fn) -> str:
 def test_an_agent_credential_cannot_touch_the_controls_it_is_governed_by(users: Users) -> None:
     agent_url = users.make("agent", agent="payments/payments-1")
     approver = users.make("approver")
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     preload_scripts(op)
-    agent = redis.Redis.from_url(agent_url)
+    agent = client_for(agent_url)
     # The operator's and the CLI's writes: a halt document, a limit window, an approver key.
-    s = RedisSwitchStore(approver, grace=30)
+    s = RedisSwitchStore(approver, grace=30, prefix=P)
     lever = Lever.new("Halt", "tool:wire.*", reason="incident", by="soc@corp", now=time.time())
     s.engage(lever)
     s.close()
@@ -112,7 +111,7 @@ def test_an_agent_credential_cannot_touch_the_controls_it_is_governed_by(users: 
         noperm(lambda cmd=cmd: agent.execute_command(*cmd))
     assert agent.get(doc) is not None and op.hget(f"{LIM}:totals", "daily:*") == b"900"
     # The halt still holds for the agent (read with the agent's own credential).
-    ks = KillSwitch(RedisSwitchStore(agent_url, grace=30))
+    ks = KillSwitch(RedisSwitchStore(agent_url, grace=30, prefix=P))
     refused = asyncio.run(ks.check(StepRequest("s", "s/0", "wire.send", ActionSemantics.COMPENSABLE, {}, ())))
     assert refused is not None and "incident" in refused.reason
     ks.store.close()
@@ -121,17 +120,17 @@ def test_an_agent_credential_cannot_touch_the_controls_it_is_governed_by(users: 
 
 
 def test_an_agent_heartbeats_only_as_itself(users: Users) -> None:
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     preload_scripts(op)
     url = users.make("agent", agent="payments/payments-1")
     state = AppliedState(rev="1", posture="ok", killswitches=(), policies=None, limits=())
     mine = HeartbeatWriter(url, namespace="payments", agent="payments", pod="payments-1", state=lambda: state,
-                           interval=5)
+                           interval=5, prefix=P)
     assert mine.beat() is True
     assert op.exists(f"{P}:agent:{mine.id}")
     # Row: heartbeat as another agent (to hide that it is lagging, or to fake an ack).
     other = HeartbeatWriter(url, namespace="payments", agent="payments", pod="payments-10", state=lambda: state,
-                            interval=5)
+                            interval=5, prefix=P)
     with pytest.raises(ConnectionError, match="can't access at least one of the keys"):
         other.beat()
     assert not op.exists(f"{P}:agent:{other.id}")
@@ -141,7 +140,7 @@ def test_an_agent_heartbeats_only_as_itself(users: Users) -> None:
 
 
 async def test_an_agent_debits_within_its_limits_with_its_own_credential(users: Users) -> None:
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     preload_scripts(op)
     store = RedisLimitStore(users.make("agent"))
     gate = PreFlightGate(limits=[BudgetLimit("daily", arg="amount", max_total=1000, window=86_400)], store=store)
@@ -154,12 +153,12 @@ async def test_an_agent_debits_within_its_limits_with_its_own_credential(users: 
 
 
 async def test_approvals_with_least_privilege_and_signatures(users: Users, tmp_path: Path) -> None:
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     preload_scripts(op)
     priv, pub = generate_signing_key(tmp_path / "risk.pem")
     signer = DecisionSigner.from_file(priv)
-    agent_store = RedisApprovalStore(users.make("agent"))
-    cli_store = RedisApprovalStore(users.make("approver"))
+    agent_store = RedisApprovalStore(users.make("agent"), prefix=P)
+    cli_store = RedisApprovalStore(users.make("approver"), prefix=P)
     wal = FileWAL(tmp_path / "w.wal")
     gw = ApprovalGateway(agent_store, None, wal, ApprovalPolicy(timeout=2), poll=0.05, trusted_keys=pub)
 
@@ -195,14 +194,14 @@ def test_without_the_preloaded_scripts_an_agent_fails_closed_and_the_operator_lo
         users: Users, fresh_redis: RedisServer) -> None:
     admin = fresh_redis.client()
     admin.script_flush()
-    store = RedisApprovalStore(users.make("agent"))
+    store = RedisApprovalStore(users.make("agent"), prefix=P)
     from agent_saga.controls.approvals import ApprovalRequest, ApprovalStoreUnavailable
 
     now = time.time()
     r = ApprovalRequest("ab" * 16, "s", "s/0", "t", "irreversible", "", "sha256:x", "1", now, now + 60)
     with pytest.raises(ApprovalStoreUnavailable):
         store.create(r)  # EVALSHA misses; the agent may not load it (fail closed)
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     assert preload_scripts(op) == len(agent_scripts())
     assert preload_scripts(op) == 0, "loaded once"
     assert store.create(r)[1] is True
@@ -241,15 +240,15 @@ def test_the_cli_prints_the_acl_user_redis_accepts(fresh_redis: RedisServer, cap
 def test_an_agent_appends_to_its_wal_and_cannot_delete_a_record(users: Users) -> None:
     from agent_saga.wal.redis import RedisWAL
 
-    op = redis.Redis.from_url(users.make("operator"))
+    op = client_for(users.make("operator"))
     preload_scripts(op)
-    key = f"acl-wal-{secrets.token_hex(3)}"
+    key = tagged(f"acl-wal-{secrets.token_hex(3)}")
     url = users.make("agent", wal_keys=(key,))
     wal = RedisWAL(url, key=key, writer="payments-1")
     seq = wal.append("SAGA_STARTED", "s-1", None, {"tool": "wire.send"})
     wal.barrier_sync(seq)
     wal.close()
-    agent = redis.Redis.from_url(url)
+    agent = client_for(url)
     stream = f"{key}:w:payments-1"
     (entry_id, _), = agent.xrange(stream)
     # Rows: rewrite the log (delete, trim or drop the stream).

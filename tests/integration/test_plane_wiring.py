@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from agent_saga.heartbeat import Heartbeat
 from agent_saga_operator.testing import poll
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import PLANE_ENV, WAL_KEY, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def cli(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
                           timeout=60, cwd=cwd, env={**{k: v for k, v in os.environ.items()
                                                        if not k.startswith("AGENT_SAGA_")},
-                                                    "AGENT_SAGA_REDIS_URL": url, "PYTHONPATH": str(ROOT / "runtime")})
+                                                    "AGENT_SAGA_REDIS_URL": url, "PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
 
 
 KIT = """
@@ -53,7 +54,7 @@ KIT = """
 
 def env(url: str, **extra: str) -> dict[str, str]:
     return {"AGENT_SAGA_REDIS_URL": url, "AGENT_SAGA_NAMESPACE": "payments", "AGENT_SAGA_AGENT": "payments-agent",
-            **extra}
+            **PLANE_ENV, **extra}
 
 
 def test_an_unreachable_policy_plane_fails_at_start_naming_the_fix(tmp_path: Path) -> None:
@@ -64,7 +65,7 @@ def test_an_unreachable_policy_plane_fails_at_start_naming_the_fix(tmp_path: Pat
 
 
 def test_a_namespace_no_operator_serves_fails_at_start_naming_them(fresh_redis: RedisServer, tmp_path: Path) -> None:
-    fresh_redis.client().sadd("agentsaga:v1:namespaces", "billing", "shipping")
+    fresh_redis.client().sadd(f"{P}:namespaces", "billing", "shipping")
     out = run(KIT, env(fresh_redis.url), tmp_path)
     assert out.returncode != 0
     assert "namespace 'payments' (AGENT_SAGA_NAMESPACE) is not served by any operator" in out.stderr
@@ -97,7 +98,7 @@ def test_agentkit_picks_every_control_up_from_the_environment_and_keeps_a_heartb
     assert doc["policy"].startswith("RedisPolicySource(")
     assert doc["heartbeat"].startswith("payments/")
     # A clean exit removes the heartbeat: a finished process is not a lagging agent.
-    assert fresh_redis.client().zcard("agentsaga:v1:agent:index") == 0
+    assert fresh_redis.client().zcard(f"{P}:agent:index") == 0
 
 
 def test_a_saga_with_no_gate_obeys_a_fleet_wide_halt(fresh_redis: RedisServer, tmp_path: Path) -> None:
@@ -120,7 +121,7 @@ def test_a_saga_with_no_gate_obeys_a_fleet_wide_halt(fresh_redis: RedisServer, t
     after = json.loads(run(code, env(fresh_redis.url), tmp_path).stdout)
     assert after["ok"] is False and after["kind"] == "GateBlocked" and "fraud" in after["error"], after
     # With only AGENT_SAGA_SWITCH_STORE (no policy plane), the same.
-    only_switch = {"AGENT_SAGA_SWITCH_STORE": fresh_redis.url, "AGENT_SAGA_SWITCH_GRACE": "5"}
+    only_switch = {"AGENT_SAGA_SWITCH_STORE": fresh_redis.url, "AGENT_SAGA_SWITCH_GRACE": "5", **PLANE_ENV}
     alone = json.loads(run(code, only_switch, tmp_path).stdout)
     assert alone["ok"] is False and "fraud" in alone["error"], alone
 
@@ -146,8 +147,8 @@ def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_re
         assert halt.returncode == 0, halt.stderr
 
         def beat() -> Heartbeat | None:
-            ids = [m.decode() for m in r.zrange("agentsaga:v1:agent:index", 0, -1)]
-            docs = [json.loads(d) for d in r.mget([f"agentsaga:v1:agent:{i}" for i in ids]) if d] if ids else []
+            ids = [m.decode() for m in r.zrange(f"{P}:agent:index", 0, -1)]
+            docs = [json.loads(d) for d in r.mget([f"{P}:agent:{i}" for i in ids]) if d] if ids else []
             hbs = [Heartbeat.from_doc(d) for d in docs]
             return next((h for h in hbs if h.killswitches), None)
         hb = poll(beat, timeout=10, what="a heartbeat listing the halt")
@@ -191,9 +192,9 @@ def test_an_agent_on_a_read_only_root_filesystem_connects_and_names_the_wal_sett
         assert out["ok"] is False and out["kind"] == "ConfigurationError", out
         assert "AGENT_SAGA_WAL_PATH" in out["error"] and "AGENT_SAGA_WAL_STREAM" in out["error"], out
         # AGENT_SAGA_WAL_STREAM: the saga's records land in the policy plane's Redis.
-        wired = run(code, env(fresh_redis.url, AGENT_SAGA_WAL_STREAM="agent-saga:wal"), ro)
+        wired = run(code, env(fresh_redis.url, AGENT_SAGA_WAL_STREAM=WAL_KEY), ro)
         assert json.loads(wired.stdout.strip().splitlines()[-1]) == {"ok": True}, wired.stderr
         assert list(ro.iterdir()) == []
     r = fresh_redis.client()
-    writers = r.smembers("agent-saga:wal:writers")
-    assert writers and sum(r.xlen(b"agent-saga:wal:w:" + w) for w in writers) > 0
+    writers = r.smembers(f"{WAL_KEY}:writers")
+    assert writers and sum(r.xlen(f"{WAL_KEY}:w:".encode() + w) for w in writers) > 0

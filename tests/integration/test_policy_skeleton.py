@@ -12,10 +12,15 @@ from agent_saga.cli import main
 from agent_saga.controls.policy import load_policy_file, load_policy_text, surface_entry_doc
 from agent_saga.controls.policy._surface import read_surface, record_surface
 from agent_saga.semantics import ActionSemantics
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import KEY_PREFIX, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
-P = "agentsaga:v1"
+
+
+def STORE(server: RedisServer) -> list[str]:
+    """The CLI's ``--store`` and ``--key-prefix`` for the suite's Redis."""
+    return ["--store", server.url, "--key-prefix", KEY_PREFIX]
 
 
 @pytest.fixture
@@ -55,7 +60,7 @@ def test_every_recorded_tool_arrives_irreversible_with_a_todo(r: redis.Redis, fr
     record(r, "payments-2", "search_docs", semantics="REVERSIBLE", args=())
     record(r, "billing-1", "invoice.send", ns="billing")
     out = tmp_path / "policy.yaml"
-    assert main(["policy", "skeleton", "-n", "payments", "-o", str(out), "--store", fresh_redis.url]) == 0
+    assert main(["policy", "skeleton", "-n", "payments", "-o", str(out), *STORE(fresh_redis)]) == 0
     said = capsys.readouterr().out
     assert f"wrote {out}: 2 tool(s), every one IRREVERSIBLE with a TODO" in said and fresh_redis.url.split("@")[-1] in said
     text = out.read_text()
@@ -74,7 +79,7 @@ def test_the_file_never_upgrades_itself(r: redis.Redis, fresh_redis: RedisServer
     reviewed = "# reviewed by security\nmode: Enforce\ntools: {search_docs: {semantics: REVERSIBLE}}\n"
     out.write_text(reviewed)
     record(r, "payments-1", "search_docs", semantics="REVERSIBLE")
-    assert main(["policy", "skeleton", "-n", "payments", "-o", str(out), "--store", fresh_redis.url]) == 2
+    assert main(["policy", "skeleton", "-n", "payments", "-o", str(out), *STORE(fresh_redis)]) == 2
     assert "never overwritten" in capsys.readouterr().err
     assert out.read_text() == reviewed
 
@@ -83,7 +88,7 @@ def test_one_agents_skeleton_names_it_and_only_its_tools(r: redis.Redis, fresh_r
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     record(r, "payments-1", "stripe__create_charge")
     record(r, "payments-2", "search_docs")
-    assert main(["policy", "skeleton", "-n", "payments", "--agent", "payments-2", "--store", fresh_redis.url]) == 0
+    assert main(["policy", "skeleton", "-n", "payments", "--agent", "payments-2", *STORE(fresh_redis)]) == 0
     captured = capsys.readouterr()
     policy = load_policy_text(captured.out)
     assert list(policy.tools) == ["search_docs"]
@@ -93,7 +98,7 @@ def test_one_agents_skeleton_names_it_and_only_its_tools(r: redis.Redis, fresh_r
 
 def test_with_nothing_recorded_the_skeleton_says_to_observe_first(fresh_redis: RedisServer,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["policy", "skeleton", "-n", "payments", "--store", fresh_redis.url]) == 0
+    assert main(["policy", "skeleton", "-n", "payments", *STORE(fresh_redis)]) == 0
     text = capsys.readouterr().out
     assert "run the agents in Observe mode first" in text
     assert load_policy_text(text).tools == {}

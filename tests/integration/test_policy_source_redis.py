@@ -22,7 +22,8 @@ from agent_saga_operator.documents import Identity, saga_policy_doc
 from agent_saga_operator.models import SagaPolicySpec
 from agent_saga_operator.projection import Projector
 from agent_saga_operator.testing import poll
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import KEY_PREFIX, RedisServer
+from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
 R = ActionSemantics.REVERSIBLE
@@ -32,7 +33,7 @@ POLICY = {"tools": {"search_docs": {"semantics": "REVERSIBLE"}}}
 def project(url: str, name: str, spec: dict[str, Any] | None, *, generation: int = 1, ns: str = "payments") -> None:
     """Put (or, with ``spec`` None, delete) a SagaPolicy document as the operator does."""
     async def go() -> None:
-        p = Projector(url)
+        p = Projector(url, prefix=KEY_PREFIX)
         try:
             if spec is None:
                 await p.delete("SagaPolicy", f"{ns}/{name}")
@@ -56,7 +57,7 @@ def source(fresh_redis: RedisServer):
     def make(**kw: Any) -> RedisPolicySource:
         kw.setdefault("grace", 30)
         s = RedisPolicySource(fresh_redis.url, agent=kw.pop("agent", "payments-agent"), namespaces=["payments"],
-                              heartbeat=0.1, **kw)
+                              heartbeat=0.1, prefix=P, **kw)
         made.append(s)
         return s
 
@@ -98,9 +99,9 @@ def test_a_policy_whose_applies_to_does_not_match_the_agent_does_not_govern_it(f
 def test_an_unreadable_document_is_skipped_and_reported(fresh_redis: RedisServer, source) -> None:
     project(fresh_redis.url, "p", POLICY)
     r = fresh_redis.client()
-    doc = json.loads(r.get("agentsaga:v1:sagapolicy:payments/p"))
+    doc = json.loads(r.get(f"{P}:sagapolicy:payments/p"))
     doc["policy"]["mode"] = "Audit"
-    r.set("agentsaga:v1:sagapolicy:payments/p", json.dumps(doc))
+    r.set(f"{P}:sagapolicy:payments/p", json.dumps(doc))
     src = source()
     assert ids(src) == [] and src.problems and "policy.mode" in src.problems[0]
 
@@ -129,7 +130,7 @@ def test_a_data_loss_is_not_read_as_no_policy(fresh_redis: RedisServer, source) 
     clock = ManualClock()
     project(fresh_redis.url, "p", POLICY)
     r = fresh_redis.client()
-    r.hset("agentsaga:v1:synced", "operator", json.dumps({"v": 1, "writer": "operator", "rev": 1, "ts": 0}))
+    r.hset(f"{P}:synced", "operator", json.dumps({"v": 1, "writer": "operator", "rev": 1, "ts": 0}))
     src = source(grace=10, clock=clock)
     assert ids(src) == [("payments/p", 1)]
     r.flushall()
@@ -157,11 +158,11 @@ def test_observe_mode_records_the_tool_surface_in_the_policy_plane(fresh_redis: 
     r = fresh_redis.client()
 
     def recorded() -> dict[str, Any] | None:
-        raw = r.hget("agentsaga:v1:surface:payments/payments-agent", "wire.send")
+        raw = r.hget(f"{P}:surface:payments/payments-agent", "wire.send")
         doc = json.loads(raw) if raw else None
         return doc if doc and doc["calls"] == 3 else None
     doc = poll(recorded, timeout=10, what="the surface recorded")
     assert doc["semantics"] == "REVERSIBLE" and doc["policyArgs"] == ["amount", "to"]
     assert "acct_9" not in json.dumps(doc)  # names, never values
-    assert r.sismember("agentsaga:v1:surface:index", "payments/payments-agent")
+    assert r.sismember(f"{P}:surface:index", "payments/payments-agent")
     assert time.time() >= doc["lastSeen"] >= doc["firstSeen"]

@@ -16,9 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 from _wal_backends import WRITER, Harness, harness_for  # noqa: E402
 from fixtures.readonly import make_writable, read_only_mount  # noqa: E402
+from fixtures.redis_server import WAL_KEY, tagged  # noqa: E402
 from verified_support import Env, Recoveryd, orphan_file, wait_for, write_orphan  # noqa: E402
 
 COMMIT_SEQ = 4  # SAGA_STARTED, SAGA_LEASE, STEP_INTENT, STEP_COMMITTED
+ENC_WAL = tagged("enc:wal")
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ def recover_args(h: Harness, env: Env) -> list[str]:
     if h.name == "redis":
         server: Any = h.server  # type: ignore[attr-defined]
         return ["--wal-url", f"{server.url}?key={h.key}", "--redis-url", server.url,  # type: ignore[attr-defined]
-                "--namespace", f"ns-{h.key}"]  # type: ignore[attr-defined]
+                "--namespace", "ns-" + h.key.strip("{").replace("}", "")]  # type: ignore[attr-defined]
     return ["--wal-url", f"{h.dsn}?table=saga_wal",  # type: ignore[attr-defined]
             "--ledger", str(env.dir / "journal.jsonl"), "--claims", str(env.dir / "claims")]
 
@@ -115,17 +117,17 @@ def test_recoveryd_halts_on_a_tampered_log_and_stays_up_unready_naming_the_recor
 def test_recoveryd_over_a_redis_log_edited_at_the_server_halts(env: Env, fresh_redis: Any) -> None:
     from agent_saga.wal.redis import RedisWAL
 
-    wal = RedisWAL(fresh_redis.url, key="agent-saga:wal", writer="agent-7")
+    wal = RedisWAL(fresh_redis.url, key=WAL_KEY, writer="agent-7")
     write_orphan(wal, "s1", "ch_1")
     wal.close()
     client = fresh_redis.client()
-    stream = "agent-saga:wal:w:agent-7"
+    stream = f"{WAL_KEY}:w:agent-7"
     entries = client.xrange(stream)
     client.delete(stream)
     for eid, fields in entries:  # the same entries, one of them edited
         client.xadd(stream, {"r": fields[b"r"].replace(b'"charge_id":"ch_1"', b'"charge_id":"ch_X"')}, id=eid)
     client.close()
-    d = Recoveryd(env, "--wal-url", f"{fresh_redis.url}?key=agent-saga:wal", "--redis-url", fresh_redis.url)
+    d = Recoveryd(env, "--wal-url", f"{fresh_redis.url}?key={WAL_KEY}", "--redis-url", fresh_redis.url)
     try:
         status, body = wait_for(lambda: (s := d.get("/readyz"))[0] == 503 and "HALTED" in s[1] and s, "a halt on /readyz")
         assert "record of saga s1 (writer agent-7, seq 4" in body and "payload does not match its digest" in body
@@ -164,10 +166,10 @@ def test_recover_reads_the_key_of_an_encrypted_fleet_log(env: Env, fresh_redis: 
     from agent_saga.wal.redis import RedisWAL
 
     key = new_wal_key("fleet-1")
-    wal = EncryptedWAL(RedisWAL(fresh_redis.url, key="enc:wal", writer="agent-1"), AESGCMEncryptor(Keyring.parse(key)))
+    wal = EncryptedWAL(RedisWAL(fresh_redis.url, key=ENC_WAL, writer="agent-1"), AESGCMEncryptor(Keyring.parse(key)))
     write_orphan(wal, "s1", "ch_sealed")
     wal.close()
-    args = ["--wal-url", f"{fresh_redis.url}?key=enc:wal", "--redis-url", fresh_redis.url]
+    args = ["--wal-url", f"{fresh_redis.url}?key={ENC_WAL}", "--redis-url", fresh_redis.url]
     r = env.recover(*args)
     assert r.returncode == 2 and "no key was given" in r.stdout, r.stdout + r.stderr
     assert env.calls() == []
@@ -175,7 +177,7 @@ def test_recover_reads_the_key_of_an_encrypted_fleet_log(env: Env, fresh_redis: 
     assert r.returncode == 0, r.stdout + r.stderr
     assert [c["charge_id"] for c in env.calls()] == ["ch_sealed"]
     # The daemon's own records went into the shared log encrypted, and verify without a key.
-    r = env.cli("verify", "--wal-url", f"{fresh_redis.url}?key=enc:wal")
+    r = env.cli("verify", "--wal-url", f"{fresh_redis.url}?key={ENC_WAL}")
     assert r.returncode == 0, r.stdout
-    r = env.cli("certify", "--wal-url", f"{fresh_redis.url}?key=enc:wal", extra_env={"AGENT_SAGA_WAL_KEY": key})
+    r = env.cli("certify", "--wal-url", f"{fresh_redis.url}?key={ENC_WAL}", extra_env={"AGENT_SAGA_WAL_KEY": key})
     assert r.returncode == 0 and "CERTIFIED" in r.stdout, r.stdout + r.stderr

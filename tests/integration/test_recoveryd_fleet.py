@@ -28,6 +28,7 @@ CHAOS = ROOT / "tests" / "chaos"
 sys.path.insert(0, str(CHAOS))
 
 from chaos_bank import Bank  # noqa: E402
+from fixtures.redis_server import tagged  # noqa: E402
 
 N = 500
 CONCURRENCY = 8
@@ -51,7 +52,7 @@ def resolved(log_url: str) -> dict[str, str]:
 
 
 def test_three_replicas_resolve_500_orphans_exactly_once(tmp_path: Path, fresh_redis) -> None:  # type: ignore[no-untyped-def]
-    log_url = f"{fresh_redis.url}?key=fleet:wal"
+    log_url = f"{fresh_redis.url}?key={tagged('fleet:wal')}"
     bank = Bank(tmp_path / "bank")
     t0 = time.monotonic()
     worker = subprocess.run(

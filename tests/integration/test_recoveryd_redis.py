@@ -23,6 +23,7 @@ from agent_saga.recovery import (
 )
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
+from fixtures.redis_server import tagged
 
 CALLS: list[tuple[str, str]] = []
 
@@ -94,7 +95,7 @@ async def test_the_ledger_is_shared_and_escalations_are_idempotent(fresh_redis) 
 
 
 async def test_an_unreachable_store_refuses_instead_of_guessing(fresh_redis) -> None:  # type: ignore[no-untyped-def]
-    url = fresh_redis.url.replace("127.0.0.1", ":hunter2@127.0.0.1")
+    url = fresh_redis.url.replace("127.0.0.1", ":hunter2@127.0.0.1", 1)
     lock, ledger = RedisClaimLock(url, socket_timeout=1), RedisLedger(url, socket_timeout=1)
     fresh_redis.stop()
     with pytest.raises(ClaimStoreUnavailable) as info:
@@ -105,7 +106,7 @@ async def test_an_unreachable_store_refuses_instead_of_guessing(fresh_redis) -> 
 
 
 async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_redis, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    agent = RedisWAL(fresh_redis.url, key="rw", writer="agent-1")
+    agent = RedisWAL(fresh_redis.url, key=tagged("rw"), writer="agent-1")
 
     class Died(BaseException):
         pass
@@ -125,7 +126,7 @@ async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_r
     await agent.barrier()
     agent.close()
 
-    daemon_wal = RedisWAL(fresh_redis.url, key="rw", writer="recoveryd-1")
+    daemon_wal = RedisWAL(fresh_redis.url, key=tagged("rw"), writer="recoveryd-1")
     d = RecoveryDaemon(daemon_wal, ledger=RedisLedger(fresh_redis.url), lock=RedisClaimLock(fresh_redis.url),
                        lease_grace=0)
     rep = await d.sweep()
@@ -141,7 +142,7 @@ async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_r
     await d.close()
     await again.close()
     daemon_wal.close()
-    reader = open_reader(f"{fresh_redis.url}?key=rw")
+    reader = open_reader(f"{fresh_redis.url}?key={tagged('rw')}")
     assert fold(reader.records())["s"].status == ROLLED_BACK
     for writer in reader.chains():  # each writer's chain verifies: the agent's and the daemon's
         assert verify_records(reader.chain(writer)).ok
@@ -149,7 +150,7 @@ async def test_a_daemon_over_a_redis_wal_resolves_another_writers_orphan(fresh_r
 
 
 async def test_a_local_ledger_behind_a_shared_log_is_warned_about(fresh_redis, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    wal = RedisWAL(fresh_redis.url, key="rw2")
+    wal = RedisWAL(fresh_redis.url, key=tagged("rw2"))
     d = RecoveryDaemon(wal, ledger=FileLedger(tmp_path / "j"), lock=RedisClaimLock(fresh_redis.url))
     assert any("may compensate a step twice" in w for w in d.warnings)
     with pytest.raises(Exception, match="needs ledger= and lock="):

@@ -1,13 +1,16 @@
 """A 3-master Redis Cluster (``redis-cli --cluster create``): the Redis stores through a
 ``redis+cluster://`` URL, with the documented hash-tagged prefixes, and a slot migration
-in the middle of a run.
+in the middle of a run (``CLUSTER SETSLOT IMPORTING/MIGRATING``, ``MIGRATE``, ``SETSLOT
+NODE``: the clients follow the MOVED that follows).
 
-The cross-section: the RedisWAL (appending while its slot moves to another master, then
-read back and verified), the limit store (a budget held across the migration), the
-recovery claims and ledger, the kill switch and the approval store on the policy plane
-(``{agentsaga}`` prefix). A key prefix without a hash tag is refused at open, naming the
-fix; ``wait_replicas`` / ``min_replicas`` are refused on a cluster (WAIT needs the
-connection that wrote).
+The cross-section, one test per kind of data: the RedisWAL (8 sagas appending while its
+slot moves to another master; every acknowledged record read back, the chain verified),
+the spend counters (4 callers spending one budget while its slot moves: exactly the
+budget authorised), the recovery claims, the kill switch and the approval store on the
+policy plane (``{agentsaga}`` prefix), and the operator's projection read by a limit
+source that follows an edit. A key prefix without a hash tag is refused at open, naming
+the fix; ``wait_replicas`` / ``min_replicas`` are refused on a cluster (WAIT needs the
+connection that wrote). ``make test-redis-cluster`` runs the whole Redis suite on a cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from agent_saga import verify_records
@@ -29,6 +33,7 @@ from agent_saga.errors import ConfigurationError
 from agent_saga.recovery.redis import RedisClaimLock
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
+from fixtures.polling import until, until_async
 from fixtures.redis_ha import RedisClusterGroup
 
 PLANE = "{agentsaga}:v1"
@@ -61,7 +66,7 @@ def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified
 
     async def run() -> None:
         task = asyncio.gather(*(saga(i) for i in range(8)))
-        await asyncio.to_thread(lambda: _wait(lambda: len(acked) >= 40))
+        await until_async("the writers to make progress", lambda: len(acked) >= 40, timeout=30)
         await asyncio.to_thread(cluster.migrate_slot, slot)
         moved.set()
         await asyncio.wait_for(task, 60)
@@ -80,12 +85,6 @@ def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified
         reader.close()
 
 
-def _wait(cond: object, timeout: float = 30.0) -> None:
-    from fixtures.polling import until
-
-    until("the writers to make progress", cond, timeout=timeout)  # type: ignore[arg-type]
-
-
 def test_a_wal_key_without_a_hash_tag_is_refused_naming_the_fix(cluster: RedisClusterGroup) -> None:
     with pytest.raises(ConfigurationError, match=r"give the key prefix one hash tag.*\{agent-saga\}:wal"):
         RedisWAL(cluster.url, key="agent-saga:wal", writer="c-2")
@@ -93,25 +92,32 @@ def test_a_wal_key_without_a_hash_tag_is_refused_naming_the_fix(cluster: RedisCl
         RedisWAL(cluster.url, key=WAL_KEY, writer="c-3", wait_replicas=1)
 
 
-def test_a_budget_holds_across_a_slot_migration(cluster: RedisClusterGroup) -> None:
+def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(cluster: RedisClusterGroup) -> None:
     cluster.flush()
     store = RedisLimitStore(cluster.url, namespace="cluster-budget")
     charge = [Charge("spend", "fleet", 1.0, 30.0, 3600.0)]
+    slot = key_slot(store._keys[0])
+    before = cluster.owner(slot)
+    verdicts: list[bool] = []
+    moved = asyncio.Event()
 
-    async def spend(n: int) -> int:
-        ok = 0
-        for i in range(n):
-            ok += (await store.debit(charge, f"d-{time.monotonic_ns()}-{i}")).ok
-        return ok
+    async def spender(i: int) -> None:
+        k = 0
+        while not moved.is_set() or k < 10:  # debits before, during and after the move
+            verdicts.append((await store.debit(charge, f"d-{i}-{k}")).ok)
+            k += 1
 
-    async def run() -> int:
-        first = await spend(20)
-        await asyncio.to_thread(cluster.migrate_slot, key_slot(store._keys[0]))
-        rest = await spend(20)
+    async def run() -> None:
+        task = asyncio.gather(*(spender(i) for i in range(4)))
+        await until_async("10 debits before the migration", lambda: len(verdicts) >= 10, timeout=30)
+        await asyncio.to_thread(cluster.migrate_slot, slot)
+        moved.set()
+        await asyncio.wait_for(task, 60)
         await store.aclose()
-        return first + rest
 
-    assert asyncio.run(run()) == 30, "exactly the budget: the counters moved with their slot"
+    asyncio.run(run())
+    assert cluster.owner(slot) is not before, "the counters' slot moved to another master mid-run"
+    assert len(verdicts) > 30 and sum(verdicts) == 30, "exactly the budget: the counters moved with their slot"
 
     async def replicated() -> None:
         s = RedisLimitStore(cluster.url, namespace="x", min_replicas=1)
@@ -122,6 +128,42 @@ def test_a_budget_holds_across_a_slot_migration(cluster: RedisClusterGroup) -> N
             await s.aclose()
 
     asyncio.run(replicated())
+
+
+def test_the_operator_projects_limits_a_source_reads_on_a_cluster_and_refuses_an_untagged_prefix(
+        cluster: RedisClusterGroup) -> None:
+    from agent_saga.controls import RedisLimitSource
+    from agent_saga_operator.documents import Identity, budget_limit_doc
+    from agent_saga_operator.models import BudgetLimitSpec
+    from agent_saga_operator.projection import Projector
+
+    cluster.flush()
+    with pytest.raises(ConfigurationError, match=r"operator's projection.*needs a hash tag.*--key-prefix"):
+        Projector(cluster.url, prefix="agentsaga")
+    who = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, tzinfo=UTC))
+
+    async def project(max_total: int) -> None:
+        projector = Projector(cluster.url, prefix=PLANE.removesuffix(":v1"))
+        spec = BudgetLimitSpec.model_validate(
+            {"kind": "Budget", "arg": "amount", "maxTotal": max_total, "window": "24h"})
+        try:
+            await projector.begin_sync("n-1")
+            await projector.put("BudgetLimit", who.id, budget_limit_doc(spec, who))
+            assert await projector.mark_synced("n-1", now=time.time()) >= 0
+        finally:
+            await projector.aclose()
+
+    asyncio.run(project(900))
+    source = RedisLimitSource(cluster.url, namespaces=["payments"], prefix=PLANE, heartbeat=0.2)
+    try:
+        source.start()
+        assert [s.max_total for s in source.snapshot().specs] == [900]
+        assert source.writers_seen == {"operator"}
+        asyncio.run(project(500))  # an edit: the running source follows it
+        until("the source to read the edit", lambda: [s.max_total for s in source.snapshot().specs] == [500],
+              timeout=30)
+    finally:
+        source.close()
 
 
 def test_claims_are_exclusive_on_a_cluster(cluster: RedisClusterGroup) -> None:

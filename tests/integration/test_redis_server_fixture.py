@@ -13,7 +13,7 @@ from fixtures.redis_server import RedisServer
 
 
 def _client(server: RedisServer) -> redis.Redis:
-    return redis.Redis.from_url(server.url, socket_timeout=5, socket_connect_timeout=5)
+    return server.client(socket_timeout=5)
 
 
 def test_round_trip(fresh_redis: RedisServer) -> None:
@@ -32,6 +32,7 @@ def test_round_trip(fresh_redis: RedisServer) -> None:
         r.close()
 
 
+@pytest.mark.single_redis("one redis-server process: its pid changes across a restart, its port does not")
 def test_restart_mid_test_without_persistence_loses_data(fresh_redis: RedisServer) -> None:
     r = _client(fresh_redis)
     try:

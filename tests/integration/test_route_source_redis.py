@@ -16,7 +16,8 @@ from agent_saga_operator.documents import Identity, model_route_doc
 from agent_saga_operator.models import ModelRouteSpec
 from agent_saga_operator.projection import Projector
 from agent_saga_operator.testing import poll
-from fixtures.redis_server import RedisServer, client_for
+from fixtures.redis_server import KEY_PREFIX, RedisServer, client_for
+from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +32,7 @@ def spec(*hosts: str, applies_to: list[str] | None = None, **extra: Any) -> dict
 
 def project(url: str, name: str, body: dict[str, Any] | None, *, generation: int = 1) -> None:
     async def go() -> None:
-        p = Projector(url)
+        p = Projector(url, prefix=KEY_PREFIX)
         try:
             if body is None:
                 await p.delete("ModelRoute", f"payments/{name}")
@@ -56,9 +57,9 @@ def test_the_route_that_applies_decides_and_follows_every_edit(fresh_redis: Redi
     project(url, "billing", spec("b1", applies_to=["billing-*"]))
     project(url, "payments", spec("p1", "p2", preference=["p2", "p1"]))
     r = client_for(url)
-    r.set("agentsaga:v1:modelroute:payments/broken", "{not json")
-    r.sadd("agentsaga:v1:modelroute:index", "payments/broken")
-    src = RedisRouteSource(url, agent="payments-agent", namespaces=["payments"], heartbeat=0.1)
+    r.set(f"{P}:modelroute:payments/broken", "{not json")
+    r.sadd(f"{P}:modelroute:index", "payments/broken")
+    src = RedisRouteSource(url, agent="payments-agent", namespaces=["payments"], heartbeat=0.1, prefix=P)
     try:
         route = src.route()
         assert (route.id, [h.name for h in route.hosts]) == ("payments/payments", ["p2", "p1"])
@@ -86,7 +87,7 @@ def test_the_route_that_applies_decides_and_follows_every_edit(fresh_redis: Redi
 
 def test_the_last_route_keeps_deciding_while_the_plane_is_lost(fresh_redis: RedisServer) -> None:
     project(fresh_redis.url, "payments", spec("p1"))
-    src = RedisRouteSource(fresh_redis.url, agent="payments-agent", namespaces=["payments"], heartbeat=0.1)
+    src = RedisRouteSource(fresh_redis.url, agent="payments-agent", namespaces=["payments"], heartbeat=0.1, prefix=P)
     try:
         assert src.route().id == "payments/payments"
         fresh_redis.stop()
@@ -98,7 +99,7 @@ def test_the_last_route_keeps_deciding_while_the_plane_is_lost(fresh_redis: Redi
 
 def test_an_unread_plane_refuses_every_call(fresh_redis: RedisServer) -> None:
     fresh_redis.stop()
-    src = RedisRouteSource(fresh_redis.url, agent="payments-agent", heartbeat=0.1)
+    src = RedisRouteSource(fresh_redis.url, agent="payments-agent", heartbeat=0.1, prefix=P)
     try:
         with pytest.raises(RoutingUnavailable, match="no route for agent payments-agent: RedisRouteSource.* is unreachable"):
             Router(src, wal=None).complete(ModelRequest((Message("user", "x"),)))

@@ -16,19 +16,21 @@ from agent_saga.ui import LogIndex, start
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
 from fixtures.polling import until
+from fixtures.redis_server import tagged
 
 pytestmark = pytest.mark.integration
+UI_WAL = tagged("ui:wal")
 
 
 async def test_the_debugger_reads_a_fleet_log_from_redis(fresh_redis: Any) -> None:
     for writer in ("pod-a", "pod-b"):
-        wal = RedisWAL(fresh_redis.url, key="ui:wal", writer=writer)
+        wal = RedisWAL(fresh_redis.url, key=UI_WAL, writer=writer)
         try:
             async with saga_scope(wal, saga_id=f"order-{writer}") as saga:
                 await saga.execute("pay.charge", ActionSemantics.REVERSIBLE, lambda: None, policy_args={"amount": 7})
         finally:
             wal.close()
-    reader = open_reader(f"{fresh_redis.url}?key=ui:wal")
+    reader = open_reader(f"{fresh_redis.url}?key={UI_WAL}")
     index = LogIndex(reader)
     server = start(index, "127.0.0.1", 0, token="tok")
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -19,11 +19,11 @@ import redis
 from agent_saga import BaseWAL, ConfigurationError, WALError, WALStalled, verify_records
 from agent_saga.wal.redis import RedisLog, RedisWAL
 from fixtures.polling import until
-from fixtures.redis_server import client_for
+from fixtures.redis_server import client_for, tagged
 
 
 def new_key() -> str:
-    return f"t-{uuid.uuid4().hex[:8]}:wal"
+    return tagged(f"t-{uuid.uuid4().hex[:8]}:wal")
 
 
 def chain_of(url: str, key: str, writer: str) -> list[tuple[str, Any]]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._redis import Target, import_redis, loop_client, script
+from .._redis import Target, failures, import_redis, loop_client, script
 from ..errors import ConfigurationError
 from ..recovery.redis import RedisClaimLock
 from .errors import LockStoreUnavailable
@@ -80,6 +80,7 @@ return {0, holder or ''}
 
     def __init__(self, target: str | Any, *, namespace: str = "agent-saga", socket_timeout: float = 5.0) -> None:
         self._redis = import_redis(_FEATURE)
+        self._failures = failures(self._redis)
         if not isinstance(namespace, str) or not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(
                 f"namespace {namespace!r} must be a non-empty string without spaces or braces "
@@ -112,7 +113,7 @@ return {0, holder or ''}
             run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
         try:
             return await run(keys=[self.key(resource_id)], args=args, client=client)
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._target.unavailable(
                 LockStoreUnavailable,
                 f"Redis at {self.where} failed while {doing} {resource_id!r}; nothing was claimed or freed",
@@ -132,7 +133,7 @@ return {0, holder or ''}
     async def _do_holder(self, resource_id: str) -> str | None:
         try:
             return _text(await self._client().get(self.key(resource_id)))
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._target.unavailable(
                 LockStoreUnavailable, f"Redis at {self.where} failed while reading the holder of {resource_id!r}",
                 exc, store=f"Redis at {self.where}") from exc

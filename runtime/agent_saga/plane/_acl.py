@@ -22,7 +22,8 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
     operator   everything under P:v1:* and {L}:limits:*, SCRIPT LOAD (not FLUSH, CONFIG,
                ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
 
-Every role reads the whole policy plane. Redis checks the caller's ACL for every command
+Every role reads the whole policy plane, and the slot map of a Redis Cluster (so a
+cluster client can connect with it; create each user on every node of a cluster). Redis checks the caller's ACL for every command
 a script runs, so these rules hold inside scripts too: the scripts change nothing an agent
 could not do with single commands on the keys above (docs/threat-model.md says what that
 leaves a compromised agent).
@@ -43,7 +44,10 @@ ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
 _READS = ("+@connection", "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
           "+hmget", "+hkeys", "+hexists", "+hlen", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+smembers",
           "+sismember", "+scard", "+strlen", "+xrange", "+xrevrange", "+xlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
-          "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists")
+          "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists",
+          # A Redis Cluster client reads the slot map (CLUSTER SLOTS or SHARDS) when it connects
+          # and after a MOVED; COMMAND and ASKING are in @connection. On one server: an error.
+          "+cluster|slots", "+cluster|shards")
 
 
 def acl_rules(

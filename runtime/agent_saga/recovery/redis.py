@@ -37,7 +37,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from .._redis import Target, import_redis, loop_client, script
+from .._redis import Target, failures, import_redis, loop_client, script
 from ..errors import ConfigurationError
 from .batch import TurnBatch
 from .claims import Claim, new_token
@@ -59,6 +59,7 @@ class _RedisBase:
         if not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
         self._redis = redis
+        self._failures = failures(redis)
         self._ns = f"{{{namespace}}}:recovery"
         self._timeout = socket_timeout
         self._target = Target.of(target)
@@ -185,7 +186,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         token = new_token(self.owner)
         try:
             ok = await self._acquires.submit((self.key(name), token, max(1, int(ttl * 1000))))
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"claiming {name}") from exc
         return Claim(name, token, ttl) if ok else None
 
@@ -200,7 +201,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         """Extend ``claim`` if its token is still ours."""
         try:
             out = await self._eval("RENEW", [self.key(claim.name)], [claim.token, max(1, int(claim.ttl * 1000))])
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"renewing the claim on {claim.name}") from exc
         return bool(out)
 
@@ -208,7 +209,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         """Delete ``claim`` if its token is still ours."""
         try:
             await self._releases.submit(claim)
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"releasing the claim on {claim.name}") from exc
 
     async def _release_many(self, claims: list[Claim]) -> list[None]:
@@ -306,7 +307,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
             return set()
         try:
             vals = await self._writes.submit(("hmget", tuple(toks)))
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, "reading the done index") from exc
         return {t for t, v in zip(toks, vals, strict=True) if v is not None}
 
@@ -314,7 +315,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         """How many handler calls were started for ``token`` (diagnostics, tests)."""
         try:
             v = await self._client().hget(self._attempts, token)
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, "reading attempts") from exc
         return int(v or 0)
 
@@ -324,7 +325,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         kind = {LedgerKind.DONE: "done", LedgerKind.ATTEMPT: "attempt"}.get(entry.kind, "journal")
         try:
             await self._writes.submit((kind, (entry.token, doc)))
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
 
     async def escalate(self, escalation: Escalation) -> bool:
@@ -332,7 +333,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
         try:
             new = await self._writes.submit(("escalate", (escalation.id, doc)))
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
         return bool(new)
 
@@ -343,7 +344,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
             pipe.hgetall(self._esc)
             pipe.hgetall(self._resolved)
             raw, resolved = await pipe.execute()
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, "listing escalations") from exc
         out: list[Escalation] = []
         for k, v in raw.items():
@@ -361,7 +362,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         doc = json.dumps({"by": by, "note": note, "ts": time.time()}, sort_keys=True)
         try:
             out = await self._eval("RESOLVE", [self._esc, self._resolved], [escalation_id, doc])
-        except self._redis.RedisError as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, f"resolving escalation {escalation_id}") from exc
         return bool(out)
 

@@ -121,7 +121,7 @@ class RedisLogReader(_SharedLogReader):
     """Every writer's stream under ``key`` (or only ``writer``'s)."""
 
     def __init__(self, url: str) -> None:
-        from .._redis import connect, import_redis
+        from .._redis import connect, failures, import_redis
         from .redis import DEFAULT_KEY, RedisLog
 
         redis = import_redis("reading a RedisWAL")
@@ -133,12 +133,12 @@ class RedisLogReader(_SharedLogReader):
         self._writer = mine.get("writer")
         self._client = connect(clean, feature="reading a RedisWAL", socket_timeout=10.0)
         self._log = RedisLog(self._client, key, where)
-        self._errors = (redis.RedisError,)
+        self._errors = failures(redis)
         try:
             self._writers = [self._writer] if self._writer else self._log.writers()
             if self._writer and not self._client.exists(self._log.stream(self._writer)):
                 raise ConfigurationError(f"writer {self._writer!r} has no stream under key {key!r} at {where}")
-        except redis.RedisError as exc:
+        except self._errors as exc:
             raise WALError(f"cannot read {self.description}: {self._scrub(f'{type(exc).__name__}: {exc}')}") from exc
         if not self._writers:
             raise ConfigurationError(

@@ -46,7 +46,16 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from .._redis import Target, connect, dedicated, import_redis, is_cluster, one_slot, script
+from .._redis import (
+    Target,
+    connect,
+    dedicated,
+    failures,
+    import_redis,
+    is_cluster,
+    one_slot,
+    script,
+)
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
@@ -304,9 +313,9 @@ return g
                 "that wrote, and a cluster client spreads commands over nodes; use Sentinel "
                 "(redis+sentinel://) for replica-confirmed WAL writes, or wait_replicas=0")
         where, scrub = target_of.where, target_of.scrub
-        self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, redis.RedisError)
-        self._redis_errors: tuple[type[BaseException], ...] = (redis.RedisError,)
-        self._probe_errors: tuple[type[BaseException], ...] = (redis.RedisError, AttributeError)
+        self._redis_errors: tuple[type[BaseException], ...] = failures(redis)
+        self._read_errors: tuple[type[BaseException], ...] = (WALCorrupt, *self._redis_errors)
+        self._probe_errors: tuple[type[BaseException], ...] = (*self._redis_errors, AttributeError)
         self._client = client
         self._log = RedisLog(client, key, where)
         self._stream = self._log.stream(self.writer)
@@ -336,7 +345,7 @@ return g
             self._flush_client = dedicated(client)
             self._scripts = {"APPEND": script(self._flush_client, self.APPEND),
                              "COMPACT": script(self._flush_client, self.COMPACT)}
-        except redis.RedisError as exc:
+        except self._redis_errors as exc:
             self._close_client()
             raise WALError(
                 f"cannot open RedisWAL: Redis at {where} failed: {scrub(f'{type(exc).__name__}: {exc}')}"
@@ -415,7 +424,7 @@ return g
         read before the call is on N replicas once it returns; fewer acknowledgements
         raise ``WALStalled`` (nothing read may be acted on yet). ``False``: the record is
         gone, records were lost from the log's end (read it again whole). Raises
-        ``redis.RedisError`` if Redis cannot be reached."""
+        one of ``failures(redis)`` if Redis cannot be reached."""
         pipe = self._client.pipeline(transaction=False)
         if self.wait_replicas:
             pipe.incrby(self._log.gseq_key, 0)
@@ -504,7 +513,9 @@ def _make_client(redis: Any, target: Any, socket_timeout: float) -> tuple[Any, T
     """``(client, its password-free target, owned)`` for a URL or a client."""
     if isinstance(target, str):
         return connect(target, feature="RedisWAL", socket_timeout=socket_timeout), Target.of(target), True
-    if isinstance(target, redis.asyncio.Redis):
+    import redis.asyncio.cluster
+
+    if isinstance(target, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
         raise ConfigurationError(
             "RedisWAL takes a URL or a synchronous redis.Redis client: its private flusher "
             "thread cannot share an asyncio client bound to your event loop"
