@@ -273,7 +273,7 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                 if not (shapes or fk) and (k.__class__ is not str or _key_class(k) == 0):
                     continue  # what _scrub_str would return unchanged, without the call
                 sub = _scrub_str(k, v, fk, shapes)
-            elif tv is dict or tv is list or tv is tuple:
+            elif tv is dict or tv is list or tv is tuple or isinstance(v, dict | list | tuple | str):
                 sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
             else:
                 continue
@@ -296,7 +296,18 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                     items = list(obj)
                 items[i] = sub
         return obj if items is None else items
-    return obj
+    # A subclass (OrderedDict, defaultdict, a StrEnum member) is encoded like its base,
+    # so it is scrubbed as one; unchanged, it is returned as it was.
+    if isinstance(obj, dict):
+        plain: Any = dict(obj)
+    elif isinstance(obj, list | tuple):
+        plain = list(obj)
+    elif isinstance(obj, str):
+        plain = str(obj)
+    else:
+        return obj
+    sub = _walk(plain, key, free, shapes)
+    return obj if sub is plain else sub
 
 
 def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
