@@ -424,8 +424,8 @@ class BatchingWAL(BaseWAL):
     def _wake(self, durable: int | None) -> None:
         """Wake the fences after a batch (``durable`` its last seq; None: all of them, to
         raise). Called after ``_durable_seq`` or ``_failed`` changed. Every loop's fences
-        of this moment are handed over in one list and one ``call_soon_threadsafe``; a
-        fence whose record is not durable yet waits again (see ``barrier``)."""
+        of this moment are handed over in one list and one ``call_soon_threadsafe``
+        (``_resolve`` sorts them on the loop)."""
         groups = self._groups
         if groups:
             for loop in list(groups):
@@ -433,7 +433,7 @@ class BatchingWAL(BaseWAL):
                 if group is None:
                     continue
                 try:
-                    loop.call_soon_threadsafe(_resolve, group.futs)
+                    loop.call_soon_threadsafe(self._resolve, loop, group, durable is None)
                 except RuntimeError:
                     pass  # the loop is closed: nobody is waiting any more
         if self._waiters:
@@ -441,6 +441,36 @@ class BatchingWAL(BaseWAL):
                 w = self._waiters
                 while w and (durable is None or w[0][0] <= durable):
                     heapq.heappop(w)[2].set()
+
+    def _resolve(self, loop: asyncio.AbstractEventLoop, group: _Waiters, everyone: bool) -> None:
+        """On ``loop``, after a batch: wake the fences of ``group`` whose record is durable
+        (all of them if ``everyone``: the writer failed or closed) and put the others
+        back with the loop's fences waiting now, so no fence is woken before its record is."""
+        durable = self._durable_seq
+        everyone = everyone or self._failed is not None
+        later: list[Fence] = []
+        for fence in group.fences:
+            fut = fence[1]
+            if fut.done():
+                continue  # cancelled meanwhile
+            if everyone or fence[0] <= durable:
+                fut.set_result(None)
+            else:
+                later.append(fence)
+        if not later:
+            return
+        groups = self._groups
+        again = groups.get(loop)
+        if again is None:
+            again = groups.setdefault(loop, _Waiters())
+        for fence in later:
+            again.add(fence)
+        # A batch that ended meanwhile may have taken ``again`` before these joined it.
+        durable = self._durable_seq
+        failed = self._failed is not None or self._closed
+        for fence in later:
+            if (failed or fence[0] <= durable) and not fence[1].done():
+                fence[1].set_result(None)
 
     # ------------------------------------------------------------------ fences
 
@@ -486,17 +516,15 @@ class BatchingWAL(BaseWAL):
                 if group is None:
                     group = groups.setdefault(loop, _Waiters())
                 fut: asyncio.Future[None] = loop.create_future()
-                group.futs.append(fut)
-                if deadline < group.deadline:
-                    group.deadline, group.seq, group.limit = deadline, seq, limit
-                if seq <= self._durable_seq or self._failed is not None:
+                group.add((seq, fut, deadline, limit))
+                if seq <= self._durable_seq or self._failed is not None or self._closed:
                     break
                 if t0 < 0 and obs is not None:
                     t0 = time.monotonic()
                 await fut
-                if seq <= self._durable_seq or self._failed is not None:
+                if seq <= self._durable_seq or self._failed is not None or self._closed:
                     break
-                # Woken by a batch that ended before this record: wait for the next one.
+                # Not durable yet (``_resolve`` wakes only fences that are): wait again.
         finally:
             if t0 >= 0 and obs is not None:
                 _observe.safely(obs.fence_waited, time.monotonic() - t0)
@@ -724,23 +752,25 @@ class SharedLogReads:
             yield pair[1]
 
 
-class _Waiters:
-    """The fences of one event loop waiting for the next batch: their futures, and the
-    earliest deadline among them with its fence's seq and bound (for the watchdog)."""
+Fence = tuple[int, "asyncio.Future[None]", float, float]  # seq, future, deadline, bound
 
-    __slots__ = ("deadline", "futs", "limit", "seq")
+
+class _Waiters:
+    """The fences of one event loop waiting for the next batch, and the earliest deadline
+    among them with its fence's seq and bound (for the watchdog)."""
+
+    __slots__ = ("deadline", "fences", "limit", "seq")
 
     def __init__(self) -> None:
-        self.futs: list[asyncio.Future[None]] = []
+        self.fences: list[Fence] = []
         self.deadline = float("inf")
         self.seq = 0
         self.limit = 0.0
 
-
-def _resolve(futs: list[asyncio.Future[None]]) -> None:
-    for f in futs:
-        if not f.done():
-            f.set_result(None)
+    def add(self, fence: Fence) -> None:
+        self.fences.append(fence)
+        if fence[2] < self.deadline:
+            self.deadline, self.seq, self.limit = fence[2], fence[0], fence[3]
 
 
 _open_wals: weakref.WeakSet[BatchingWAL] = weakref.WeakSet()

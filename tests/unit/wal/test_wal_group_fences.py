@@ -1,8 +1,8 @@
 """Fences share a batch's wake-up; a batch is sealed with one credential-hint scan.
 
 What these pin: one ``call_soon_threadsafe`` per loop per batch however many fences wait,
-a cancelled fence leaves the others of its batch waiting, a fence woken by a batch that
-ended before its record keeps waiting for its own, and ``seal_batch`` writes the same
+a cancelled fence leaves the others of its batch waiting, a fence that joined while an
+earlier batch was being written returns only once its own batch is durable, and ``seal_batch`` writes the same
 chain (the documented formula) and redacts the same secrets as sealing each record alone.
 """
 
@@ -88,7 +88,7 @@ async def test_a_cancelled_fence_leaves_the_others_of_its_batch_waiting(tmp_path
         wal.close()
 
 
-async def test_a_fence_woken_by_an_earlier_batch_waits_for_its_own(tmp_path: Path) -> None:
+async def test_a_fence_waiting_during_an_earlier_batch_returns_only_with_its_own(tmp_path: Path) -> None:
     gate = Gate()
     wal = FileWAL(tmp_path / "w.wal", fault_hook=gate)
     try:
@@ -98,7 +98,7 @@ async def test_a_fence_woken_by_an_earlier_batch_waits_for_its_own(tmp_path: Pat
         second = wal.append("STEP_INTENT", "s-1", None, {"i": 2})
         t2 = asyncio.create_task(wal.barrier(second))
         await asyncio.sleep(0)  # one turn: t2 joins the fences waiting on this loop
-        gate.go.put(None)  # batch 1 lands and wakes both fences
+        gate.go.put(None)  # batch 1 lands: it wakes the first fence only
         await t1
         await gate.reached()  # batch 2 (seq 2) is held before its write
         assert wal.stats().durable_seq == first
