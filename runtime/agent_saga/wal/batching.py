@@ -447,13 +447,18 @@ class BatchingWAL(BaseWAL):
         (all of them if ``everyone``: the writer failed or closed) and put the others
         back with the loop's fences waiting now, so no fence is woken before its record is."""
         durable = self._durable_seq
-        everyone = everyone or self._failed is not None
+        if everyone or group.top <= durable or self._failed is not None:
+            for fence in group.fences:  # the usual case: the batch covered every fence
+                fut = fence[1]
+                if not fut.done():  # else cancelled meanwhile
+                    fut.set_result(None)
+            return
         later: list[Fence] = []
         for fence in group.fences:
             fut = fence[1]
             if fut.done():
                 continue  # cancelled meanwhile
-            if everyone or fence[0] <= durable:
+            if fence[0] <= durable:
                 fut.set_result(None)
             else:
                 later.append(fence)
@@ -516,7 +521,11 @@ class BatchingWAL(BaseWAL):
                 if group is None:
                     group = groups.setdefault(loop, _Waiters())
                 fut: asyncio.Future[None] = loop.create_future()
-                group.add((seq, fut, deadline, limit))
+                group.fences.append((seq, fut, deadline, limit))  # = group.add, inline
+                if seq > group.top:
+                    group.top = seq
+                if deadline < group.deadline:
+                    group.deadline, group.seq, group.limit = deadline, seq, limit
                 if seq <= self._durable_seq or self._failed is not None or self._closed:
                     break
                 if t0 < 0 and obs is not None:
@@ -756,19 +765,22 @@ Fence = tuple[int, "asyncio.Future[None]", float, float]  # seq, future, deadlin
 
 
 class _Waiters:
-    """The fences of one event loop waiting for the next batch, and the earliest deadline
-    among them with its fence's seq and bound (for the watchdog)."""
+    """The fences of one event loop waiting for the next batch, their highest seq, and
+    the earliest deadline among them with its fence's seq and bound (for the watchdog)."""
 
-    __slots__ = ("deadline", "fences", "limit", "seq")
+    __slots__ = ("deadline", "fences", "limit", "seq", "top")
 
     def __init__(self) -> None:
         self.fences: list[Fence] = []
+        self.top = 0  # the highest seq among them
         self.deadline = float("inf")
         self.seq = 0
         self.limit = 0.0
 
     def add(self, fence: Fence) -> None:
         self.fences.append(fence)
+        if fence[0] > self.top:
+            self.top = fence[0]
         if fence[2] < self.deadline:
             self.deadline, self.seq, self.limit = fence[2], fence[0], fence[3]
 
