@@ -545,6 +545,10 @@ class BatchingWAL(BaseWAL):
             ):
                 raise self._stalled(seq, limit)  # this fence is the one that passed its bound
             self._check(seq)  # nothing to raise otherwise
+        if seq > self._durable_seq and self._failed is None:
+            # Woken by close() with this seq never written (one that was not appended):
+            # never report it durable.
+            raise WALClosed(f"WAL {self.name} closed before seq {seq} was durable (durable up to {self._durable_seq})")
 
     def _ask(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from agent_saga import FileWAL, Record, verify_records
+from agent_saga import FileWAL, Record, WALClosed, verify_records
 from agent_saga.chain import content_digest, header_hash, seal_batch
 from agent_saga.records import GENESIS, canonical_json
 from agent_saga.scrubber import REDACTED
@@ -161,3 +161,13 @@ def test_seal_batch_hands_an_unencodable_record_to_on_error_and_keeps_the_chain(
     assert rejected == [(2, "ValueError")]
     assert [r.type for r, _ in sealed] == ["STEP_INTENT", "RECORD_REJECTED", "STEP_INTENT"]
     _check_chain(sealed)
+
+
+async def test_a_fence_for_a_seq_never_written_raises_when_the_wal_closes(tmp_path: Path) -> None:
+    wal = FileWAL(tmp_path / "n.wal")
+    last = wal.append("STEP_INTENT", "s-1", None, {"i": 1})
+    waiting = asyncio.create_task(wal.barrier(last + 5))  # a seq nobody appended
+    await asyncio.sleep(0)  # one turn: the fence joins the loop's waiting fences
+    wal.close()
+    with pytest.raises(WALClosed, match=f"closed before seq {last + 5} was durable"):
+        await waiting
