@@ -52,19 +52,27 @@ def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
 
     This is the record codec boundary every writer goes through, so it is where the secret
     scrubber runs (``agent_saga.scrubber``): a secret in the payload or the header ids is
-    redacted before anything is hashed or written. ``salt`` (``SALT_BYTES`` random bytes)
-    may be passed in so a writer can draw the salts of a whole batch with one
+    redacted before anything is hashed or written. The one exception is a record appended
+    with ``append_prepared`` (``rec.encode``): its producer builds the canonical text from
+    values it screened once (a route's host names) and scrubs the rest itself
+    (``wal.prepared``), so the text is taken as it is. ``salt`` (``SALT_BYTES`` random
+    bytes) may be passed in so a writer can draw the salts of a whole batch with one
     ``os.urandom`` call.
     """
     rec.saga = scrub_id(rec.saga)
     if rec.step is not None:
         rec.step = scrub_id(rec.step)
-    canonical = "null" if rec.payload is None else canonical_json(rec.payload)
-    if rec.payload is not None:
-        scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical)
-        if scrubbed is not rec.payload:
-            rec.payload = scrubbed
-            canonical = canonical_json(scrubbed)
+    encode = rec.encode
+    if encode is not None:
+        rec.encode = None  # once: a producer that raises gets its record rejected, not retried
+        canonical = encode()
+    else:
+        canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+        if rec.payload is not None:
+            scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical)
+            if scrubbed is not rec.payload:
+                rec.payload = scrubbed
+                canonical = canonical_json(scrubbed)
     if salt is None:
         salt = os.urandom(SALT_BYTES)
     rec.salt = salt.hex()
