@@ -26,6 +26,14 @@ What each figure includes (all measured in the same run, in the same process):
                         sealing, scrubbing, writing and fdatasync system time) per decision
                         over a batch ended by a barrier, minus the model call: what a
                         decision costs the machine, reported next to the target.
+    caller_cpu_per_decision_us, flusher_cpu_per_decision_us
+                        the calling thread's CPU per decision (minus the model call's) and
+                        the WAL flusher thread's (building the record's text, sealing,
+                        writing, fdatasync system time), from thread CPU clocks.
+    ordinary_p50_us     the same decisions on a route marked not screened: each record is
+                        encoded and scrubbed whole on the flusher (with its two CPU figures,
+                        ordinary_*_cpu_per_decision_us); decision_over_ordinary compares the
+                        two paths at the same load.
     durable_p50_us      complete() followed by barrier_sync(): the latency if a caller
                         waited for the decision to be fdatasync'ed before using the answer
                         (``Router(durable=True)``); not the default, reported separately.
