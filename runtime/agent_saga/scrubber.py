@@ -91,7 +91,7 @@ REFERENCE_SUFFIXES = frozenset(
 #: Payload keys whose strings are free text, scanned for phrases as well as shapes.
 FREE_TEXT_KEYS = frozenset(
     {
-        "description", "reason", "note", "notes", "message", "error", "comment", "detail",
+        "description", "reason", "reasons", "note", "notes", "message", "error", "comment", "detail",
         "details", "summary", "text", "title", "tags", "cause", "why",
     }
 )
@@ -273,10 +273,12 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                 if not (shapes or fk) and (k.__class__ is not str or _key_class(k) == 0):
                     continue  # what _scrub_str would return unchanged, without the call
                 sub = _scrub_str(k, v, fk, shapes)
-            elif tv is dict or tv is list or tv is tuple or isinstance(v, dict | list | tuple | str):
+            elif tv is dict or tv is list or tv is tuple:
                 sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
-            else:
+            elif tv is int or tv is float or tv is bool or v is None or not isinstance(v, dict | list | tuple | str):
                 continue
+            else:  # a subclass of one of them
+                sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
             if sub is not v:
                 if new is None:
                     new = dict(obj)

@@ -52,7 +52,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 from .. import observe as _observe
@@ -68,6 +68,7 @@ from ..errors import (
 from ..records import GENESIS, Record
 from .base import Backpressure, BaseWAL, FaultHook, WALStats
 from .compaction import CompactionAborted, CompactionReport, CompactionRequest
+from .prepared import PreparedPayload
 from .urls import Scrubber
 
 log = logging.getLogger("agent_saga.wal")
@@ -226,13 +227,25 @@ class BatchingWAL(BaseWAL):
         payload: dict[str, Any] | None = None,
     ) -> int:
         """Queue a record and return its ``seq``; never waits for the server."""
+        return self._queue(type, saga, step, payload, None)
+
+    def append_prepared(self, type: str, saga: str, step: str | None, prepared: PreparedPayload) -> int:
+        """``append`` of a payload already encoded and scrubbed by its producer: the seal
+        takes ``prepared.text()`` as the canonical payload (see ``wal.prepared``)."""
+        return self._queue(type, saga, step, None, prepared.text)  # built by the flusher, in _seal
+
+    def _queue(self, type: str, saga: str, step: str | None, payload: dict[str, Any] | None,
+               encode: Callable[[], str] | None) -> int:
         with self._lock:
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
                 self._refuse()
             seq = self._next_seq
             self._next_seq = seq + 1
-            pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
+            rec = Record(type, saga, step, payload, seq, time.time_ns() // 1000)
+            if encode is not None:
+                rec.encode = encode
+            pending.append(rec)
             if len(pending) >= self._max_batch:
                 self._work.notify()  # a full batch goes now; otherwise a fence or linger
         return seq
