@@ -26,6 +26,14 @@ What each figure includes (all measured in the same run, in the same process):
                         sealing, scrubbing, writing and fdatasync system time) per decision
                         over a batch ended by a barrier, minus the model call: what a
                         decision costs the machine, reported next to the target.
+    caller_cpu_per_decision_us, flusher_cpu_per_decision_us
+                        the calling thread's CPU per decision (minus the model call's) and
+                        the WAL flusher thread's (building the record's text, sealing,
+                        writing, fdatasync system time), from thread CPU clocks.
+    ordinary_p50_us     the same decisions on a route marked not screened: each record is
+                        encoded and scrubbed whole on the flusher (with its two CPU figures,
+                        ordinary_*_cpu_per_decision_us); decision_over_ordinary compares the
+                        two paths at the same load.
     durable_p50_us      complete() followed by barrier_sync(): the latency if a caller
                         waited for the decision to be fdatasync'ed before using the answer
                         (``Router(durable=True)``); not the default, reported separately.
@@ -116,6 +124,21 @@ def cpu_per_call(fn: Callable[[int], Any], n: int, wal: FileWAL) -> float:
     return (time.process_time_ns() - t0) / 1000 / n
 
 
+def split_cpu(fn: Callable[[int], Any], n: int, wal: FileWAL) -> tuple[float, float]:
+    """CPU per call of the calling thread, and of the WAL's flusher thread (sealing,
+    encoding, scrubbing, writing, fdatasync system time) per call, over ``n`` calls and the
+    barrier that ends them. Thread CPU clocks: a loaded machine inflates them far less
+    than wall-clock latencies."""
+    wal.barrier_sync()
+    flusher = time.pthread_getcpuclockid(wal._flusher.ident)  # type: ignore[union-attr]
+    f0, c0 = time.clock_gettime_ns(flusher), time.thread_time_ns()
+    for i in range(n):
+        fn(i)
+    c1 = time.thread_time_ns()
+    wal.barrier_sync()
+    return (c1 - c0) / 1000 / n, (time.clock_gettime_ns(flusher) - f0) / 1000 / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000)
@@ -130,6 +153,11 @@ def main() -> None:
         floor_wal = FileWAL(Path(d) / "floor.wal")
         route = Route(hosts(), constraints=Constraints(max_cost_class="Medium"))
         router = Router(route, wal=wal)
+        # The same route with its names not taken as screened: each record is encoded and
+        # scrubbed whole on the flusher (the path of a route whose names the scrubber touches).
+        whole = Route(hosts(), constraints=Constraints(max_cost_class="Medium"))
+        whole.screened = False
+        ordinary = Router(whole, wal=wal)
         durable = Router(route, wal=wal, durable=True)
         bare = Router(route, wal=None)
         host = route.hosts[5]
@@ -141,6 +169,7 @@ def main() -> None:
         measures: dict[str, tuple[Callable[[int], Any], int]] = {
             "decision": (call, per),
             "model_call": (lambda i: host.complete(reqs[i & 63], timeout=60), per),
+            "ordinary": (lambda i: ordinary.complete(reqs[i & 63]), per),
             "no_wal": (lambda i: bare.complete(reqs[i & 63]), per),
             "durable": (lambda i: durable.complete(reqs[i & 63]), max(per // 50, 50)),
             "floor_sha256": (lambda i: hashlib.sha256(canonical_json(reqs[i & 63].to_doc()).encode()).hexdigest(),
@@ -154,16 +183,20 @@ def main() -> None:
             call(0)
         best: dict[str, list[float]] = {}
         cpu: list[float] = []
+        split: list[tuple[float, float]] = []
+        split_ordinary: list[tuple[float, float]] = []
         for _ in range(ROUNDS):
             for name, (fn, n) in measures.items():
                 s = timed(fn, n)
                 if name not in best or _common.pct(s, 0.5) < _common.pct(best[name], 0.5):
                     best[name] = s
             cpu.append(cpu_per_call(call, per, wal))
+            split.append(split_cpu(call, per, wal))
+            split_ordinary.append(split_cpu(measures["ordinary"][0], per, wal))
         model_cpu = min(cpu_per_call(measures["model_call"][0], per, wal) for _ in range(3))
         no_wal_cpu = min(cpu_per_call(measures["no_wal"][0], per, wal) for _ in range(3))
         wal.barrier_sync()
-        decisions = router.calls + durable.calls
+        decisions = router.calls + durable.calls + ordinary.calls
         stats = wal.stats()
         wal.close()
         floor_wal.close()
@@ -186,6 +219,12 @@ def main() -> None:
         "cpu_per_decision_us": round(cpu_decision, 2),
         "cpu_per_decision_no_wal_us": round(no_wal_cpu - model_cpu, 2),
         "cpu_per_record_us": round(cpu_decision - (no_wal_cpu - model_cpu), 2),
+        "caller_cpu_per_decision_us": round(min(c for c, _ in split) - model_cpu, 2),
+        "flusher_cpu_per_decision_us": round(min(f for _, f in split), 2),
+        "ordinary_p50_us": round(p50["ordinary"] - model, 2),
+        "ordinary_caller_cpu_per_decision_us": round(min(c for c, _ in split_ordinary) - model_cpu, 2),
+        "ordinary_flusher_cpu_per_decision_us": round(min(f for _, f in split_ordinary), 2),
+        "decision_over_ordinary": round(decision / max(p50["ordinary"] - model, 1e-9), 3),
         "durable_p50_us": round(p50["durable"] - model, 2),
         "no_wal_p50_us": round(p50["no_wal"] - model, 2),
         "model_call_p50_us": round(model, 2),

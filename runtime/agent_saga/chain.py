@@ -22,12 +22,12 @@ import bisect
 import hashlib
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import WALCorrupt
 from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
-from .scrubber import scrub_id, scrub_payload
+from .scrubber import scrub_id, scrub_payload, texts_hinted
 
 SALT_BYTES = 16
 _sha256 = hashlib.sha256
@@ -47,24 +47,42 @@ def header_hash(rec: Record) -> str:
     ).hexdigest()
 
 
-def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
+def seal(
+    rec: Record,
+    prev: str,
+    salt: bytes | None = None,
+    *,
+    canonical: str | None = None,
+    hinted: bool | None = None,
+) -> str:
     """Fill salt, digest, prev and hash of ``rec``; return its canonical payload text.
 
     This is the record codec boundary every writer goes through, so it is where the secret
     scrubber runs (``agent_saga.scrubber``): a secret in the payload or the header ids is
-    redacted before anything is hashed or written. ``salt`` (``SALT_BYTES`` random bytes)
-    may be passed in so a writer can draw the salts of a whole batch with one
-    ``os.urandom`` call.
+    redacted before anything is hashed or written. The one exception is a record appended
+    with ``append_prepared`` (``rec.encode``): its producer builds the canonical text from
+    values it screened once (a route's host names) and scrubs the rest itself
+    (``wal.prepared``), so the text is taken as it is. ``salt`` (``SALT_BYTES`` random
+    bytes) may be passed in so a writer can draw the salts of a whole batch with one
+    ``os.urandom`` call; ``canonical`` (the payload's canonical text) and ``hinted=False``
+    (no credential hint in it) when the writer scanned a whole batch's texts at once
+    (``seal_batch``).
     """
     rec.saga = scrub_id(rec.saga)
     if rec.step is not None:
         rec.step = scrub_id(rec.step)
-    canonical = "null" if rec.payload is None else canonical_json(rec.payload)
-    if rec.payload is not None:
-        scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical)
-        if scrubbed is not rec.payload:
-            rec.payload = scrubbed
-            canonical = canonical_json(scrubbed)
+    encode = rec.encode
+    if encode is not None:
+        rec.encode = None  # once: a producer that raises gets its record rejected, not retried
+        canonical = encode()
+    else:
+        if canonical is None:
+            canonical = "null" if rec.payload is None else canonical_json(rec.payload)
+        if rec.payload is not None:
+            scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical, hinted=hinted)
+            if scrubbed is not rec.payload:
+                rec.payload = scrubbed
+                canonical = canonical_json(scrubbed)
     if salt is None:
         salt = os.urandom(SALT_BYTES)
     rec.salt = salt.hex()
@@ -75,6 +93,50 @@ def seal(rec: Record, prev: str, salt: bytes | None = None) -> str:
     rec.hash = header_hash(rec)
     return canonical
 
+
+_UNENCODABLE = "\x00unencodable"  # a marker no canonical JSON text equals (it starts with NUL)
+
+
+def seal_batch(
+    batch: Sequence[Record], prev: str, on_error: Callable[[Record, Exception], None]
+) -> list[tuple[Record, str]]:
+    """Seal ``batch`` in order onto ``prev``: ``seal`` for each record, with one
+    ``os.urandom`` for every salt and one credential-hint scan of every payload's
+    canonical text at once (the scrubber then walks each payload by key name only, unless
+    the batch's text holds a hint: then every payload gets the full scan, as alone).
+
+    A record appended with ``append_prepared`` is left out of the scan: its producer
+    encodes and scrubs its text (``seal`` calls ``rec.encode``).
+
+    A record whose payload cannot be encoded (``TypeError``/``ValueError``) is handed to
+    ``on_error``, which must make it encodable (the writer turns it into a
+    ``RECORD_REJECTED`` record under the same seq), then sealed as alone.
+    """
+    texts: list[str | None] = []  # None: encoded by its producer (``rec.encode``) in ``seal``
+    for rec in batch:
+        if rec.encode is not None:
+            texts.append(None)
+            continue
+        try:
+            texts.append("null" if rec.payload is None else canonical_json(rec.payload))
+        except (TypeError, ValueError):
+            texts.append(_UNENCODABLE)
+    hinted = None if texts_hinted([t for t in texts if t is not None and t is not _UNENCODABLE]) else False
+    salts = os.urandom(SALT_BYTES * len(batch))
+    out: list[tuple[Record, str]] = []
+    for i, rec in enumerate(batch):
+        text = texts[i]
+        try:
+            if text is _UNENCODABLE:
+                canonical_json(rec.payload)  # raises the encoding error again
+            salt = salts[i * SALT_BYTES : (i + 1) * SALT_BYTES]
+            canonical = seal(rec, prev, salt, canonical=text, hinted=hinted)
+        except (TypeError, ValueError) as exc:
+            on_error(rec, exc)
+            canonical = seal(rec, prev)
+        out.append((rec, canonical))
+        prev = rec.hash
+    return out
 
 
 # ---------------------------------------------------------------------- attestations

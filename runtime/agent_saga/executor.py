@@ -8,6 +8,10 @@ own saturation.
 Invariants:
 - At most ``max_workers`` threads run tool work; threads are started on demand and stay
   (after a shrink, surplus threads take no new work and exit).
+- A call goes straight to an idle worker (the one freed last) through that worker's own
+  mailbox: one ``SimpleQueue.put`` wakes exactly that thread. A worker that finishes a
+  call takes the next queued one, or parks itself idle, before it wakes the caller, so a
+  caller making calls one after another keeps one thread busy instead of two.
 - Saturation (every worker running a call and work waiting) is counted once per episode
   and logged at WARNING once per episode; the episode ends when the queue drains. A
   worker is freed before its caller is woken, so a caller never sees a stale "busy".
@@ -25,6 +29,7 @@ import asyncio
 import contextvars
 import logging
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -89,8 +94,21 @@ def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
         fut.set_exception(value)
 
 
+class _Worker:
+    """One pool thread's mailbox: the submitter hands it its next call directly."""
+
+    __slots__ = ("box",)
+
+    def __init__(self) -> None:
+        self.box: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+
+
 class ToolExecutor:
     """A bounded pool of daemon threads for blocking tool work (see the module doc).
+
+    A call goes straight to an idle worker's mailbox (one ``SimpleQueue.put``, which
+    wakes that thread and nothing else); with none idle it starts a worker (under the
+    bound) or waits in the queue, which a worker drains before it goes idle again.
 
     Raises ``ConfigurationError`` for ``max_workers`` < 1.
     """
@@ -98,11 +116,11 @@ class ToolExecutor:
     def __init__(self, max_workers: int, *, name: str = "agent-saga-tool") -> None:
         _check_size(max_workers)
         self._name = name
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[_Item] = deque()
+        self._lock = threading.Lock()
+        self._queue: deque[_Item] = deque()  # calls waiting for a worker
+        self._idle: list[_Worker] = []  # workers waiting for a call (most recent last)
         self._max = max_workers
         self._threads = 0
-        self._idle = 0
         self._active = 0
         self._peak_queued = 0
         self._saturated_count = 0
@@ -119,17 +137,24 @@ class ToolExecutor:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         item = _Item(fn, kwargs, loop, fut)
+        worker: _Worker | None = None
         spawn = False
-        with self._cond:
-            self._queue.append(item)
-            if len(self._queue) <= self._idle:
-                self._cond.notify()
+        warn = 0
+        with self._lock:
+            if self._idle:
+                worker = self._idle.pop()
+                self._active += 1
             elif self._threads < self._max:
                 self._threads += 1
+                self._active += 1
                 spawn = True
-            warn = self._check_saturation()
-        if spawn:
-            self._spawn()
+            else:
+                self._queue.append(item)
+                warn = self._check_saturation()
+        if worker is not None:
+            worker.box.put(item)
+        elif spawn:
+            self._spawn(item)
         if warn:
             self._warn(warn)
         return fut
@@ -156,40 +181,48 @@ class ToolExecutor:
             waiting,
         )
 
-    def _spawn(self) -> None:
+    def _spawn(self, first: _Item) -> None:
+        """Start a worker whose first call is ``first`` (counted in threads and active)."""
         self._seq += 1
-        t = threading.Thread(target=self._work, name=f"{self._name}-{self._seq}", daemon=True)
+        t = threading.Thread(target=self._work, args=(first,), name=f"{self._name}-{self._seq}", daemon=True)
         try:
             t.start()
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._threads -= 1
+                self._active -= 1
+            _settle_threadsafe(first, False, RuntimeError("agent-saga could not start a tool worker thread"))
             raise
 
-    def _work(self) -> None:
-        cond = self._cond
-        while True:
-            with cond:
-                while True:
-                    if self._threads > self._max:
-                        self._threads -= 1  # shrunk: this thread is surplus
-                        if self._queue:
-                            cond.notify()
-                        return
-                    if self._queue:
-                        break
-                    self._idle += 1
-                    cond.wait()
-                    self._idle -= 1
-                item = self._queue.popleft()
+    def _done_then_next(self, me: _Worker) -> tuple[_Item | None, bool]:
+        """After a call (with the lock not held): free this worker and pick what it does
+        next: a queued call, or park in the idle list (``None, True``), or exit as surplus
+        after a shrink (``None, False``). Done before the caller is woken, so the caller
+        never sees a stale "busy" and its next call can come straight here."""
+        warn = 0
+        with self._lock:
+            self._active -= 1
+            if self._threads > self._max:
+                self._threads -= 1  # shrunk: this thread is surplus
+                return None, False
+            if self._queue:
+                item: _Item | None = self._queue.popleft()
                 self._active += 1
                 if not self._queue:
                     self._saturated = False  # the episode ends when the queue drains
-                    warn = 0
                 else:
                     warn = self._check_saturation()
-            if warn:
-                self._warn(warn)
+            else:
+                self._idle.append(me)
+                item = None
+        if warn:
+            self._warn(warn)
+        return item, True
+
+    def _work(self, first: _Item) -> None:
+        me = _Worker()
+        item: _Item | None = first
+        while item is not None:
             value: Any = None
             ok = True
             skipped = item.fut.cancelled()  # nobody waits any more and it has not started
@@ -198,31 +231,40 @@ class ToolExecutor:
                     value = item.ctx.run(item.fn, **item.kwargs)
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
                     value, ok = exc, False
-            with cond:
-                # Free before settling: whoever awaits the result sees this worker free.
-                self._active -= 1
+            nxt, stay = self._done_then_next(me)
             if not skipped:
-                try:
-                    item.loop.call_soon_threadsafe(_settle, item.fut, ok, value)
-                except RuntimeError:
-                    pass  # the loop is closed: nobody can be waiting
+                _settle_threadsafe(item, ok, value)
             del item, value
+            if nxt is None and stay:
+                nxt = me.box.get()  # None: told to exit by a shrink
+            item = nxt
 
     def resize(self, max_workers: int) -> None:
         """Change the worker bound. Growing starts workers for queued calls at once;
-        shrinking lets surplus workers exit when they finish their current call."""
+        shrinking lets surplus workers exit (idle ones at once, busy ones when they finish
+        their current call)."""
         _check_size(max_workers)
-        with self._cond:
+        starts: list[_Item] = []
+        leave: list[_Worker] = []
+        with self._lock:
             self._max = max_workers
-            spawn = max(0, min(len(self._queue) - self._idle, max_workers - self._threads))
-            self._threads += spawn
-            self._cond.notify_all()
-        for _ in range(spawn):
-            self._spawn()
+            while self._queue and self._threads < max_workers:
+                starts.append(self._queue.popleft())
+                self._threads += 1
+                self._active += 1
+            if not self._queue:
+                self._saturated = False
+            while self._threads > max_workers and self._idle:
+                leave.append(self._idle.pop(0))
+                self._threads -= 1
+        for w in leave:
+            w.box.put(None)
+        for item in starts:
+            self._spawn(item)
 
     def stats(self) -> ToolExecutorStats:
         """The pool's current state (see ``ToolExecutorStats``)."""
-        with self._cond:
+        with self._lock:
             return ToolExecutorStats(
                 max_workers=self._max,
                 threads=self._threads,
@@ -231,6 +273,13 @@ class ToolExecutor:
                 peak_queued=self._peak_queued,
                 saturated_count=self._saturated_count,
             )
+
+
+def _settle_threadsafe(item: _Item, ok: bool, value: Any) -> None:
+    try:
+        item.loop.call_soon_threadsafe(_settle, item.fut, ok, value)
+    except RuntimeError:
+        pass  # the loop is closed: nobody can be waiting
 
 
 def _check_size(n: object) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,10 @@ class Record:
     hash: str = ""
     redacted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # unhashed stamps, e.g. gseq
+    #: Returns the payload's canonical text, built and scrubbed by its producer
+    #: (``BaseWAL.append_prepared``; ``payload`` is then None until sealed): the seal takes
+    #: the text as it is. Never written itself.
+    encode: Callable[[], str] | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The record as the JSON object of its line."""

@@ -91,7 +91,7 @@ REFERENCE_SUFFIXES = frozenset(
 #: Payload keys whose strings are free text, scanned for phrases as well as shapes.
 FREE_TEXT_KEYS = frozenset(
     {
-        "description", "reason", "note", "notes", "message", "error", "comment", "detail",
+        "description", "reason", "reasons", "note", "notes", "message", "error", "comment", "detail",
         "details", "summary", "text", "title", "tags", "cause", "why",
     }
 )
@@ -194,6 +194,18 @@ def _hinted(value: str) -> bool:
     return False
 
 
+def texts_hinted(texts: list[str]) -> bool:
+    """False only if none of ``texts`` holds a credential-format hint: one scan of their
+    newline-joined text instead of one per text. Every text holding a hint makes the
+    joined text hold it; a hint cannot span two texts, because none contains a newline
+    (checked at import). For canonical JSON, which never holds a raw newline."""
+    return _hinted("\n".join(texts))
+
+
+if any("\n" in h for h in _HINTS):
+    raise RuntimeError("scrubber: a credential hint contains a newline: revise texts_hinted")
+
+
 def secret_kind(value: str) -> str | None:
     """Name the well-known credential format ``value`` contains, or ``None``."""
     if not _hinted(value) or _ANY_SHAPE.search(value) is None:
@@ -263,8 +275,10 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                 sub = _scrub_str(k, v, fk, shapes)
             elif tv is dict or tv is list or tv is tuple:
                 sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
-            else:
+            elif tv is int or tv is float or tv is bool or v is None or not isinstance(v, dict | list | tuple | str):
                 continue
+            else:  # a subclass of one of them
+                sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
             if sub is not v:
                 if new is None:
                     new = dict(obj)
@@ -284,7 +298,18 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                     items = list(obj)
                 items[i] = sub
         return obj if items is None else items
-    return obj
+    # A subclass (OrderedDict, defaultdict, a StrEnum member) is encoded like its base,
+    # so it is scrubbed as one; unchanged, it is returned as it was.
+    if isinstance(obj, dict):
+        plain: Any = dict(obj)
+    elif isinstance(obj, list | tuple):
+        plain = list(obj)
+    elif isinstance(obj, str):
+        plain = str(obj)
+    else:
+        return obj
+    sub = _walk(plain, key, free, shapes)
+    return obj if sub is plain else sub
 
 
 def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
@@ -309,17 +334,25 @@ def _is_envelope(payload: dict[str, Any]) -> bool:
 
 
 def scrub_payload(
-    payload: dict[str, Any] | None, type_: str, saga: str, text: str | None = None
+    payload: dict[str, Any] | None,
+    type_: str,
+    saga: str,
+    text: str | None = None,
+    *,
+    hinted: bool | None = None,
 ) -> dict[str, Any] | None:
     """``payload`` with every secret replaced by ``[REDACTED]`` (the same object if none).
 
     ``text`` is the payload's canonical JSON when the caller has it (the chain does): one
-    scan of it for credential-format hints spares scanning each string. Logs a warning
-    per record naming the type, the saga and the key paths, never a value.
+    scan of it for credential-format hints spares scanning each string. ``hinted=False``
+    says the caller already found no hint in a text that contains it (``texts_hinted``
+    over a whole batch); anything else scans. Logs a warning per record naming the type,
+    the saga and the key paths, never a value.
     """
     if payload is None or _is_envelope(payload):
         return payload
-    out = _walk(payload, None, False, True if text is None else _hinted(text))
+    shapes = hinted is not False and (True if text is None else _hinted(text))
+    out = _walk(payload, None, False, shapes)
     if out is not payload:
         found: list[str] = []
         _changed_paths(payload, out, "payload", found)

@@ -105,6 +105,34 @@ def test_the_detector_stays_precise(obj: dict[str, Any]) -> None:
     assert scrub_payload(obj, "X", "s-1") is obj  # nothing found: the same object back
 
 
+def test_subclasses_of_dict_list_and_str_are_scrubbed_like_their_base() -> None:
+    """The encoder writes an OrderedDict, a defaultdict or a str subclass as it writes a
+    dict or a str, so the scrubber must walk them too (it used to return them unread)."""
+    import collections
+    import enum
+
+    class Kind(enum.StrEnum):
+        PLAIN = "plain"
+
+    class Note(str):
+        pass
+
+    payload = {
+        "args": collections.OrderedDict(password="hunter2-not-a-word"),
+        "env": collections.defaultdict(list, {"db_password": ["x-y-z-secret"]}),
+        "note": Note(f"key {PLANTED['stripe']}"),
+        "kind": Kind.PLAIN,
+    }
+    out = scrub_payload(collections.OrderedDict(payload), "STEP_COMMITTED", "s-1")
+    assert out is not None
+    assert out["args"] == {"password": REDACTED}
+    assert out["env"] == {"db_password": [REDACTED]}
+    assert out["note"] == f"key {REDACTED}"
+    assert out["kind"] is Kind.PLAIN  # nothing found: kept as it was
+    clean = {"kind": Kind.PLAIN, "args": collections.OrderedDict(amount=4200)}
+    assert scrub_payload(clean, "STEP_COMMITTED", "s-1") is clean
+
+
 def test_scrub_payload_never_mutates_its_input() -> None:
     inner = {"description": f"refund with {PLANTED['stripe']}", "amount": 4200}
     payload = {"compensation": inner, "tags": ["vip", PLANTED["aws"]]}

@@ -14,7 +14,6 @@ The same document is the payload of the ``ROUTING_DECISION`` / ``ROUTING_REFUSED
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -106,17 +105,11 @@ class RoutingDecision:
             parts.append(f"cost <= {n['max_cost_class']}")
         return ", ".join(parts)
 
-    def to_doc(self, *, known: Mapping[int, dict[str, Any]] | None = None) -> dict[str, Any]:
-        """The decision as JSON (the record's payload). ``known``: documents already built
-        for some of the candidates, by ``id`` (the route's, for the verdicts it keeps);
-        they are shared, not copied, so the result is for encoding, not for editing."""
-        if known is None:
-            candidates = [c.to_doc() for c in self.candidates]
-        else:
-            candidates = [known.get(id(c)) or c.to_doc() for c in self.candidates]
+    def to_doc(self) -> dict[str, Any]:
+        """The decision as JSON (the record's payload, with the ``saga`` the call was made in)."""
         return {"call": self.id, "route": self.route, "needs": self.needs, "chosen": self.chosen,
                 "prompt_sha256": self.prompt_sha256, "context": self.context, "attempt": self.attempt,
-                "candidates": candidates}
+                "candidates": [c.to_doc() for c in self.candidates]}
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..chain import RESERVED_SAGA
 from ..errors import ConfigurationError
+from ..scrubber import scrub_payload
+from ..wal.prepared import screened_text
 from ._decision import Candidate
 from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 
@@ -29,6 +32,7 @@ __all__ = ["Constraints", "Route"]
 #: One host as screening reads it for one shape of call: (rank, host, context tokens, the
 #: reasons it is refused whatever the call's size, its refusal when it has such reasons).
 ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None]
+_RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
 
@@ -85,7 +89,8 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("_docs", "_screens", "_untried", "applies_to", "constraints", "generation", "hosts", "id", "rows", "uid")
+    __slots__ = ("_screens", "_texts", "_untried", "applies_to", "constraints", "generation", "hosts", "id",
+                 "record_doc", "record_text", "refusal_heads", "rows", "screened", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -121,9 +126,23 @@ class Route:
         self.applies_to = None if applies_to is None else tuple(applies_to)
         self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
         self._untried: dict[tuple[int, str], Candidate] = {}
-        #: id(candidate) -> its record document, for the candidates the two memos hold
-        #: (cleared with them, so an id is never that of another object).
-        self._docs: dict[int, dict[str, Any]] = {}
+        #: id(candidate) -> its record text (canonical JSON, scrubbed once), for the
+        #: candidates the two memos hold (cleared with them, so an id is never that of
+        #: another object).
+        self._texts: dict[int, str] = {}
+        #: Which route this is, as record text (scrubbed once).
+        self.record_doc = self.to_doc()
+        self.record_text = screened_text(self.record_doc, _RECORD, RESERVED_SAGA)
+        #: True when no host name, model or route id holds anything the scrubber would
+        #: touch: then what the router builds from them alone needs no scrubbing per call.
+        names = {"hosts": [{"host": h.name, "model": h.model} for h in self.hosts], "route": self.to_doc()}
+        self.screened = scrub_payload(names, _RECORD, RESERVED_SAGA) is names
+        #: Per host (by rank - 1): the record text of its refusal up to its reasons,
+        #: ``{"host":...,"reasons":[`` (a refusal that names the call's size is this, its
+        #: reasons and ``]}``).
+        self.refusal_heads: tuple[str, ...] = tuple(
+            screened_text(Candidate(h.name, h.model, i, "refused").to_doc(), _RECORD, RESERVED_SAGA)[:-2]
+            for i, h in enumerate(self.hosts, 1))
 
     def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
                     call_json: bool) -> tuple[ScreenRow, ...]:
@@ -140,7 +159,7 @@ class Route:
             rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
             for row in rows:
                 if row[4] is not None:
-                    self._docs[id(row[4])] = row[4].to_doc()
+                    self._texts[id(row[4])] = screened_text(row[4].to_doc(), _RECORD, RESERVED_SAGA)
         return rows
 
     def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
@@ -170,18 +189,19 @@ class Route:
                 self._forget()
             c = self._untried[key] = Candidate(host.name, host.model, rank, "untried",
                                                (f"eligible; {chosen} answered first",))
-            self._docs[id(c)] = c.to_doc()
+            self._texts[id(c)] = screened_text(c.to_doc(), _RECORD, RESERVED_SAGA)
         return c
 
-    def candidate_docs(self) -> Mapping[int, dict[str, Any]]:
-        """The record documents of the verdicts this route keeps (``RoutingDecision.to_doc``
-        reuses them instead of rebuilding the same document for every call)."""
-        return self._docs
+    def candidate_texts(self) -> Mapping[int, str]:
+        """The record texts (canonical JSON, scrubbed once) of the verdicts this route
+        keeps, by ``id``: a decision record reuses them instead of encoding and scrubbing
+        the same verdict for every call."""
+        return self._texts
 
     def _forget(self) -> None:
         self._screens.clear()
         self._untried.clear()
-        self._docs.clear()
+        self._texts.clear()
 
     def describe(self) -> str:
         """``ModelRoute ns/name (generation g)`` or ``route`` for one built in code."""

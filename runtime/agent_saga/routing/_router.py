@@ -48,9 +48,16 @@ from ..records import canonical_json
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
-from ._decision import Candidate, ModelActionRefused, ModelResponse, RoutingDecision, RoutingRefused
+from ._decision import (
+    Candidate,
+    ModelActionRefused,
+    ModelResponse,
+    RoutingDecision,
+    RoutingRefused,
+)
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
+from ._record import decision_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -281,11 +288,17 @@ class Router:
     def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None) -> None:
         if self._wal is None:
             return
-        if isinstance(payload, RoutingDecision):
-            payload = payload.to_doc(known=None if route is None else route.candidate_docs())
-            payload["saga"] = current_saga_id()
         try:
-            seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
+            if not isinstance(payload, RoutingDecision):
+                seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
+            elif route is not None and route.screened:
+                # built from the route's screened texts; what is new to the call scrubbed here
+                seq = self._wal.append_prepared(type_, RESERVED_SAGA, None,
+                                                decision_payload(payload, route, type_, current_saga_id()))
+            else:
+                doc = payload.to_doc()
+                doc["saga"] = current_saga_id()
+                seq = self._wal.append(type_, RESERVED_SAGA, None, doc)
             if self.durable:
                 self._wal.barrier_sync(seq)
         except Exception:

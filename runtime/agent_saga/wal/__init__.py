@@ -10,6 +10,7 @@ from .default import get_default_wal, set_default_wal
 from .file import FileWAL, read_log
 from .pgsink import PostgresAsyncSink
 from .postgres import PostgresWAL
+from .prepared import PreparedPayload
 from .readers import LogReader, open_reader
 from .redis import RedisWAL
 from .sink import AsyncSink, SinkWAL
@@ -25,6 +26,7 @@ __all__ = [
     "LogReader",
     "PostgresAsyncSink",
     "PostgresWAL",
+    "PreparedPayload",
     "RedisWAL",
     "WALStats",
     "WrappedWAL",

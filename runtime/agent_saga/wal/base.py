@@ -31,6 +31,7 @@ from ..records import Record
 
 if TYPE_CHECKING:
     from .compaction import CompactionReport
+    from .prepared import PreparedPayload
 
 #: A test seam called on the flusher thread with the name of a point in a batch's life
 #: (``"before_write"``, ``"before_sync"``, ``"after_write"``, ``"before_compact"``): a
@@ -74,6 +75,12 @@ class BaseWAL(abc.ABC):
         payload: dict[str, Any] | None = None,
     ) -> int:
         """Queue one record; return its ``seq``. Never blocks on I/O (see module doc)."""
+
+    def append_prepared(self, type: str, saga: str, step: str | None, prepared: PreparedPayload) -> int:
+        """``append`` with a payload whose canonical text its producer built and scrubbed
+        (``wal.prepared``). A backend that seals records takes the text as it is; this
+        default (wrappers, other backends) appends the decoded payload through ``append``."""
+        return self.append(type, saga, step, prepared.payload)
 
     @abc.abstractmethod
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:

@@ -11,10 +11,13 @@ It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
 - The flusher is woken by demand, not by every record: a ``barrier`` (or close, compact,
   a full batch) wakes it at once; records nobody waits for (REVERSIBLE steps) are written
   within ``linger`` seconds. So a burst of fast steps costs no thread switches.
-- Waiters are a heap of ``(seq, n, loop, future, deadline)``; a completed batch wakes them,
-  one ``call_soon_threadsafe`` per loop. One watchdog thread per writer expires overdue
-  waiters with ``WALStalled`` (no timer per fence on the caller's loop), so a wedged
-  device or server never hangs a caller past its bound (plus the watchdog's tick).
+- A fence joins its event loop's list of waiting fences without a lock (one dict per
+  writer, one list per loop); a completed batch hands each loop its whole list in one
+  ``call_soon_threadsafe``, and a fence woken by a batch that ended before its record
+  waits for the next. One watchdog thread per writer watches each loop's earliest
+  deadline and stalls the writer when it passes (no timer per fence on the caller's
+  loop), so a wedged device or server never hangs a caller past its bound (plus the
+  watchdog's tick). Thread fences (``barrier_sync``) wait on an event in a heap.
 - Fail-stop: a batch that fails fails the writer. Every waiter and every later caller gets
   ``WALError`` chained to the real error, with no password in any message. Whether the
   failed batch reached the server is unknown (in doubt); a new writer opened with the same
@@ -49,11 +52,11 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 from .. import observe as _observe
-from ..chain import SALT_BYTES, seal
+from ..chain import seal, seal_batch
 from ..errors import (
     ConfigurationError,
     WALBackpressure,
@@ -65,6 +68,7 @@ from ..errors import (
 from ..records import GENESIS, Record
 from .base import Backpressure, BaseWAL, FaultHook, WALStats
 from .compaction import CompactionAborted, CompactionReport, CompactionRequest
+from .prepared import PreparedPayload
 from .urls import Scrubber
 
 log = logging.getLogger("agent_saga.wal")
@@ -119,9 +123,11 @@ class BatchingWAL(BaseWAL):
         self._rejected: dict[int, BaseException] = {}
         self._current: CompactionRequest | None = None
 
-        self._wlock = threading.Lock()
-        self._waiters: list[tuple[int, int, Any, Any, float, float]] = []
+        self._groups: dict[Any, _Waiters] = {}  # event loop -> its fences waiting now
+        self._wlock = threading.Lock()  # thread fences (barrier_sync) only
+        self._waiters: list[tuple[int, int, threading.Event]] = []
         self._wcount = itertools.count()
+        self._compactions = 0  # compaction requests in self._pending (under self._lock)
         self._batches = 0
         self._head = ""
         self._next_seq = 1
@@ -221,13 +227,25 @@ class BatchingWAL(BaseWAL):
         payload: dict[str, Any] | None = None,
     ) -> int:
         """Queue a record and return its ``seq``; never waits for the server."""
+        return self._queue(type, saga, step, payload, None)
+
+    def append_prepared(self, type: str, saga: str, step: str | None, prepared: PreparedPayload) -> int:
+        """``append`` of a payload already encoded and scrubbed by its producer: the seal
+        takes ``prepared.text()`` as the canonical payload (see ``wal.prepared``)."""
+        return self._queue(type, saga, step, None, prepared.text)  # built by the flusher, in _seal
+
+    def _queue(self, type: str, saga: str, step: str | None, payload: dict[str, Any] | None,
+               encode: Callable[[], str] | None) -> int:
         with self._lock:
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
                 self._refuse()
             seq = self._next_seq
             self._next_seq = seq + 1
-            pending.append(Record(type, saga, step, payload, seq, time.time_ns() // 1000))
+            rec = Record(type, saga, step, payload, seq, time.time_ns() // 1000)
+            if encode is not None:
+                rec.encode = encode
+            pending.append(rec)
             if len(pending) >= self._max_batch:
                 self._work.notify()  # a full batch goes now; otherwise a fence or linger
         return seq
@@ -270,7 +288,7 @@ class BatchingWAL(BaseWAL):
     def _loop(self) -> None:
         while True:
             req: CompactionRequest | None = None
-            batch: list[Record] = []
+            batch: Sequence[Record] = ()
             with self._lock:
                 while True:
                     if self._failed is not None:
@@ -290,13 +308,21 @@ class BatchingWAL(BaseWAL):
                         break
                 if isinstance(pending[0], CompactionRequest):
                     req = pending.popleft()  # type: ignore[assignment]
+                    self._compactions -= 1
+                elif not self._compactions and len(pending) <= self._max_batch:
+                    # The whole queue is one batch: hand it over without copying it
+                    # record by record under the lock the callers' appends take.
+                    batch = pending  # type: ignore[assignment]
+                    self._pending = deque()
                 else:
-                    while pending and len(batch) < self._max_batch:
+                    part: list[Record] = []
+                    while pending and len(part) < self._max_batch:
                         item = pending[0]
                         if isinstance(item, CompactionRequest):
                             break
-                        batch.append(item)
+                        part.append(item)
                         pending.popleft()
+                    batch = part
                 self._space.notify_all()
             try:
                 if req is not None:
@@ -307,7 +333,7 @@ class BatchingWAL(BaseWAL):
                 self._fail(exc)
                 return
 
-    def _flush(self, batch: list[Record]) -> None:
+    def _flush(self, batch: Sequence[Record]) -> None:
         sealed = self._seal(batch)
         hook = self._fault_hook
         if hook is not None:
@@ -320,22 +346,14 @@ class BatchingWAL(BaseWAL):
         self._durable_seq = batch[-1].seq
         self._wake(self._durable_seq)
 
-    def _seal(self, batch: list[Record]) -> Sealed:
-        prev = self._head
-        out: Sealed = []
-        salts = os.urandom(SALT_BYTES * len(batch))
-        for i, rec in enumerate(batch):
-            try:
-                canonical = seal(rec, prev, salts[i * SALT_BYTES : (i + 1) * SALT_BYTES])
-            except (TypeError, ValueError) as exc:
-                # Keep the seq and the chain: say in the log that this record was rejected.
-                self._rejected[rec.seq] = exc
-                rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
-                rec.type = "RECORD_REJECTED"
-                canonical = seal(rec, prev)
-            out.append((rec, canonical))
-            prev = rec.hash
-        return out
+    def _seal(self, batch: Sequence[Record]) -> Sealed:
+        return seal_batch(batch, self._head, self._reject)
+
+    def _reject(self, rec: Record, exc: Exception) -> None:
+        # Keep the seq and the chain: say in the log that this record was rejected.
+        self._rejected[rec.seq] = exc
+        rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
+        rec.type = "RECORD_REJECTED"
 
     def _run_compaction(self, req: CompactionRequest) -> None:
         self._current = req
@@ -385,6 +403,7 @@ class BatchingWAL(BaseWAL):
         if self._current is not None:
             reqs.append(self._current)
         self._pending.clear()
+        self._compactions = 0
         self._space.notify_all()
         return reqs
 
@@ -416,21 +435,60 @@ class BatchingWAL(BaseWAL):
         return reqs
 
     def _wake(self, durable: int | None) -> None:
-        """Complete waiters up to ``durable`` (all of them, to raise, if None)."""
-        by_loop: dict[Any, list[Any]] = {}
-        with self._wlock:
-            w = self._waiters
-            while w and (durable is None or w[0][0] <= durable):
-                _, _, loop, fut, _, _ = heapq.heappop(w)
-                if loop is None:
-                    fut.set()
-                else:
-                    by_loop.setdefault(loop, []).append(fut)
-        for loop, futs in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_resolve, futs)
-            except RuntimeError:
-                pass  # the loop is closed: nobody is waiting any more
+        """Wake the fences after a batch (``durable`` its last seq; None: all of them, to
+        raise). Called after ``_durable_seq`` or ``_failed`` changed. Every loop's fences
+        of this moment are handed over in one list and one ``call_soon_threadsafe``
+        (``_resolve`` sorts them on the loop)."""
+        groups = self._groups
+        if groups:
+            for loop in list(groups):
+                group = groups.pop(loop, None)
+                if group is None:
+                    continue
+                try:
+                    loop.call_soon_threadsafe(self._resolve, loop, group, durable is None)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody is waiting any more
+        if self._waiters:
+            with self._wlock:
+                w = self._waiters
+                while w and (durable is None or w[0][0] <= durable):
+                    heapq.heappop(w)[2].set()
+
+    def _resolve(self, loop: asyncio.AbstractEventLoop, group: _Waiters, everyone: bool) -> None:
+        """On ``loop``, after a batch: wake the fences of ``group`` whose record is durable
+        (all of them if ``everyone``: the writer failed or closed) and put the others
+        back with the loop's fences waiting now, so no fence is woken before its record is."""
+        durable = self._durable_seq
+        if everyone or group.top <= durable or self._failed is not None:
+            for fence in group.fences:  # the usual case: the batch covered every fence
+                fut = fence[1]
+                if not fut.done():  # else cancelled meanwhile
+                    fut.set_result(None)
+            return
+        later: list[Fence] = []
+        for fence in group.fences:
+            fut = fence[1]
+            if fut.done():
+                continue  # cancelled meanwhile
+            if fence[0] <= durable:
+                fut.set_result(None)
+            else:
+                later.append(fence)
+        if not later:
+            return
+        groups = self._groups
+        again = groups.get(loop)
+        if again is None:
+            again = groups.setdefault(loop, _Waiters())
+        for fence in later:
+            again.add(fence)
+        # A batch that ended meanwhile may have taken ``again`` before these joined it.
+        durable = self._durable_seq
+        failed = self._failed is not None or self._closed
+        for fence in later:
+            if (failed or fence[0] <= durable) and not fence[1].done():
+                fence[1].set_result(None)
 
     # ------------------------------------------------------------------ fences
 
@@ -461,28 +519,49 @@ class BatchingWAL(BaseWAL):
         loop = asyncio.get_running_loop()
         if seq > self._want:
             self._ask(loop, seq)
-        fut: asyncio.Future[None] = loop.create_future()
         limit = self._stall_timeout if timeout is None else timeout
         if limit < self._tick * 4:
             self._tighten(limit)
-        with self._wlock:
-            waiting = seq > self._durable_seq and self._failed is None
-            if waiting:
-                heapq.heappush(
-                    self._waiters, (seq, next(self._wcount), loop, fut, time.monotonic() + limit, limit)
-                )
-        if waiting:
-            obs = _observe.current
-            if obs is None:
+        deadline = time.monotonic() + limit
+        obs = _observe.current
+        t0 = -1.0  # when this fence began to wait (it may find its record durable first)
+        groups = self._groups
+        try:
+            while True:
+                # Join this loop's fences first, then look: a batch that completes in
+                # between either sees this fence in the list or left its seq durable.
+                group = groups.get(loop)
+                if group is None:
+                    group = groups.setdefault(loop, _Waiters())
+                fut: asyncio.Future[None] = loop.create_future()
+                group.fences.append((seq, fut, deadline, limit))  # = group.add, inline
+                if seq > group.top:
+                    group.top = seq
+                if deadline < group.deadline:
+                    group.deadline, group.seq, group.limit = deadline, seq, limit
+                if seq <= self._durable_seq or self._failed is not None or self._closed:
+                    break
+                if t0 < 0 and obs is not None:
+                    t0 = time.monotonic()
                 await fut
-            else:
-                t0 = time.monotonic()
-                try:
-                    await fut
-                finally:
-                    _observe.safely(obs.fence_waited, time.monotonic() - t0)
+                if seq <= self._durable_seq or self._failed is not None or self._closed:
+                    break
+                # Not durable yet (``_resolve`` wakes only fences that are): wait again.
+        finally:
+            if t0 >= 0 and obs is not None:
+                _observe.safely(obs.fence_waited, time.monotonic() - t0)
         if self._rejected or self._failed is not None:
+            if (
+                isinstance(self._failed, WALStalled)
+                and seq > self._durable_seq
+                and time.monotonic() >= deadline
+            ):
+                raise self._stalled(seq, limit)  # this fence is the one that passed its bound
             self._check(seq)  # nothing to raise otherwise
+        if seq > self._durable_seq and self._failed is None:
+            # Woken by close() with this seq never written (one that was not appended):
+            # never report it durable.
+            raise WALClosed(f"WAL {self.name} closed before seq {seq} was durable (durable up to {self._durable_seq})")
 
     def _ask(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
@@ -524,28 +603,12 @@ class BatchingWAL(BaseWAL):
             self._wd_wake.wait(self._tick)
             self._wd_wake.clear()
             now = time.monotonic()
-            expired: list[tuple[Any, Any, int, float]] = []
-            with self._wlock:
-                w = self._waiters
-                if any(x[4] <= now for x in w):
-                    keep = []
-                    for x in w:
-                        if x[4] <= now:
-                            expired.append((x[2], x[3], x[0], x[5]))
-                        else:
-                            keep.append(x)
-                    heapq.heapify(keep)
-                    self._waiters = keep
-            if expired:
-                # Fail-stop before any fence raises: once a caller has seen the stall, a
-                # later write error (say the wedged device returning EIO) is not the cause.
-                _, _, seq, limit = min(expired, key=lambda x: x[2])
-                self._stall(self._stalled(seq, limit))
-            for loop, fut, seq, limit in expired:
-                try:
-                    loop.call_soon_threadsafe(_expire, fut, self._stalled, seq, limit)
-                except RuntimeError:
-                    pass  # the loop is closed: nobody is waiting any more
+            # A loop's fences expire together: the first one past its bound stalls the
+            # writer (fail-stop), which wakes every fence to raise (see ``barrier``).
+            for group in list(self._groups.values()):
+                if group.deadline <= now and group.seq > self._durable_seq:
+                    self._stall(self._stalled(group.seq, group.limit))
+                    break
 
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """``barrier`` for threads and synchronous code."""
@@ -555,11 +618,10 @@ class BatchingWAL(BaseWAL):
             self._demand(seq)
         ev = threading.Event()
         with self._wlock:
-            if seq > self._durable_seq and self._failed is None:
-                # The thread bounds its own wait; the watchdog leaves it alone.
-                heapq.heappush(self._waiters, (seq, next(self._wcount), None, ev, float("inf"), 0.0))
-            else:
-                ev.set()
+            # The thread bounds its own wait; the watchdog leaves it alone.
+            heapq.heappush(self._waiters, (seq, next(self._wcount), ev))
+        if seq <= self._durable_seq or self._failed is not None:
+            ev.set()  # durable (or failed) before the flusher could see this waiter
         limit = self._stall_timeout if timeout is None else timeout
         if not ev.wait(limit):
             stall = self._stalled(seq, limit)
@@ -578,6 +640,7 @@ class BatchingWAL(BaseWAL):
             req = CompactionRequest(self._next_seq, keep_sagas)
             self._next_seq += 1
             self._pending.append(req)
+            self._compactions += 1
             self._want = max(self._want, req.seq)
             self._work.notify()
         fut = asyncio.wrap_future(req.future)
@@ -715,17 +778,28 @@ class SharedLogReads:
             yield pair[1]
 
 
-def _resolve(futs: list[asyncio.Future[None]]) -> None:
-    for f in futs:
-        if not f.done():
-            f.set_result(None)
+Fence = tuple[int, "asyncio.Future[None]", float, float]  # seq, future, deadline, bound
 
 
-def _expire(
-    fut: asyncio.Future[None], make: Callable[[int, float], BaseException], seq: int, limit: float
-) -> None:
-    if not fut.done():
-        fut.set_exception(make(seq, limit))
+class _Waiters:
+    """The fences of one event loop waiting for the next batch, their highest seq, and
+    the earliest deadline among them with its fence's seq and bound (for the watchdog)."""
+
+    __slots__ = ("deadline", "fences", "limit", "seq", "top")
+
+    def __init__(self) -> None:
+        self.fences: list[Fence] = []
+        self.top = 0  # the highest seq among them
+        self.deadline = float("inf")
+        self.seq = 0
+        self.limit = 0.0
+
+    def add(self, fence: Fence) -> None:
+        self.fences.append(fence)
+        if fence[0] > self.top:
+            self.top = fence[0]
+        if fence[2] < self.deadline:
+            self.deadline, self.seq, self.limit = fence[2], fence[0], fence[3]
 
 
 _open_wals: weakref.WeakSet[BatchingWAL] = weakref.WeakSet()

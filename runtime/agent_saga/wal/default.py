@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..records import Record
 from .base import BaseWAL, WALStats
+from .prepared import PreparedPayload
 
 log = logging.getLogger("agent_saga.wal")
 
@@ -65,6 +66,9 @@ class _DefaultWALRef(BaseWAL):
 
     def append(self, type: str, saga: str, step: str | None = None, payload: dict[str, Any] | None = None) -> int:
         return get_default_wal().append(type, saga, step, payload)
+
+    def append_prepared(self, type: str, saga: str, step: str | None, prepared: PreparedPayload) -> int:
+        return get_default_wal().append_prepared(type, saga, step, prepared)
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         await get_default_wal().barrier(seq, timeout=timeout)
