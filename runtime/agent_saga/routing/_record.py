@@ -32,7 +32,7 @@ from ..chain import RESERVED_SAGA
 from ..records import canonical_json
 from ..scrubber import scrub_payload
 from ..wal.prepared import PreparedPayload
-from ._decision import RoutingDecision
+from ._decision import Candidate, RoutingDecision
 from ._ir import Usage
 from ._route import Route
 
@@ -42,68 +42,84 @@ __all__ = ["decision_payload"]
 def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: str | None) -> PreparedPayload:
     """The record payload of ``decision`` (made on ``route``, a screened one) in ``saga``:
     the route's texts picked now, the rest built when the flusher seals the record. A
-    part that is not the route's own (another name, another route) is scrubbed."""
+    part that is not the route's own (another name, another route) is scrubbed.
+
+    What the flusher is handed is strings, numbers and tuples of them, not the decision's
+    objects: kept alive until the record is sealed, objects would be walked by the cyclic
+    garbage collector on the caller's time."""
     known = route.candidate_texts()
     heads, hosts = route.refusal_heads, route.hosts
-    parts: list[str | None] = []  # a text, a head ("...[": refusal, "{": chosen), or None: scrub
+    parts: list[Part] = []
     for c in decision.candidates:
         text = known.get(id(c))
-        refusal = c.outcome == "refused" and c.usage is None and c.elapsed_ms is None
-        if text is None and (refusal or (c.outcome == "chosen" and not c.reasons)):
-            h = hosts[c.rank - 1] if 0 < c.rank <= len(hosts) else None
-            if h is not None and h.name == c.host and h.model == c.model:
-                text = heads[c.rank - 1] if refusal else "{"
-        parts.append(text)
-    own = decision.route == route.record_doc and (decision.chosen is None or any(
+        if text is not None:
+            parts.append(text)
+            continue
+        h = hosts[c.rank - 1] if 0 < c.rank <= len(hosts) else None
+        own = h is not None and h.name == c.host and h.model == c.model
+        u = c.usage
+        if own and c.outcome == "refused" and u is None and c.elapsed_ms is None:
+            parts.append((heads[c.rank - 1], c.reasons))  # the route's head, the router's reasons
+        elif own and c.outcome == "chosen" and not c.reasons and _plain(u):
+            parts.append((c.host, c.model, c.rank, c.elapsed_ms, *((u.prompt_tokens, u.completion_tokens, u.reported)
+                                                                 if u is not None else ())))
+        else:
+            parts.append((c.to_doc(),))  # a host's or a breaker's words: scrubbed
+    own_route = decision.route == route.record_doc and (decision.chosen is None or any(
         h.name == decision.chosen for h in hosts))
-    return PreparedPayload(_Build(decision, parts, route.record_text if own else None, type_, saga))
+    return PreparedPayload(_Build((decision.id, decision.attempt, decision.chosen, decision.context,
+                                   decision.prompt_sha256, decision.needs, tuple(parts),
+                                   route.record_text if own_route else decision.route, own_route, type_, saga)))
+
+
+#: One candidate for the flusher: its text; (refusal head, reasons); (host, model, rank,
+#: elapsed_ms[, prompt, completion, reported]) of the chosen one; or (document,) to scrub.
+Part = str | tuple[Any, ...]
 
 
 class _Build:
-    """The record text of one decision (called once, on the flusher; reads only values
-    nobody changes: the frozen decision, its needs, and strings)."""
+    """The record text of one decision (called once, on the flusher)."""
 
-    __slots__ = ("decision", "parts", "route", "saga", "type")
+    __slots__ = ("args",)
 
-    def __init__(self, decision: RoutingDecision, parts: list[str | None], route: str | None, type_: str,
-                 saga: str | None) -> None:
-        self.decision, self.parts, self.route, self.type, self.saga = decision, parts, route, type_, saga
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
 
     def __call__(self) -> str:
-        d = self.decision
+        call, attempt, chosen, context, prompt, needs, parts, route, own_route, type_, saga = self.args
         texts: list[str] = []
         fresh: list[tuple[int, dict[str, Any]]] = []
-        for c, part in zip(d.candidates, self.parts, strict=True):
-            if part is None or (part == "{" and not _plain(c.usage)):
-                fresh.append((len(texts), c.to_doc()))
-                texts.append("")
-            elif part == "{":  # chosen: the route's names, the router's and the host's numbers
-                texts.append(canonical_json(c.to_doc()))
-            elif part[-1] == "[":  # a refusal head: the reasons are the router's words and numbers
-                texts.append(part + ",".join([encode_basestring(r) for r in c.reasons]) + "]}")
-            else:
+        for part in parts:
+            if part.__class__ is str:
                 texts.append(part)
-        needs, context, saga, chosen = d.needs, d.context, self.saga, d.chosen
+            elif len(part) == 2:  # a refusal head: the reasons are the router's words and numbers
+                texts.append(part[0] + ",".join([encode_basestring(r) for r in part[1]]) + "]}")
+            elif len(part) == 1:
+                fresh.append((len(texts), part[0]))
+                texts.append("")
+            else:  # chosen: the route's names, the router's and the host's numbers
+                host, model, rank, elapsed, *usage = part
+                texts.append(canonical_json(Candidate(host, model, rank, "chosen", (), Usage(*usage) if usage else None,
+                                                      elapsed).to_doc()))
         counted = needs["tokens"].__class__ is int and needs["context_tokens"].__class__ is int
-        route = self.route
-        if fresh or context is not None or saga is not None or not counted or route is None:
+        if fresh or context is not None or saga is not None or not counted or not own_route:
             outside: dict[str, Any] = {"context": context, "needs": needs, "saga": saga}
             if fresh:
                 outside["candidates"] = [doc for _, doc in fresh]
-            if route is None:  # not the route's own: scrubbed like the rest
-                outside["route"], outside["chosen"] = d.route, chosen
-            clean = scrub_payload(outside, self.type, RESERVED_SAGA)
+            if not own_route:  # not the route's own: scrubbed like the rest
+                outside["route"], outside["chosen"] = route, chosen
+            clean = scrub_payload(outside, type_, RESERVED_SAGA)
             assert clean is not None
             needs, context, saga = clean["needs"], clean["context"], clean["saga"]
             for (i, _), doc in zip(fresh, clean.get("candidates", ()), strict=True):
                 texts[i] = canonical_json(doc)
-            if route is None:
+            if not own_route:
                 route, chosen = canonical_json(clean["route"]), clean["chosen"]
         # canonical_json's layout: keys sorted, no spaces (the tests compare the two)
-        return (f'{{"attempt":{_value(d.attempt)},"call":{_value(d.id)},'
+        return (f'{{"attempt":{_value(attempt)},"call":{_value(call)},'
                 f'"candidates":[{",".join(texts)}],"chosen":{_value(chosen)},'
                 f'"context":{_value(context)},"needs":{canonical_json(needs)},'
-                f'"prompt_sha256":{_value(d.prompt_sha256)},"route":{route},'
+                f'"prompt_sha256":{_value(prompt)},"route":{route},'
                 f'"saga":{_value(saga)}}}')
 
 
