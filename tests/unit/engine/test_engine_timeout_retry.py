@@ -82,9 +82,11 @@ async def test_a_timeout_escalates_when_no_inverse_can_be_derived(wal):
 
 async def test_a_sync_forward_that_times_out_is_unknown_and_keeps_running(wal):
     release = threading.Event()
+    started = threading.Event()
     finished = threading.Event()
 
     def slow() -> str:
+        started.set()
         release.wait(10)
         finished.set()
         return "late"
@@ -92,9 +94,13 @@ async def test_a_sync_forward_that_times_out_is_unknown_and_keeps_running(wal):
     try:
         with pytest.raises(RollbackIncomplete):
             async with saga_scope(wal) as saga:
+                # The timeout covers the queue too: long enough that the worker thread has
+                # started the call on a loaded machine (a call cancelled before it starts is
+                # never run, which is a different case).
                 await saga.execute(
-                    "db.write", C, slow, lambda r: Compensation(handler="db.undo"), timeout=0.05
+                    "db.write", C, slow, lambda r: Compensation(handler="db.undo"), timeout=0.5
                 )
+        assert started.is_set(), "the tool had not started within its 0.5 s timeout"
     finally:
         release.set()
     assert finished.wait(5)  # the thread was not (cannot be) stopped
