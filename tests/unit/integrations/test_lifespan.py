@@ -110,7 +110,7 @@ async def test_a_bad_wal_is_named_at_startup(tmp_path: Path):
 class CrashingDaemon(RecoveryDaemon):
     """A real daemon whose sweep dies with an unexpected error (a bug, a broken disk driver)."""
 
-    async def sweep(self, *, dry_run: bool = False):
+    async def sweep(self, *, dry_run: bool = False, wait: float | None = None):
         raise RuntimeError("sweep crashed")
 
 
