@@ -19,9 +19,10 @@ from agent_saga.wal.redis import RedisWAL
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 from fixtures.polling import until_async  # noqa: E402
+from fixtures.redis_server import tagged  # noqa: E402
 from verified_support import write_orphan  # noqa: E402
 
-KEY = "shards:wal"
+KEY = tagged("shards:wal")  # on a cluster the WAL's keys share one slot (claims and ledger tag their own)
 CALLS: Counter[str] = Counter()
 FUTURE = lambda: __import__("time").time() + 3600  # noqa: E731 - far past every lease
 
@@ -34,7 +35,7 @@ def refund(charge_id: str, idempotency_key: str) -> str:
 
 def replica(url: str, name: str) -> tuple[RecoveryDaemon, RedisWAL]:
     wal = RedisWAL(url, key=KEY, writer=f"recovery-{name}")
-    d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace=KEY), lock=RedisClaimLock(url, namespace=KEY),
+    d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace="shards"), lock=RedisClaimLock(url, namespace="shards"),
                        clock=FUTURE, daemon_id=name, shard=True, membership_ttl=1.0, claim_ttl=1.0,
                        compensation_timeout=None)
     return d, wal
