@@ -36,12 +36,18 @@ def orphan(wal: FileWAL, saga_id: str, charge_id: str) -> None:
     wal.barrier_sync()
 
 
-async def test_a_blocked_compensation_does_not_stall_newer_orphans(tmp_path: Path) -> None:
+def held_log(path: Path) -> FileWAL:
+    """A fresh log with one orphan whose refund hangs until ``HELD`` is set."""
     global HELD
     STARTED.clear()
     HELD = asyncio.Event()
-    wal = FileWAL(tmp_path / "a.wal")
+    wal = FileWAL(path)
     orphan(wal, "slow", "held")
+    return wal
+
+
+async def test_a_blocked_compensation_does_not_stall_newer_orphans(tmp_path: Path) -> None:
+    wal = held_log(tmp_path / "a.wal")
     reports: list[SweepReport] = []
     d = RecoveryDaemon(wal, clock=FUTURE, concurrency=2, compensation_timeout=None)
     run = asyncio.ensure_future(d.run(interval=0.05, on_report=reports.append))
@@ -69,11 +75,7 @@ async def test_a_blocked_compensation_does_not_stall_newer_orphans(tmp_path: Pat
 
 
 async def test_slots_held_by_blocked_compensations_bound_what_a_daemon_takes(tmp_path: Path) -> None:
-    global HELD
-    STARTED.clear()
-    HELD = asyncio.Event()
-    wal = FileWAL(tmp_path / "b.wal")
-    orphan(wal, "slow", "held")
+    wal = held_log(tmp_path / "b.wal")
     d = RecoveryDaemon(wal, clock=FUTURE, concurrency=1, compensation_timeout=None)
     try:
         first = await d.sweep(wait=0.05)  # returns with the held one still running
