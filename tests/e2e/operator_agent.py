@@ -13,7 +13,9 @@ answer is one JSON line ``{"id", "ok", "error", "kind"}`` on stdout:
     {"id": 4, "op": "close", "saga": "s1"}                          leave its scope
     {"id": 5, "op": "call", "tool": "wire.final", "semantics": "IRREVERSIBLE", "amount": 5}
 
-A "call" of an IRREVERSIBLE tool waits for a human (ApprovalGateway, RedisApprovalStore).
+A "call" of an IRREVERSIBLE tool waits for a human (ApprovalGateway, RedisApprovalStore)
+for APPROVAL_TIMEOUT seconds, or for the command's own ``"approval_timeout"``: a request a
+test answers is given long enough for a loaded machine, one meant to expire a short one.
 """
 
 from __future__ import annotations
@@ -47,13 +49,22 @@ async def main() -> None:
     switch_store.start()
     source = RedisLimitSource(url, namespaces=[namespace], heartbeat=0.5)
     source.start()
-    gate = PreFlightGate(
-        limits=source,
-        store=RedisLimitStore(url),
-        checks=[KillSwitch(switch_store, wal=wal)],
-        approval_provider=ApprovalGateway(RedisApprovalStore(url), wal=wal, policy=ApprovalPolicy(timeout=timeout),
-                                          poll=0.1, namespace=namespace, agent=f"agent-{wal_dir.name}"),
-    )
+    limit_store, approval_store = RedisLimitStore(url), RedisApprovalStore(url)
+    gates: dict[float, PreFlightGate] = {}
+
+    def gate_for(deadline: float) -> PreFlightGate:
+        """One gate per approval deadline, all over the same stores and WAL."""
+        if deadline not in gates:
+            gates[deadline] = PreFlightGate(
+                limits=source,
+                store=limit_store,
+                checks=[KillSwitch(switch_store, wal=wal)],
+                approval_provider=ApprovalGateway(approval_store, wal=wal, policy=ApprovalPolicy(timeout=deadline),
+                                                  poll=0.1, namespace=namespace, agent=f"agent-{wal_dir.name}"),
+            )
+        return gates[deadline]
+
+    gate = gate_for(timeout)
     open_sagas: dict[str, tuple[Any, Any, asyncio.Event, asyncio.Task[None]]] = {}
 
     async def step(saga: Any, cmd: dict[str, Any]) -> Any:
@@ -87,7 +98,8 @@ async def main() -> None:
         cid, op = cmd.get("id"), cmd.get("op")
         try:
             if op == "call":
-                async with saga_scope(wal, gate, name=cmd.get("name", "call"), tags=cmd.get("tags", ())) as saga:
+                call_gate = gate_for(float(cmd.get("approval_timeout", timeout)))
+                async with saga_scope(wal, call_gate, name=cmd.get("name", "call"), tags=cmd.get("tags", ())) as saga:
                     await step(saga, cmd)
                     saga_id = saga.saga_id
                 await answer(cid, True, saga=saga_id)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import redis
@@ -35,7 +35,9 @@ from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from test_operator_agents import DEADLINE, Agent, approvals, get
+from test_operator_agents import ANSWERED, DEADLINE, Agent, approvals, get
+
+UNANSWERED = 12.0  # seconds: the deadline of the requests only an expiry ends
 
 pytestmark = pytest.mark.e2e
 NS_PREFIX = "proof"
@@ -169,7 +171,8 @@ def test_agents_act_only_on_signed_decisions(
     as_agent = redis.Redis.from_url(agent_url, decode_responses=True)
     try:
         # Legitimate: kubectl approves; the operator signs; the agent verifies and proceeds.
-        waiting = agent.submit("call", name="wire-ok", tool="wire.final", semantics="IRREVERSIBLE", amount=1)
+        waiting = agent.submit("call", name="wire-ok", tool="wire.final", semantics="IRREVERSIBLE", amount=1,
+                               approval_timeout=ANSWERED)
         first = poll(lambda: approvals(crds, ns), timeout=DEADLINE, what="an Approval appears")[0]["metadata"]["name"]
         crds.kubectl("patch", "-n", ns, "approval", first, "--type=merge", "-p",
                      json.dumps({"spec": {"decision": "Approved", "approver": "risk@corp"}}))
@@ -183,31 +186,39 @@ def test_agents_act_only_on_signed_decisions(
             return st if st.get("signedBy") else None
         assert poll(status, timeout=DEADLINE, what="signedBy in status")["signedBy"] in keys
 
-        # Rows: write an approved decision with the agent's credential; replay the old
-        # signed decision onto a new request. Both ignored; both requests expire.
-        forged = agent.submit("call", name="wire-forged", tool="wire.final", semantics="IRREVERSIBLE", amount=2)
-        replayed = agent.submit("call", name="wire-replayed", tool="wire.final", semantics="IRREVERSIBLE", amount=3)
-        pending = poll(lambda: (ids := r.zrange("agentsaga:v1:approval:pending", 0, -1)) and len(ids) == 2 and ids,
-                       timeout=DEADLINE, what="two requests pending")
-        a, b = cast(list[str], pending)
+        # Three requests that only an expiry ends, pending together: (a) an approved
+        # decision written with the agent's credential, (b) the old signed decision
+        # replayed onto a new request, (c) the CLI's approval without a signing key (once
+        # keys are published it is ignored). Their one deadline leaves the CLI time to
+        # start on a loaded machine.
+        forged = agent.submit("call", name="wire-forged", tool="wire.final", semantics="IRREVERSIBLE", amount=2,
+                              approval_timeout=UNANSWERED)
+        replayed = agent.submit("call", name="wire-replayed", tool="wire.final", semantics="IRREVERSIBLE", amount=3,
+                                approval_timeout=UNANSWERED)
+        late = agent.submit("call", name="wire-cli", tool="wire.final", semantics="IRREVERSIBLE", amount=4,
+                            approval_timeout=UNANSWERED)
+
+        def by_amount() -> dict[str, str] | None:
+            ids = r.zrange("agentsaga:v1:approval:pending", 0, -1)
+            if len(ids) != 3:
+                return None
+            docs = {i: json.loads(r.get(f"agentsaga:v1:approval:request:{i}") or "{}") for i in ids}
+            return {d["display"]["amount"]: i for i, d in docs.items()}
+        pending = poll(by_amount, timeout=DEADLINE, what="three requests pending")
+        a, b, rid = pending["2"], pending["3"], pending["4"]
         req_a = json.loads(r.get(f"agentsaga:v1:approval:request:{a}") or "{}")
         # With the agent's own credential (it may write decisions: it expires its requests).
         as_agent.set(f"agentsaga:v1:approval:decision:{a}", json.dumps({
             "v": 1, "kind": "ApprovalDecision", "requestId": a, "argumentsDigest": req_a["argumentsDigest"],
             "decision": "approved", "approver": "cfo@corp", "decidedAt": req_a["requestedAt"], "source": "agent"}))
         as_agent.set(f"agentsaga:v1:approval:decision:{b}", json.dumps({**signed, "rev": 99}))
-        for ticket in (forged, replayed):
-            refused = agent.wait(ticket, timeout=DEADLINE)
-            assert not refused["ok"] and "expiry denies" in refused["error"] and "ignored" in refused["error"], refused
-
-        # The CLI without a signing key: once keys are published, its approval is ignored.
         env = {**os.environ, "AGENT_SAGA_APPROVAL_STORE": fresh_redis.url}
-        late = agent.submit("call", name="wire-cli", tool="wire.final", semantics="IRREVERSIBLE", amount=4)
-        rid = poll(lambda: [i for i in r.zrange("agentsaga:v1:approval:pending", 0, -1) if i not in (a, b)],
-                   timeout=DEADLINE, what="the CLI's request pending")[0]
         cli = subprocess.run([sys.executable, "-m", "agent_saga.cli", "approvals", "approve", rid,
                               "--approver", "cfo@corp"], capture_output=True, text=True, env=env, timeout=30)
         assert cli.returncode == 0 and "unsigned" in cli.stdout, cli.stderr
+        for ticket in (forged, replayed):
+            refused = agent.wait(ticket, timeout=DEADLINE)
+            assert not refused["ok"] and "expiry denies" in refused["error"] and "ignored" in refused["error"], refused
         refused = agent.wait(late, timeout=DEADLINE)
         assert not refused["ok"] and "not signed" in refused["error"], refused
     finally:

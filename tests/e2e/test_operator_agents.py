@@ -32,6 +32,7 @@ NS_PREFIX = "ag"  # the tests' namespaces: ag-<hex>
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).with_name("operator_agent.py")
 DEADLINE = 20.0
+ANSWERED = 60.0  # seconds an answered approval request may wait: a CLI start on a loaded machine
 
 
 # ---------------------------------------------------------------------- parts
@@ -204,7 +205,10 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
 ) -> None:
     agent = agents[0]
     # 1. kubectl approves: the waiting saga proceeds.
-    waiting = agent.submit("call", name="wire-final", tool="wire.final", semantics="IRREVERSIBLE", amount=900)
+    # Requests the test answers wait long enough for a loaded machine; the one left
+    # unanswered (5.) keeps the agents' short deadline.
+    waiting = agent.submit("call", name="wire-final", tool="wire.final", semantics="IRREVERSIBLE", amount=900,
+                           approval_timeout=ANSWERED)
     first = poll(lambda: approvals(crds, ns), timeout=DEADLINE, what="an Approval appears")[0]
     name = first["metadata"]["name"]
     assert first["spec"]["tool"] == "wire.final" and first["spec"]["display"] == {"amount": "900"}
@@ -223,7 +227,8 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
     assert changed.returncode != 0 and "immutable" in changed.stderr, changed.stderr
 
     # 3. Decided with the CLI (Redis only, no cluster): reflected in the Approval's status.
-    cli_call = agent.submit("call", name="wire-cli", tool="wire.final", semantics="IRREVERSIBLE", amount=5)
+    cli_call = agent.submit("call", name="wire-cli", tool="wire.final", semantics="IRREVERSIBLE", amount=5,
+                            approval_timeout=ANSWERED)
     second = poll(lambda: [a for a in approvals(crds, ns) if a["metadata"]["name"] != name], timeout=DEADLINE,
                   what="a second Approval")[0]["metadata"]["name"]
     env = {**os.environ, "AGENT_SAGA_APPROVAL_STORE": fresh_redis.url}

@@ -28,7 +28,7 @@ from agent_saga.semantics import ActionSemantics
 url, ledger, go, seed, n, budget, max_charge = sys.argv[1:8]
 
 async def main():
-    store = RedisLimitStore(url, socket_timeout=30, connect_timeout=10)
+    store = RedisLimitStore(url, socket_timeout=30, connect_timeout=10, pool_timeout=30)
     gate = PreFlightGate(
         limits=[BudgetLimit("daily-spend", arg="amount", max_total=int(budget), window=86_400)],
         store=store, default_rules=(),

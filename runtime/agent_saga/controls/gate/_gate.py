@@ -48,6 +48,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -184,6 +185,8 @@ class PreFlightGate:
         self._specs = tuple(lim.spec() for lim in self._limits)
         self._declared_in: LimitStore | None = None
         self._declared_version = 0
+        # The declaration in flight on each event loop: concurrent first calls share it.
+        self._declaring: dict[asyncio.AbstractEventLoop, tuple[LimitStore, int, asyncio.Task[None]]] = {}
         if self._limits or self._source is not None:
             effective = store if store is not None else peek_limit_store()
             if isinstance(effective, InProcessLimitStore) or (effective is None and not os.environ.get(ENV_LIMIT_STORE)):
@@ -403,6 +406,26 @@ class PreFlightGate:
             await reserved.refund()  # a refusal is the one outcome where the effect did not happen
             raise
 
+    async def _declare(self, store: LimitStore, specs: Sequence[LimitSpec], version: int) -> None:
+        """Declare ``specs`` (of limits ``version``) to ``store`` once: the calls that
+        arrive while a declaration is in flight wait for that one instead of each sending
+        its own (a burst of first calls would otherwise be a burst of identical writes).
+        A failed declaration fails every call that waited for it, and the next call
+        declares again."""
+        loop = asyncio.get_running_loop()
+        held = self._declaring.get(loop)
+        if held is None or held[0] is not store or held[1] != version or held[2].done():
+            task = loop.create_task(store.declare(specs))
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved even if no one waits
+            held = self._declaring[loop] = (store, version, task)
+        try:
+            # Shielded: a caller cancelled while waiting leaves the declaration to the others.
+            await asyncio.shield(held[2])
+        finally:
+            if held[2].done() and self._declaring.get(loop) is held:
+                del self._declaring[loop]
+        self._declared_in, self._declared_version = store, version
+
     async def _reserve(self, request: StepRequest) -> Reservation | PreFlightDecision:
         """3. Price the call against every applicable limit and debit all of them in one
         store call: the reservation, or the refusal (nothing debited)."""
@@ -435,8 +458,7 @@ class PreFlightGate:
         res = Reservation(charges, store, new_debit_id())
         try:
             if self._declared_in is not store or self._declared_version != version:
-                await store.declare(specs)
-                self._declared_in, self._declared_version = store, version
+                await self._declare(store, specs, version)
             result = await store.debit(charges, res.debit_id)
         except Exception as exc:  # noqa: BLE001 - any store failure refuses (fail closed)
             return _block("limits", _STORE, store_reason(store, exc), {

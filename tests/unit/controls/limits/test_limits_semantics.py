@@ -6,6 +6,7 @@ semantics against a real Redis are in tests/integration/test_limits_redis.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 
@@ -522,3 +523,40 @@ async def test_in_process_store_forgets_idle_windows(store, clock):
         assert (await gate.decide(req(1, customer_id=f"new{i}"))).allowed
     assert len(store._windows) < 200, "a million one-off customers must not stay in memory forever"
     assert (await gate.decide(req(10, customer_id="c1"))).allowed, "and an expired window is simply empty"
+
+
+async def test_a_burst_of_first_calls_declares_the_limits_once():
+    class CountingStore(InProcessLimitStore):
+        declared = 0
+
+        async def declare(self, specs):
+            CountingStore.declared += 1
+            await asyncio.sleep(0)  # in flight while the other calls arrive
+            await super().declare(specs)
+
+    store = CountingStore()
+    gate = PreFlightGate(limits=[BudgetLimit("daily-spend", arg="amount", max_total=1_000, window=DAY)], store=store)
+    decisions = await asyncio.gather(*(gate.decide(req(1)) for _ in range(50)))
+    assert all(d.allowed for d in decisions) and CountingStore.declared == 1
+    assert used(store, "daily-spend") == 50
+
+
+async def test_a_failed_declaration_refuses_every_call_that_waited_for_it_and_the_next_call_declares_again():
+    class FlakyStore(InProcessLimitStore):
+        attempts = 0
+
+        async def declare(self, specs):
+            FlakyStore.attempts += 1
+            await asyncio.sleep(0)
+            if FlakyStore.attempts == 1:
+                raise RuntimeError("disk on fire")
+            await super().declare(specs)
+
+    store = FlakyStore()
+    gate = PreFlightGate(limits=[BudgetLimit("daily-spend", arg="amount", max_total=1_000, window=DAY)], store=store)
+    first = await asyncio.gather(*(gate.decide(req(1)) for _ in range(5)))
+    assert FlakyStore.attempts == 1
+    assert all(d.verdict == "BLOCK" and "disk on fire" in d.reason for d in first)
+    assert used(store, "daily-spend") == 0  # nothing debited for a refused call
+    again = await gate.decide(req(1))
+    assert again.allowed and FlakyStore.attempts == 2 and used(store, "daily-spend") == 1
