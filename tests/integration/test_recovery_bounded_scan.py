@@ -93,9 +93,8 @@ async def test_a_scan_holds_one_page_and_only_places_and_hashes_per_orphan(
     assert peak - before <= 3 * PAGE < 4 * n
     assert live_records() - before <= PAGE  # after the read: none of the scanned records is kept
     for view in d.scan.in_flight.values():
-        assert view.records == []
-        assert [type(r) for r in view.refs] == [tuple] * 4
-        assert all(w == AGENT and isinstance(g, int) and len(h) == 32 for w, g, h in view.refs)  # type: ignore[misc]
+        assert view.records == [] and len(view.refs) == 4 * 44  # 4 records: gseq, writer, hash each
+        assert [(w, len(h)) for w, _g, h in d.scan.places(view.refs)] == [(AGENT, 32)] * 4
     monkeypatch.setattr(LogScan, "feed_all", real)
     try:
         rep = await d.sweep()

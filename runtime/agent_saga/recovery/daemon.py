@@ -371,8 +371,8 @@ class RecoveryDaemon:
         verified where the scan kept only their places (``LogSource.reread``)."""
         if not view.refs:
             return view
-        records = await self.source.reread(view.saga_id, view.refs)
-        return replace(view, records=records, refs=[])
+        records = await self.source.reread(view.saga_id, self.scan.places(view.refs))
+        return replace(view, records=records, refs=b"")
 
     # ------------------------------------------------------------------ sweeping
 
@@ -511,7 +511,8 @@ class RecoveryDaemon:
         pending, self.scan.owner_partials = self.scan.owner_partials, []
         try:
             for rec, earlier in pending:
-                records = await self.source.reread(rec.saga, list(earlier))
+                records = (await self.source.reread(rec.saga, self.scan.places(earlier))
+                           if isinstance(earlier, bytes) else earlier)
                 for esc in owner_escalations(rec, self.source.description, self.daemon_id, records):
                     await self.ledger.escalate(esc)
         except RecoveryHalted as exc:

@@ -9,7 +9,7 @@ Invariants:
   as soon as its terminal record is read, and a record that arrives for a saga already
   resolved (a late lease renewal) is ignored. With ``refs=True`` (a log that can read a
   record again by its place: a RedisWAL) a view keeps of each record only where it is
-  (writer, gseq) and the hash the verifier checked, ~100 bytes, never its payload: the
+  (writer, gseq) and the hash the verifier checked, packed in 44 bytes, never its payload: the
   daemon reads a claimed saga's few records again and checks them against those hashes
   before planning (``LogSource.reread``). Otherwise a view keeps what a plan, an
   escalation and a location read of each record, not its chain fields (digest, prev,
@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,11 +36,11 @@ from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
-__all__ = ["LogScan", "RecordRef", "SagaView", "where"]
+__all__ = ["LogScan", "Place", "SagaView", "where"]
 
-#: Where a verified record is, to be read again (writer, gseq, its hash as bytes), or the
-#: record itself where the log cannot read one record again.
-RecordRef = tuple[str, int, bytes] | Record
+#: Where a verified record is, to be read again: (writer, gseq, its hash as bytes).
+Place = tuple[str, int, bytes]
+_PLACE = struct.Struct(">QI32s")  # gseq, writer number, hash: one record in a view's ``refs``
 
 _LEASE = RecordType.SAGA_LEASE.value
 _TYPE_NAMES = {t: t for t in KNOWN_TYPES}  # one string object per type, not one per record
@@ -63,7 +64,7 @@ class SagaView:
 
     saga_id: str
     records: list[Record] = field(default_factory=list)
-    refs: list[RecordRef] = field(default_factory=list)  # with LogScan(refs=True), not records
+    refs: bytes = b""  # with LogScan(refs=True), instead of records: their places (LogScan.places)
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     owner_last_ts: int = 0  # µs, the owner's last sign of life
     first_ts: int = 0
@@ -84,14 +85,15 @@ class LogScan:
 
     def __init__(self, *, refs: bool = False) -> None:
         self.refs = refs
-        self._writers: dict[str, str] = {}  # one string object per writer id
+        self.writers: list[str] = []  # the writer ids the views' places are numbered by
+        self._writer_number: dict[str, int] = {}
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
         #: yet queued for a human, each with the saga's earlier records (whose compensation
         #: descriptors the escalations carry; with ``refs``, their places): the daemon
         #: drains this list into the queue.
-        self.owner_partials: list[tuple[Record, list[Record] | list[RecordRef]]] = []
+        self.owner_partials: list[tuple[Record, list[Record] | bytes]] = []
         self.records_read = 0
         #: record types this version does not know: type -> (count, where the first is)
         self.unknown_types: dict[str, tuple[int, str]] = {}
@@ -157,10 +159,20 @@ class LogScan:
         if rec.ts > view.owner_last_ts:
             view.owner_last_ts = rec.ts
 
+    def places(self, refs: bytes) -> list[Place]:
+        """The places packed in a view's ``refs``, in log order."""
+        return [(self.writers[n], g, h) for g, n, h in _PLACE.iter_unpack(refs)]
+
     def _keep_ref(self, view: SagaView, rec: Record) -> None:
         w, g = rec.extra.get("writer"), rec.extra.get("gseq")
         if not isinstance(w, str) or not isinstance(g, int):
-            view.refs.append(rec)  # no place to read it again by: the record itself
-            return
-        writer = self._writers.setdefault(w, w)
-        view.refs.append((writer, g, bytes.fromhex(rec.hash)))
+            raise RecoveryHalted(
+                f"{where(rec)}: the record has no writer and gseq, so it cannot be read again "
+                f"before recovery acts on it; the sweep stopped without acting",
+                location=where(rec), saga_id=rec.saga,
+            )
+        n = self._writer_number.get(w)
+        if n is None:
+            n = self._writer_number[w] = len(self.writers)
+            self.writers.append(w)
+        view.refs += _PLACE.pack(g, n, bytes.fromhex(rec.hash))

@@ -57,7 +57,7 @@ from ..records import Record, decode_line
 from ..wal.base import BaseWAL
 from .batch import TurnBatch
 from .errors import LocationUnavailable, RecoveryError, RecoveryHalted, location_error
-from .scan import RecordRef
+from .scan import Place
 from .verified import Item, Rescan, VerifiedReads
 
 __all__ = ["LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"]
@@ -186,19 +186,16 @@ class LogSource(abc.ABC):
             records.extend(page.records)
         return LogRead(records, from_start)
 
-    async def reread(self, saga_id: str, refs: Sequence[RecordRef]) -> list[Record]:
-        """The records ``refs`` point at (``LogScan(refs=True)``), read again and checked:
-        each must be the very record the scan verified (its digest, its header and the
-        hash the verifier checked), then decrypted. A record changed since raises
+    async def reread(self, saga_id: str, places: Sequence[Place]) -> list[Record]:
+        """The records at ``places`` (``LogScan(refs=True)``), read again and checked: each
+        must be the very record the scan verified (its digest, its header and the hash the
+        verifier checked), then decrypted. A record changed since raises
         ``RecoveryHalted``; one gone (compacted away since) ``LocationUnavailable``."""
-        places = [(r[0], r[1]) for r in refs if isinstance(r, tuple)]
-        got = iter(await self._read_places(places) if places else [])
+        if not places:
+            return []
+        got = await self._read_places([(w, g) for w, g, _ in places])
         out: list[Record] = []
-        for ref in refs:
-            if not isinstance(ref, tuple):
-                out.append(ref)
-                continue
-            location, item = next(got)
+        for (_w, _g, verified), (location, item) in zip(places, got, strict=True):
             if item is None:
                 self._gone = True  # compacted, or deleted: a whole read tells which
                 raise LocationUnavailable(
@@ -208,7 +205,7 @@ class LogSource(abc.ABC):
             if isinstance(item, WALCorrupt):
                 self._changed(location, saga_id, item.message)
             reason = check_record(item, item.prev, None)
-            if reason is None and (item.saga != saga_id or bytes.fromhex(item.hash) != ref[2]):
+            if reason is None and (item.saga != saga_id or bytes.fromhex(item.hash) != verified):
                 reason = "it is not the record recovery verified there (its hash differs)"
             if reason is not None:
                 self._changed(location, saga_id, reason)
