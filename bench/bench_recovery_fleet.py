@@ -216,8 +216,14 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
     done = r.hlen(f"{{{key}}}:recovery:done")
     calls = sum(x["calls"] for x in results)
     recovered = sum(x["recovered"] for x in results)
+    # Handler calls started, per step, as the ledger journaled them before each call: a
+    # saga whose first attempt stopped after its call (a store that did not answer) and
+    # was finished from the ledger has one call but none in a report's count.
+    attempts = [int(v) for v in r.hvals(f"{{{key}}}:recovery:attempts")]
     return {"ledger_done": done, "handler_calls": calls, "recovered": recovered,
-            "exactly_once": done == sagas and calls == sagas and recovered == sagas}
+            "calls_started": sum(attempts), "most_calls_per_step": max(attempts, default=0),
+            "exactly_once": done == sagas and recovered == sagas and sum(attempts) == sagas
+            and max(attempts, default=0) == 1 and calls <= sagas}
 
 
 def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
