@@ -28,8 +28,15 @@ entry per step, the handler was called once per step in total, no saga left in f
 The fleet's ratio (3 replicas / 1 replica, same run, same machine) is the result;
 absolute rates on a shared machine are noise. Prints a table, or JSON with ``--json``.
 
+Before the release each daemon reads the log (``_refresh``: what a daemon already running
+had read); its RSS then is ``scan_rss_mb``. ``--baseline DIR`` measures another version's
+``runtime/`` first on a copy of the same log (old vs new in one run, ``over_baseline``);
+``--progress DIR`` has every daemon write how far it got after each sweep (a long run).
+
     python bench/bench_recovery_fleet.py [--sagas 5000] [--replicas 1,3] [--json]
     python bench/bench_recovery_fleet.py --sagas 100000 --replicas 3     # the memory bound
+    git archive main runtime | tar -x -C /tmp/base && \
+        python bench/bench_recovery_fleet.py --baseline /tmp/base/runtime --json
 """
 
 from __future__ import annotations
@@ -80,18 +87,22 @@ def count_round_trips():
     return trips
 
 TRIPS = count_round_trips()
+PROGRESS = None
 # Replicas split the orphans (RecoveryDaemon(shard=True)) where this version can.
 import inspect
 SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
 
 async def main():
     url, key, go, ready, conc = sys.argv[1:6]
+    global PROGRESS
+    PROGRESS = os.environ.get("BENCH_FLEET_PROGRESS") and os.path.join(
+        os.environ["BENCH_FLEET_PROGRESS"], os.path.basename(ready) + ".json")
     wal = RedisWAL(url, key=key, max_pending=1_000_000)
     d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace=key), lock=RedisClaimLock(url, namespace=key),
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None,
                        **({"shard": True} if SHARD else {}))
-    await d.sweep(dry_run=True)  # the log as a running daemon had read it
+    await d._refresh()  # the log as a running daemon had read it
     if SHARD:
         await d.join()  # a running replica is in the membership
     with open(ready + ".tmp", "w") as f:  # the RSS of holding every orphan read, before any is resolved
@@ -124,6 +135,12 @@ async def main():
         out["calls"] += rep.compensations_run
         for r in rep.results:
             out["statuses"][r.status] = out["statuses"].get(r.status, 0) + 1
+        if PROGRESS:  # how far a long run got, and its memory, while it runs
+            with open(PROGRESS + ".tmp", "w") as f:
+                json.dump({"recovered": out["recovered"], "in_flight": rep.in_flight,
+                           "seconds": round(time.monotonic() - t0, 1),
+                           "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}, f)
+            os.rename(PROGRESS + ".tmp", PROGRESS)
         if rep.in_flight == 0:
             break
         if not rep.recovered:
@@ -148,6 +165,8 @@ def build(url: str, key: str, sagas: int, writers: int) -> None:
     wals = [RedisWAL(url, key=key, writer=f"agent-{w}", max_pending=1_000_000, max_batch=1000)
             for w in range(writers)]
     for i in range(sagas):
+        if i and i % 10_000 == 0:
+            print(f"built {i} orphans", file=sys.stderr, flush=True)
         wal = wals[i % len(wals)]
         s = f"orphan-{i:08d}"
         step = f"{s}/0"
@@ -197,15 +216,21 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
     done = r.hlen(f"{{{key}}}:recovery:done")
     calls = sum(x["calls"] for x in results)
     recovered = sum(x["recovered"] for x in results)
+    # Handler calls started, per step, as the ledger journaled them before each call: a
+    # saga whose first attempt stopped after its call (a store that did not answer) and
+    # was finished from the ledger has one call but none in a report's count.
+    attempts = [int(v) for v in r.hvals(f"{{{key}}}:recovery:attempts")]
     return {"ledger_done": done, "handler_calls": calls, "recovered": recovered,
-            "exactly_once": done == sagas and calls == sagas and recovered == sagas}
+            "calls_started": sum(attempts), "most_calls_per_step": max(attempts, default=0),
+            "exactly_once": done == sagas and recovered == sagas and sum(attempts) == sagas
+            and max(attempts, default=0) == 1 and calls <= sagas}
 
 
 def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
-              py_spy: str | None = None, scan_only: bool = False) -> dict[str, Any]:
+              py_spy: str | None = None, scan_only: bool = False, runtime: Path | None = None) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     go = tmp / "go"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(REPO / "runtime"),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(runtime or REPO / "runtime"),
                                                        os.environ.get("PYTHONPATH", "")]))
     if py_spy:
         os.makedirs(py_spy, exist_ok=True)
@@ -228,7 +253,8 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
     if scan_only:
         for p in procs:
             p.communicate(timeout=600)
-        return {"replicas": replicas, "scan_rss_mb": round(scan_rss / 1024, 1)}
+        return {"replicas": replicas, "runtime": "baseline" if runtime is not None else "this tree",
+                "scan_rss_mb": round(scan_rss / 1024, 1)}
     t0 = time.monotonic()
     go.write_text("go")
     outs = [p.communicate(timeout=3600) for p in procs]
@@ -241,6 +267,7 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         results.append(json.loads(lines[-1]))
     return {
         "replicas": replicas,
+        "runtime": "baseline" if runtime is not None else "this tree",
         "seconds": round(wall, 2),
         "sagas_per_s": round(sagas / wall),
         "peak_rss_mb": max(x["maxrss_mb"] for x in results),
@@ -282,6 +309,11 @@ def main() -> int:
     ap.add_argument("--no-shard", action="store_true",
                     help="replicas do not split the orphans (every one races for every saga; claims decide)")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
+    ap.add_argument("--progress", metavar="DIR",
+                    help="each daemon writes how far it got (recovered, in flight, peak RSS) to DIR after every sweep")
+    ap.add_argument("--baseline", metavar="DIR", type=Path,
+                    help="another version's runtime/ directory (e.g. `git archive main runtime | tar -x -C DIR`): "
+                         "each fleet size is measured with it first, then with this tree, on copies of one log")
     args = ap.parse_args()
     # A SIGTERM (a timeout, ^C from a wrapper) still runs the cleanup below: no stray server.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -289,6 +321,9 @@ def main() -> int:
         os.environ["BENCH_FLEET_PARSER"] = "python"
     if args.no_shard:
         os.environ["BENCH_FLEET_SHARD"] = "0"
+    if args.progress:
+        os.makedirs(args.progress, exist_ok=True)
+        os.environ["BENCH_FLEET_PROGRESS"] = os.path.abspath(args.progress)
     sys.path.insert(0, str(REPO / "runtime"))
     proc = None
     url = args.redis_url
@@ -302,24 +337,28 @@ def main() -> int:
         build_s = time.monotonic() - t
         fleets = []
         floors = []
+        runtimes: list[Path | None] = [args.baseline, None] if args.baseline else [None]
         for n in [int(x) for x in args.replicas.split(",") if x.strip()]:
-            key = f"{base}-r{n}"
-            copy_log(url, base, key)
-            floors.append(round_trip_floor(url))
-            fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only))
-            fleet = fleets[-1]
-            if args.scan_only:
-                continue
-            # The saga's wall time in bare round trips of this run: comparable across loads.
-            fleet["round_trip_us"] = round(floors[-1], 1)
-            fleet["saga_time_in_round_trips"] = round(1e6 / fleet["sagas_per_s"] / floors[-1], 2)
+            for runtime in runtimes:
+                key = f"{base}-r{n}" + ("-base" if runtime is not None else "")
+                copy_log(url, base, key)
+                floors.append(round_trip_floor(url))
+                fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only,
+                                        runtime=runtime))
+                fleet = fleets[-1]
+                if args.scan_only:
+                    continue
+                # The saga's wall time in bare round trips of this run: comparable across loads.
+                fleet["round_trip_us"] = round(floors[-1], 1)
+                fleet["saga_time_in_round_trips"] = round(1e6 / fleet["sagas_per_s"] / floors[-1], 2)
     finally:
         if proc is not None:
             proc.kill()
             proc.wait()
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
-    by = {f["replicas"]: f["sagas_per_s"] for f in fleets if "sagas_per_s" in f}
+    by = {f["replicas"]: f["sagas_per_s"] for f in fleets if "sagas_per_s" in f and f["runtime"] == "this tree"}
+    base_by = {f["replicas"]: f["sagas_per_s"] for f in fleets if "sagas_per_s" in f and f["runtime"] == "baseline"}
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
@@ -339,6 +378,8 @@ def main() -> int:
     if 1 in by and 3 in by:
         result["three_over_one"] = round(by[3] / by[1], 2)
         targets["three_replicas_ge_2.5x_one"] = by[3] >= 2.5 * by[1]
+    if base_by:
+        result["over_baseline"] = {n: round(by[n] / base_by[n], 2) for n in by if n in base_by}
     result["targets"] = targets
     if args.json:
         json.dump(result, sys.stdout, indent=2)
@@ -346,7 +387,7 @@ def main() -> int:
         return 0
     print(f"agent-saga recovery fleet — {args.sagas} orphans from {args.writers} writers, "
           f"daemon concurrency {args.concurrency}, load {result['machine']['loadavg']}")
-    print(f"  {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'saga/bare RT':>12} {'CPU ms/saga':>12} "
+    print(f"  {'runtime':>9} {'replicas':>8} {'seconds':>9} {'sagas/s':>9} {'saga/bare RT':>12} {'CPU ms/saga':>12} "
           f"{'trips/saga':>11} {'peak RSS MB':>12}  statuses")
     for f in fleets:
         st: dict[str, int] = {}
@@ -354,10 +395,12 @@ def main() -> int:
             for k, v in d["statuses"].items():
                 st[k] = st.get(k, 0) + v
         trips = sum(f["round_trips_per_saga"].values())
-        print(f"  {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['saga_time_in_round_trips']:>12} "
+        print(f"  {f['runtime']:>9} {f['replicas']:>8} {f['seconds']:>9} {f['sagas_per_s']:>9} {f['saga_time_in_round_trips']:>12} "
               f"{f['cpu_ms_per_saga']:>12} {trips:>11.2f} {f['peak_rss_mb']:>12}  {st}")
     if "three_over_one" in result:
         print(f"  3 replicas / 1 replica: {result['three_over_one']}×")
+    if "over_baseline" in result:
+        print(f"  this tree / baseline, sagas/s by replicas: {result['over_baseline']}")
     print("  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in targets.items()))
     return 0
 

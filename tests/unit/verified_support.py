@@ -43,8 +43,11 @@ def comp(charge_id: str, handler: str = HANDLER) -> dict[str, Any]:
     return {"handler": handler, "kwargs": {"charge_id": charge_id}, "description": f"refund {charge_id}"}
 
 
-def write_orphan(wal: BaseWAL, saga_id: str, charge_id: str = "ch_1", *, handler: str = HANDLER) -> None:
-    """What a dead agent leaves: one committed charge, and a lease that ran out at once."""
+def write_orphan(
+    wal: BaseWAL, saga_id: str, charge_id: str = "ch_1", *, handler: str = HANDLER, sync: bool = True
+) -> None:
+    """What a dead agent leaves: one committed charge, and a lease that ran out at once
+    (``sync=False``: not waited for; the caller's ``barrier_sync`` makes them durable)."""
     step = f"{saga_id}/0"
     wal.append("SAGA_STARTED", saga_id, None, {"name": "checkout", "tags": []})
     wal.append("SAGA_LEASE", saga_id, None, {"lease_seconds": 0.001})
@@ -55,7 +58,8 @@ def write_orphan(wal: BaseWAL, saga_id: str, charge_id: str = "ch_1", *, handler
     wal.append("STEP_COMMITTED", saga_id, step, {
         "tool": "pay.charge", "semantics": "COMPENSABLE", "compensation": comp(charge_id, handler),
     })
-    wal.barrier_sync()
+    if sync:
+        wal.barrier_sync()
 
 
 def orphan_file(path: Path, saga_id: str = "s1", charge_id: str = "ch_1", **kw: Any) -> Path:

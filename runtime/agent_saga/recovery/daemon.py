@@ -24,7 +24,9 @@ Guarantees:
 - Acts only on verified records: each record read is checked against its digest and its
   chain first (``recovery.verified``); a record that fails, an unexplained gap, a repeated
   or backward sequence, a truncated or replaced log, and a record of an unknown type in a
-  saga it would act on halt it.
+  saga it would act on halt it. Where the scan keeps only records' places and hashes (a
+  RedisWAL: memory bounded by the sagas in flight, one page of records per read), a
+  claimed saga's records are read again and must be the ones verified, or it halts.
 - Fails closed: those, a record the reader cannot decrypt, or an unreadable journal halt
   the daemon (``halted``, ``RecoveryHalted``) before it acts; it stays halted until rebuilt.
 - ``sweep()`` never raises for one saga's failure or a place it cannot write (claims,
@@ -50,7 +52,7 @@ import random
 import secrets
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import observe as _observe
@@ -246,7 +248,7 @@ class RecoveryDaemon:
         self.compensation_timeout = compensation_timeout
         self.daemon_id = daemon_id or default_daemon_id()
         self._clock = as_clock(clock)
-        self.scan = LogScan()
+        self.scan = LogScan(refs=self.source.rereads)
         self.halted: RecoveryHalted | None = None
         self.warnings: list[str] = []
         self._unknown_seen: set[str] = set()
@@ -328,9 +330,18 @@ class RecoveryDaemon:
             self._reads_done = number
 
     async def _read_new(self) -> None:
-        """One read of what is new into the scan (under ``_read_lock``)."""
+        """One read of what is new into the scan (under ``_read_lock``), page by page: the
+        read holds one page of records at a time. A read of the whole log goes into a new
+        scan, which replaces this one once the read has ended (verified whole)."""
+        target = self.scan
+        fresh: LogScan | None = None
+        known = set(self.scan.unknown_types)
         try:
-            read = await self.source.read_new()
+            async for read in self.source.read_pages():
+                if read.from_start:
+                    fresh = target = LogScan(refs=self.source.rereads)
+                    fresh.records_read = self.scan.records_read
+                target.feed_all(read.records)
         except RecoveryError:
             raise
         except WALError as exc:
@@ -341,15 +352,12 @@ class RecoveryDaemon:
                 f"stopped before acting on any saga",
                 location=where,
             ) from exc
-        if read.from_start and self.scan.records_read:
-            # Records left the log since the last read (a compaction): start over from
-            # the whole log, so no saga is judged on half of its records.
-            log.info("%s: records left the log since the last read; re-read it whole", self.source.description)
-            fresh = LogScan()
-            fresh.records_read = self.scan.records_read
+        if fresh is not None:
+            if self.scan.records_read:
+                # Records left the log since the last read (a compaction): start over from
+                # the whole log, so no saga is judged on half of its records.
+                log.info("%s: records left the log since the last read; read it whole again", self.source.description)
             self.scan = fresh
-        known = set(self.scan.unknown_types)
-        self.scan.feed_all(read.records)
         for t in self.scan.unknown_types.keys() - known - self._unknown_seen:
             self._unknown_seen.add(t)
             log.warning(
@@ -357,6 +365,14 @@ class RecoveryDaemon:
                 "recovery will not act on a saga holding one (upgrade agent-saga): first at %s",
                 self.source.description, t, self.scan.unknown_types[t][1],
             )
+
+    async def _records_of(self, view: SagaView) -> SagaView:
+        """``view`` with its records, read again and checked against what the scan
+        verified where the scan kept only their places (``LogSource.reread``)."""
+        if not view.refs:
+            return view
+        records = await self.source.reread(view.saga_id, self.scan.places(view.refs))
+        return replace(view, records=records, refs=b"")
 
     # ------------------------------------------------------------------ sweeping
 
@@ -415,11 +431,15 @@ class RecoveryDaemon:
         if dry_run:
             for view in orphans:
                 try:
-                    state.results.append(SagaResult(view.saga_id, "PLANNED", plan=plan_saga(view)))
+                    planned = plan_saga(await self._records_of(view))
+                    state.results.append(SagaResult(view.saga_id, "PLANNED", plan=planned))
                 except RecoveryHalted as exc:
                     # What a real sweep would do: halt, having acted on nothing.
                     self._halt(exc)
                     state.results.append(SagaResult(view.saga_id, "FAILED", error=exc.message))
+                    break
+                except RecoveryError as exc:
+                    state.stop = exc.message  # the log cannot be read again now
                     break
             return report()
         self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
@@ -491,7 +511,9 @@ class RecoveryDaemon:
         pending, self.scan.owner_partials = self.scan.owner_partials, []
         try:
             for rec, earlier in pending:
-                for esc in owner_escalations(rec, self.source.description, self.daemon_id, earlier):
+                records = (await self.source.reread(rec.saga, self.scan.places(earlier))
+                           if isinstance(earlier, bytes) else earlier)
+                for esc in owner_escalations(rec, self.source.description, self.daemon_id, records):
                     await self.ledger.escalate(esc)
         except RecoveryHalted as exc:
             self._halt(exc)
@@ -545,6 +567,7 @@ class RecoveryDaemon:
                     return SagaResult(saga_id, "LIVE")
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
+                view = await self._records_of(view)  # only what was verified is acted on
                 plan = plan_saga(view)
                 resolution = Resolution(
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,

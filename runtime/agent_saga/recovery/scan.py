@@ -7,9 +7,13 @@ re-reads the log per saga.
 Invariants:
 - Memory is proportional to the records of unresolved sagas: a saga's records are dropped
   as soon as its terminal record is read, and a record that arrives for a saga already
-  resolved (a late lease renewal) is ignored. A view keeps what a plan, an escalation and
-  a location read of each record, not its chain fields (digest, prev, hash, salt: the
-  verifier checked them before the scan saw the record).
+  resolved (a late lease renewal) is ignored. With ``refs=True`` (a log that can read a
+  record again by its place: a RedisWAL) a view keeps of each record only where it is
+  (writer, gseq) and the hash the verifier checked, packed in 44 bytes, never its payload: the
+  daemon reads a claimed saga's few records again and checks them against those hashes
+  before planning (``LogSource.reread``). Otherwise a view keeps what a plan, an
+  escalation and a location read of each record, not its chain fields (digest, prev,
+  hash, salt: the verifier checked them before the scan saw the record).
 - The lease rule is ``agent_saga.leases``'s: the owner's last record + the lease length
   last declared. Records a daemon wrote (payload ``recovered_by``) are not signs of life.
 - A lease record that cannot be read halts (``RecoveryHalted``): it is the one fact that
@@ -21,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +36,11 @@ from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
-__all__ = ["LogScan", "SagaView", "where"]
+__all__ = ["LogScan", "Place", "SagaView", "where"]
+
+#: Where a verified record is, to be read again: (writer, gseq, its hash as bytes).
+Place = tuple[str, int, bytes]
+_PLACE = struct.Struct(">QI32s")  # gseq, writer number, hash: one record in a view's ``refs``
 
 _LEASE = RecordType.SAGA_LEASE.value
 _TYPE_NAMES = {t: t for t in KNOWN_TYPES}  # one string object per type, not one per record
@@ -55,6 +64,7 @@ class SagaView:
 
     saga_id: str
     records: list[Record] = field(default_factory=list)
+    refs: bytes = b""  # with LogScan(refs=True), instead of records: their places (LogScan.places)
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     owner_last_ts: int = 0  # µs, the owner's last sign of life
     first_ts: int = 0
@@ -73,13 +83,17 @@ class SagaView:
 class LogScan:
     """The running result of reading a log once, in order (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, refs: bool = False) -> None:
+        self.refs = refs
+        self.writers: list[str] = []  # the writer ids the views' places are numbered by
+        self._writer_number: dict[str, int] = {}
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
         #: yet queued for a human, each with the saga's earlier records (whose compensation
-        #: descriptors the escalations carry): the daemon drains this list into the queue.
-        self.owner_partials: list[tuple[Record, list[Record]]] = []
+        #: descriptors the escalations carry; with ``refs``, their places): the daemon
+        #: drains this list into the queue.
+        self.owner_partials: list[tuple[Record, list[Record] | bytes]] = []
         self.records_read = 0
         #: record types this version does not know: type -> (count, where the first is)
         self.unknown_types: dict[str, tuple[int, str]] = {}
@@ -102,20 +116,24 @@ class LogScan:
             done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
             if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
-                self.owner_partials.append((rec, done.records if done is not None else []))
+                earlier = [] if done is None else done.refs if self.refs else done.records
+                self.owner_partials.append((rec, earlier))
             return
         view = self.in_flight.get(saga_id)
         if view is None:
             view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts)
-        # Verified already: the chain fields are not needed again; shared strings for the rest.
-        rec.digest = rec.prev = rec.hash = ""
-        rec.salt = None
-        rec.type = _TYPE_NAMES.get(rec.type, rec.type)
-        rec.saga = view.saga_id
-        view.records.append(rec)
         payload = rec.payload or {}
+        if self.refs:
+            self._keep_ref(view, rec)
+        else:
+            # Verified already: the chain fields are not needed again; shared strings for the rest.
+            rec.digest = rec.prev = rec.hash = ""
+            rec.salt = None
+            rec.type = _TYPE_NAMES.get(rec.type, rec.type)
+            rec.saga = view.saga_id
+            view.records.append(rec)
         if rec.type == SAGA_QUARANTINED:
-            view.quarantine = dict(payload) or {"reason": "(redacted)"}
+            view.quarantine = dict(payload) or {"reason": "(redacted)"}  # small: kept either way
             return
         if rec.type == SAGA_QUARANTINE_LIFTED:
             view.quarantine = None
@@ -140,3 +158,21 @@ class LogScan:
             view.lease_seconds = float(value)
         if rec.ts > view.owner_last_ts:
             view.owner_last_ts = rec.ts
+
+    def places(self, refs: bytes) -> list[Place]:
+        """The places packed in a view's ``refs``, in log order."""
+        return [(self.writers[n], g, h) for g, n, h in _PLACE.iter_unpack(refs)]
+
+    def _keep_ref(self, view: SagaView, rec: Record) -> None:
+        w, g = rec.extra.get("writer"), rec.extra.get("gseq")
+        if not isinstance(w, str) or not isinstance(g, int):
+            raise RecoveryHalted(
+                f"{where(rec)}: the record has no writer and gseq, so it cannot be read again "
+                f"before recovery acts on it; the sweep stopped without acting",
+                location=where(rec), saga_id=rec.saga,
+            )
+        n = self._writer_number.get(w)
+        if n is None:
+            n = self._writer_number[w] = len(self.writers)
+            self.writers.append(w)
+        view.refs += _PLACE.pack(g, n, bytes.fromhex(rec.hash))

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -66,6 +67,7 @@ class VerifiedReads:
     def __init__(self, description: str) -> None:
         self.description = description
         self._state = _Chains()
+        self._gaps_before: dict[str, int] | None = None  # at the start of the read in progress
         self.rescans = 0
 
     @staticmethod
@@ -88,6 +90,7 @@ class VerifiedReads:
             if name not in anchors or not old.found:
                 anchors[name] = _Anchor(old.seq, old.hash)
         self._state = _Chains(anchors=anchors)
+        self._gaps_before = None
         self.rescans += 1
 
     def check(self, items: Iterable[Item], *, whole: bool, last_try: bool) -> list[Record]:
@@ -96,9 +99,33 @@ class VerifiedReads:
         Raises ``RecoveryHalted`` (see the module doc), or ``Rescan`` when the log must be
         read again whole (never when ``last_try``).
         """
+        self.begin()
+        out = self.page(items)
+        self.end(whole=whole, last_try=last_try)
+        return out
+
+    def mark(self) -> _Chains:
+        """The verification state now, for ``reset`` (a read that failed is forgotten)."""
+        return copy.deepcopy(self._state)
+
+    def reset(self, mark: _Chains) -> None:
+        """Back to ``mark``: the read since is forgotten (it is read again)."""
+        self._state = mark
+        self._gaps_before = None
+
+    def begin(self) -> None:
+        """Start a read that comes in pages (``page`` each, then ``end``). A read that was
+        interrupted (no ``end``) is continued by the next: its gaps still count as new."""
+        if self._gaps_before is None:
+            self._gaps_before = {name: v.gaps for name, v in self._state.verifiers.items()}
+
+    def page(self, items: Iterable[Item]) -> list[Record]:
+        """Verify the next page of the read begun with ``begin`` and return its records:
+        each one checked against its digest and its chain. What only the whole read can
+        show (a gap accounted for, the anchors met) is checked by ``end``, before anything
+        read is acted on."""
         st = self._state
         out: list[Record] = []
-        gaps_before = {name: v.gaps for name, v in st.verifiers.items()}
         for location, item in items:
             if isinstance(item, WALCorrupt):
                 # A damaged entry: without its chain name, it belongs to no verifier.
@@ -114,6 +141,16 @@ class VerifiedReads:
             if anchor is not None:
                 self._meet_anchor(anchor, item, location)
             out.append(item)
+        return out
+
+    def end(self, *, whole: bool, last_try: bool) -> None:
+        """End the read begun with ``begin`` (``whole``: from the start of the log).
+
+        Raises ``RecoveryHalted`` (see the module doc), or ``Rescan`` when the log must be
+        read again whole (never when ``last_try``).
+        """
+        st = self._state
+        gaps_before, self._gaps_before = self._gaps_before or {}, None
         for name, verifier in st.verifiers.items():
             if not whole and verifier.gaps > gaps_before.get(name, 0):
                 # Records left the log since the last read: read it again, whole.
@@ -125,7 +162,6 @@ class VerifiedReads:
                 raise Rescan(name)
         if whole:
             self._check_anchors()
-        return out
 
     # ------------------------------------------------------------------ checks
 

@@ -148,6 +148,20 @@ class RedisLog:
         for _eid, location, item in self.entries(writer, page_size):
             yield location, item
 
+    def records_at(self, places: list[tuple[str, int]]) -> list[tuple[str, Record | WALCorrupt | None]]:
+        """``(location, record-or-error, or None if gone)`` of each ``(writer, gseq)``, read
+        in one round trip (a claimed saga's few records, read again before acting)."""
+        pipe = self.client.pipeline(transaction=False)
+        for w, g in places:
+            pipe.xrange(self.stream(w), f"{g}-0", f"{g}-0", count=1)
+        out: list[tuple[str, Record | WALCorrupt | None]] = []
+        for (w, g), page in zip(places, pipe.execute(), strict=True):
+            if page:
+                out.append(self._decode(w, page[0]))
+            else:
+                out.append((f"{self.where} stream {self.stream(w)} entry {g}-0", None))
+        return out
+
     def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
         """Every writer's records with ``gseq > cursor``, merged in ``gseq`` order, in pages.
 

@@ -15,7 +15,7 @@ async def test_callers_waiting_on_a_read_share_the_next_one_which_sees_what_they
     wal = tmp_path / "a.wal"
     write_orphan(wal, "s1", [{"comp": desc("c1")}])
     d = RecoveryDaemon(wal, clock=FUTURE)
-    real = d.source.read_new
+    real = d.source.read_pages
     reads = 0
     first_read_done = asyncio.Event()
     release = asyncio.Event()
@@ -23,13 +23,13 @@ async def test_callers_waiting_on_a_read_share_the_next_one_which_sees_what_they
     async def counted() -> Any:
         nonlocal reads
         reads += 1
-        out = await real()
-        if reads == 1:  # the first read has read the log, and is held before it returns
+        async for page in real():
+            yield page
+        if reads == 1:  # the first read has read the log, and is held before it ends
             first_read_done.set()
             await release.wait()
-        return out
 
-    d.source.read_new = counted  # type: ignore[method-assign]
+    d.source.read_pages = counted  # type: ignore[method-assign]
     first = asyncio.ensure_future(d._refresh())
     await first_read_done.wait()
     # Written after the first read looked: a caller asking now needs a read begun later.
