@@ -415,11 +415,9 @@ class Saga:
                 self._failed(step_id, tool, exc, started=False)
                 raise
 
-        def note(type_: str, payload: dict[str, Any]) -> None:
-            self._append(type_, saga_id, step_id, {"tool": tool, **payload})
-
         # An async forward with no timeout, retry or fallback is awaited here directly:
-        # what call_with_retries would do in one attempt, without its three coroutine frames.
+        # what call_with_retries would do in one attempt, without its three coroutine frames
+        # (and without the ``note`` closure, which only retries and fallbacks write with).
         info = callable_info(forward) if timeout is None and policy is NO_RETRY and fallback is None else None
         try:
             if info is not None and info.is_async:
@@ -427,7 +425,8 @@ class Saga:
                 attempts, used_fallback = 1, False
             else:
                 result, attempts, used_fallback = await call_with_retries(
-                    forward, key, self._executor, timeout, policy, fallback, self._clock, note
+                    forward, key, self._executor, timeout, policy, fallback, self._clock,
+                    self._noter(step_id, tool),
                 )
         except Expired as exc:
             unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
@@ -456,6 +455,15 @@ class Saga:
         if error is not None:
             raise error
         return result
+
+    def _noter(self, step_id: str, tool: str) -> Callable[[str, dict[str, Any]], None]:
+        """What ``call_with_retries`` writes STEP_RETRY and STEP_FALLBACK with."""
+        append, saga_id = self._append, self.saga_id
+
+        def note(type_: str, payload: dict[str, Any]) -> None:
+            append(type_, saga_id, step_id, {"tool": tool, **payload})
+
+        return note
 
     def _commit(
         self,
