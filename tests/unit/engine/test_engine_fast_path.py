@@ -1,5 +1,6 @@
 """The REVERSIBLE fast path (an async forward, no gate, timeout, retry or fallback) runs
-inline in ``execute``: its failure paths record and undo exactly as the general path does."""
+inline in ``execute``: its failure paths record and undo exactly as the general path does.
+A flat kwargs snapshot (str keys, plain scalars) is one C copy after the same checks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ import asyncio
 
 import pytest
 from agent_saga.compensation import Compensation
-from agent_saga.errors import CompensationError, ConfigurationError, RollbackIncomplete
+from agent_saga.errors import (
+    CompensationError,
+    ConfigurationError,
+    NotSerializable,
+    RollbackIncomplete,
+    SecretDetected,
+)
+from agent_saga.payloads import _copy, snapshot_mapping
 from agent_saga.rollback import RollbackOutcome
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
@@ -106,3 +114,42 @@ def test_a_handler_name_is_checked_every_time_even_after_valid_ones():
     assert Compensation(handler=Name("stripe.refund")).handler == "stripe.refund"
     with pytest.raises(ConfigurationError, match="is not valid"):
         Compensation(handler=Name("stripe refund"))
+
+
+# ---------------------------------------------------------------- the flat kwargs snapshot
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"id": "ch_1", "amount": 4200, "rate": 0.5, "live": True, "note": None, "empty": ""},
+        {"id": "ch_1", "at": {"nested": 1}},  # nested: the general copy
+        {"ids": ["a", "b"]},
+    ],
+    ids=["empty", "flat", "nested", "list"],
+)
+def test_a_snapshot_is_a_plain_copy_equal_to_the_general_one(kwargs):
+    out = snapshot_mapping(kwargs, "kwargs")
+    assert out == _copy(kwargs, "kwargs", None, 0) and list(out) == list(kwargs)
+    assert out is not kwargs
+    kwargs["later"] = "changed"
+    assert "later" not in out  # a later change by the caller never reaches the record
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "names"),
+    [
+        ({"id": "ch_1", "password": "hunter2hunter2"}, SecretDetected, "kwargs['password']"),
+        ({"id": "ch_1", "x": "sk_live_abcdefghijkl1234"}, SecretDetected, "kwargs['x']"),
+        ({"id": "ch_1", "amount": float("nan")}, NotSerializable, "kwargs['amount']"),
+        ({"id": "ch_1", 7: "x"}, NotSerializable, "kwargs[7]"),
+        ({"id": object()}, NotSerializable, "kwargs['id']"),
+    ],
+    ids=["secret-key", "secret-shape", "nan", "int-key", "object"],
+)
+def test_a_flat_snapshot_refuses_what_the_general_one_refuses_naming_the_path(kwargs, error, names):
+    with pytest.raises(error) as info:
+        snapshot_mapping(kwargs, "kwargs")
+    assert names in str(info.value)
+    assert "hunter2" not in str(info.value) and "sk_live_abc" not in str(info.value)
