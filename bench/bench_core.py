@@ -5,7 +5,8 @@ Measures, in one run on the same disk:
   bare ``write`` + ``fsync`` for reference;
 - REVERSIBLE step latency (``saga.execute``) with an async and with a sync tool function;
 - COMPENSABLE step latency (two durability fences) and its ratio to the floor's p50;
-- durable (COMPENSABLE) steps/s at 1, 16, 64 and 256 concurrent sagas, with step p99,
+- durable (COMPENSABLE) steps/s at 1, 16, 64 and 256 concurrent sagas, with step p99, the
+  CPU per step and the garbage collector's share of it (``gc_cpu_share``),
   over FileWAL and over RedisWAL (a throwaway redis-server without persistence, or
   ``--redis-url``); each next to its floor in the same run (``--backends file`` skips Redis).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import gc
 import json
 import os
 import platform
@@ -116,6 +118,30 @@ async def compensable(wal: FileWAL, n: int) -> list[float]:
     return out
 
 
+class GCClock:
+    """CPU time the cyclic garbage collector spends (``gc.callbacks``; the collector runs in
+    the thread that allocated, holding the interpreter lock, so it is the step's CPU too)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.collections = 0
+        self._t = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t = time.thread_time()
+        else:
+            self.cpu += time.thread_time() - self._t
+            self.collections += 1
+
+    def __enter__(self) -> GCClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dict[str, float]:
     lat: list[float] = []
 
@@ -127,9 +153,10 @@ async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dic
                 lat.append(time.perf_counter() - t)
 
     before = wal.stats().batches
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(one() for _ in range(concurrency)))
-    dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    with GCClock() as gc_clock:
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(one() for _ in range(concurrency)))
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     steps = concurrency * steps_per_saga
     return {
         "concurrency": concurrency,
@@ -140,6 +167,9 @@ async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dic
         "p50_us": round(pct(lat, 0.5) * 1e6, 1),
         "p99_us": round(pct(lat, 0.99) * 1e6, 1),
         "syncs": wal.stats().batches - before,
+        # the garbage collector's part of that CPU, and its collections per 1,000 steps
+        "gc_cpu_share": round(gc_clock.cpu / cpu, 3) if cpu > 0 else 0.0,
+        "gc_per_1000_steps": round(gc_clock.collections / steps * 1000, 1),
     }
 
 
@@ -257,10 +287,10 @@ def print_table(r: dict[str, Any]) -> None:
         f"= {r['compensable_p50_over_floor_p50']} × floor p50 (target ≤ 3.0)")
     for backend, rows in r["throughput"].items():
         print(f"\n  {backend + ': concurrent sagas':>24} {'steps/s':>10} {'CPU µs/step':>12} {'p50 µs':>10} "
-              f"{'p99 µs':>10} {'batches':>8}")
+              f"{'p99 µs':>10} {'batches':>8} {'GC share':>9}")
         for t in rows:
             print(f"  {t['concurrency']:>24} {t['steps_per_s']:>10} {t['cpu_us_per_step']:>12} {t['p50_us']:>10} "
-                  f"{t['p99_us']:>10} {t['syncs']:>8}")
+                  f"{t['p99_us']:>10} {t['syncs']:>8} {t['gc_cpu_share']:>9.1%}")
     print(f"\n  load average at the end: {r['machine']['loadavg']}")
     print("\n  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in r["targets"].items()))
 

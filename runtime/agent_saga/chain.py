@@ -130,7 +130,30 @@ def seal_batch(
             if text is _UNENCODABLE:
                 canonical_json(rec.payload)  # raises the encoding error again
             salt = salts[i * SALT_BYTES : (i + 1) * SALT_BYTES]
-            canonical = seal(rec, prev, salt, canonical=text, hinted=hinted)
+            if text is None:  # encoded by its producer
+                canonical = seal(rec, prev, salt, canonical=text, hinted=hinted)
+            else:
+                # ``seal`` inline (the same steps in the same order, one frame less per record).
+                saga = rec.saga = scrub_id(rec.saga)
+                step = rec.step
+                if step is not None:
+                    step = rec.step = scrub_id(step)
+                payload = rec.payload
+                if payload is not None:
+                    scrubbed = scrub_payload(payload, rec.type, saga, text, hinted=hinted)
+                    if scrubbed is not payload:
+                        rec.payload = scrubbed
+                        text = canonical_json(scrubbed)
+                rec.salt = salt.hex()
+                digest = _sha256(salt)
+                digest.update(text.encode())
+                rec.digest = hexdigest = digest.hexdigest()
+                rec.prev = prev
+                rec.hash = _sha256(
+                    f"{SCHEMA_VERSION}\n{rec.seq}\n{rec.ts}\n{rec.type}\n{saga}\n{step or ''}\n"
+                    f"{hexdigest}\n{prev}".encode()
+                ).hexdigest()  # = header_hash(rec)
+                canonical = text
         except (TypeError, ValueError) as exc:
             on_error(rec, exc)
             canonical = seal(rec, prev)

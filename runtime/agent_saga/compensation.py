@@ -46,12 +46,22 @@ HANDLER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 _DICT_KEYS = frozenset({"handler", "kwargs", "description"})
 
 
+_VALID_NAMES: set[str] = set()  # handler names already checked (a set of str: no lock needed)
+_VALID_NAMES_MAX = 4096
+
+
 def _check_handler_name(name: object) -> str:
+    if name.__class__ is str and name in _VALID_NAMES:
+        return name
     if not isinstance(name, str) or not HANDLER_PATTERN.match(name):
         raise ConfigurationError(
             f"compensation handler name {name!r} is not valid: use a stable dotted name "
             f"such as 'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])"
         )
+    if name.__class__ is str:
+        if len(_VALID_NAMES) >= _VALID_NAMES_MAX:
+            _VALID_NAMES.clear()  # names made up per call must not grow this
+        _VALID_NAMES.add(name)
     return name
 
 
@@ -88,11 +98,11 @@ class Compensation:
             raise ConfigurationError(f"Compensation.fn must be callable, got {self.fn!r}")
         if self.handler is not None:
             _check_handler_name(self.handler)
-        if not isinstance(self.kwargs, Mapping):
+        if self.kwargs.__class__ is not dict and not isinstance(self.kwargs, Mapping):
             raise ConfigurationError(
                 f"Compensation.kwargs must be a mapping of JSON values, got {type(self.kwargs).__name__}"
             )
-        if not isinstance(self.description, str):
+        if self.description.__class__ is not str and not isinstance(self.description, str):
             raise ConfigurationError("Compensation.description must be a string")
 
     def descriptor(self, path: str = "kwargs") -> dict[str, Any]:

@@ -319,7 +319,34 @@ class Saga:
         seen = None if obs is None else _observe.safely(obs.step_started, self.saga_id, step_id, tool, sem.value)
         try:
             if sem is _REV and timeout is None and retry is None and fallback_action is None:
-                result = await self._run_fast(step_id, tool, forward, compensate, policy_args)
+                # The hot path, inline (one coroutine frame less per step): REVERSIBLE, no
+                # timeout, retry or fallback. Never waits for the disk.
+                saga_id = self.saga_id
+                append = self._append
+                append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
+                info = callable_info(forward)
+                try:
+                    if info.is_async:
+                        if info.accepts_key:
+                            result = await forward(idempotency_key=idempotency_key(saga_id, step_id, FORWARD_SCOPE))
+                        else:
+                            result = await forward()
+                    else:
+                        key = idempotency_key(saga_id, step_id, FORWARD_SCOPE) if info.accepts_key else None
+                        result = await call(forward, _NO_KWARGS, key, self._executor)
+                except Exception as exc:
+                    self._failed(step_id, tool, exc)
+                    raise
+                except BaseException as exc:
+                    self._unknown(step_id, tool, _REV, compensate, exc)
+                    raise
+                if compensate is None:
+                    append(_COMMITTED, saga_id, step_id, {"compensation": None})
+                    self._done.append(RollbackEntry(step_id, tool, _REV, None))
+                else:
+                    _, error = self._commit(step_id, tool, _REV, compensate, result, 1, False)
+                    if error is not None:
+                        raise error
             else:
                 result = await self._run_step(
                     step_id, tool, sem, forward, compensate, timeout, policy_args,
@@ -347,43 +374,6 @@ class Saga:
             if not self._inflight and self._settled is not None and not self._settled.done():
                 self._settled.set_result(None)
             step_id_var.reset(token)
-
-    async def _run_fast(
-        self,
-        step_id: str,
-        tool: str,
-        forward: Callable[..., Any],
-        compensate: CompensationFactory | None,
-        policy_args: dict[str, Any] | None,
-    ) -> Any:
-        """REVERSIBLE, no timeout/retry/fallback: the hot path. Never waits for the disk."""
-        saga_id = self.saga_id
-        append = self._append
-        append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
-        info = callable_info(forward)
-        try:
-            if info.is_async:
-                if info.accepts_key:
-                    result = await forward(idempotency_key=idempotency_key(saga_id, step_id, FORWARD_SCOPE))
-                else:
-                    result = await forward()
-            else:
-                key = idempotency_key(saga_id, step_id, FORWARD_SCOPE) if info.accepts_key else None
-                result = await call(forward, _NO_KWARGS, key, self._executor)
-        except Exception as exc:
-            self._failed(step_id, tool, exc)
-            raise
-        except BaseException as exc:
-            self._unknown(step_id, tool, _REV, compensate, exc)
-            raise
-        if compensate is None:
-            append(_COMMITTED, saga_id, step_id, {"compensation": None})
-            self._done.append(RollbackEntry(step_id, tool, _REV, None))
-            return result
-        _, error = self._commit(step_id, tool, _REV, compensate, result, 1, False)
-        if error is not None:
-            raise error
-        return result
 
     async def _run_step(
         self,
@@ -415,11 +405,9 @@ class Saga:
                 self._failed(step_id, tool, exc, started=False)
                 raise
 
-        def note(type_: str, payload: dict[str, Any]) -> None:
-            self._append(type_, saga_id, step_id, {"tool": tool, **payload})
-
         # An async forward with no timeout, retry or fallback is awaited here directly:
-        # what call_with_retries would do in one attempt, without its three coroutine frames.
+        # what call_with_retries would do in one attempt, without its three coroutine frames
+        # (and without the ``note`` closure, which only retries and fallbacks write with).
         info = callable_info(forward) if timeout is None and policy is NO_RETRY and fallback is None else None
         try:
             if info is not None and info.is_async:
@@ -427,7 +415,8 @@ class Saga:
                 attempts, used_fallback = 1, False
             else:
                 result, attempts, used_fallback = await call_with_retries(
-                    forward, key, self._executor, timeout, policy, fallback, self._clock, note
+                    forward, key, self._executor, timeout, policy, fallback, self._clock,
+                    self._noter(step_id, tool),
                 )
         except Expired as exc:
             unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
@@ -456,6 +445,15 @@ class Saga:
         if error is not None:
             raise error
         return result
+
+    def _noter(self, step_id: str, tool: str) -> Callable[[str, dict[str, Any]], None]:
+        """What ``call_with_retries`` writes STEP_RETRY and STEP_FALLBACK with."""
+        append, saga_id = self._append, self.saga_id
+
+        def note(type_: str, payload: dict[str, Any]) -> None:
+            append(type_, saga_id, step_id, {"tool": tool, **payload})
+
+        return note
 
     def _commit(
         self,

@@ -144,6 +144,11 @@ def derive(
         )
         err.__cause__ = exc
         return None, None, err
+    if raw.__class__ is Compensation:  # the usual return: not awaitable, nothing to coerce
+        try:
+            return raw, raw.descriptor(), None
+        except SagaError as exc:  # NotSerializable / SecretDetected: runnable here, not replayable
+            return raw, None, exc
     if inspect.isawaitable(raw):
         if inspect.iscoroutine(raw):
             raw.close()  # never awaited on purpose: factories are synchronous

@@ -41,9 +41,30 @@ def snapshot_mapping(value: object, path: str) -> dict[str, Any]:
             f"{type(value).__name__}",
             key=path,
         )
+    if value.__class__ is dict:
+        flat = _flat_copy(value)
+        if flat is not None:
+            return flat
     out = _copy(value, path, None, 0)
     assert isinstance(out, dict)
     return out
+
+
+def _flat_copy(value: dict[Any, Any]) -> dict[str, Any] | None:
+    """A dict of str keys and plain scalars (the usual compensation kwargs), checked as
+    ``_copy`` checks it, copied in one C call; None if anything needs ``_copy`` (a nested
+    value, a subclass, a non-str key, a non-finite float or a secret, whose error
+    ``_copy`` raises with its key path)."""
+    for k, v in value.items():
+        if k.__class__ is not str:
+            return None
+        t = v.__class__
+        if t is str:
+            if v and why_secret(k, v) is not None:
+                return None
+        elif not (t is int or v is None or t is bool or (t is float and math.isfinite(v))):
+            return None
+    return dict(value)
 
 
 def snapshot(value: object, path: str) -> Any:

@@ -270,3 +270,16 @@ async def test_the_scrubber_runs_on_the_flusher_not_on_the_callers_objects(tmp_p
     wal.close()
     assert payload == {"note": PLANTED["stripe"]}  # the caller's dict is theirs
     await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("length", [8, 40, 511, 512, 513, 5000], ids=lambda n: f"len{n}")
+def test_the_hint_scan_agrees_with_testing_every_hint(length):
+    """``_hinted`` (one C scan per hint for short values, grouped for long ones) says
+    True exactly when some hint occurs, wherever it sits."""
+    from agent_saga import scrubber
+
+    filler = "x" * length
+    assert scrubber._hinted(filler) is False
+    for hint in scrubber._HINTS:
+        for text in (hint + filler, filler[: length // 2] + hint + filler[length // 2 :], filler + hint):
+            assert scrubber._hinted(text) is (len(text) >= scrubber._MIN_SHAPE), (hint, len(text))
