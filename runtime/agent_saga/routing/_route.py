@@ -89,8 +89,8 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("_screens", "_texts", "_untried", "applies_to", "constraints", "generation", "hosts", "id",
-                 "record_doc", "record_text", "refusal_heads", "rows", "screened", "uid")
+    __slots__ = ("_screens", "_texts", "_untried", "applies_to", "chosen_mids", "constraints", "generation",
+                 "host_names", "hosts", "id", "record_doc", "record_text", "refusal_heads", "rows", "screened", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -143,6 +143,13 @@ class Route:
         self.refusal_heads: tuple[str, ...] = tuple(
             screened_text(Candidate(h.name, h.model, i, "refused").to_doc(), _RECORD, RESERVED_SAGA)[:-2]
             for i, h in enumerate(self.hosts, 1))
+        #: Per host (by rank - 1): the record text of its choice between its elapsed time
+        #: and its usage, ``"host":...,"reasons":[]`` (a chosen candidate is
+        #: ``{"elapsed_ms":E,`` this ``,"usage":{...}}``).
+        self.chosen_mids: tuple[str, ...] = tuple(
+            screened_text(Candidate(h.name, h.model, i, "chosen").to_doc(), _RECORD, RESERVED_SAGA)[1:-1]
+            for i, h in enumerate(self.hosts, 1))
+        self.host_names = frozenset(by_name)
 
     def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
                     call_json: bool) -> tuple[ScreenRow, ...]:
