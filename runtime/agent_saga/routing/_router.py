@@ -44,7 +44,6 @@ from ..context import current_saga_id
 from ..controls.breaker import BreakerPolicy, CircuitBreaker
 from ..errors import ConfigurationError
 from ..gates import StepRequest
-from ..records import canonical_json
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
@@ -106,12 +105,27 @@ def action_problem(request: ModelRequest, answer: HostAnswer) -> str | None:
         return None
     if request.json_mode:
         try:
-            value = json.loads(answer.content)
+            value = _json_value(answer.content)
         except ValueError as exc:
             return f"JSON mode was asked for and the answer is not JSON ({exc}): {answer.content[:120]!r}"
         if not isinstance(value, dict):
             return f"JSON mode was asked for and the answer is JSON but not an object: {answer.content[:120]!r}"
     return None
+
+
+_SCAN = json.JSONDecoder().scan_once  # what json.loads runs, without its two Python frames
+
+
+def _json_value(text: str) -> Any:
+    """``json.loads(text)``: the scanner alone for a text that is one JSON value and
+    nothing else, ``json.loads`` itself (its errors, its whitespace rules) for the rest."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    if end != len(text):
+        return json.loads(text)
+    return value
 
 
 def _repair_request(request: ModelRequest, answer: HostAnswer, problem: str) -> ModelRequest:
@@ -241,7 +255,7 @@ class Router:
             verdicts[i], answer = self._try(h, i + 1, request, call, budget)
             if answer is not None:
                 chosen = h
-        sent = canonical_json(request.to_doc()).encode()
+        sent = request.canonical_text().encode()
         decision = RoutingDecision(call, route.to_doc(), needs, tuple(v for v in verdicts if v is not None),
                                    None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
                                    context, attempt)

@@ -186,3 +186,20 @@ def test_a_prepared_payload_that_cannot_be_built_is_rejected_and_the_log_goes_on
     assert [(r.seq, r.type) for _, r in items] == [(bad, "RECORD_REJECTED"), (after, DECISION)]
     assert items[0][1].payload["original_type"] == DECISION
     assert items[1][1].payload == {"call": "c-2"}
+
+
+def test_a_requests_canonical_text_is_canonical_json_of_its_document() -> None:
+    from agent_saga.routing import Tool, ToolCall
+
+    call = ToolCall("c1", "book", '{"slot": "tue"}')
+    variants = [
+        ModelRequest((Message("user", "hi"),)),
+        ModelRequest((Message("system", 'quotes " \\ é \u2028 \n\t\x01'), Message("user", "")), json_mode=True,
+                     max_tokens=256),
+        ModelRequest((Message("user", "book it"), Message("assistant", "", (call,)),
+                      Message("tool", "booked", tool_call_id="c1", name="book")),
+                     tools=(Tool("book", "Book a slot", {"type": "object", "properties": {"slot": {"type": "string"}}}),),
+                     stop=("\n\n", "END"), max_tokens=9),
+    ]
+    for r in variants:
+        assert r.canonical_text() == canonical_json(r.to_doc())
