@@ -113,7 +113,7 @@ def action_problem(request: ModelRequest, answer: HostAnswer) -> str | None:
     return None
 
 
-_SCAN = json.JSONDecoder().scan_once  # what json.loads runs, without its two Python frames
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' scanner, without its two frames
 
 
 def _json_value(text: str) -> Any:
