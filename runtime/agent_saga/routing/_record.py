@@ -37,7 +37,7 @@ from ._hosts import COST_CLASSES
 from ._ir import Usage
 from ._route import Route
 
-__all__ = ["decision_payload"]
+__all__ = ["CHOSEN", "REFUSED_PART", "SCRUB", "Part", "decision_payload", "record_payload"]
 
 
 def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: str | None) -> PreparedPayload:
@@ -71,6 +71,13 @@ def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: 
                               *((u.prompt_tokens, u.completion_tokens, u.reported) if u is not None else ())))
         else:
             parts.append((_SCRUB, c.to_doc()))  # a host's or a breaker's words: scrubbed
+    return record_payload(decision, route, parts, type_, saga)
+
+
+def record_payload(decision: RoutingDecision, route: Route, parts: list[Part], type_: str,
+                   saga: str | None) -> PreparedPayload:
+    """``decision_payload`` with the parts already picked, one per candidate in order (the
+    router picks them as it screens and tries: see ``Part``)."""
     chosen = decision.chosen
     own_route = decision.route == route.record_doc and (chosen is None or chosen in route.host_names)
     return PreparedPayload(_Build((decision.id, decision.attempt, chosen, decision.context,
@@ -84,6 +91,7 @@ def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: 
 #: elapsed_ms[, prompt, completion, reported]); (_SCRUB, document).
 Part = str | tuple[Any, ...]
 _SCRUB, _REFUSED, _CHOSEN, _CHOSEN_DOC = range(4)
+SCRUB, REFUSED_PART, CHOSEN = _SCRUB, _REFUSED, _CHOSEN  # for the router
 _NEEDS = frozenset(("tokens", "context_tokens", "tools", "json_mode", "max_cost_class"))
 
 

@@ -30,8 +30,9 @@ from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 __all__ = ["Constraints", "Route"]
 
 #: One host as screening reads it for one shape of call: (rank, host, context tokens, the
-#: reasons it is refused whatever the call's size, its refusal when it has such reasons).
-ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None]
+#: reasons it is refused whatever the call's size, its refusal when it has such reasons,
+#: and that refusal's record text, scrubbed once).
+ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None, str | None]
 _RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
@@ -125,7 +126,7 @@ class Route:
         self.generation = generation
         self.applies_to = None if applies_to is None else tuple(applies_to)
         self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
-        self._untried: dict[tuple[int, str], Candidate] = {}
+        self._untried: dict[tuple[int, str], tuple[Candidate, str]] = {}
         #: id(candidate) -> its record text (canonical JSON, scrubbed once), for the
         #: candidates the two memos hold (cleared with them, so an id is never that of
         #: another object).
@@ -165,8 +166,8 @@ class Route:
                 self._forget()
             rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
             for row in rows:
-                if row[4] is not None:
-                    self._texts[id(row[4])] = screened_text(row[4].to_doc(), _RECORD, RESERVED_SAGA)
+                if row[4] is not None and row[5] is not None:
+                    self._texts[id(row[4])] = row[5]
         return rows
 
     def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
@@ -184,20 +185,26 @@ class Route:
             if cost > max_cost:
                 why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
             static = tuple(why)
-            out.append((rank, h, ctx, static, Candidate(h.name, h.model, rank, "refused", static) if static else None))
+            refusal = Candidate(h.name, h.model, rank, "refused", static) if static else None
+            text = None if refusal is None else screened_text(refusal.to_doc(), _RECORD, RESERVED_SAGA)
+            out.append((rank, h, ctx, static, refusal, text))
         return tuple(out)
 
     def untried(self, rank: int, host: Host, chosen: str) -> Candidate:
         """The verdict on an eligible host left untried because ``chosen`` answered first."""
+        return self.untried_entry(rank, host, chosen)[0]
+
+    def untried_entry(self, rank: int, host: Host, chosen: str) -> tuple[Candidate, str]:
+        """``untried`` and the verdict's record text (scrubbed once)."""
         key = (rank, chosen)
-        c = self._untried.get(key)
-        if c is None:
+        entry = self._untried.get(key)
+        if entry is None:
             if len(self._untried) >= _MEMO * len(self.hosts):
                 self._forget()
-            c = self._untried[key] = Candidate(host.name, host.model, rank, "untried",
-                                               (f"eligible; {chosen} answered first",))
-            self._texts[id(c)] = screened_text(c.to_doc(), _RECORD, RESERVED_SAGA)
-        return c
+            c = Candidate(host.name, host.model, rank, "untried", (f"eligible; {chosen} answered first",))
+            entry = self._untried[key] = (c, screened_text(c.to_doc(), _RECORD, RESERVED_SAGA))
+            self._texts[id(c)] = entry[1]
+        return entry
 
     def candidate_texts(self) -> Mapping[int, str]:
         """The record texts (canonical JSON, scrubbed once) of the verdicts this route
