@@ -177,6 +177,7 @@ class Router:
                                           name="router")
         self.timeout = float(timeout)
         self._count = count_tokens or ModelRequest.needed_tokens
+        self._closed: dict[str, StepRequest] = {}  # host name -> the step its calls report
         self.calls = 0
 
     @property
@@ -288,7 +289,11 @@ class Router:
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
              budget: float) -> tuple[Candidate, HostAnswer | None]:
-        tool = _tool(h)
+        closed = self._closed.get(h.name)
+        if closed is None:
+            closed = self._closed[h.name] = StepRequest(RESERVED_SAGA, f"closed/{h.name}", _tool(h),
+                                                        ActionSemantics.REVERSIBLE)
+        tool = closed.tool
         step: StepRequest | None = None
         if self.breaker.state(tool) != "closed":
             step = StepRequest(RESERVED_SAGA, f"{call}/{h.name}", tool, ActionSemantics.REVERSIBLE)
@@ -304,9 +309,10 @@ class Router:
             self.breaker.on_outcome(step, False, exc)
             return Candidate(h.name, h.model, rank, "failed", (f"{exc.kind}: {exc}",), elapsed_ms=elapsed), None
         elapsed = (time.perf_counter() - started) * 1000
-        # successes count too: a failure rate needs the volume
-        self.breaker.on_outcome(step or StepRequest(RESERVED_SAGA, f"{call}/{h.name}", tool,
-                                                    ActionSemantics.REVERSIBLE), True, None)
+        # Successes count too: a failure rate needs the volume. A call made while the
+        # circuit was closed is no trial call: its step (one per host, never a call's id)
+        # matches no trial in flight, so it is counted, exactly as a step of its own would be.
+        self.breaker.on_outcome(step or closed, True, None)
         usage = answer.usage
         if not usage.reported:
             usage = Usage(request.prompt_tokens(), estimate_tokens(answer.content), reported=False)
