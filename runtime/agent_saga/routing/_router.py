@@ -276,7 +276,8 @@ class Router:
                 else:  # a host's or a breaker's words, or a host's usage that is not integers: scrubbed
                     parts[i] = (SCRUB, v.to_doc())
         sent = request.canonical_text().encode()
-        decision = RoutingDecision(call, route.to_doc(), needs, tuple(v for v in verdicts if v is not None),
+        # every host has its verdict now: refused, tried, or untried
+        decision = RoutingDecision(call, route.to_doc(), needs, tuple(verdicts),  # type: ignore[arg-type]
                                    None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
                                    context, attempt)
         self.calls += 1
