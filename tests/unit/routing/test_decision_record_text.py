@@ -11,6 +11,7 @@ flusher made of the document before.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -211,6 +212,11 @@ def test_a_requests_canonical_text_is_canonical_json_of_its_document() -> None:
     ]
     for r in variants:
         assert r.canonical_text() == canonical_json(r.to_doc())
+        # the size the router screens by is the documented estimate, message by message
+        from agent_saga.routing import estimate_tokens
+
+        assert r.prompt_tokens() == sum(estimate_tokens(m.content) + 4 for m in r.messages) + (
+            estimate_tokens(json.dumps([t.to_doc() for t in r.tools])) if r.tools else 0)
 
 
 class Swap:
