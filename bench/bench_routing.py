@@ -41,6 +41,11 @@ What each figure includes (all measured in the same run, in the same process):
                         the same decisions with the cyclic garbage collector off during the
                         batch (a diagnostic: what the collector's passes cost the p50; the
                         target applies with it on, as above).
+    kept_objects_per_queued_decision
+                        objects the garbage collector tracks that a decision keeps alive
+                        while its record waits for the flusher (counted with the flusher
+                        held back): what makes the collector's passes more frequent and
+                        longer. A count: it does not move with the machine's load.
     no_wal_p50_us       Router(wal=None): the decision logic without any record (and
                         cpu_per_decision_no_wal_us its CPU; cpu_per_record_us the difference:
                         what recording one decision costs, mostly the flusher's sealing).
@@ -154,6 +159,25 @@ def split_cpu(fn: Callable[[int], Any], n: int, wal: FileWAL) -> tuple[float, fl
     return (c1 - c0) / 1000 / n, (time.clock_gettime_ns(flusher) - f0) / 1000 / n
 
 
+def kept_objects(router: Router, reqs: list[ModelRequest], wal: FileWAL, n: int = 1000) -> float:
+    """Tracked objects kept alive per decision queued in ``wal`` (its flusher held back)."""
+    wal.barrier_sync()
+    linger = wal._linger
+    wal._linger = 3600.0  # the flusher waits for a fence or a full batch
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for i in range(n):
+            router.complete(reqs[i & 63])
+        kept = (len(gc.get_objects()) - before) / n
+    finally:
+        gc.enable()
+        wal._linger = linger
+        wal.barrier_sync()
+    return kept
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000)
@@ -214,6 +238,7 @@ def main() -> None:
             cpu.append(cpu_per_call(call, per, wal))
             split.append(split_cpu(call, per, wal))
             split_ordinary.append(split_cpu(measures["ordinary"][0], per, wal))
+        kept = kept_objects(router, reqs, wal)
         model_cpu = min(cpu_per_call(measures["model_call"][0], per, wal) for _ in range(3))
         no_wal_cpu = min(cpu_per_call(measures["no_wal"][0], per, wal) for _ in range(3))
         wal.barrier_sync()
@@ -243,6 +268,7 @@ def main() -> None:
         "caller_cpu_per_decision_us": round(min(c for c, _ in split) - model_cpu, 2),
         "flusher_cpu_per_decision_us": round(min(f for _, f in split), 2),
         "decision_gc_off_p50_us": round(p50["decision_gc_off"] - model, 2),
+        "kept_objects_per_queued_decision": round(kept, 2),
         "ordinary_p50_us": round(p50["ordinary"] - model, 2),
         "ordinary_caller_cpu_per_decision_us": round(min(c for c, _ in split_ordinary) - model_cpu, 2),
         "ordinary_flusher_cpu_per_decision_us": round(min(f for _, f in split_ordinary), 2),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from ..chain import RESERVED_SAGA
@@ -31,8 +32,9 @@ __all__ = ["Constraints", "Route"]
 
 #: One host as screening reads it for one shape of call: (rank, host, context tokens, the
 #: reasons it is refused whatever the call's size, its refusal when it has such reasons,
-#: and that refusal's record text, scrubbed once).
-ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None, str | None]
+#: that refusal's record text (scrubbed once), and the record text that follows a
+#: context-window reason in a refusal: those reasons and the end, ``,"...","..."]}``).
+ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None, str | None, str]
 _RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
@@ -187,7 +189,8 @@ class Route:
             static = tuple(why)
             refusal = Candidate(h.name, h.model, rank, "refused", static) if static else None
             text = None if refusal is None else screened_text(refusal.to_doc(), _RECORD, RESERVED_SAGA)
-            out.append((rank, h, ctx, static, refusal, text))
+            tail = "".join(["," + encode_basestring(r) for r in static]) + "]}"
+            out.append((rank, h, ctx, static, refusal, text, tail))
         return tuple(out)
 
     def untried(self, rank: int, host: Host, chosen: str) -> Candidate:

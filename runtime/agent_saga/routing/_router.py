@@ -37,6 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
 from ..chain import RESERVED_SAGA
@@ -56,7 +57,7 @@ from ._decision import (
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
-from ._record import CHOSEN, REFUSED_PART, SCRUB, Part, decision_payload, record_payload
+from ._record import CHOSEN, SCRUB, Part, decision_payload, record_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -235,17 +236,17 @@ class Router:
         parts: list[Part | None] = []
         heads = route.refusal_heads
         # None: eligible (an open breaker is decided at try time: a trial call may be due)
-        for rank, h, ctx, static, refusal, text in route.screen_rows(c, tools, json_mode, bool(request.tools),
-                                                                     request.json_mode):
+        for rank, h, ctx, static, refusal, text, tail in route.screen_rows(c, tools, json_mode, bool(request.tools),
+                                                                           request.json_mode):
             if ctx >= need_ctx:
                 out.append(refusal)
                 if record:
                     parts.append(text)
             else:
-                reasons = (f"context window {ctx} tokens < {need_ctx} {what}", *static)
-                out.append(Candidate(h.name, h.model, rank, "refused", reasons))
-                if record:
-                    parts.append((REFUSED_PART, heads[rank - 1], reasons))
+                reason = f"context window {ctx} tokens < {need_ctx} {what}"
+                out.append(Candidate(h.name, h.model, rank, "refused", (reason, *static)))
+                if record:  # the route's texts around the router's words and numbers: one string kept
+                    parts.append(heads[rank - 1] + encode_basestring(reason) + tail)
         return needs, out, parts
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
