@@ -37,6 +37,15 @@ What each figure includes (all measured in the same run, in the same process):
     durable_p50_us      complete() followed by barrier_sync(): the latency if a caller
                         waited for the decision to be fdatasync'ed before using the answer
                         (``Router(durable=True)``); not the default, reported separately.
+    decision_gc_off_p50_us
+                        the same decisions with the cyclic garbage collector off during the
+                        batch (a diagnostic: what the collector's passes cost the p50; the
+                        target applies with it on, as above).
+    kept_objects_per_queued_decision
+                        objects the garbage collector tracks that a decision keeps alive
+                        while its record waits for the flusher (counted with the flusher
+                        held back): what makes the collector's passes more frequent and
+                        longer. A count: it does not move with the machine's load.
     no_wal_p50_us       Router(wal=None): the decision logic without any record (and
                         cpu_per_decision_no_wal_us its CPU; cpu_per_record_us the difference:
                         what recording one decision costs, mostly the flusher's sealing).
@@ -54,6 +63,7 @@ much less).
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -114,6 +124,16 @@ def timed(fn: Callable[[int], Any], n: int) -> list[float]:
     return samples
 
 
+def gc_off(fn: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``fn`` timed with the cyclic garbage collector off (turned back on after the batch)."""
+
+    def batch(i: int) -> Any:
+        return fn(i)
+
+    batch.gc_off = True  # type: ignore[attr-defined]
+    return batch
+
+
 def cpu_per_call(fn: Callable[[int], Any], n: int, wal: FileWAL) -> float:
     """Process CPU (all threads) per call over ``n`` calls and the barrier that ends them."""
     wal.barrier_sync()
@@ -137,6 +157,25 @@ def split_cpu(fn: Callable[[int], Any], n: int, wal: FileWAL) -> tuple[float, fl
     c1 = time.thread_time_ns()
     wal.barrier_sync()
     return (c1 - c0) / 1000 / n, (time.clock_gettime_ns(flusher) - f0) / 1000 / n
+
+
+def kept_objects(router: Router, reqs: list[ModelRequest], wal: FileWAL, n: int = 1000) -> float:
+    """Tracked objects kept alive per decision queued in ``wal`` (its flusher held back)."""
+    wal.barrier_sync()
+    linger = wal._linger
+    wal._linger = 3600.0  # the flusher waits for a fence or a full batch
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for i in range(n):
+            router.complete(reqs[i & 63])
+        kept = (len(gc.get_objects()) - before) / n
+    finally:
+        gc.enable()
+        wal._linger = linger
+        wal.barrier_sync()
+    return kept
 
 
 def main() -> None:
@@ -169,6 +208,7 @@ def main() -> None:
         measures: dict[str, tuple[Callable[[int], Any], int]] = {
             "decision": (call, per),
             "model_call": (lambda i: host.complete(reqs[i & 63], timeout=60), per),
+            "decision_gc_off": (gc_off(call), per),
             "ordinary": (lambda i: ordinary.complete(reqs[i & 63]), per),
             "no_wal": (lambda i: bare.complete(reqs[i & 63]), per),
             "durable": (lambda i: durable.complete(reqs[i & 63]), max(per // 50, 50)),
@@ -187,12 +227,18 @@ def main() -> None:
         split_ordinary: list[tuple[float, float]] = []
         for _ in range(ROUNDS):
             for name, (fn, n) in measures.items():
-                s = timed(fn, n)
+                if getattr(fn, "gc_off", False):
+                    gc.disable()
+                try:
+                    s = timed(fn, n)
+                finally:
+                    gc.enable()
                 if name not in best or _common.pct(s, 0.5) < _common.pct(best[name], 0.5):
                     best[name] = s
             cpu.append(cpu_per_call(call, per, wal))
             split.append(split_cpu(call, per, wal))
             split_ordinary.append(split_cpu(measures["ordinary"][0], per, wal))
+        kept = kept_objects(router, reqs, wal)
         model_cpu = min(cpu_per_call(measures["model_call"][0], per, wal) for _ in range(3))
         no_wal_cpu = min(cpu_per_call(measures["no_wal"][0], per, wal) for _ in range(3))
         wal.barrier_sync()
@@ -221,6 +267,8 @@ def main() -> None:
         "cpu_per_record_us": round(cpu_decision - (no_wal_cpu - model_cpu), 2),
         "caller_cpu_per_decision_us": round(min(c for c, _ in split) - model_cpu, 2),
         "flusher_cpu_per_decision_us": round(min(f for _, f in split), 2),
+        "decision_gc_off_p50_us": round(p50["decision_gc_off"] - model, 2),
+        "kept_objects_per_queued_decision": round(kept, 2),
         "ordinary_p50_us": round(p50["ordinary"] - model, 2),
         "ordinary_caller_cpu_per_decision_us": round(min(c for c, _ in split_ordinary) - model_cpu, 2),
         "ordinary_flusher_cpu_per_decision_us": round(min(f for _, f in split_ordinary), 2),

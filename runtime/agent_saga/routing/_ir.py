@@ -21,9 +21,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
+from ..records import canonical_json
 
 __all__ = ["HostAnswer", "Message", "ModelRequest", "Tool", "ToolCall", "Usage", "estimate_tokens"]
 
@@ -139,7 +141,8 @@ class ModelRequest:
 
     def prompt_tokens(self) -> int:
         """The estimated tokens of the messages and tool definitions (``estimate_tokens``)."""
-        n = sum(estimate_tokens(m.content) + 4 for m in self.messages)
+        # estimate_tokens(m.content) + 4 per message, without a call per message
+        n = sum([(len(m.content) + 3) // 4 for m in self.messages]) + 4 * len(self.messages)
         if self.tools:
             n += estimate_tokens(json.dumps([t.to_doc() for t in self.tools]))
         return n
@@ -151,6 +154,24 @@ class ModelRequest:
     def with_messages(self, *extra: Message) -> ModelRequest:
         """The same request with ``extra`` messages appended."""
         return ModelRequest(self.messages + extra, self.tools, self.json_mode, self.max_tokens, self.stop)
+
+    def canonical_text(self) -> str:
+        """``canonical_json(self.to_doc())``, built without the intermediate documents
+        (the router hashes it for every call: ``RoutingDecision.prompt_sha256``)."""
+        parts = []
+        if self.max_tokens is not None:
+            parts.append(f'"max_tokens":{int.__repr__(self.max_tokens)}')
+        parts.append('"messages":[' + ",".join([
+            f'{{"content":{encode_basestring(m.content)},"role":"{m.role}"}}'
+            if not m.tool_calls and m.tool_call_id is None and m.name is None and m.content.__class__ is str
+            else canonical_json(m.to_doc()) for m in self.messages]) + "]")
+        if self.json_mode:
+            parts.append('"response_format":{"type":"json_object"}')
+        if self.stop:
+            parts.append(f'"stop":{canonical_json(list(self.stop))}')
+        if self.tools:
+            parts.append(f'"tools":{canonical_json([t.to_doc() for t in self.tools])}')
+        return "{" + ",".join(parts) + "}"
 
     def to_doc(self) -> dict[str, Any]:
         """The request as JSON (the OpenAI body's fields, without the model)."""

@@ -33,10 +33,11 @@ from ..records import canonical_json
 from ..scrubber import scrub_payload
 from ..wal.prepared import PreparedPayload
 from ._decision import Candidate, RoutingDecision
+from ._hosts import COST_CLASSES
 from ._ir import Usage
 from ._route import Route
 
-__all__ = ["decision_payload"]
+__all__ = ["CHOSEN", "REFUSED_PART", "SCRUB", "Part", "decision_payload", "record_payload"]
 
 
 def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: str | None) -> PreparedPayload:
@@ -48,33 +49,50 @@ def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: 
     objects: kept alive until the record is sealed, objects would be walked by the cyclic
     garbage collector on the caller's time."""
     known = route.candidate_texts()
-    heads, hosts = route.refusal_heads, route.hosts
+    heads, mids, hosts = route.refusal_heads, route.chosen_mids, route.hosts
     parts: list[Part] = []
     for c in decision.candidates:
         text = known.get(id(c))
         if text is not None:
             parts.append(text)
             continue
-        h = hosts[c.rank - 1] if 0 < c.rank <= len(hosts) else None
+        i = c.rank - 1
+        h = hosts[i] if 0 <= i < len(hosts) else None
         own = h is not None and h.name == c.host and h.model == c.model
         u = c.usage
         if own and c.outcome == "refused" and u is None and c.elapsed_ms is None:
-            parts.append((heads[c.rank - 1], c.reasons))  # the route's head, the router's reasons
+            parts.append((_REFUSED, heads[i], c.reasons))  # the route's head, the router's reasons
         elif own and c.outcome == "chosen" and not c.reasons and _plain(u):
-            parts.append((c.host, c.model, c.rank, c.elapsed_ms, *((u.prompt_tokens, u.completion_tokens, u.reported)
-                                                                 if u is not None else ())))
+            e = c.elapsed_ms
+            if u is not None and e.__class__ is float:
+                parts.append((_CHOSEN, mids[i], e, u.prompt_tokens, u.completion_tokens, u.reported))
+            else:
+                parts.append((_CHOSEN_DOC, c.host, c.model, c.rank, e,
+                              *((u.prompt_tokens, u.completion_tokens, u.reported) if u is not None else ())))
         else:
-            parts.append((c.to_doc(),))  # a host's or a breaker's words: scrubbed
-    own_route = decision.route == route.record_doc and (decision.chosen is None or any(
-        h.name == decision.chosen for h in hosts))
-    return PreparedPayload(_Build((decision.id, decision.attempt, decision.chosen, decision.context,
+            parts.append((_SCRUB, c.to_doc()))  # a host's or a breaker's words: scrubbed
+    return record_payload(decision, route, parts, type_, saga)
+
+
+def record_payload(decision: RoutingDecision, route: Route, parts: list[Part], type_: str,
+                   saga: str | None) -> PreparedPayload:
+    """``decision_payload`` with the parts already picked, one per candidate in order (the
+    router picks them as it screens and tries: see ``Part``)."""
+    chosen = decision.chosen
+    own_route = decision.route == route.record_doc and (chosen is None or chosen in route.host_names)
+    return PreparedPayload(_Build((decision.id, decision.attempt, chosen, decision.context,
                                    decision.prompt_sha256, decision.needs, tuple(parts),
                                    route.record_text if own_route else decision.route, own_route, type_, saga)))
 
 
-#: One candidate for the flusher: its text; (refusal head, reasons); (host, model, rank,
-#: elapsed_ms[, prompt, completion, reported]) of the chosen one; or (document,) to scrub.
+#: One candidate for the flusher: its text, or a tuple whose first item says what the rest is:
+#: (_REFUSED, refusal head, reasons); (_CHOSEN, the route's text between elapsed_ms and
+#: usage, elapsed_ms, prompt, completion, reported); (_CHOSEN_DOC, host, model, rank,
+#: elapsed_ms[, prompt, completion, reported]); (_SCRUB, document).
 Part = str | tuple[Any, ...]
+_SCRUB, _REFUSED, _CHOSEN, _CHOSEN_DOC = range(4)
+SCRUB, REFUSED_PART, CHOSEN = _SCRUB, _REFUSED, _CHOSEN  # for the router
+_NEEDS = frozenset(("tokens", "context_tokens", "tools", "json_mode", "max_cost_class"))
 
 
 class _Build:
@@ -92,25 +110,37 @@ class _Build:
         for part in parts:
             if part.__class__ is str:
                 texts.append(part)
-            elif len(part) == 2:  # a refusal head: the reasons are the router's words and numbers
-                texts.append(part[0] + ",".join([encode_basestring(r) for r in part[1]]) + "]}")
-            elif len(part) == 1:
-                fresh.append((len(texts), part[0]))
-                texts.append("")
-            else:  # chosen: the route's names, the router's and the host's numbers
-                host, model, rank, elapsed, *usage = part
+                continue
+            kind = part[0]
+            if kind == _REFUSED:  # the reasons are the router's words and numbers
+                texts.append(part[1] + ",".join([encode_basestring(r) for r in part[2]]) + "]}")
+            elif kind == _CHOSEN:  # the route's names, the router's and the host's numbers
+                _, mid, elapsed, p, c, reported = part
+                texts.append(f'{{"elapsed_ms":{float.__repr__(round(elapsed, 3))},{mid},"usage":'
+                             f'{{"completion_tokens":{int.__repr__(c)},"prompt_tokens":{int.__repr__(p)},'
+                             f'"reported":{"true" if reported else "false"},'
+                             f'"total_tokens":{int.__repr__(p + c)}}}}}')
+            elif kind == _CHOSEN_DOC:
+                _, host, model, rank, elapsed, *usage = part
                 texts.append(canonical_json(Candidate(host, model, rank, "chosen", (), Usage(*usage) if usage else None,
                                                       elapsed).to_doc()))
-        counted = needs["tokens"].__class__ is int and needs["context_tokens"].__class__ is int
-        if fresh or context is not None or saga is not None or not counted or not own_route:
-            outside: dict[str, Any] = {"context": context, "needs": needs, "saga": saga}
+            else:
+                fresh.append((len(texts), part[1]))
+                texts.append("")
+        needs_text = _needs_text(needs)
+        if fresh or context is not None or saga is not None or needs_text is None or not own_route:
+            outside: dict[str, Any] = {"context": context, "saga": saga}
+            if needs_text is None:  # not the router's numbers and words: scrubbed
+                outside["needs"] = needs
             if fresh:
                 outside["candidates"] = [doc for _, doc in fresh]
             if not own_route:  # not the route's own: scrubbed like the rest
                 outside["route"], outside["chosen"] = route, chosen
             clean = scrub_payload(outside, type_, RESERVED_SAGA)
             assert clean is not None
-            needs, context, saga = clean["needs"], clean["context"], clean["saga"]
+            context, saga = clean["context"], clean["saga"]
+            if needs_text is None:
+                needs_text = canonical_json(clean["needs"])
             for (i, _), doc in zip(fresh, clean.get("candidates", ()), strict=True):
                 texts[i] = canonical_json(doc)
             if not own_route:
@@ -118,9 +148,24 @@ class _Build:
         # canonical_json's layout: keys sorted, no spaces (the tests compare the two)
         return (f'{{"attempt":{_value(attempt)},"call":{_value(call)},'
                 f'"candidates":[{",".join(texts)}],"chosen":{_value(chosen)},'
-                f'"context":{_value(context)},"needs":{canonical_json(needs)},'
+                f'"context":{_value(context)},"needs":{needs_text},'
                 f'"prompt_sha256":{_value(prompt)},"route":{route},'
                 f'"saga":{_value(saga)}}}')
+
+
+def _needs_text(needs: dict[str, Any]) -> str | None:
+    """``canonical_json(needs)`` for what the router measures (two integers, two booleans
+    and a cost class); ``None`` for anything else (then scrubbed with the rest)."""
+    if needs.keys() != _NEEDS:
+        return None
+    tokens, ctx, tools, json_mode, cost = (needs["tokens"], needs["context_tokens"], needs["tools"],
+                                           needs["json_mode"], needs["max_cost_class"])
+    if (tokens.__class__ is not int or ctx.__class__ is not int or tools.__class__ is not bool
+            or json_mode.__class__ is not bool or not (cost is None or cost in COST_CLASSES)):
+        return None
+    return (f'{{"context_tokens":{int.__repr__(ctx)},"json_mode":{"true" if json_mode else "false"},'
+            f'"max_cost_class":{"null" if cost is None else encode_basestring(cost)},'
+            f'"tokens":{int.__repr__(tokens)},"tools":{"true" if tools else "false"}}}')
 
 
 def _value(v: Any) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 from ..chain import RESERVED_SAGA
@@ -30,8 +31,10 @@ from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 __all__ = ["Constraints", "Route"]
 
 #: One host as screening reads it for one shape of call: (rank, host, context tokens, the
-#: reasons it is refused whatever the call's size, its refusal when it has such reasons).
-ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None]
+#: reasons it is refused whatever the call's size, its refusal when it has such reasons,
+#: that refusal's record text (scrubbed once), and the record text that follows a
+#: context-window reason in a refusal: those reasons and the end, ``,"...","..."]}``).
+ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None, str | None, str]
 _RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
@@ -89,8 +92,8 @@ class Constraints:
 class Route:
     """Hosts in preference order, and the constraints every call on them must meet."""
 
-    __slots__ = ("_screens", "_texts", "_untried", "applies_to", "constraints", "generation", "hosts", "id",
-                 "record_doc", "record_text", "refusal_heads", "rows", "screened", "uid")
+    __slots__ = ("_screens", "_texts", "_untried", "applies_to", "chosen_mids", "constraints", "generation",
+                 "host_names", "hosts", "id", "record_doc", "record_text", "refusal_heads", "rows", "screened", "uid")
 
     def __init__(self, hosts: Sequence[Host], *, preference: Sequence[str] | None = None,
                  constraints: Constraints | None = None, id: str | None = None, uid: str = "",
@@ -125,7 +128,7 @@ class Route:
         self.generation = generation
         self.applies_to = None if applies_to is None else tuple(applies_to)
         self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
-        self._untried: dict[tuple[int, str], Candidate] = {}
+        self._untried: dict[tuple[int, str], tuple[Candidate, str]] = {}
         #: id(candidate) -> its record text (canonical JSON, scrubbed once), for the
         #: candidates the two memos hold (cleared with them, so an id is never that of
         #: another object).
@@ -143,6 +146,13 @@ class Route:
         self.refusal_heads: tuple[str, ...] = tuple(
             screened_text(Candidate(h.name, h.model, i, "refused").to_doc(), _RECORD, RESERVED_SAGA)[:-2]
             for i, h in enumerate(self.hosts, 1))
+        #: Per host (by rank - 1): the record text of its choice between its elapsed time
+        #: and its usage, ``"host":...,"reasons":[]`` (a chosen candidate is
+        #: ``{"elapsed_ms":E,`` this ``,"usage":{...}}``).
+        self.chosen_mids: tuple[str, ...] = tuple(
+            screened_text(Candidate(h.name, h.model, i, "chosen").to_doc(), _RECORD, RESERVED_SAGA)[1:-1]
+            for i, h in enumerate(self.hosts, 1))
+        self.host_names = frozenset(by_name)
 
     def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
                     call_json: bool) -> tuple[ScreenRow, ...]:
@@ -158,8 +168,8 @@ class Route:
                 self._forget()
             rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
             for row in rows:
-                if row[4] is not None:
-                    self._texts[id(row[4])] = screened_text(row[4].to_doc(), _RECORD, RESERVED_SAGA)
+                if row[4] is not None and row[5] is not None:
+                    self._texts[id(row[4])] = row[5]
         return rows
 
     def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
@@ -177,20 +187,27 @@ class Route:
             if cost > max_cost:
                 why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
             static = tuple(why)
-            out.append((rank, h, ctx, static, Candidate(h.name, h.model, rank, "refused", static) if static else None))
+            refusal = Candidate(h.name, h.model, rank, "refused", static) if static else None
+            text = None if refusal is None else screened_text(refusal.to_doc(), _RECORD, RESERVED_SAGA)
+            tail = "".join(["," + encode_basestring(r) for r in static]) + "]}"
+            out.append((rank, h, ctx, static, refusal, text, tail))
         return tuple(out)
 
     def untried(self, rank: int, host: Host, chosen: str) -> Candidate:
         """The verdict on an eligible host left untried because ``chosen`` answered first."""
+        return self.untried_entry(rank, host, chosen)[0]
+
+    def untried_entry(self, rank: int, host: Host, chosen: str) -> tuple[Candidate, str]:
+        """``untried`` and the verdict's record text (scrubbed once)."""
         key = (rank, chosen)
-        c = self._untried.get(key)
-        if c is None:
+        entry = self._untried.get(key)
+        if entry is None:
             if len(self._untried) >= _MEMO * len(self.hosts):
                 self._forget()
-            c = self._untried[key] = Candidate(host.name, host.model, rank, "untried",
-                                               (f"eligible; {chosen} answered first",))
-            self._texts[id(c)] = screened_text(c.to_doc(), _RECORD, RESERVED_SAGA)
-        return c
+            c = Candidate(host.name, host.model, rank, "untried", (f"eligible; {chosen} answered first",))
+            entry = self._untried[key] = (c, screened_text(c.to_doc(), _RECORD, RESERVED_SAGA))
+            self._texts[id(c)] = entry[1]
+        return entry
 
     def candidate_texts(self) -> Mapping[int, str]:
         """The record texts (canonical JSON, scrubbed once) of the verdicts this route

@@ -37,6 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
 from ..chain import RESERVED_SAGA
@@ -44,7 +45,6 @@ from ..context import current_saga_id
 from ..controls.breaker import BreakerPolicy, CircuitBreaker
 from ..errors import ConfigurationError
 from ..gates import StepRequest
-from ..records import canonical_json
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
@@ -57,7 +57,7 @@ from ._decision import (
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
-from ._record import decision_payload
+from ._record import CHOSEN, SCRUB, Part, decision_payload, record_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -106,12 +106,27 @@ def action_problem(request: ModelRequest, answer: HostAnswer) -> str | None:
         return None
     if request.json_mode:
         try:
-            value = json.loads(answer.content)
+            value = _json_value(answer.content)
         except ValueError as exc:
             return f"JSON mode was asked for and the answer is not JSON ({exc}): {answer.content[:120]!r}"
         if not isinstance(value, dict):
             return f"JSON mode was asked for and the answer is JSON but not an object: {answer.content[:120]!r}"
     return None
+
+
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' scanner, without its two frames
+
+
+def _json_value(text: str) -> Any:
+    """``json.loads(text)``: the scanner alone for a text that is one JSON value and
+    nothing else, ``json.loads`` itself (its errors, its whitespace rules) for the rest."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    if end != len(text):
+        return json.loads(text)
+    return value
 
 
 def _repair_request(request: ModelRequest, answer: HostAnswer, problem: str) -> ModelRequest:
@@ -163,6 +178,7 @@ class Router:
                                           name="router")
         self.timeout = float(timeout)
         self._count = count_tokens or ModelRequest.needed_tokens
+        self._closed: dict[str, StepRequest] = {}  # host name -> the step its calls report
         self.calls = 0
 
     @property
@@ -199,13 +215,15 @@ class Router:
         """The candidates for ``request`` before any call: refused ones with every reason,
         breaker-open ones, and the rest ``untried`` in the order they would be tried."""
         route = self._source.route()
-        needs, verdicts = self._screen(route, request, constraints)
+        needs, verdicts, _ = self._screen(route, request, constraints, False)
         return tuple(c if c is not None else Candidate(h.name, h.model, i + 1, "untried", ("eligible",))
                      for i, (h, c) in enumerate(zip(route.hosts, verdicts, strict=True)))
 
     # ------------------------------------------------------------------ internals
-    def _screen(self, route: Route, request: ModelRequest,
-                constraints: Constraints | None) -> tuple[dict[str, Any], list[Candidate | None]]:
+    def _screen(self, route: Route, request: ModelRequest, constraints: Constraints | None,
+                record: bool) -> tuple[dict[str, Any], list[Candidate | None], list[Part | None]]:
+        """What the call needs, the verdict on every host that cannot serve it (``None``:
+        eligible) and, when ``record``, each verdict's part of the record (``_record``)."""
         c = route.constraints.merged(constraints)
         tokens = self._count(request)
         need_ctx = max(tokens, c.min_context_tokens or 0)
@@ -215,20 +233,27 @@ class Router:
                  "max_cost_class": c.max_cost_class}
         what = "the call needs" if need_ctx == tokens else "the route requires"
         out: list[Candidate | None] = []
+        parts: list[Part | None] = []
+        heads = route.refusal_heads
         # None: eligible (an open breaker is decided at try time: a trial call may be due)
-        for rank, h, ctx, static, refusal in route.screen_rows(c, tools, json_mode, bool(request.tools),
-                                                               request.json_mode):
+        for rank, h, ctx, static, refusal, text, tail in route.screen_rows(c, tools, json_mode, bool(request.tools),
+                                                                           request.json_mode):
             if ctx >= need_ctx:
                 out.append(refusal)
+                if record:
+                    parts.append(text)
             else:
-                out.append(Candidate(h.name, h.model, rank, "refused",
-                                     (f"context window {ctx} tokens < {need_ctx} {what}", *static)))
-        return needs, out
+                reason = f"context window {ctx} tokens < {need_ctx} {what}"
+                out.append(Candidate(h.name, h.model, rank, "refused", (reason, *static)))
+                if record:  # the route's texts around the router's words and numbers: one string kept
+                    parts.append(heads[rank - 1] + encode_basestring(reason) + tail)
+        return needs, out, parts
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
                     call: str, attempt: int, timeout: float | None) -> tuple[RoutingDecision, HostAnswer]:
         route = self._source.route()
-        needs, verdicts = self._screen(route, request, constraints)
+        record = self._wal is not None and route.screened
+        needs, verdicts, parts = self._screen(route, request, constraints, record)
         budget = self.timeout if timeout is None else float(timeout)
         chosen: Host | None = None
         answer: HostAnswer | None = None
@@ -236,26 +261,41 @@ class Router:
             if verdicts[i] is not None:
                 continue
             if chosen is not None:
-                verdicts[i] = route.untried(i + 1, h, chosen.name)
+                verdicts[i], text = route.untried_entry(i + 1, h, chosen.name)
+                if record:
+                    parts[i] = text
                 continue
-            verdicts[i], answer = self._try(h, i + 1, request, call, budget)
+            v, answer = self._try(h, i + 1, request, call, budget)
+            verdicts[i] = v
             if answer is not None:
                 chosen = h
-        sent = canonical_json(request.to_doc()).encode()
-        decision = RoutingDecision(call, route.to_doc(), needs, tuple(v for v in verdicts if v is not None),
+            if record:
+                u, e = v.usage, v.elapsed_ms
+                if (answer is not None and u is not None and e.__class__ is float and u.prompt_tokens.__class__ is int
+                        and u.completion_tokens.__class__ is int and u.reported.__class__ is bool):
+                    parts[i] = (CHOSEN, route.chosen_mids[i], e, u.prompt_tokens, u.completion_tokens, u.reported)
+                else:  # a host's or a breaker's words, or a host's usage that is not integers: scrubbed
+                    parts[i] = (SCRUB, v.to_doc())
+        sent = request.canonical_text().encode()
+        # every host has its verdict now: refused, tried, or untried
+        decision = RoutingDecision(call, route.to_doc(), needs, tuple(verdicts),  # type: ignore[arg-type]
                                    None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
                                    context, attempt)
         self.calls += 1
         if chosen is None or answer is None:
-            self._append(REFUSED, decision, route)
+            self._append(REFUSED, decision, route, parts if record else None)
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._append(DECISION, decision, route)
+        self._append(DECISION, decision, route, parts if record else None)
         return decision, answer
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
              budget: float) -> tuple[Candidate, HostAnswer | None]:
-        tool = _tool(h)
+        closed = self._closed.get(h.name)
+        if closed is None:
+            closed = self._closed[h.name] = StepRequest(RESERVED_SAGA, f"closed/{h.name}", _tool(h),
+                                                        ActionSemantics.REVERSIBLE)
+        tool = closed.tool
         step: StepRequest | None = None
         if self.breaker.state(tool) != "closed":
             step = StepRequest(RESERVED_SAGA, f"{call}/{h.name}", tool, ActionSemantics.REVERSIBLE)
@@ -271,9 +311,10 @@ class Router:
             self.breaker.on_outcome(step, False, exc)
             return Candidate(h.name, h.model, rank, "failed", (f"{exc.kind}: {exc}",), elapsed_ms=elapsed), None
         elapsed = (time.perf_counter() - started) * 1000
-        # successes count too: a failure rate needs the volume
-        self.breaker.on_outcome(step or StepRequest(RESERVED_SAGA, f"{call}/{h.name}", tool,
-                                                    ActionSemantics.REVERSIBLE), True, None)
+        # Successes count too: a failure rate needs the volume. A call made while the
+        # circuit was closed is no trial call: its step (one per host, never a call's id)
+        # matches no trial in flight, so it is counted, exactly as a step of its own would be.
+        self.breaker.on_outcome(step or closed, True, None)
         usage = answer.usage
         if not usage.reported:
             usage = Usage(request.prompt_tokens(), estimate_tokens(answer.content), reported=False)
@@ -285,16 +326,19 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None) -> None:
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None,
+                parts: list[Part | None] | None = None) -> None:
         if self._wal is None:
             return
         try:
             if not isinstance(payload, RoutingDecision):
                 seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
             elif route is not None and route.screened:
-                # built from the route's screened texts; what is new to the call scrubbed here
-                seq = self._wal.append_prepared(type_, RESERVED_SAGA, None,
-                                                decision_payload(payload, route, type_, current_saga_id()))
+                # built from the route's screened texts (the parts picked as the call was
+                # screened and tried); what is new to the call scrubbed on the flusher
+                prepared = (decision_payload(payload, route, type_, current_saga_id()) if parts is None else
+                            record_payload(payload, route, parts, type_, current_saga_id()))  # type: ignore[arg-type]
+                seq = self._wal.append_prepared(type_, RESERVED_SAGA, None, prepared)
             else:
                 doc = payload.to_doc()
                 doc["saga"] = current_saga_id()

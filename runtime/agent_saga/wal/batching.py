@@ -232,7 +232,7 @@ class BatchingWAL(BaseWAL):
     def append_prepared(self, type: str, saga: str, step: str | None, prepared: PreparedPayload) -> int:
         """``append`` of a payload already encoded and scrubbed by its producer: the seal
         takes ``prepared.text()`` as the canonical payload (see ``wal.prepared``)."""
-        return self._queue(type, saga, step, None, prepared.text)  # built by the flusher, in _seal
+        return self._queue(type, saga, step, None, prepared.builder())  # built by the flusher, in _seal
 
     def _queue(self, type: str, saga: str, step: str | None, payload: dict[str, Any] | None,
                encode: Callable[[], str] | None) -> int:

@@ -52,6 +52,12 @@ class PreparedPayload:
             self._text, self._build = self._build(), None
         return self._text
 
+    def builder(self) -> Callable[[], str]:
+        """What returns the text, for a writer that calls it once when it seals the
+        record: the producer's function itself while the text is unbuilt (the writer's
+        queue then keeps only that function alive, not this wrapper too)."""
+        return self._build if self._build is not None else self.text
+
     @property
     def payload(self) -> dict[str, Any]:
         """The payload decoded from the text (for WALs that take a payload, not text)."""

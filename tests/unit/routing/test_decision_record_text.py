@@ -11,6 +11,7 @@ flusher made of the document before.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -110,6 +111,14 @@ def decisions() -> Iterator[tuple[str, Route, RoutingDecision]]:
                                                                         "tools": False, "json_mode": True,
                                                                         "max_cost_class": None},
                                                odd, "flaky", "ab" * 32, f"ctx {STRIPE}", 2)
+    # A chosen verdict without timing or usage, and needs that are not the router's own
+    # measures (a key it never writes, holding a credential): encoded as the document is.
+    bare = (Candidate("tiny", "tiny-1", 1, "chosen"), Candidate("dear", "dear", 2, "chosen", (), Usage(4, 2), 0.5))
+    yield "hand-built needs", route, RoutingDecision("c-2", route.to_doc(), {"tokens": 9, "context_tokens": 9,
+                                                                              "tools": False, "json_mode": True,
+                                                                              "max_cost_class": "Low",
+                                                                              "note": f"key {STRIPE}"},
+                                                     bare, "tiny", "cd" * 32, None, 1)
 
 
 @pytest.mark.parametrize("saga", [None, "refund-42", f"pay-{AWS}"])
@@ -186,3 +195,68 @@ def test_a_prepared_payload_that_cannot_be_built_is_rejected_and_the_log_goes_on
     assert [(r.seq, r.type) for _, r in items] == [(bad, "RECORD_REJECTED"), (after, DECISION)]
     assert items[0][1].payload["original_type"] == DECISION
     assert items[1][1].payload == {"call": "c-2"}
+
+
+def test_a_requests_canonical_text_is_canonical_json_of_its_document() -> None:
+    from agent_saga.routing import Tool, ToolCall
+
+    call = ToolCall("c1", "book", '{"slot": "tue"}')
+    variants = [
+        ModelRequest((Message("user", "hi"),)),
+        ModelRequest((Message("system", 'quotes " \\ é \u2028 \n\t\x01'), Message("user", "")), json_mode=True,
+                     max_tokens=256),
+        ModelRequest((Message("user", "book it"), Message("assistant", "", (call,)),
+                      Message("tool", "booked", tool_call_id="c1", name="book")),
+                     tools=(Tool("book", "Book a slot", {"type": "object", "properties": {"slot": {"type": "string"}}}),),
+                     stop=("\n\n", "END"), max_tokens=9),
+    ]
+    for r in variants:
+        assert r.canonical_text() == canonical_json(r.to_doc())
+        # the size the router screens by is the documented estimate, message by message
+        from agent_saga.routing import estimate_tokens
+
+        assert r.prompt_tokens() == sum(estimate_tokens(m.content) + 4 for m in r.messages) + (
+            estimate_tokens(json.dumps([t.to_doc() for t in r.tools])) if r.tools else 0)
+
+
+class Swap:
+    """A route source whose route is replaced, as a reloaded ModelRoute replaces it."""
+
+    def __init__(self, route: Route) -> None:
+        self.current = route
+
+    def route(self) -> Route:
+        return self.current
+
+
+def edited(generation: int, a_cost: str, a_model: str) -> Route:
+    hosts = [CallableHost("a", lambda r: GOOD, Capabilities(8192, json_mode=True, cost_class=a_cost), model=a_model),
+             CallableHost("b", lambda r: GOOD, Capabilities(8192, json_mode=True, cost_class="Low"), model="b-1"),
+             CallableHost("c", lambda r: GOOD, Capabilities(8192, json_mode=True, cost_class="Low"), model="c-1")]
+    return Route(hosts, constraints=Constraints(max_cost_class="Medium"), id="payments/route", uid="u-1",
+                 generation=generation)
+
+
+def test_an_edited_route_decides_the_next_call_and_writes_its_record_not_a_remembered_one(tmp_path: Path) -> None:
+    source = Swap(edited(1, "Low", "a-1"))
+    wal = FileWAL(tmp_path / "routing.wal")
+    router = Router(source, wal=wal)
+    made = [router.complete(ask(3)).decision for _ in range(2)]  # the second reads the route's tables
+    # The same call shape on the edited route: every table and text is the new route's.
+    source.current = edited(2, "High", "a-2")
+    made.append(router.complete(ask(3)).decision)
+    # An edit in place of the route's identity is recorded too (the route's text is not reused).
+    source.current.generation = 3
+    made.append(router.complete(ask(3)).decision)
+    wal.close()
+    items = list(iter_file_records(tmp_path / "routing.wal"))
+    assert verify_records(items).ok
+    got = [r.payload for _, r in items if r.type == DECISION]
+    assert [canonical_json(p) for p in got] == [ordinary(d, None) for d in made]
+    assert [p["route"]["generation"] for p in got] == [1, 1, 2, 3]
+    assert [p["chosen"] for p in got] == ["a", "a", "b", "b"]
+    first = got[2]["candidates"][0]
+    assert (first["model"], first["outcome"], first["reasons"]) == (
+        "a-2", "refused", ["cost class High is above the Medium allowed"])
+    assert got[2]["candidates"][2]["reasons"] == ["eligible; b answered first"]
+    assert got[1]["candidates"][1]["reasons"] == ["eligible; a answered first"]
