@@ -49,8 +49,14 @@ demo-cluster: install system-deps control-plane
 # Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
 # run builds the control plane, the node and the images (~20 min on 2 cores, cached after).
+# PYTHONDONTWRITEBYTECODE is emptied: the suite starts many Python processes (the
+# CLI, agents, recoveryd, workers), and each would compile agent_saga from source again
+# (~0.5 s of CPU each); with it set, pytest also rewrites every test module's asserts anew.
+# langsmith (a dependency of the LangChain adapter) registers a pytest plugin no test uses:
+# blocked, it costs every pytest process ~2 s of imports.
+PYTEST_FAST := PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -p no:langsmith_plugin
 test: test-deps
-	$(PY) -m pytest tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PYTEST_FAST) tests -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # Everything the suites need, prepared in parallel: the two pip installs and the image
 # build overlap the Go builds (which take turns on one lock).
@@ -107,7 +113,7 @@ dev-cluster-down:
 	@if [ -x $(PY) ]; then $(PY) hack/dev-cluster.py down; else $(PYTHON) hack/dev-cluster.py down; fi
 
 unit: install crewai-venv
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+	$(PYTEST_FAST) tests/unit $(PYTEST_ARGS)
 
 # ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
 lint: install

@@ -8,7 +8,14 @@ Parallel runs (``make test`` runs ``pytest -n 2``, pytest-xdist): every
 worker is a whole pytest session with its own session-scoped servers (its own
 kube-apiserver + etcd, Redis, PostgreSQL). A module's tests stay together on one worker
 (its module-scoped fixtures start once), and the node suite is one group (one real node
-per machine), started first because it is the longest.
+per machine).
+
+The groups are handed out longest first (so no worker idles at the end while the other
+finishes a long module): the node suite, then the modules of ``_LONGEST`` in that order,
+then e2e, chaos, integration, ui and unit modules. ``_LONGEST`` is a hint measured with
+``make test PYTEST_ARGS=--durations=0`` (seconds per module); a stale entry costs wall
+time, never a result. (pytest-xdist's own default, most tests first, would start the node
+suite after a dozen quick unit modules with more tests.)
 """
 
 from __future__ import annotations
@@ -20,19 +27,60 @@ import pytest
 
 pytest_plugins = ["fixtures.plugin"]
 
-_FIRST = ("node", "e2e", "chaos")  # the longest groups first, so no worker idles at the end
+_NODE = "tests/node"
+# Modules after the node suite, longest first (seconds measured on a loaded 2-core machine).
+_LONGEST = (
+    "tests/e2e/test_chart_apiserver.py",  # ~200 s
+    "tests/e2e/test_plane_agents.py",  # ~120 s
+    "tests/integration/mcp_proxy/test_mcp_boundaries.py",  # ~115 s
+    "tests/e2e/test_docs_journey.py",  # ~105 s
+    "tests/e2e/test_kube_control_plane_lifecycle.py",  # ~90 s
+    "tests/integration/test_recovery_verified_fleet.py",  # ~75 s
+    "tests/e2e/test_operator_agents.py",  # ~70 s
+    "tests/integration/test_redis_failover.py",  # ~65 s
+    "tests/chaos/test_chaos_race.py",  # ~60 s
+    "tests/integration/test_recoveryd_fleet.py",  # ~55 s
+    "tests/integration/test_limits_redis_fleet.py",  # ~50 s
+    "tests/e2e/test_operator_projection.py",  # ~50 s
+    "tests/integration/test_plane_wiring.py",  # ~50 s
+    "tests/unit/recovery/test_recovery_readonly.py",  # ~45 s
+    "tests/integration/test_wal_postgres.py",  # ~45 s
+    "tests/integration/test_wal_redis.py",  # ~45 s
+    "tests/unit/audit/test_audit_checkpoint.py",  # ~45 s
+    "tests/integration/test_approvals_redis.py",  # ~40 s
+    "tests/chaos/test_chaos_random.py",  # ~40 s
+    "tests/e2e/test_operator_lifecycle.py",  # ~40 s
+)
+_SUITES = ("e2e", "chaos", "integration", "ui", "unit")
+
+
+def _scope(nodeid: str) -> str:
+    """The group a test runs in: its module, or the whole node suite."""
+    path = nodeid.split("::", 1)[0]
+    return _NODE if path.startswith(_NODE + "/") else path
+
+
+def _rank(scope: str) -> tuple[int, int]:
+    if scope == _NODE:
+        return (0, 0)
+    if scope in _LONGEST:
+        return (1, _LONGEST.index(scope))
+    top = scope.split("/")[1] if scope.count("/") > 1 else ""
+    return (2, _SUITES.index(top) if top in _SUITES else len(_SUITES))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest without pytest-xdist still runs the suites serially
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Whole modules to a worker (module-scoped fixtures start once); the node suite as one
-    unit (one real node per machine)."""
+    unit (one real node per machine); the longest units first."""
     from xdist.scheduler import LoadScopeScheduling
+
+    # Keep the order the workers collected (below), not xdist's most-tests-first.
+    config.option.loadscopereorder = False
 
     class SuiteScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tests/node" if path.startswith("tests/node/") else path
+            return _scope(nodeid)
 
     return SuiteScheduling(config, log)
 
@@ -40,9 +88,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not hasattr(config, "workerinput"):  # only the order the workers hand to the scheduler
         return
+    root = Path(__file__).parent.parent
 
-    def rank(item: pytest.Item) -> int:
-        top = Path(str(item.path)).relative_to(Path(__file__).parent).parts[0]
-        return _FIRST.index(top) if top in _FIRST else len(_FIRST)
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        return _rank(_scope(Path(str(item.path)).relative_to(root).as_posix()))
 
-    items.sort(key=rank)  # stable: the order inside each suite is kept
+    items.sort(key=rank)  # stable: the order inside each group is kept
