@@ -16,6 +16,7 @@ connection that wrote). ``make test-redis-cluster`` runs the whole Redis suite o
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from agent_saga.controls.killswitch import Lever
 from agent_saga.controls.killswitch._redis import RedisSwitchStore
 from agent_saga.controls.limits import Charge, RedisLimitStore
 from agent_saga.errors import ConfigurationError
+from agent_saga.recovery.errors import ClaimStoreUnavailable
 from agent_saga.recovery.redis import RedisClaimLock
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
@@ -179,6 +181,40 @@ def test_claims_are_exclusive_on_a_cluster(cluster: RedisClusterGroup) -> None:
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(run())
+
+
+def sockets_to(ports: set[int]) -> int:
+    """How many TCP sockets this process holds open to ``ports`` (from /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    with open("/proc/self/net/tcp") as table:
+        rows = [line.split() for line in table.read().splitlines()[1:]]
+    return sum(1 for r in rows if r[9] in inodes and int(r[2].rsplit(":", 1)[1], 16) in ports)
+
+
+def test_a_store_closed_after_its_cluster_connections_failed_leaves_no_socket_open(cluster: RedisClusterGroup) -> None:
+    ports = {n.port for n in cluster.nodes}
+
+    async def run() -> None:
+        lock = RedisClaimLock(cluster.url, owner="leak", socket_timeout=2.0)
+        before = sockets_to(ports)
+        try:
+            assert await lock.acquire("leak-warm", 5.0) is not None
+            assert sockets_to(ports) > before, "the client connected (the seed for the slot map, the claim's master)"
+            cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
+            with pytest.raises(ClaimStoreUnavailable, match="nothing was claimed"):
+                await lock.acquire("leak-after", 5.0)
+        finally:
+            await lock.close()
+        assert sockets_to(ports) == before, "closing the store closed every node's connections"
 
     asyncio.run(run())
 

@@ -45,7 +45,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..._redis import Target, connect_async, import_redis, is_cluster, is_timeout, script
+from ..._redis import Target, aclose, connect_async, import_redis, is_cluster, is_timeout, script
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -352,9 +352,7 @@ return redis.call('HGETALL', KEYS[1])
         loop = asyncio.get_running_loop()
         held = self._clients.pop(loop, None)
         if held is not None:
-            client = held[0]
-            # A cluster client owns its node pools; a plain one is told to close its pool.
-            await (client.aclose() if is_cluster(client) else client.aclose(close_connection_pool=True))
+            await aclose(held[0])
 
     # ------------------------------------------------------------------ I/O
     def _client(self) -> Any:
