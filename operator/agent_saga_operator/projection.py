@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_saga._redis import PLANE_FIX, connect_async, script, tagged_on_cluster
+from agent_saga._redis import PLANE_FIX, aclose, connect_async, script, tagged_on_cluster
 from agent_saga.controls import BudgetLimit, RateLimit
 from agent_saga.controls.limits import limits_from_documents, scope_from_name
 
@@ -215,6 +215,7 @@ return rev
         tagged_on_cluster(url, prefix, "the operator's projection", PLANE_FIX)
         self.url = url
         self.keys = Keys(prefix)
+        self._owned = client is None
         if client is None:
             client = connect_async(url, feature="the operator's projection", socket_timeout=socket_timeout,
                                    health_check_interval=30)
@@ -230,8 +231,8 @@ return rev
         return url
 
     async def aclose(self) -> None:
-        """Close the client (and its connections)."""
-        await self.client.aclose()
+        """Close the client (and its connections; every node's, on a cluster)."""
+        await (aclose(self.client) if self._owned else self.client.aclose())
 
     async def ping(self) -> None:
         """Raise ``ProjectionUnavailable`` unless the server answers."""

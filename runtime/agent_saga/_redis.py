@@ -53,6 +53,7 @@ __all__ = [
     "LazyCluster",
     "Target",
     "Topology",
+    "aclose",
     "confirmed_subscription",
     "connect",
     "connect_async",
@@ -369,6 +370,27 @@ def connect_async(url: str, *, feature: str, socket_timeout: float, connect_time
         raise ConfigurationError(
             f"{feature}: {redact(url)} is not a usable Redis URL: {Scrubber(secrets_in(url))(str(exc))}"
         ) from None
+
+
+async def aclose(client: Any) -> None:
+    """Close an asyncio client made by ``connect_async`` and every connection it holds.
+
+    A one-server or Sentinel client closes its pool. A Cluster client has a pool per node,
+    and redis-py's ``RedisCluster.aclose()`` closes them only while the client counts as
+    initialized: a connection or timeout error marks it for re-initialization (the slot
+    map is read again on the next command), and from then until a command succeeds its
+    ``aclose()`` does nothing, leaving open every connection it made before the failure
+    (to the seed node asked for the slot map, to the other masters). So after it every
+    node the client knows, the seeds included, is disconnected here."""
+    if not is_cluster(client):
+        await client.aclose(close_connection_pool=True)
+        return
+    await client.aclose()
+    manager = client.nodes_manager
+    nodes = {id(n): n for n in (*manager.nodes_cache.values(), *manager.startup_nodes.values())}
+    for node in nodes.values():
+        with contextlib.suppress(Exception):  # a connection that fails to close is gone
+            await node.disconnect()
 
 
 def loop_client(clients: dict[int, tuple[Any, Any]], url: str, *, feature: str, socket_timeout: float) -> Any:

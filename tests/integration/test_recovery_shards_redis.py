@@ -34,9 +34,13 @@ def refund(charge_id: str, idempotency_key: str) -> str:
 
 
 def replica(url: str, name: str) -> tuple[RecoveryDaemon, RedisWAL]:
+    # A claim a daemon takes is renewed every ttl/3 from its event loop; a loaded machine
+    # can stall that loop longer than a 1 s ttl allows, and the daemon then (rightly)
+    # gives up its own claims. Only the dead peer's entry has to expire here: b's
+    # membership (3 s) and the claim b takes by hand (1 s).
     wal = RedisWAL(url, key=KEY, writer=f"recovery-{name}")
     d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace="shards"), lock=RedisClaimLock(url, namespace="shards"),
-                       clock=FUTURE, daemon_id=name, shard=True, membership_ttl=1.0, claim_ttl=1.0,
+                       clock=FUTURE, daemon_id=name, shard=True, membership_ttl=3.0, claim_ttl=30.0,
                        compensation_timeout=None)
     return d, wal
 

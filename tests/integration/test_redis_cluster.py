@@ -16,6 +16,7 @@ connection that wrote). ``make test-redis-cluster`` runs the whole Redis suite o
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -28,8 +29,9 @@ from agent_saga.controls.approvals import ApprovalRequest, Decision
 from agent_saga.controls.approvals._redis import RedisApprovalStore
 from agent_saga.controls.killswitch import Lever
 from agent_saga.controls.killswitch._redis import RedisSwitchStore
-from agent_saga.controls.limits import Charge, RedisLimitStore
+from agent_saga.controls.limits import Charge, LimitStoreUnavailable, RedisLimitStore
 from agent_saga.errors import ConfigurationError
+from agent_saga.recovery.errors import ClaimStoreUnavailable
 from agent_saga.recovery.redis import RedisClaimLock
 from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
@@ -130,6 +132,51 @@ def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(clus
     asyncio.run(replicated())
 
 
+def test_a_budget_split_between_two_masters_by_a_multi_batch_reshard_is_refused_never_exceeded(
+        cluster: RedisClusterGroup) -> None:
+    """A reshard moves the counters' keys one MIGRATE at a time: while the totals are on
+    the new master and the log still on the old one, the debit script (both keys) gets
+    TRYAGAIN from the cluster. redis-py sends it again a bounded number of times, then
+    the debit is refused (``LimitStoreUnavailable``); once both keys moved, spending goes
+    on and the budget is spent exactly."""
+    cluster.flush()
+    store = RedisLimitStore(cluster.url, namespace="cluster-split")
+    charge = [Charge("spend", "fleet", 1.0, 30.0, 3600.0)]
+    totals, log = store._keys
+    slot = key_slot(totals)
+    outcomes: list[str] = []
+    moved = asyncio.Event()
+
+    async def spender(i: int) -> None:
+        k = 0
+        while not moved.is_set() or "over" not in outcomes:  # before, during, after: until the budget refuses
+            try:
+                outcomes.append("ok" if (await store.debit(charge, f"d-{i}-{k}")).ok else "over")
+            except LimitStoreUnavailable as exc:
+                assert "TTL exhausted" in str(exc) or "TRYAGAIN" in str(exc), exc
+                outcomes.append("refused")
+            k += 1
+
+    async def run() -> None:
+        task = asyncio.gather(*(spender(i) for i in range(4)))
+        await until_async("4 debits before the reshard", lambda: len(outcomes) >= 4, timeout=30)
+        await asyncio.to_thread(cluster.begin_migration, slot)
+        await asyncio.to_thread(cluster.migrate_keys, slot, [totals])  # batch 1 of 2: the keys are split
+        await until_async("debits refused while the keys are split", lambda: outcomes.count("refused") >= 4,
+                          timeout=30)
+        await asyncio.to_thread(cluster.migrate_keys, slot, [log])  # batch 2 of 2
+        await asyncio.to_thread(cluster.end_migration, slot)
+        moved.set()
+        await asyncio.wait_for(task, 60)
+        await store.aclose()
+
+    before = cluster.owner(slot)
+    asyncio.run(run())
+    assert cluster.owner(slot) is not before, "the counters' slot moved to another master"
+    assert outcomes.count("ok") == 30, "the budget, never more, though debits were refused mid-reshard"
+    assert set(outcomes) == {"ok", "over", "refused"}
+
+
 def test_the_operator_projects_limits_a_source_reads_on_a_cluster_and_refuses_an_untagged_prefix(
         cluster: RedisClusterGroup) -> None:
     from agent_saga.controls import RedisLimitSource
@@ -179,6 +226,40 @@ def test_claims_are_exclusive_on_a_cluster(cluster: RedisClusterGroup) -> None:
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(run())
+
+
+def sockets_to(ports: set[int]) -> int:
+    """How many TCP sockets this process holds open to ``ports`` (from /proc)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    with open("/proc/self/net/tcp") as table:
+        rows = [line.split() for line in table.read().splitlines()[1:]]
+    return sum(1 for r in rows if r[9] in inodes and int(r[2].rsplit(":", 1)[1], 16) in ports)
+
+
+def test_a_store_closed_after_its_cluster_connections_failed_leaves_no_socket_open(cluster: RedisClusterGroup) -> None:
+    ports = {n.port for n in cluster.nodes}
+
+    async def run() -> None:
+        lock = RedisClaimLock(cluster.url, owner="leak", socket_timeout=2.0)
+        before = sockets_to(ports)
+        try:
+            assert await lock.acquire("leak-warm", 5.0) is not None
+            assert sockets_to(ports) > before, "the client connected (the seed for the slot map, the claim's master)"
+            cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
+            with pytest.raises(ClaimStoreUnavailable, match="nothing was claimed"):
+                await lock.acquire("leak-after", 5.0)
+        finally:
+            await lock.close()
+        assert sockets_to(ports) == before, "closing the store closed every node's connections"
 
     asyncio.run(run())
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from .._redis import Target, failures, import_redis, loop_client, script
+from .._redis import Target, aclose, failures, import_redis, loop_client, script
 from ..errors import ConfigurationError
 from ..recovery.redis import RedisClaimLock
 from .errors import LockStoreUnavailable
@@ -143,7 +143,7 @@ return {0, holder or ''}
         clients, self._clients = self._clients, {}
         for loop, client in clients.values():
             if loop is asyncio.get_running_loop():
-                await client.aclose()
+                await aclose(client)
 
     def __repr__(self) -> str:
         return f"<RedisSemanticLocks {self.where}>"

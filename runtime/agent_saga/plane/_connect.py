@@ -28,6 +28,8 @@ Invariants:
   settings it is refused (a process reads one policy plane).
 - Every reader tells the heartbeat when it applied something, so the operator's
   ``Acknowledged`` follows within milliseconds.
+- The heartbeat's posture is ``closed`` while the kill switch or the SagaPolicy reader
+  refuses everything, or while the process's WAL has failed (every saga is refused then).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class PlaneConnection:
         sv = self.switch_store.view()
         pv = self.policy.view()
         posture: Literal["ok", "degraded", "closed"]
-        if not sv.usable or not pv.usable:
+        if not sv.usable or not pv.usable or self.wal_failed():
             posture = "closed"
         elif sv.degraded or pv.degraded:
             posture = "degraded"
@@ -92,6 +94,19 @@ class PlaneConnection:
         routes = None if self.routes is None else self.routes.applied()
         return AppliedState(rev=rev, posture=posture, killswitches=levers, policies=policies, limits=limits,
                             routes=routes)
+
+    def wal_failed(self) -> bool:
+        """Has the WAL this process writes its sagas to failed (a failed WAL refuses every
+        saga: it stays failed, e.g. after Redis lost records it had acknowledged)? The
+        connection's RedisWAL, else the process-wide WAL once one exists; a WAL whose
+        state cannot be read counts as failed."""
+        from ..wal.default import made_default_wal
+
+        wal = self.wal if self.wal is not None else made_default_wal()
+        try:
+            return wal is not None and wal.stats().failed is not None
+        except Exception:  # noqa: BLE001 - an unreadable WAL is not a healthy one
+            return True
 
     def route_source(self, *, timeout: float = 60.0, stream: bool = False, stall_timeout: float = 10.0) -> Any:
         """The ``RedisRouteSource`` of this agent (made and started on first use; later

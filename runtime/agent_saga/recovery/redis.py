@@ -37,7 +37,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from .._redis import Target, failures, import_redis, loop_client, script
+from .._redis import Target, aclose, failures, import_redis, loop_client, script
 from ..errors import ConfigurationError
 from .batch import TurnBatch
 from .claims import Claim, new_token
@@ -91,7 +91,7 @@ class _RedisBase:
         clients, self._clients = self._clients, {}
         for loop, client in clients.values():
             if loop is asyncio.get_running_loop():
-                await client.aclose()
+                await aclose(client)
 
 
 class RedisClaimLock(_RedisBase):

@@ -59,6 +59,12 @@ def get_default_wal() -> BaseWAL:
         return _default
 
 
+def made_default_wal() -> BaseWAL | None:
+    """The process-wide WAL if one was set or made, else ``None`` (never makes one)."""
+    with _lock:
+        return _default
+
+
 class _DefaultWALRef(BaseWAL):
     """The process-wide WAL, looked up at each call (see the module doc)."""
 

@@ -41,11 +41,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ..._redis import Target, connect_async, import_redis, is_cluster, is_timeout, script
+from ..._redis import Target, aclose, connect_async, import_redis, is_cluster, is_timeout, script
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -59,7 +60,8 @@ class RedisLimitStore:
     ``url`` is a ``redis://`` or ``rediss://`` URL. ``namespace`` separates deployments
     sharing one server. ``socket_timeout`` bounds how long a check may wait for the
     server before the gate refuses the call; ``max_connections`` bounds the connections
-    per event loop, and a call waits at most ``pool_timeout`` for one. ``retries`` is the
+    per event loop (on a Redis Cluster: the calls in flight), and a call waits at most
+    ``pool_timeout`` for one. ``retries`` is the
     number of reconnect-and-repeat attempts after a connection error (0 or 1). ``client``
     injects a ready ``redis.asyncio.Redis`` (used as is, bound to its event loop) instead
     of one created per event loop from ``url``. ``min_replicas`` (with ``wait_timeout_ms``)
@@ -256,6 +258,8 @@ return redis.call('HGETALL', KEYS[1])
         self._keys = (self._prefix + "totals", self._prefix + "log")
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
             weakref.WeakKeyDictionary())
+        self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary())
 
     # ------------------------------------------------------------------ naming
     def describe(self) -> str:
@@ -351,10 +355,9 @@ return redis.call('HGETALL', KEYS[1])
         """Close the connections this store opened on the running event loop."""
         loop = asyncio.get_running_loop()
         held = self._clients.pop(loop, None)
+        self._queues.pop(loop, None)
         if held is not None:
-            client = held[0]
-            # A cluster client owns its node pools; a plain one is told to close its pool.
-            await (client.aclose() if is_cluster(client) else client.aclose(close_connection_pool=True))
+            await aclose(held[0])
 
     # ------------------------------------------------------------------ I/O
     def _client(self) -> Any:
@@ -374,7 +377,29 @@ return redis.call('HGETALL', KEYS[1])
                                    connect_timeout=self._connect_timeout, max_connections=self._max_connections,
                                    pool_timeout=self._pool_timeout)
             held = self._clients[loop] = (client, {})
+            if is_cluster(client):
+                # A cluster client's node pools do not queue (connect_async): the same
+                # bound, as a queue in front of the client.
+                self._queues[loop] = asyncio.Semaphore(self._max_connections)
         return held
+
+    @contextlib.asynccontextmanager
+    async def _queued(self) -> AsyncIterator[None]:
+        """Wait (at most ``pool_timeout``) for one of the ``max_connections`` calls a
+        cluster client may have in flight on this loop; a one-server pool queues itself."""
+        queue = self._queues.get(asyncio.get_running_loop())
+        if queue is None:
+            yield
+            return
+        try:
+            await asyncio.wait_for(queue.acquire(), self._pool_timeout)
+        except TimeoutError:
+            errors = import_redis("RedisLimitStore").exceptions
+            raise errors.ConnectionError("No connection available.") from None
+        try:
+            yield
+        finally:
+            queue.release()
 
     async def _call(
         self,
@@ -397,9 +422,10 @@ return redis.call('HGETALL', KEYS[1])
             run = scripts[lua] = script(client, lua)
         for attempt in range(2):
             try:
-                if self.min_replicas and lua is not self.LUA_USAGE:
-                    return await self._replicated(client, run, keys, args)
-                return await run(keys=keys, args=args, client=client)
+                async with self._queued():
+                    if self.min_replicas and lua is not self.LUA_USAGE:
+                        return await self._replicated(client, run, keys, args)
+                    return await run(keys=keys, args=args, client=client)
             except (errors.ConnectionError, errors.TimeoutError) as exc:
                 if attempt == 0 and retry_args is not None and self._retries > 0:
                     args = retry_args
