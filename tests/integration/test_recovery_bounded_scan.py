@@ -106,9 +106,7 @@ async def test_a_scan_holds_one_page_and_only_places_and_hashes_per_orphan(
 
 def rewrite(server: Any, seq: int, edit: Any) -> None:
     """Replace the agent's record ``seq`` at the server, keeping its entry id."""
-    import redis
-
-    client: Any = redis.Redis.from_url(server.url)
+    client: Any = server.client()  # one server or a cluster, as the fixture runs
     stream = f"{KEY}:w:{AGENT}"
     entries = [(eid, f[b"r"]) for eid, f in client.xrange(stream)]
     i = next(i for i, (_e, line) in enumerate(entries) if json.loads(line)["seq"] == seq)
