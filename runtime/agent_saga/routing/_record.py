@@ -37,7 +37,7 @@ from ._hosts import COST_CLASSES
 from ._ir import Usage
 from ._route import Route
 
-__all__ = ["CHOSEN", "REFUSED_PART", "SCRUB", "Part", "decision_payload", "record_payload"]
+__all__ = ["CHOSEN", "CHOSEN_DOC", "REFUSED_PART", "SCRUB", "Part", "chosen_part", "decision_payload", "record_payload"]
 
 
 def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: str | None) -> PreparedPayload:
@@ -61,16 +61,13 @@ def decision_payload(decision: RoutingDecision, route: Route, type_: str, saga: 
         own = h is not None and h.name == c.host and h.model == c.model
         u = c.usage
         if own and c.outcome == "refused" and u is None and c.elapsed_ms is None:
-            parts.append((_REFUSED, heads[i], c.reasons))  # the route's head, the router's reasons
+            parts.append((REFUSED_PART, heads[i], c.reasons))  # the route's head, the router's reasons
         elif own and c.outcome == "chosen" and not c.reasons and _plain(u):
-            e = c.elapsed_ms
-            if u is not None and e.__class__ is float:
-                parts.append((_CHOSEN, mids[i], e, u.prompt_tokens, u.completion_tokens, u.reported))
-            else:
-                parts.append((_CHOSEN_DOC, c.host, c.model, c.rank, e,
-                              *((u.prompt_tokens, u.completion_tokens, u.reported) if u is not None else ())))
+            parts.append(chosen_part(mids[i], c) or (
+                CHOSEN_DOC, c.host, c.model, c.rank, c.elapsed_ms,
+                *((u.prompt_tokens, u.completion_tokens, u.reported) if u is not None else ())))
         else:
-            parts.append((_SCRUB, c.to_doc()))  # a host's or a breaker's words: scrubbed
+            parts.append((SCRUB, c.to_doc()))  # a host's or a breaker's words: scrubbed
     return record_payload(decision, route, parts, type_, saga)
 
 
@@ -86,12 +83,21 @@ def record_payload(decision: RoutingDecision, route: Route, parts: list[Part], t
 
 
 #: One candidate for the flusher: its text, or a tuple whose first item says what the rest is:
-#: (_REFUSED, refusal head, reasons); (_CHOSEN, the route's text between elapsed_ms and
-#: usage, elapsed_ms, prompt, completion, reported); (_CHOSEN_DOC, host, model, rank,
-#: elapsed_ms[, prompt, completion, reported]); (_SCRUB, document).
+#: (REFUSED_PART, refusal head, reasons); (CHOSEN, the route's text between elapsed_ms and
+#: usage, elapsed_ms, prompt, completion, reported); (CHOSEN_DOC, host, model, rank,
+#: elapsed_ms[, prompt, completion, reported]); (SCRUB, document).
 Part = str | tuple[Any, ...]
-_SCRUB, _REFUSED, _CHOSEN, _CHOSEN_DOC = range(4)
-SCRUB, REFUSED_PART, CHOSEN = _SCRUB, _REFUSED, _CHOSEN  # for the router
+SCRUB, REFUSED_PART, CHOSEN, CHOSEN_DOC = range(4)
+
+
+def chosen_part(mid: str, c: Candidate) -> Part | None:
+    """The (CHOSEN, ...) part of a chosen candidate whose elapsed time is a float and whose
+    usage is integers and a bool (``mid``: the route's text for its host), else ``None``."""
+    u, e = c.usage, c.elapsed_ms
+    if u is None or e.__class__ is not float or not _plain(u):
+        return None
+    return (CHOSEN, mid, e, u.prompt_tokens, u.completion_tokens, u.reported)
+
 _NEEDS = frozenset(("tokens", "context_tokens", "tools", "json_mode", "max_cost_class"))
 
 
@@ -112,15 +118,15 @@ class _Build:
                 texts.append(part)
                 continue
             kind = part[0]
-            if kind == _REFUSED:  # the reasons are the router's words and numbers
+            if kind == REFUSED_PART:  # the reasons are the router's words and numbers
                 texts.append(part[1] + ",".join([encode_basestring(r) for r in part[2]]) + "]}")
-            elif kind == _CHOSEN:  # the route's names, the router's and the host's numbers
+            elif kind == CHOSEN:  # the route's names, the router's and the host's numbers
                 _, mid, elapsed, p, c, reported = part
                 texts.append(f'{{"elapsed_ms":{float.__repr__(round(elapsed, 3))},{mid},"usage":'
                              f'{{"completion_tokens":{int.__repr__(c)},"prompt_tokens":{int.__repr__(p)},'
                              f'"reported":{"true" if reported else "false"},'
                              f'"total_tokens":{int.__repr__(p + c)}}}}}')
-            elif kind == _CHOSEN_DOC:
+            elif kind == CHOSEN_DOC:
                 _, host, model, rank, elapsed, *usage = part
                 texts.append(canonical_json(Candidate(host, model, rank, "chosen", (), Usage(*usage) if usage else None,
                                                       elapsed).to_doc()))

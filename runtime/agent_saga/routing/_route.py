@@ -193,12 +193,9 @@ class Route:
             out.append((rank, h, ctx, static, refusal, text, tail))
         return tuple(out)
 
-    def untried(self, rank: int, host: Host, chosen: str) -> Candidate:
-        """The verdict on an eligible host left untried because ``chosen`` answered first."""
-        return self.untried_entry(rank, host, chosen)[0]
-
     def untried_entry(self, rank: int, host: Host, chosen: str) -> tuple[Candidate, str]:
-        """``untried`` and the verdict's record text (scrubbed once)."""
+        """The verdict on an eligible host left untried because ``chosen`` answered first,
+        and its record text (scrubbed once)."""
         key = (rank, chosen)
         entry = self._untried.get(key)
         if entry is None:

@@ -57,7 +57,7 @@ from ._decision import (
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
-from ._record import CHOSEN, SCRUB, Part, decision_payload, record_payload
+from ._record import SCRUB, Part, chosen_part, decision_payload, record_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -269,13 +269,8 @@ class Router:
             verdicts[i] = v
             if answer is not None:
                 chosen = h
-            if record:
-                u, e = v.usage, v.elapsed_ms
-                if (answer is not None and u is not None and e.__class__ is float and u.prompt_tokens.__class__ is int
-                        and u.completion_tokens.__class__ is int and u.reported.__class__ is bool):
-                    parts[i] = (CHOSEN, route.chosen_mids[i], e, u.prompt_tokens, u.completion_tokens, u.reported)
-                else:  # a host's or a breaker's words, or a host's usage that is not integers: scrubbed
-                    parts[i] = (SCRUB, v.to_doc())
+            if record:  # else a host's or a breaker's words, or a usage not integers: scrubbed
+                parts[i] = (answer is not None and chosen_part(route.chosen_mids[i], v)) or (SCRUB, v.to_doc())
         sent = request.canonical_text().encode()
         # every host has its verdict now: refused, tried, or untried
         decision = RoutingDecision(call, route.to_doc(), needs, tuple(verdicts),  # type: ignore[arg-type]

@@ -391,11 +391,14 @@ return redis.call('HGETALL', KEYS[1])
         if queue is None:
             yield
             return
-        try:
-            await asyncio.wait_for(queue.acquire(), self._pool_timeout)
-        except TimeoutError:
-            errors = import_redis("RedisLimitStore").exceptions
-            raise errors.ConnectionError("No connection available.") from None
+        if queue.locked():  # wait in line (a free slot is taken at once, without a timer)
+            try:
+                await asyncio.wait_for(queue.acquire(), self._pool_timeout)
+            except TimeoutError:
+                errors = import_redis("RedisLimitStore").exceptions
+                raise errors.ConnectionError("No connection available.") from None
+        else:
+            await queue.acquire()
         try:
             yield
         finally:
