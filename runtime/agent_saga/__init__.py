@@ -1,194 +1,279 @@
 """agent-saga: the accountable runtime for AI agents that touch real systems.
 
 Every public name is re-exported here; everything else is internal. A test pins this list.
-The context broker's names are loaded when first used (``agent_saga.ContextBroker``), so
-``import agent_saga`` does not pay for them; the router's are already loaded by the loop.
+Each name is loaded from its module when first used (``agent_saga.Saga``, or
+``from agent_saga import Saga``), so ``import agent_saga`` costs little and a process pays
+only for the parts it uses: a CLI command does not load the router, the audit bundles or
+the codemod. The imports under ``TYPE_CHECKING`` are for type checkers; ``_SOURCES`` is
+what runs, and a test holds the two equal.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .audit import (
-    AESGCMEncryptor,
-    AuditRoot,
-    Certificate,
-    Checkpoint,
-    EncryptedWAL,
-    Keyring,
-    PayloadEncryptor,
-    audit_root,
-    build_consistency,
-    build_disclosure,
-    certify,
-    certify_log,
-    decrypting,
-    encryptor_from_env,
-    export_bundle,
-    make_checkpoint,
-    redact_record,
-    redact_records,
-    verify_bundle,
-    verify_checkpoint,
-    verify_consistency,
-    verify_disclosure,
-)
-from .chain import VerifyResult, verify_records
-from .clocks import Clock
-from .codemod import Codemod, CodemodError, CodemodRefused, CodemodResult, VerifyFailed
-from .compensation import Compensation, compensator, get_compensator, registered_compensators
-from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
-from .controls import (
-    DEFAULT_RULES,
-    ApprovalGateway,
-    ApprovalNotice,
-    ApprovalOutcome,
-    ApprovalPolicy,
-    ApprovalProvider,
-    ApprovalRefused,
-    ApprovalStoreUnavailable,
-    BreakerPolicy,
-    BudgetLimit,
-    CheckRefusal,
-    CircuitBreaker,
-    EscalationLevel,
-    FileApprovalStore,
-    FileSwitchStore,
-    InProcessLimitStore,
-    KillSwitch,
-    Lever,
-    LeverAction,
-    LimitStore,
-    LimitStoreUnavailable,
-    LimitUsage,
-    ManualClock,
-    Notifier,
-    NotifierError,
-    PreCheck,
-    PreFlightDecision,
-    PreFlightGate,
-    RateLimit,
-    RedisApprovalStore,
-    RedisLimitSource,
-    RedisLimitStore,
-    RedisSwitchStore,
-    Rule,
-    SwitchStoreUnavailable,
-    WebhookNotifier,
-    arg_exceeds,
-    by_arg,
-    by_tool,
-    combine,
-    get_breaker,
-    get_kill_switch,
-    get_limit_store,
-    global_scope,
-    irreversible_requires_human,
-    rule,
-    set_breaker,
-    set_kill_switch,
-    set_limit_store,
-    tagged,
-    tool_matches,
-)
-from .credentials import assert_no_secrets, resolve_credential, set_credential_resolver
-from .engine import Saga
-from .errors import (
-    CompensationError,
-    ConfigurationError,
-    GateBlocked,
-    HandlerNotRegistered,
-    NotSerializable,
-    RollbackIncomplete,
-    SagaError,
-    SagaQuarantined,
-    SagaRefused,
-    SecretDetected,
-    StepOutcomeUnknown,
-    StoreUnavailable,
-    WALBackpressure,
-    WALClosed,
-    WALCorrupt,
-    WALDecryptFailed,
-    WALError,
-    WALKeyMissing,
-    WALStalled,
-)
-from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_stats
-from .fastapi import SagaRuntime, current_saga, saga, saga_lifespan
-from .gates import Gate, GateDecision, StepRequest
-from .history import SagaState, StepState, saga_states
-from .idempotency import idempotency_key
-from .isolation import (
-    FileSnapshots,
-    InProcessSnapshots,
-    LockClaim,
-    LockStoreUnavailable,
-    RedisSemanticLocks,
-    SemanticLockManager,
-    SemanticLockNotHeld,
-    SemanticLocks,
-    SemanticLockTimeout,
-    Snapshot,
-    SnapshotGCReport,
-    SnapshotMissing,
-    TentativeResource,
-    TentativeStatus,
-)
-from .kit import AgentKit
-from .loop import AgentLoop, LoopResult, LoopTool, StopReason
-from .mesh import MeshView, MeshWAL, RecordSet
-from .metrics import setup_metrics
-from .observe import Observer
-from .plane import connect_policy_plane
-from .records import Record, RecordType
-from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
-from .retry import RetryPolicy
-from .rollback import RollbackOutcome, RollbackReport, StepOutcome
-from .routing import (
-    CallableHost,
-    Candidate,
-    Capabilities,
-    Constraints,
-    HostAnswer,
-    Message,
-    ModelActionRefused,
-    ModelRequest,
-    ModelResponse,
-    OpenAIHost,
-    RedisRouteSource,
-    Route,
-    Router,
-    RoutingDecision,
-    RoutingRefused,
-    RoutingUnavailable,
-    Tool,
-    ToolCall,
-    Usage,
-)
-from .scope import saga_scope
-from .semantics import ActionSemantics
-from .telemetry import setup_telemetry
-from .wal import (
-    AsyncSink,
-    Backpressure,
-    BaseWAL,
-    CompactionAborted,
-    CompactionReport,
-    FileWAL,
-    PostgresAsyncSink,
-    PostgresWAL,
-    RedisWAL,
-    SinkWAL,
-    WALStats,
-    get_default_wal,
-    read_log,
-    set_default_wal,
-)
+from ._lazy import lazy_exports
+
+# Imported for their effect in every process, whatever it uses: a saga opened without a
+# gate still meets the process's kill switch, an agent configured by its environment is
+# wired on first use, and a recovery process resolves the codemod's own compensations.
+from .codemod import handlers as _codemod_handlers  # noqa: F401
+from .controls.gate import _nogate  # noqa: F401
+from .plane import plane_from_env as _plane_from_env  # noqa: F401
 
 if TYPE_CHECKING:
+    from .audit import (
+        AESGCMEncryptor,
+        AuditRoot,
+        Certificate,
+        Checkpoint,
+        EncryptedWAL,
+        Keyring,
+        PayloadEncryptor,
+        audit_root,
+        build_consistency,
+        build_disclosure,
+        certify,
+        certify_log,
+        decrypting,
+        encryptor_from_env,
+        export_bundle,
+        make_checkpoint,
+        redact_record,
+        redact_records,
+        verify_bundle,
+        verify_checkpoint,
+        verify_consistency,
+        verify_disclosure,
+    )
+    from .chain import VerifyResult, verify_records
+    from .clocks import Clock
+    from .codemod import Codemod, CodemodError, CodemodRefused, CodemodResult, VerifyFailed
+    from .compensation import Compensation, compensator, get_compensator, registered_compensators
+    from .context import SagaContextFilter, configure_logging, current_saga_id, current_step_id
     from .contextbroker import ContextBroker, DriftedSource, Receipt, ServedContext, Tier
+    from .controls import (
+        DEFAULT_RULES,
+        ApprovalGateway,
+        ApprovalNotice,
+        ApprovalOutcome,
+        ApprovalPolicy,
+        ApprovalProvider,
+        ApprovalRefused,
+        ApprovalStoreUnavailable,
+        BreakerPolicy,
+        BudgetLimit,
+        CheckRefusal,
+        CircuitBreaker,
+        EscalationLevel,
+        FileApprovalStore,
+        FileSwitchStore,
+        InProcessLimitStore,
+        KillSwitch,
+        Lever,
+        LeverAction,
+        LimitStore,
+        LimitStoreUnavailable,
+        LimitUsage,
+        ManualClock,
+        Notifier,
+        NotifierError,
+        PreCheck,
+        PreFlightDecision,
+        PreFlightGate,
+        RateLimit,
+        RedisApprovalStore,
+        RedisLimitSource,
+        RedisLimitStore,
+        RedisSwitchStore,
+        Rule,
+        SwitchStoreUnavailable,
+        WebhookNotifier,
+        arg_exceeds,
+        by_arg,
+        by_tool,
+        combine,
+        get_breaker,
+        get_kill_switch,
+        get_limit_store,
+        global_scope,
+        irreversible_requires_human,
+        rule,
+        set_breaker,
+        set_kill_switch,
+        set_limit_store,
+        tagged,
+        tool_matches,
+    )
+    from .credentials import assert_no_secrets, resolve_credential, set_credential_resolver
+    from .engine import Saga
+    from .errors import (
+        CompensationError,
+        ConfigurationError,
+        GateBlocked,
+        HandlerNotRegistered,
+        NotSerializable,
+        RollbackIncomplete,
+        SagaError,
+        SagaQuarantined,
+        SagaRefused,
+        SecretDetected,
+        StepOutcomeUnknown,
+        StoreUnavailable,
+        WALBackpressure,
+        WALClosed,
+        WALCorrupt,
+        WALDecryptFailed,
+        WALError,
+        WALKeyMissing,
+        WALStalled,
+    )
+    from .executor import ToolExecutorStats, set_tool_executor_size, tool_executor_stats
+    from .fastapi import SagaRuntime, current_saga, saga, saga_lifespan
+    from .gates import Gate, GateDecision, StepRequest
+    from .history import SagaState, StepState, saga_states
+    from .idempotency import idempotency_key
+    from .isolation import (
+        FileSnapshots,
+        InProcessSnapshots,
+        LockClaim,
+        LockStoreUnavailable,
+        RedisSemanticLocks,
+        SemanticLockManager,
+        SemanticLockNotHeld,
+        SemanticLocks,
+        SemanticLockTimeout,
+        Snapshot,
+        SnapshotGCReport,
+        SnapshotMissing,
+        TentativeResource,
+        TentativeStatus,
+    )
+    from .kit import AgentKit
+    from .loop import AgentLoop, LoopResult, LoopTool, StopReason
+    from .mesh import MeshView, MeshWAL, RecordSet
+    from .metrics import setup_metrics
+    from .observe import Observer
+    from .plane import connect_policy_plane
+    from .records import Record, RecordType
+    from .recovery import Observation, RecoveryDaemon, RecoveryHalted, reconciler
+    from .retry import RetryPolicy
+    from .rollback import RollbackOutcome, RollbackReport, StepOutcome
+    from .routing import (
+        CallableHost,
+        Candidate,
+        Capabilities,
+        Constraints,
+        HostAnswer,
+        Message,
+        ModelActionRefused,
+        ModelRequest,
+        ModelResponse,
+        OpenAIHost,
+        RedisRouteSource,
+        Route,
+        Router,
+        RoutingDecision,
+        RoutingRefused,
+        RoutingUnavailable,
+        Tool,
+        ToolCall,
+        Usage,
+    )
+    from .scope import saga_scope
+    from .semantics import ActionSemantics
+    from .telemetry import setup_telemetry
+    from .wal import (
+        AsyncSink,
+        Backpressure,
+        BaseWAL,
+        CompactionAborted,
+        CompactionReport,
+        FileWAL,
+        PostgresAsyncSink,
+        PostgresWAL,
+        RedisWAL,
+        SinkWAL,
+        WALStats,
+        get_default_wal,
+        read_log,
+        set_default_wal,
+    )
 
-#: Loaded on first use (PEP 562): name -> the module that defines it.
-_LAZY = {name: ".contextbroker" for name in ("ContextBroker", "DriftedSource", "Receipt", "ServedContext", "Tier")}
+
+#: Every public name -> the module that defines it, loaded on first use (PEP 562), so
+#: ``import agent_saga`` (and a CLI command) pays only for what it touches.
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".audit": (
+        "AESGCMEncryptor", "AuditRoot", "Certificate", "Checkpoint", "EncryptedWAL",
+        "Keyring", "PayloadEncryptor", "audit_root", "build_consistency",
+        "build_disclosure", "certify", "certify_log", "decrypting", "encryptor_from_env",
+        "export_bundle", "make_checkpoint", "redact_record", "redact_records",
+        "verify_bundle", "verify_checkpoint", "verify_consistency", "verify_disclosure",
+    ),
+    ".chain": ("VerifyResult", "verify_records",),
+    ".clocks": ("Clock",),
+    ".codemod": ("Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed",),
+    ".compensation": ("Compensation", "compensator", "get_compensator", "registered_compensators",),
+    ".context": ("SagaContextFilter", "configure_logging", "current_saga_id", "current_step_id",),
+    ".controls": (
+        "DEFAULT_RULES", "ApprovalGateway", "ApprovalNotice", "ApprovalOutcome",
+        "ApprovalPolicy", "ApprovalProvider", "ApprovalRefused", "ApprovalStoreUnavailable",
+        "BreakerPolicy", "BudgetLimit", "CheckRefusal", "CircuitBreaker", "EscalationLevel",
+        "FileApprovalStore", "FileSwitchStore", "InProcessLimitStore", "KillSwitch",
+        "Lever", "LeverAction", "LimitStore", "LimitStoreUnavailable", "LimitUsage",
+        "ManualClock", "Notifier", "NotifierError", "PreCheck", "PreFlightDecision",
+        "PreFlightGate", "RateLimit", "RedisApprovalStore", "RedisLimitSource",
+        "RedisLimitStore", "RedisSwitchStore", "Rule", "SwitchStoreUnavailable",
+        "WebhookNotifier", "arg_exceeds", "by_arg", "by_tool", "combine", "get_breaker",
+        "get_kill_switch", "get_limit_store", "global_scope", "irreversible_requires_human",
+        "rule", "set_breaker", "set_kill_switch", "set_limit_store", "tagged",
+        "tool_matches",
+    ),
+    ".credentials": ("assert_no_secrets", "resolve_credential", "set_credential_resolver",),
+    ".engine": ("Saga",),
+    ".errors": (
+        "CompensationError", "ConfigurationError", "GateBlocked", "HandlerNotRegistered",
+        "NotSerializable", "RollbackIncomplete", "SagaError", "SagaQuarantined",
+        "SagaRefused", "SecretDetected", "StepOutcomeUnknown", "StoreUnavailable",
+        "WALBackpressure", "WALClosed", "WALCorrupt", "WALDecryptFailed", "WALError",
+        "WALKeyMissing", "WALStalled",
+    ),
+    ".executor": ("ToolExecutorStats", "set_tool_executor_size", "tool_executor_stats",),
+    ".fastapi": ("SagaRuntime", "current_saga", "saga", "saga_lifespan",),
+    ".gates": ("Gate", "GateDecision", "StepRequest",),
+    ".history": ("SagaState", "StepState", "saga_states",),
+    ".idempotency": ("idempotency_key",),
+    ".isolation": (
+        "FileSnapshots", "InProcessSnapshots", "LockClaim", "LockStoreUnavailable",
+        "RedisSemanticLocks", "SemanticLockManager", "SemanticLockNotHeld", "SemanticLocks",
+        "SemanticLockTimeout", "Snapshot", "SnapshotGCReport", "SnapshotMissing",
+        "TentativeResource", "TentativeStatus",
+    ),
+    ".kit": ("AgentKit",),
+    ".loop": ("AgentLoop", "LoopResult", "LoopTool", "StopReason",),
+    ".mesh": ("MeshView", "MeshWAL", "RecordSet",),
+    ".metrics": ("setup_metrics",),
+    ".observe": ("Observer",),
+    ".plane": ("connect_policy_plane",),
+    ".records": ("Record", "RecordType",),
+    ".recovery": ("Observation", "RecoveryDaemon", "RecoveryHalted", "reconciler",),
+    ".retry": ("RetryPolicy",),
+    ".rollback": ("RollbackOutcome", "RollbackReport", "StepOutcome",),
+    ".routing": (
+        "CallableHost", "Candidate", "Capabilities", "Constraints", "HostAnswer", "Message",
+        "ModelActionRefused", "ModelRequest", "ModelResponse", "OpenAIHost",
+        "RedisRouteSource", "Route", "Router", "RoutingDecision", "RoutingRefused",
+        "RoutingUnavailable", "Tool", "ToolCall", "Usage",
+    ),
+    ".scope": ("saga_scope",),
+    ".semantics": ("ActionSemantics",),
+    ".telemetry": ("setup_telemetry",),
+    ".wal": (
+        "AsyncSink", "Backpressure", "BaseWAL", "CompactionAborted", "CompactionReport",
+        "FileWAL", "PostgresAsyncSink", "PostgresWAL", "RedisWAL", "SinkWAL", "WALStats",
+        "get_default_wal", "read_log", "set_default_wal",
+    ),
+    ".contextbroker": ("ContextBroker", "DriftedSource", "Receipt", "ServedContext", "Tier",),
+}
 
 __version__ = "0.1.0"
 
@@ -398,12 +483,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agent_saga' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from .errors import ConfigurationError
-from .wal.urls import redact
 
 __all__ = ["Address", "Backends", "split_query"]
 
@@ -114,6 +113,8 @@ class Backends(Generic[T]):
             scheme = urllib.parse.urlsplit(text).scheme.lower()
         entry = self._entries.get(scheme)
         if entry is None:
+            from .wal.urls import redact  # on the error path only: the registry imports nothing
+
             raise ConfigurationError(
                 f"{redact(text) or 'an empty target'}: unknown {self.kind} scheme {scheme!r}; use {self._choices()}"
             )

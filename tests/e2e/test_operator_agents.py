@@ -33,6 +33,10 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT = Path(__file__).with_name("operator_agent.py")
 DEADLINE = 20.0
 ANSWERED = 60.0  # seconds an answered approval request may wait: a CLI start on a loaded machine
+# Seconds a request made while the operator is down stays pending: the restart must see it
+# pending (a decided one is no longer in the pending set), and one takes ~8 s at load 11.
+ACROSS_RESTART = 20.0
+STARTED = 60.0  # seconds an agent process may take to start and connect on a loaded machine
 
 
 # ---------------------------------------------------------------------- parts
@@ -62,7 +66,7 @@ class Agent(AgentProcess):
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime"), env.get("PYTHONPATH", "")])
         super().__init__([sys.executable, str(AGENT), url, ns, str(wal_dir), str(approval_timeout)], env,
-                         wal_dir.with_suffix(".stderr"), ready_timeout=DEADLINE)
+                         wal_dir.with_suffix(".stderr"), ready_timeout=STARTED)
 
     def send(self, op: str, timeout: float = DEADLINE, **kw: Any) -> dict[str, Any]:
         return super().send(op, timeout, **kw)
@@ -265,7 +269,8 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
 
     # 4. Operator killed and restarted while a request is pending: no duplicate.
     operator.kill()
-    late = agent.submit("call", name="wire-late", tool="wire.final", semantics="IRREVERSIBLE", amount=7)
+    late = agent.submit("call", name="wire-late", tool="wire.final", semantics="IRREVERSIBLE", amount=7,
+                        approval_timeout=ACROSS_RESTART)
     poll(lambda: r.zcard("agentsaga:v1:approval:pending") == 1, timeout=DEADLINE, what="request pending")
     op2 = start_operator(crds, fresh_redis.url, ns, tmp_path / "operator2.log")
     try:
@@ -275,7 +280,7 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
         op3 = start_operator(crds, fresh_redis.url, ns, tmp_path / "operator3.log")
         try:
             # 5. Unanswered: the deadline passes, the agent is refused, the Approval shows Expired.
-            expired = agent.wait(late, timeout=DEADLINE)
+            expired = agent.wait(late, timeout=ACROSS_RESTART + DEADLINE)
             assert not expired["ok"] and "expiry denies" in expired["error"], expired
 
             def shown() -> dict[str, Any] | None:

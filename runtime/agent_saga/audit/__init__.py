@@ -12,41 +12,66 @@ Everything here imports only the standard library at import time; ``cryptography
 when a key is used (extra ``agent-saga[encryption]``).
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..errors import WALDecryptFailed, WALKeyMissing
-from .bundles import BundleResult, export_bundle, verify_bundle
-from .certificates import Certificate, StepFinding, certify, certify_log
-from .checkpoints import (
-    Checkpoint,
-    CheckpointResult,
-    generate_signing_key,
-    load_private_key,
-    load_public_key,
-    make_checkpoint,
-    verify_checkpoint,
-)
-from .encryption import (
-    AESGCMEncryptor,
-    EncryptedWAL,
-    Keyring,
-    PayloadEncryptor,
-    decrypting,
-    encryptor_from_env,
-    key_usage,
-    keyring_from_env,
-    new_wal_key,
-)
-from .keys import reader_encryptor
-from .merkle import (
-    AuditRoot,
-    ConsistencyResult,
-    DisclosureResult,
-    audit_root,
-    build_consistency,
-    build_disclosure,
-    verify_consistency,
-    verify_disclosure,
-)
-from .redaction import RedactionReport, redact_record, redact_records
+
+if TYPE_CHECKING:
+    from .bundles import BundleResult, export_bundle, verify_bundle
+    from .certificates import Certificate, StepFinding, certify, certify_log
+    from .checkpoints import (
+        Checkpoint,
+        CheckpointResult,
+        generate_signing_key,
+        load_private_key,
+        load_public_key,
+        make_checkpoint,
+        verify_checkpoint,
+    )
+    from .encryption import (
+        AESGCMEncryptor,
+        EncryptedWAL,
+        Keyring,
+        PayloadEncryptor,
+        decrypting,
+        encryptor_from_env,
+        key_usage,
+        keyring_from_env,
+        new_wal_key,
+    )
+    from .keys import reader_encryptor
+    from .merkle import (
+        AuditRoot,
+        ConsistencyResult,
+        DisclosureResult,
+        audit_root,
+        build_consistency,
+        build_disclosure,
+        verify_consistency,
+        verify_disclosure,
+    )
+    from .redaction import RedactionReport, redact_record, redact_records
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".bundles": ("BundleResult", "export_bundle", "verify_bundle"),
+    ".certificates": ("Certificate", "StepFinding", "certify", "certify_log"),
+    ".checkpoints": (
+        "Checkpoint", "CheckpointResult", "generate_signing_key", "load_private_key",
+        "load_public_key", "make_checkpoint", "verify_checkpoint",
+    ),
+    ".encryption": (
+        "AESGCMEncryptor", "EncryptedWAL", "Keyring", "PayloadEncryptor", "decrypting",
+        "encryptor_from_env", "key_usage", "keyring_from_env", "new_wal_key",
+    ),
+    ".keys": ("reader_encryptor",),
+    ".merkle": (
+        "AuditRoot", "ConsistencyResult", "DisclosureResult", "audit_root",
+        "build_consistency", "build_disclosure", "verify_consistency", "verify_disclosure",
+    ),
+    ".redaction": ("RedactionReport", "redact_record", "redact_records"),
+}
 
 __all__ = [
     "AESGCMEncryptor",
@@ -87,3 +112,5 @@ __all__ = [
     "verify_consistency",
     "verify_disclosure",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -20,8 +20,6 @@ import os
 import sys
 from typing import Any
 
-from ..mcp import ProxyOptions, run_proxy
-
 __all__ = ["register"]
 
 
@@ -73,6 +71,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    from ..mcp import ProxyOptions, run_proxy  # the proxy and its protocol, for this command only
+
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     opts = ProxyOptions(command=command, policy=args.policy, policy_from_plane=args.policy_from_plane, observe=args.observe, emit_policy=args.emit_policy,
                         boundary=args.boundary, name=args.name, agent=args.agent, wal=args.wal,

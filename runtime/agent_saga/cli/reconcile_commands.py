@@ -20,10 +20,7 @@ import re
 import time
 from typing import Any
 
-from ..audit.encryption import decrypting
 from ..errors import ConfigurationError
-from ..recovery.daemon import import_modules
-from ..recovery.reconciliation import reconcile_log
 from ..wal.readers import FileLogReader, open_reader
 from .keys import add_key_option, encryptor_from_args
 
@@ -82,6 +79,10 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
         raise ConfigurationError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if args.rate is not None and args.rate <= 0:
         raise ConfigurationError(f"--rate must be a positive number of checks per second, got {args.rate}")
+    from ..audit.encryption import decrypting
+    from ..recovery.daemon import import_modules
+    from ..recovery.reconciliation import reconcile_log
+
     since = parse_since(args.since)
     import_modules(args.imports)
     encryptor = encryptor_from_args(args)

@@ -11,8 +11,21 @@ recovery daemon runs after a crash (import this package there).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from . import handlers as _handlers  # noqa: F401 - registers the compensators and reconcilers
-from .errors import CodemodError, CodemodRefused, VerifyFailed
-from .transaction import Codemod, CodemodResult
+
+if TYPE_CHECKING:
+    from .errors import CodemodError, CodemodRefused, VerifyFailed
+    from .transaction import Codemod, CodemodResult
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".errors": ("CodemodError", "CodemodRefused", "VerifyFailed"),
+    ".transaction": ("Codemod", "CodemodResult"),
+}
 
 __all__ = ["Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -21,7 +21,19 @@ resolve it at use time through the process's resolver::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..credentials import resolve_credential, set_credential_resolver
-from ._common import Indeterminate
+
+if TYPE_CHECKING:
+    from ._common import Indeterminate
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._common": ("Indeterminate",),
+}
 
 __all__ = ["Indeterminate", "resolve_credential", "set_credential_resolver"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -13,17 +13,30 @@ DriftedSource, and the record types SERVED (``CONTEXT_SERVED``) and EVICTED
 (``CONTEXT_EVICTED``).
 """
 
-from ._broker import (
-           EVICTED,
-           SERVED,
-           ContextBroker,
-           ContextItem,
-           DriftedSource,
-           Eviction,
-           Receipt,
-           ServedContext,
-           Tier,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._broker import (
+               EVICTED,
+               SERVED,
+               ContextBroker,
+               ContextItem,
+               DriftedSource,
+               Eviction,
+               Receipt,
+               ServedContext,
+               Tier,
+    )
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._broker": (
+        "EVICTED", "SERVED", "ContextBroker", "ContextItem", "DriftedSource", "Eviction",
+        "Receipt", "ServedContext", "Tier",
+    ),
+}
 
 __all__ = [
     "ContextBroker",
@@ -36,3 +49,5 @@ __all__ = [
     "ServedContext",
     "Tier",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -25,86 +25,123 @@ none of them imports the gate or each other). They import the engine's protocol 
 imported only inside the Redis stores when they are used (``agent_saga._redis``).
 """
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from ..clocks import ControlClock, ManualClock
-from .approvals import (
-    ActionChallenge,
-    ApprovalGateway,
-    ApprovalNotice,
-    ApprovalOutcome,
-    ApprovalPolicy,
-    ApprovalProvider,
-    ApprovalRefused,
-    ApprovalRequest,
-    ApprovalStore,
-    ApprovalStoreUnavailable,
-    ApproverKeyring,
-    Decision,
-    EscalationLevel,
-    FileApprovalStore,
-    Notifier,
-    NotifierError,
-    PasskeyRefused,
-    PasskeyVerifier,
-    RedisApprovalStore,
-    WebhookNotifier,
-    open_approval_store,
-)
-from .breaker import (
-    BreakerPolicy,
-    CircuitBreaker,
-    by_service,
-    by_tool_name,
-    get_breaker,
-    set_breaker,
-)
-from .gate import (
-    DEFAULT_RULES,
-    CheckRefusal,
-    PreCheck,
-    PreFlightDecision,
-    PreFlightGate,
-    Rule,
-    RuleHit,
-    arg_exceeds,
-    irreversible_requires_human,
-    rule,
-    tagged,
-    tool_matches,
-)
-from .killswitch import (
-    FileSwitchStore,
-    KillSwitch,
-    Lever,
-    LeverAction,
-    RedisSwitchStore,
-    SwitchStore,
-    SwitchStoreUnavailable,
-    SwitchView,
-    get_kill_switch,
-    open_switch_store,
-    set_kill_switch,
-)
-from .limits import (
-    BudgetLimit,
-    InProcessLimitStore,
-    LimitSnapshot,
-    LimitSource,
-    LimitSpec,
-    LimitStore,
-    LimitStoreUnavailable,
-    LimitUsage,
-    RateLimit,
-    RedisLimitSource,
-    RedisLimitStore,
-    Scope,
-    by_arg,
-    by_tool,
-    combine,
-    fleet_signs,
-    get_limit_store,
-    global_scope,
-    set_limit_store,
-)
+
+if TYPE_CHECKING:
+    from .approvals import (
+        ActionChallenge,
+        ApprovalGateway,
+        ApprovalNotice,
+        ApprovalOutcome,
+        ApprovalPolicy,
+        ApprovalProvider,
+        ApprovalRefused,
+        ApprovalRequest,
+        ApprovalStore,
+        ApprovalStoreUnavailable,
+        ApproverKeyring,
+        Decision,
+        EscalationLevel,
+        FileApprovalStore,
+        Notifier,
+        NotifierError,
+        PasskeyRefused,
+        PasskeyVerifier,
+        RedisApprovalStore,
+        WebhookNotifier,
+        open_approval_store,
+    )
+    from .breaker import (
+        BreakerPolicy,
+        CircuitBreaker,
+        by_service,
+        by_tool_name,
+        get_breaker,
+        set_breaker,
+    )
+    from .gate import (
+        DEFAULT_RULES,
+        CheckRefusal,
+        PreCheck,
+        PreFlightDecision,
+        PreFlightGate,
+        Rule,
+        RuleHit,
+        arg_exceeds,
+        irreversible_requires_human,
+        rule,
+        tagged,
+        tool_matches,
+    )
+    from .killswitch import (
+        FileSwitchStore,
+        KillSwitch,
+        Lever,
+        LeverAction,
+        RedisSwitchStore,
+        SwitchStore,
+        SwitchStoreUnavailable,
+        SwitchView,
+        get_kill_switch,
+        open_switch_store,
+        set_kill_switch,
+    )
+    from .limits import (
+        BudgetLimit,
+        InProcessLimitStore,
+        LimitSnapshot,
+        LimitSource,
+        LimitSpec,
+        LimitStore,
+        LimitStoreUnavailable,
+        LimitUsage,
+        RateLimit,
+        RedisLimitSource,
+        RedisLimitStore,
+        Scope,
+        by_arg,
+        by_tool,
+        combine,
+        fleet_signs,
+        get_limit_store,
+        global_scope,
+        set_limit_store,
+    )
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".approvals": (
+        "ActionChallenge", "ApprovalGateway", "ApprovalNotice", "ApprovalOutcome",
+        "ApprovalPolicy", "ApprovalProvider", "ApprovalRefused", "ApprovalRequest",
+        "ApprovalStore", "ApprovalStoreUnavailable", "ApproverKeyring", "Decision",
+        "EscalationLevel", "FileApprovalStore", "Notifier", "NotifierError",
+        "PasskeyRefused", "PasskeyVerifier", "RedisApprovalStore", "WebhookNotifier",
+        "open_approval_store",
+    ),
+    ".breaker": (
+        "BreakerPolicy", "CircuitBreaker", "by_service", "by_tool_name", "get_breaker",
+        "set_breaker",
+    ),
+    ".gate": (
+        "DEFAULT_RULES", "CheckRefusal", "PreCheck", "PreFlightDecision", "PreFlightGate",
+        "Rule", "RuleHit", "arg_exceeds", "irreversible_requires_human", "rule", "tagged",
+        "tool_matches",
+    ),
+    ".killswitch": (
+        "FileSwitchStore", "KillSwitch", "Lever", "LeverAction", "RedisSwitchStore",
+        "SwitchStore", "SwitchStoreUnavailable", "SwitchView", "get_kill_switch",
+        "open_switch_store", "set_kill_switch",
+    ),
+    ".limits": (
+        "BudgetLimit", "InProcessLimitStore", "LimitSnapshot", "LimitSource", "LimitSpec",
+        "LimitStore", "LimitStoreUnavailable", "LimitUsage", "RateLimit",
+        "RedisLimitSource", "RedisLimitStore", "Scope", "by_arg", "by_tool", "combine",
+        "fleet_signs", "get_limit_store", "global_scope", "set_limit_store",
+    ),
+}
 
 __all__ = [
     "DEFAULT_RULES",
@@ -179,3 +216,5 @@ __all__ = [
     "tagged",
     "tool_matches",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

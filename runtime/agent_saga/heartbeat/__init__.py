@@ -5,18 +5,33 @@ a SagaPolicy is Ready only once an agent enforces it). See docs/policy-plane.md,
 heartbeats".
 """
 
-from ._model import (
-    AGENTS_CHANNEL,
-    HEARTBEAT_VERSION,
-    AppliedRef,
-    Heartbeat,
-    decode_heartbeats,
-    heartbeat_index_key,
-    heartbeat_key,
-    read_heartbeats,
-    served_namespaces_key,
-)
-from ._writer import AppliedState, HeartbeatWriter
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._model import (
+        AGENTS_CHANNEL,
+        HEARTBEAT_VERSION,
+        AppliedRef,
+        Heartbeat,
+        decode_heartbeats,
+        heartbeat_index_key,
+        heartbeat_key,
+        read_heartbeats,
+        served_namespaces_key,
+    )
+    from ._writer import AppliedState, HeartbeatWriter
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._model": (
+        "AGENTS_CHANNEL", "HEARTBEAT_VERSION", "AppliedRef", "Heartbeat",
+        "decode_heartbeats", "heartbeat_index_key", "heartbeat_key", "read_heartbeats",
+        "served_namespaces_key",
+    ),
+    "._writer": ("AppliedState", "HeartbeatWriter"),
+}
 
 __all__ = [
     "AGENTS_CHANNEL",
@@ -31,3 +46,5 @@ __all__ = [
     "read_heartbeats",
     "served_namespaces_key",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -19,17 +19,42 @@ is imported only when a ``RedisSemanticLocks`` is made.
 
 from __future__ import annotations
 
-from .errors import LockStoreUnavailable, SemanticLockNotHeld, SemanticLockTimeout, SnapshotMissing
-from .locks import (
-    DEFAULT_LOCK_LEASE,
-    DEFAULT_LOCK_WAIT,
-    LockClaim,
-    SemanticLockManager,
-    SemanticLocks,
-)
-from .redis_locks import RedisSemanticLocks
-from .snapshots import FileSnapshots, InProcessSnapshots, Snapshot, SnapshotGCReport
-from .tentative import COMMIT_SCOPE, TentativeResource, TentativeStatus
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .errors import (
+        LockStoreUnavailable,
+        SemanticLockNotHeld,
+        SemanticLockTimeout,
+        SnapshotMissing,
+    )
+    from .locks import (
+        DEFAULT_LOCK_LEASE,
+        DEFAULT_LOCK_WAIT,
+        LockClaim,
+        SemanticLockManager,
+        SemanticLocks,
+    )
+    from .redis_locks import RedisSemanticLocks
+    from .snapshots import FileSnapshots, InProcessSnapshots, Snapshot, SnapshotGCReport
+    from .tentative import COMMIT_SCOPE, TentativeResource, TentativeStatus
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".errors": (
+        "LockStoreUnavailable", "SemanticLockNotHeld", "SemanticLockTimeout",
+        "SnapshotMissing",
+    ),
+    ".locks": (
+        "DEFAULT_LOCK_LEASE", "DEFAULT_LOCK_WAIT", "LockClaim", "SemanticLockManager",
+        "SemanticLocks",
+    ),
+    ".redis_locks": ("RedisSemanticLocks",),
+    ".snapshots": ("FileSnapshots", "InProcessSnapshots", "Snapshot", "SnapshotGCReport"),
+    ".tentative": ("COMMIT_SCOPE", "TentativeResource", "TentativeStatus"),
+}
 
 __all__ = [
     "COMMIT_SCOPE",
@@ -51,3 +76,4 @@ __all__ = [
     "TentativeStatus",
 ]
 
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

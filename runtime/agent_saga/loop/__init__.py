@@ -12,7 +12,20 @@ See ``agent_saga.loop._loop`` for the stop rules and the records.
 
 from __future__ import annotations
 
-from ._loop import LOOP_STEP, LOOP_STOPPED, AgentLoop, LoopResult, StopReason
-from ._tools import LoopTool, codemod_tool
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._loop import LOOP_STEP, LOOP_STOPPED, AgentLoop, LoopResult, StopReason
+    from ._tools import LoopTool, codemod_tool
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._loop": ("LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "StopReason"),
+    "._tools": ("LoopTool", "codemod_tool"),
+}
 
 __all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "LoopTool", "StopReason", "codemod_tool"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -10,28 +10,51 @@ forwarded verbatim (``_proxy`` for stdio servers, ``_httpproxy`` for Streamable 
 undo a call is a named upstream (``upstreams``). See docs/mcp.md.
 """
 
-from ._httpproxy import HttpProxy, call_tool_http
-from ._observe import Surface
-from ._plane import OnePolicy, plane_policy
-from ._proxy import ClientChannel, McpProxy, stdio_client_channel
-from ._run import ProxyOptions, run_proxy
-from ._session import (
-    COMMIT_TOOL,
-    ROLLBACK_TOOL,
-    Boundary,
-    OutcomeUnknown,
-    ToolSession,
-    result_document,
-)
-from ._stdio import StdioUpstream, UpstreamGone, call_tool_once
-from .upstreams import (
-    ENV_UPSTREAMS,
-    IDEMPOTENCY_META,
-    UpstreamSpec,
-    handler_name,
-    load_upstreams,
-    register_upstream,
-)
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._httpproxy import HttpProxy, call_tool_http
+    from ._observe import Surface
+    from ._plane import OnePolicy, plane_policy
+    from ._proxy import ClientChannel, McpProxy, stdio_client_channel
+    from ._run import ProxyOptions, run_proxy
+    from ._session import (
+        COMMIT_TOOL,
+        ROLLBACK_TOOL,
+        Boundary,
+        OutcomeUnknown,
+        ToolSession,
+        result_document,
+    )
+    from ._stdio import StdioUpstream, UpstreamGone, call_tool_once
+    from .upstreams import (
+        ENV_UPSTREAMS,
+        IDEMPOTENCY_META,
+        UpstreamSpec,
+        handler_name,
+        load_upstreams,
+        register_upstream,
+    )
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._httpproxy": ("HttpProxy", "call_tool_http"),
+    "._observe": ("Surface",),
+    "._plane": ("OnePolicy", "plane_policy"),
+    "._proxy": ("ClientChannel", "McpProxy", "stdio_client_channel"),
+    "._run": ("ProxyOptions", "run_proxy"),
+    "._session": (
+        "COMMIT_TOOL", "ROLLBACK_TOOL", "Boundary", "OutcomeUnknown", "ToolSession",
+        "result_document",
+    ),
+    "._stdio": ("StdioUpstream", "UpstreamGone", "call_tool_once"),
+    ".upstreams": (
+        "ENV_UPSTREAMS", "IDEMPOTENCY_META", "UpstreamSpec", "handler_name",
+        "load_upstreams", "register_upstream",
+    ),
+}
 
 __all__ = [
     "Boundary",
@@ -60,3 +83,5 @@ __all__ = [
     "run_proxy",
     "stdio_client_channel",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

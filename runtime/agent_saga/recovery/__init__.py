@@ -18,35 +18,68 @@ library; ``redis`` is imported only when a Redis ledger or lock is created.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .claims import Claim, ClaimLock, FileClaimLock
-from .daemon import RecoveryDaemon, SweepReport
-from .errors import (
-    ClaimLost,
-    ClaimStoreUnavailable,
-    LedgerCorrupt,
-    LocationUnavailable,
-    RecoveryError,
-    RecoveryHalted,
-)
-from .ledger import Escalation, FileLedger, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
-from .plan import Action, SagaPlan, StepPlan, plan_saga
-from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
-from .reconcilers import Observation, get_reconciler, reconciler, registered_reconcilers
-from .recordtypes import (
-    RECOVERY_STARTED,
-    SAGA_QUARANTINE_LIFTED,
-    SAGA_QUARANTINED,
-    STEP_RECONCILED,
-    EscalationKind,
-)
-from .resolver import SagaResult
-from .sources import LogRead, LogSource, PathSource, WALSource, WriterBusy
-from .targets import open_claim_lock
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .claims import Claim, ClaimLock, FileClaimLock
+    from .daemon import RecoveryDaemon, SweepReport
+    from .errors import (
+        ClaimLost,
+        ClaimStoreUnavailable,
+        LedgerCorrupt,
+        LocationUnavailable,
+        RecoveryError,
+        RecoveryHalted,
+    )
+    from .ledger import (
+        Escalation,
+        FileLedger,
+        LedgerEntry,
+        LedgerKind,
+        RecoveryLedger,
+        escalation_id,
+    )
+    from .plan import Action, SagaPlan, StepPlan, plan_saga
+    from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
+    from .reconcilers import Observation, get_reconciler, reconciler, registered_reconcilers
+    from .recordtypes import (
+        RECOVERY_STARTED,
+        SAGA_QUARANTINE_LIFTED,
+        SAGA_QUARANTINED,
+        STEP_RECONCILED,
+        EscalationKind,
+    )
     from .redis import RedisClaimLock, RedisLedger
+    from .resolver import SagaResult
+    from .sources import LogRead, LogSource, PathSource, WALSource, WriterBusy
+    from .targets import open_claim_lock
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".claims": ("Claim", "ClaimLock", "FileClaimLock"),
+    ".daemon": ("RecoveryDaemon", "SweepReport"),
+    ".errors": (
+        "ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "LocationUnavailable",
+        "RecoveryError", "RecoveryHalted",
+    ),
+    ".ledger": (
+        "Escalation", "FileLedger", "LedgerEntry", "LedgerKind", "RecoveryLedger",
+        "escalation_id",
+    ),
+    ".plan": ("Action", "SagaPlan", "StepPlan", "plan_saga"),
+    ".quarantine": ("QuarantineSource", "lift_quarantine", "quarantine_saga"),
+    ".reconcilers": ("Observation", "get_reconciler", "reconciler", "registered_reconcilers"),
+    ".redis": ("RedisClaimLock", "RedisLedger"),
+    ".recordtypes": (
+        "RECOVERY_STARTED", "SAGA_QUARANTINE_LIFTED", "SAGA_QUARANTINED", "STEP_RECONCILED",
+        "EscalationKind",
+    ),
+    ".resolver": ("SagaResult",),
+    ".sources": ("LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"),
+    ".targets": ("open_claim_lock",),
+}
 
 __all__ = [
     "RECOVERY_STARTED",
@@ -94,10 +127,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The Redis classes import nothing until used, but keep even the module lazy.
-    if name in ("RedisClaimLock", "RedisLedger"):
-        from . import redis
-
-        return getattr(redis, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -36,20 +36,50 @@ The public API (docs/agent-runtime.md, "Routing"):
     _source.py    RedisRouteSource
 """
 
-from ._decision import Candidate, ModelActionRefused, ModelResponse, RoutingDecision, RoutingRefused
-from ._hosts import COST_CLASSES, CallableHost, Capabilities, Host, HostError, OpenAIHost
-from ._ir import HostAnswer, Message, ModelRequest, Tool, ToolCall, Usage, estimate_tokens
-from ._route import Constraints, Route
-from ._router import (
-    ACTION_REFUSED,
-    DECISION,
-    REFUSED,
-    REPAIRED,
-    Router,
-    RouteSource,
-    action_problem,
-)
-from ._source import RedisRouteSource, RoutingUnavailable
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._decision import (
+        Candidate,
+        ModelActionRefused,
+        ModelResponse,
+        RoutingDecision,
+        RoutingRefused,
+    )
+    from ._hosts import COST_CLASSES, CallableHost, Capabilities, Host, HostError, OpenAIHost
+    from ._ir import HostAnswer, Message, ModelRequest, Tool, ToolCall, Usage, estimate_tokens
+    from ._route import Constraints, Route
+    from ._router import (
+        ACTION_REFUSED,
+        DECISION,
+        REFUSED,
+        REPAIRED,
+        Router,
+        RouteSource,
+        action_problem,
+    )
+    from ._source import RedisRouteSource, RoutingUnavailable
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._decision": (
+        "Candidate", "ModelActionRefused", "ModelResponse", "RoutingDecision",
+        "RoutingRefused",
+    ),
+    "._hosts": ("COST_CLASSES", "CallableHost", "Capabilities", "Host", "HostError", "OpenAIHost"),
+    "._ir": (
+        "HostAnswer", "Message", "ModelRequest", "Tool", "ToolCall", "Usage",
+        "estimate_tokens",
+    ),
+    "._route": ("Constraints", "Route"),
+    "._router": (
+        "ACTION_REFUSED", "DECISION", "REFUSED", "REPAIRED", "Router", "RouteSource",
+        "action_problem",
+    ),
+    "._source": ("RedisRouteSource", "RoutingUnavailable"),
+}
 
 __all__ = [
     "ACTION_REFUSED",
@@ -82,3 +112,5 @@ __all__ = [
     "action_problem",
     "estimate_tokens",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -6,7 +6,20 @@ verdict and the compensation that ran, the chain's state, and the state of every
 of any record, all computed from the log (nothing is executed). See docs/ui.md.
 """
 
-from .index import LogIndex, SagaEntry
-from .server import DebuggerServer, check_bind, start
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .index import LogIndex, SagaEntry
+    from .server import DebuggerServer, check_bind, start
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    ".index": ("LogIndex", "SagaEntry"),
+    ".server": ("DebuggerServer", "check_bind", "start"),
+}
 
 __all__ = ["DebuggerServer", "LogIndex", "SagaEntry", "check_bind", "start"]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

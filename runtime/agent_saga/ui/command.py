@@ -14,8 +14,6 @@ from typing import Any
 from ..audit.keys import reader_encryptor
 from ..errors import ConfigurationError
 from ..wal.readers import FileLogReader, open_reader
-from .index import LogIndex
-from .server import start
 
 TOKEN_ENV = "AGENT_SAGA_UI_TOKEN"
 
@@ -47,6 +45,9 @@ def add_arguments(p: Any) -> None:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     """Serve the debugger until interrupted."""
+    from .index import LogIndex  # the index and the HTTP server load for this command only
+    from .server import start
+
     token = _token(args)
     encryptor = reader_encryptor(args.wal_key_file)
     reader = FileLogReader(args.wal_path) if args.wal_path is not None else open_reader(args.wal_url)

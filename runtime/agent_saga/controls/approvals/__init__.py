@@ -23,41 +23,72 @@ The layout every control shares (``agent_saga.controls``):
 Only this module is public.
 """
 
-from ._default import (
-    APPROVAL_STORES,
-    get_approval_provider,
-    open_approval_store,
-    set_approval_provider,
-)
-from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
-from ._keyring import ApproverKeyring, EnrolledKey
-from ._local import FileApprovalStore
-from ._model import (
-    ApprovalOutcome,
-    ApprovalProvider,
-    ApprovalRequest,
-    ApprovalState,
-    Decision,
-    action_digest,
-    request_id_for,
-)
-from ._notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
-from ._passkey import (
-    ActionChallenge,
-    PasskeyAssertion,
-    PasskeyRefused,
-    PasskeyVerifier,
-    sign_challenge,
-)
-from ._redis import RedisApprovalStore
-from ._signing import DecisionSigner, TrustedKeys
-from ._store import (
-    ApprovalRefused,
-    ApprovalStore,
-    ApprovalStoreUnavailable,
-    decide_request,
-    resolve_id,
-)
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._default import (
+        APPROVAL_STORES,
+        get_approval_provider,
+        open_approval_store,
+        set_approval_provider,
+    )
+    from ._gateway import ApprovalGateway, ApprovalPolicy, EscalationLevel
+    from ._keyring import ApproverKeyring, EnrolledKey
+    from ._local import FileApprovalStore
+    from ._model import (
+        ApprovalOutcome,
+        ApprovalProvider,
+        ApprovalRequest,
+        ApprovalState,
+        Decision,
+        action_digest,
+        request_id_for,
+    )
+    from ._notifiers import ApprovalNotice, Notifier, NotifierError, WebhookNotifier
+    from ._passkey import (
+        ActionChallenge,
+        PasskeyAssertion,
+        PasskeyRefused,
+        PasskeyVerifier,
+        sign_challenge,
+    )
+    from ._redis import RedisApprovalStore
+    from ._signing import DecisionSigner, TrustedKeys
+    from ._store import (
+        ApprovalRefused,
+        ApprovalStore,
+        ApprovalStoreUnavailable,
+        decide_request,
+        resolve_id,
+    )
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._default": (
+        "APPROVAL_STORES", "get_approval_provider", "open_approval_store",
+        "set_approval_provider",
+    ),
+    "._gateway": ("ApprovalGateway", "ApprovalPolicy", "EscalationLevel"),
+    "._keyring": ("ApproverKeyring", "EnrolledKey"),
+    "._local": ("FileApprovalStore",),
+    "._model": (
+        "ApprovalOutcome", "ApprovalProvider", "ApprovalRequest", "ApprovalState",
+        "Decision", "action_digest", "request_id_for",
+    ),
+    "._notifiers": ("ApprovalNotice", "Notifier", "NotifierError", "WebhookNotifier"),
+    "._passkey": (
+        "ActionChallenge", "PasskeyAssertion", "PasskeyRefused", "PasskeyVerifier",
+        "sign_challenge",
+    ),
+    "._redis": ("RedisApprovalStore",),
+    "._signing": ("DecisionSigner", "TrustedKeys"),
+    "._store": (
+        "ApprovalRefused", "ApprovalStore", "ApprovalStoreUnavailable", "decide_request",
+        "resolve_id",
+    ),
+}
 
 __all__ = [
     "APPROVAL_STORES",
@@ -95,3 +126,5 @@ __all__ = [
     "set_approval_provider",
     "sign_challenge",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

@@ -12,9 +12,21 @@ breaker's state lives in the process by design (it fails open).
 Only this module is public.
 """
 
-from ._breaker import CircuitBreaker
-from ._default import get_breaker, set_breaker
-from ._model import BreakerPolicy, State, by_service, by_tool_name, counts_as_failure
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._breaker import CircuitBreaker
+    from ._default import get_breaker, set_breaker
+    from ._model import BreakerPolicy, State, by_service, by_tool_name, counts_as_failure
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._breaker": ("CircuitBreaker",),
+    "._default": ("get_breaker", "set_breaker"),
+    "._model": ("BreakerPolicy", "State", "by_service", "by_tool_name", "counts_as_failure"),
+}
 
 __all__ = [
     "BreakerPolicy",
@@ -26,3 +38,5 @@ __all__ = [
     "get_breaker",
     "set_breaker",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

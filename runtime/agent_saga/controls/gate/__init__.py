@@ -20,21 +20,36 @@ other controls (``agent_saga.controls.limits``, ``.killswitch``, ``.breaker``,
 Only this module is public.
 """
 
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
 from .._checks import CheckRefusal, PreCheck
-from ._gate import PreFlightGate
-from ._nogate import kill_switch_gate  # noqa: F401 - registers the no-gate fallback
-from ._rules import (
-    DEFAULT_RULES,
-    Rule,
-    RuleHit,
-    RuleUnreadable,
-    arg_exceeds,
-    irreversible_requires_human,
-    rule,
-    tagged,
-    tool_matches,
-)
-from ._verdicts import STAGES, PreFlightDecision, Stage, write_verdict
+from . import _nogate  # noqa: F401 - registers the no-gate fallback (the kill switch), always
+
+if TYPE_CHECKING:
+    from ._gate import PreFlightGate
+    from ._rules import (
+        DEFAULT_RULES,
+        Rule,
+        RuleHit,
+        RuleUnreadable,
+        arg_exceeds,
+        irreversible_requires_human,
+        rule,
+        tagged,
+        tool_matches,
+    )
+    from ._verdicts import STAGES, PreFlightDecision, Stage, write_verdict
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._gate": ("PreFlightGate",),
+    "._rules": (
+        "DEFAULT_RULES", "Rule", "RuleHit", "RuleUnreadable", "arg_exceeds",
+        "irreversible_requires_human", "rule", "tagged", "tool_matches",
+    ),
+    "._verdicts": ("STAGES", "PreFlightDecision", "Stage", "write_verdict"),
+}
 
 __all__ = [
     "DEFAULT_RULES",
@@ -54,3 +69,5 @@ __all__ = [
     "tool_matches",
     "write_verdict",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

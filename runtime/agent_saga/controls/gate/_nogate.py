@@ -14,11 +14,14 @@ zero-dependency fast path is unchanged); the gate is built once per kill switch.
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from ...gates import set_no_gate_fallback
 from .._wiring import from_environment
 from ..killswitch import get_kill_switch
-from ._gate import PreFlightGate
+
+if TYPE_CHECKING:
+    from ._gate import PreFlightGate
 
 __all__ = ["kill_switch_gate"]
 
@@ -37,6 +40,8 @@ def kill_switch_gate() -> PreFlightGate | None:
     cached = _cached
     if cached is not None and cached[0] is switch:
         return cached[1]
+    from ._gate import PreFlightGate  # only a process with a kill switch pays for the gate
+
     with _lock:
         gate = PreFlightGate(limits=(), approval_provider=None, policy=None)
         _cached = (switch, gate)

@@ -16,27 +16,51 @@ The layout every control shares (``agent_saga.controls``):
 Only this module is public.
 """
 
-from ._default import (
-    ENV_SWITCH_GRACE,
-    ENV_SWITCH_STORE,
-    SWITCH_STORES,
-    get_kill_switch,
-    open_switch_store,
-    set_kill_switch,
-)
-from ._local import FileSwitchStore
-from ._model import (
-    Lever,
-    LeverAction,
-    LeverUnreadable,
-    cli_lever_id,
-    compile_glob,
-    format_scope,
-    parse_scope,
-)
-from ._redis import RedisSwitchStore
-from ._store import SwitchStore, SwitchStoreUnavailable, SwitchView
-from ._switch import DEGRADED, ENGAGED, FAILED_CLOSED, LIFTED, RESTORED, SWITCH_SAGA, KillSwitch
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._default import (
+        ENV_SWITCH_GRACE,
+        ENV_SWITCH_STORE,
+        SWITCH_STORES,
+        get_kill_switch,
+        open_switch_store,
+        set_kill_switch,
+    )
+    from ._local import FileSwitchStore
+    from ._model import (
+        Lever,
+        LeverAction,
+        LeverUnreadable,
+        cli_lever_id,
+        compile_glob,
+        format_scope,
+        parse_scope,
+    )
+    from ._redis import RedisSwitchStore
+    from ._store import SwitchStore, SwitchStoreUnavailable, SwitchView
+    from ._switch import DEGRADED, ENGAGED, FAILED_CLOSED, LIFTED, RESTORED, SWITCH_SAGA, KillSwitch
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._default": (
+        "ENV_SWITCH_GRACE", "ENV_SWITCH_STORE", "SWITCH_STORES", "get_kill_switch",
+        "open_switch_store", "set_kill_switch",
+    ),
+    "._local": ("FileSwitchStore",),
+    "._model": (
+        "Lever", "LeverAction", "LeverUnreadable", "cli_lever_id", "compile_glob",
+        "format_scope", "parse_scope",
+    ),
+    "._redis": ("RedisSwitchStore",),
+    "._store": ("SwitchStore", "SwitchStoreUnavailable", "SwitchView"),
+    "._switch": (
+        "DEGRADED", "ENGAGED", "FAILED_CLOSED", "LIFTED", "RESTORED", "SWITCH_SAGA",
+        "KillSwitch",
+    ),
+}
 
 __all__ = [
     "SWITCH_STORES",
@@ -65,3 +89,5 @@ __all__ = [
     "parse_scope",
     "set_kill_switch",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

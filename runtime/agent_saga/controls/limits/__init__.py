@@ -20,41 +20,67 @@ The layout every control shares (``agent_saga.controls``):
 Only this module is public; the gate (``agent_saga.controls.gate``) uses these names.
 """
 
-from ._default import (
-    ENV_LIMIT_STORE,
-    LIMIT_STORES,
-    get_limit_source,
-    get_limit_store,
-    open_limit_store,
-    peek_limit_store,
-    set_limit_source,
-    set_limit_store,
-)
-from ._fleet import fleet_signs, warn_if_fleet
-from ._local import InProcessLimitStore
-from ._model import (
-    BudgetLimit,
-    Charge,
-    DebitResult,
-    Limit,
-    LimitKind,
-    LimitSpec,
-    LimitUnreadable,
-    LimitUsage,
-    RateLimit,
-    display_amount,
-    format_amount,
-)
-from ._redis import RedisLimitStore
-from ._scopes import Scope, ScopeUnreadable, by_arg, by_tool, combine, global_scope
-from ._source import (
-    LimitSnapshot,
-    LimitSource,
-    RedisLimitSource,
-    limits_from_documents,
-    scope_from_name,
-)
-from ._store import LimitStore, LimitStoreUnavailable
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._default import (
+        ENV_LIMIT_STORE,
+        LIMIT_STORES,
+        get_limit_source,
+        get_limit_store,
+        open_limit_store,
+        peek_limit_store,
+        set_limit_source,
+        set_limit_store,
+    )
+    from ._fleet import fleet_signs, warn_if_fleet
+    from ._local import InProcessLimitStore
+    from ._model import (
+        BudgetLimit,
+        Charge,
+        DebitResult,
+        Limit,
+        LimitKind,
+        LimitSpec,
+        LimitUnreadable,
+        LimitUsage,
+        RateLimit,
+        display_amount,
+        format_amount,
+    )
+    from ._redis import RedisLimitStore
+    from ._scopes import Scope, ScopeUnreadable, by_arg, by_tool, combine, global_scope
+    from ._source import (
+        LimitSnapshot,
+        LimitSource,
+        RedisLimitSource,
+        limits_from_documents,
+        scope_from_name,
+    )
+    from ._store import LimitStore, LimitStoreUnavailable
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._default": (
+        "ENV_LIMIT_STORE", "LIMIT_STORES", "get_limit_source", "get_limit_store",
+        "open_limit_store", "peek_limit_store", "set_limit_source", "set_limit_store",
+    ),
+    "._fleet": ("fleet_signs", "warn_if_fleet"),
+    "._local": ("InProcessLimitStore",),
+    "._model": (
+        "BudgetLimit", "Charge", "DebitResult", "Limit", "LimitKind", "LimitSpec",
+        "LimitUnreadable", "LimitUsage", "RateLimit", "display_amount", "format_amount",
+    ),
+    "._redis": ("RedisLimitStore",),
+    "._scopes": ("Scope", "ScopeUnreadable", "by_arg", "by_tool", "combine", "global_scope"),
+    "._source": (
+        "LimitSnapshot", "LimitSource", "RedisLimitSource", "limits_from_documents",
+        "scope_from_name",
+    ),
+    "._store": ("LimitStore", "LimitStoreUnavailable"),
+}
 
 __all__ = [
     "LIMIT_STORES",
@@ -94,3 +120,5 @@ __all__ = [
     "set_limit_store",
     "warn_if_fleet",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)

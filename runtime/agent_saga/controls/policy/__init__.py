@@ -10,28 +10,52 @@ tool surface (``_skeleton``, ``_surface``).
 See docs/policy.md.
 """
 
-from ._evaluation import Admission, PolicyInForce, PolicySet
-from ._files import load_policy_file, load_policy_text, policies_from_documents
-from ._jsonpath import JSON_PATH_PATTERN, JsonPath, JsonPathError, JsonPathMissing, compile_path
-from ._model import (
-    AppliesTo,
-    Compensate,
-    PolicyError,
-    PolicyRule,
-    SagaPolicy,
-    ToolDeclaration,
-    parse_policy,
-)
-from ._redis import PolicySourceUnavailable, RedisPolicySource
-from ._skeleton import SurfaceEntry, merge_surface, skeleton_yaml, surface_entry_doc
-from ._source import (
-    PolicySource,
-    PolicyView,
-    StaticPolicySource,
-    SurfaceLog,
-    get_policy_source,
-    set_policy_source,
-)
+from typing import TYPE_CHECKING
+
+from ..._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ._evaluation import Admission, PolicyInForce, PolicySet
+    from ._files import load_policy_file, load_policy_text, policies_from_documents
+    from ._jsonpath import JSON_PATH_PATTERN, JsonPath, JsonPathError, JsonPathMissing, compile_path
+    from ._model import (
+        AppliesTo,
+        Compensate,
+        PolicyError,
+        PolicyRule,
+        SagaPolicy,
+        ToolDeclaration,
+        parse_policy,
+    )
+    from ._redis import PolicySourceUnavailable, RedisPolicySource
+    from ._skeleton import SurfaceEntry, merge_surface, skeleton_yaml, surface_entry_doc
+    from ._source import (
+        PolicySource,
+        PolicyView,
+        StaticPolicySource,
+        SurfaceLog,
+        get_policy_source,
+        set_policy_source,
+    )
+
+#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+_SOURCES: dict[str, tuple[str, ...]] = {
+    "._evaluation": ("Admission", "PolicyInForce", "PolicySet"),
+    "._files": ("load_policy_file", "load_policy_text", "policies_from_documents"),
+    "._jsonpath": (
+        "JSON_PATH_PATTERN", "JsonPath", "JsonPathError", "JsonPathMissing", "compile_path",
+    ),
+    "._model": (
+        "AppliesTo", "Compensate", "PolicyError", "PolicyRule", "SagaPolicy",
+        "ToolDeclaration", "parse_policy",
+    ),
+    "._redis": ("PolicySourceUnavailable", "RedisPolicySource"),
+    "._skeleton": ("SurfaceEntry", "merge_surface", "skeleton_yaml", "surface_entry_doc"),
+    "._source": (
+        "PolicySource", "PolicyView", "StaticPolicySource", "SurfaceLog",
+        "get_policy_source", "set_policy_source",
+    ),
+}
 
 __all__ = [
     "JSON_PATH_PATTERN",
@@ -65,3 +89,5 @@ __all__ = [
     "skeleton_yaml",
     "surface_entry_doc",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
