@@ -15,6 +15,7 @@ import pytest
 from agent_saga.compensation import Compensation
 from agent_saga.context import step_id_var
 from agent_saga.executor import ToolExecutor, get_tool_executor
+from agent_saga.idempotency import FORWARD_SCOPE, idempotency_key
 from agent_saga.rollback import RollbackOutcome
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
@@ -170,3 +171,22 @@ def test_a_forked_child_starts_its_own_workers_and_both_exit_cleanly():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "child exit 0", out.stderr
     assert out.stderr == ""  # nothing printed at exit by the pool's threads
+
+
+async def test_a_sync_tool_gets_the_steps_key_and_an_awaitable_it_returns_is_awaited_on_the_loop(wal):
+    keys: list[str] = []
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def keyed(idempotency_key: str) -> dict[str, str]:
+        keys.append(idempotency_key)
+        return {"id": "1"}
+
+    async def on_the_loop() -> str:
+        loops.append(asyncio.get_running_loop())
+        return "awaited"
+
+    async with saga_scope(wal) as saga:
+        assert await saga.execute("cache.put", R, keyed) == {"id": "1"}
+        assert await saga.execute("cache.put", R, lambda: on_the_loop()) == "awaited"
+    assert keys == [idempotency_key(saga.saga_id, f"{saga.saga_id}/0", FORWARD_SCOPE)]
+    assert loops == [asyncio.get_running_loop()]
