@@ -63,8 +63,8 @@ from .context import step_id_var
 from .errors import ConfigurationError, GateBlocked, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
 from .gates import Declaration, Gate, StepRequest, consult
-from .idempotency import FORWARD_SCOPE, callable_info, idempotency_key
-from .invoke import Expired, call, call_with_retries, derive
+from .idempotency import FORWARD_SCOPE, IDEMPOTENCY_KWARG, callable_info, idempotency_key
+from .invoke import PLAIN, Expired, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
 from .records import RecordType
 from .retry import NO_RETRY, RetryPolicy
@@ -151,7 +151,8 @@ class Saga:
         self._append = wal.append
         self._clock = clock
         self._executor = executor
-        self._done: list[RollbackEntry] = []
+        # A REVERSIBLE step with nothing to undo joins as (step_id, tool): see _entries.
+        self._done: list[RollbackEntry | tuple[str, str]] = []
         self._next = 0
         self._inflight = 0
         self._settled: asyncio.Future[None] | None = None
@@ -332,8 +333,13 @@ class Saga:
                         else:
                             result = await forward()
                     else:
-                        key = idempotency_key(saga_id, step_id, FORWARD_SCOPE) if info.accepts_key else None
-                        result = await call(forward, _NO_KWARGS, key, self._executor)
+                        # One tool-executor hop, no ``call``/``_dispatch`` frames (what they
+                        # would do for a sync forward with no kwargs, timeout or retry).
+                        result = await self._executor.submit(forward, {
+                            IDEMPOTENCY_KWARG: idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                        } if info.accepts_key else _NO_KWARGS)
+                        if result.__class__ not in PLAIN and inspect.isawaitable(result):
+                            result = await result
                 except Exception as exc:
                     self._failed(step_id, tool, exc)
                     raise
@@ -342,7 +348,7 @@ class Saga:
                     raise
                 if compensate is None:
                     append(_COMMITTED, saga_id, step_id, {"compensation": None})
-                    self._done.append(RollbackEntry(step_id, tool, _REV, None))
+                    self._done.append((step_id, tool))  # nothing to undo: see _entries
                 else:
                     _, error = self._commit(step_id, tool, _REV, compensate, result, 1, False)
                     if error is not None:
@@ -602,6 +608,12 @@ class Saga:
 
     # ------------------------------------------------------------------ exit
 
+    def _entries(self) -> list[RollbackEntry]:
+        """The rollback set as ``RollbackEntry``s, oldest first. The hot path stores a
+        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair; it is the
+        same entry as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``."""
+        return [e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) for e in self._done]
+
     async def _settle(self) -> None:
         """Wait for steps still running in other tasks (e.g. under gather) to finish."""
         while self._inflight:
@@ -628,7 +640,7 @@ class Saga:
             self._state = _QUARANTINED
         standing = [
             {"step": e.step_id, "tool": e.tool, "semantics": e.semantics.value, "unknown": e.unknown}
-            for e in self._done
+            for e in self._entries()
         ]
         doc = dict(lever) if lever else {}
         # reason/by as the recovery daemon reads them (agent_saga.recovery.quarantine)
@@ -647,7 +659,7 @@ class Saga:
 
         async def run() -> RollbackReport:
             await self._settle()
-            return await roll_back(self.saga_id, self.wal, self._executor, self._done, cause)
+            return await roll_back(self.saga_id, self.wal, self._executor, self._entries(), cause)
 
         task = asyncio.ensure_future(run())
         cancelled = False

@@ -20,17 +20,25 @@ Invariants:
 - A call whose awaiting side gave up (timeout, cancellation) keeps running in its thread
   to completion: Python cannot stop a thread. Its result is discarded.
 - Workers are daemon threads so a wedged tool call cannot hold the interpreter open at
-  exit; the WAL still records what was acknowledged.
+  exit; the WAL still records what was acknowledged. At exit (``atexit``) idle workers
+  are told to leave; ``shutdown()`` does the same on demand.
+- After ``fork`` the child has none of the parent's threads: every pool forgets them
+  (and the calls they held, which belong to the parent's loop) and starts afresh.
+- A call is a plain tuple and its result goes back with one ``call_soon_threadsafe``:
+  no ``concurrent.futures`` objects, no ``wrap_future`` (asyncio's default executor
+  builds both and chains two futures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import logging
 import os
 import queue
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -68,21 +76,8 @@ class ToolExecutorStats:
     saturated_count: int
 
 
-class _Item:
-    __slots__ = ("ctx", "fn", "fut", "kwargs", "loop")
-
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        kwargs: Mapping[str, Any],
-        loop: asyncio.AbstractEventLoop,
-        fut: asyncio.Future[Any],
-    ) -> None:
-        self.fn = fn
-        self.kwargs = kwargs
-        self.loop = loop
-        self.fut = fut
-        self.ctx = contextvars.copy_context()
+# A call: (fn, kwargs, fut, ctx). A tuple: built in one step, read by unpacking.
+_Item = tuple[Callable[..., Any], Mapping[str, Any], asyncio.Future[Any], contextvars.Context]
 
 
 def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -116,16 +111,21 @@ class ToolExecutor:
     def __init__(self, max_workers: int, *, name: str = "agent-saga-tool") -> None:
         _check_size(max_workers)
         self._name = name
+        self._max = max_workers
+        self._seq = 0
+        self._forget()
+        _POOLS.add(self)
+
+    def _forget(self) -> None:
+        """Start with no threads (a new pool, or the child after ``fork``)."""
         self._lock = threading.Lock()
         self._queue: deque[_Item] = deque()  # calls waiting for a worker
         self._idle: list[_Worker] = []  # workers waiting for a call (most recent last)
-        self._max = max_workers
         self._threads = 0
         self._active = 0
         self._peak_queued = 0
         self._saturated_count = 0
         self._saturated = False
-        self._seq = 0
 
     def submit(self, fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> asyncio.Future[Any]:
         """Run ``fn(**kwargs)`` on a worker; return a future of the running loop for it.
@@ -134,9 +134,8 @@ class ToolExecutor:
         free; its result or exception lands in the returned future. Must be called from a
         coroutine (a running event loop is required).
         """
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        item = _Item(fn, kwargs, loop, fut)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        item: _Item = (fn, kwargs, fut, contextvars.copy_context())
         worker: _Worker | None = None
         spawn = False
         warn = 0
@@ -191,7 +190,7 @@ class ToolExecutor:
             with self._lock:
                 self._threads -= 1
                 self._active -= 1
-            _settle_threadsafe(first, False, RuntimeError("agent-saga could not start a tool worker thread"))
+            _settle_threadsafe(first[2], False, RuntimeError("agent-saga could not start a tool worker thread"))
             raise
 
     def _done_then_next(self, me: _Worker) -> tuple[_Item | None, bool]:
@@ -223,21 +222,32 @@ class ToolExecutor:
         me = _Worker()
         item: _Item | None = first
         while item is not None:
+            fn, kwargs, fut, ctx = item
+            del item
             value: Any = None
             ok = True
-            skipped = item.fut.cancelled()  # nobody waits any more and it has not started
+            skipped = fut.cancelled()  # nobody waits any more and it has not started
             if not skipped:
                 try:
-                    value = item.ctx.run(item.fn, **item.kwargs)
+                    value = ctx.run(fn, **kwargs)
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
                     value, ok = exc, False
             nxt, stay = self._done_then_next(me)
             if not skipped:
-                _settle_threadsafe(item, ok, value)
-            del item, value
+                _settle_threadsafe(fut, ok, value)
+            del fn, kwargs, fut, ctx, value
             if nxt is None and stay:
-                nxt = me.box.get()  # None: told to exit by a shrink
+                nxt = me.box.get()  # None: told to exit by a shrink or a shutdown
             item = nxt
+
+    def shutdown(self) -> None:
+        """Let every idle worker exit now; busy ones exit when their call returns.
+        The pool stays usable: a later call starts a worker again. Run at exit."""
+        with self._lock:
+            leave, self._idle = self._idle, []
+            self._threads -= len(leave)
+        for w in leave:
+            w.box.put(None)
 
     def resize(self, max_workers: int) -> None:
         """Change the worker bound. Growing starts workers for queued calls at once;
@@ -275,9 +285,9 @@ class ToolExecutor:
             )
 
 
-def _settle_threadsafe(item: _Item, ok: bool, value: Any) -> None:
+def _settle_threadsafe(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
     try:
-        item.loop.call_soon_threadsafe(_settle, item.fut, ok, value)
+        fut.get_loop().call_soon_threadsafe(_settle, fut, ok, value)
     except RuntimeError:
         pass  # the loop is closed: nobody can be waiting
 
@@ -302,6 +312,23 @@ def _default_size() -> int:
 
 _lock = threading.Lock()
 _executor: ToolExecutor | None = None
+_POOLS: weakref.WeakSet[ToolExecutor] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    for pool in list(_POOLS):
+        pool._forget()  # noqa: SLF001 - the parent's threads do not exist here
+
+
+def _at_exit() -> None:
+    for pool in list(_POOLS):
+        pool.shutdown()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)
 
 
 def get_tool_executor() -> ToolExecutor:

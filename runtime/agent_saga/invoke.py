@@ -30,9 +30,14 @@ from .payloads import describe_error, error_text
 from .retry import RetryPolicy
 from .semantics import ActionSemantics
 
-__all__ = ["Expired", "call", "call_with_retries", "derive"]
+__all__ = ["PLAIN", "Expired", "call", "call_with_retries", "derive"]
 
 _NO_KWARGS: Mapping[str, Any] = {}
+
+#: Result types that are never awaitable: a sync tool's usual return skips the
+#: ``inspect.isawaitable`` check (an ABC ``isinstance``). Exact types only (a subclass
+#: could define ``__await__``).
+PLAIN: frozenset[type] = frozenset({dict, list, tuple, str, int, float, bool, bytes, type(None)})
 
 STEP_RETRY = "STEP_RETRY"  # an attempt failed and will be tried again
 STEP_FALLBACK = "STEP_FALLBACK"  # attempts exhausted: the fallback action runs
@@ -76,7 +81,7 @@ async def _dispatch(
     if is_async:
         return await fn(**kwargs)
     result = await executor.submit(fn, kwargs)
-    if inspect.isawaitable(result):
+    if result.__class__ not in PLAIN and inspect.isawaitable(result):
         result = await result
     return result
 
