@@ -141,6 +141,7 @@ chart-test: install control-plane
 # Benchmarks print ratios against floors measured in the same run (never timed tests).
 bench: install system-deps
 	$(PY) bench/bench_core.py
+	$(PY) bench/profile_latency.py
 	$(PY) bench/bench_wal.py
 	$(PY) bench/bench_limits.py
 	$(PY) bench/bench_killswitch.py
