@@ -142,6 +142,7 @@ chart-test: install control-plane
 bench: install system-deps
 	$(PY) bench/bench_core.py
 	$(PY) bench/bench_hop.py
+	$(PY) bench/profile_latency.py
 	$(PY) bench/bench_wal.py
 	$(PY) bench/bench_limits.py
 	$(PY) bench/bench_killswitch.py

@@ -273,13 +273,27 @@ async def test_the_scrubber_runs_on_the_flusher_not_on_the_callers_objects(tmp_p
 
 
 @pytest.mark.parametrize("length", [8, 40, 511, 512, 513, 5000], ids=lambda n: f"len{n}")
-def test_the_hint_scan_agrees_with_testing_every_hint(length):
-    """``_hinted`` (one C scan per hint for short values, grouped for long ones) says
-    True exactly when some hint occurs, wherever it sits."""
+@pytest.mark.parametrize("fill", ["x", "KIGRJ-/ghk_ "], ids=["plain", "every-gate"])
+def test_the_hint_scan_agrees_with_testing_every_hint(length, fill):
+    """``_hinted`` (the hints grouped under gates, each gate tested first) says True
+    exactly when some hint occurs, wherever it sits: also in a text that holds every
+    gate and no hint, so that every group's own hints are tested."""
     from agent_saga import scrubber
 
-    filler = "x" * length
+    filler = (fill * length)[:length]
+    assert not any(h in filler for h in scrubber._HINTS)
     assert scrubber._hinted(filler) is False
     for hint in scrubber._HINTS:
         for text in (hint + filler, filler[: length // 2] + hint + filler[length // 2 :], filler + hint):
             assert scrubber._hinted(text) is (len(text) >= scrubber._MIN_SHAPE), (hint, len(text))
+
+
+def test_every_hint_sits_under_a_gate_it_contains():
+    """The gate of a group is a substring of each of its hints, and every hint is in
+    exactly one group: a text without the gate cannot hold the hint."""
+    from agent_saga import scrubber
+
+    members = [h for _, group in scrubber._HINT_GROUPS for h in group]
+    assert sorted(members) == sorted(scrubber._HINTS)
+    for gate, group in scrubber._HINT_GROUPS:
+        assert all(gate in h for h in group), gate

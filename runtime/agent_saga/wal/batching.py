@@ -72,6 +72,9 @@ from .prepared import PreparedPayload
 from .urls import Scrubber
 
 log = logging.getLogger("agent_saga.wal")
+_Future = asyncio.Future
+_running_loop = asyncio.get_running_loop
+_monotonic = time.monotonic
 
 Sealed = list[tuple[Record, str]]  # records with their canonical payload text
 
@@ -516,45 +519,52 @@ class BatchingWAL(BaseWAL):
             return
         if self._failed is not None:
             self._check(seq)
-        loop = asyncio.get_running_loop()
+        loop = _running_loop()
         if seq > self._want:
             self._ask(loop, seq)
         limit = self._stall_timeout if timeout is None else timeout
         if limit < self._tick * 4:
             self._tighten(limit)
-        deadline = time.monotonic() + limit
+        deadline = _monotonic() + limit
         obs = _observe.current
-        t0 = -1.0  # when this fence began to wait (it may find its record durable first)
         groups = self._groups
-        try:
-            while True:
-                # Join this loop's fences first, then look: a batch that completes in
-                # between either sees this fence in the list or left its seq durable.
-                group = groups.get(loop)
-                if group is None:
-                    group = groups.setdefault(loop, _Waiters())
-                fut: asyncio.Future[None] = loop.create_future()
-                group.fences.append((seq, fut, deadline, limit))  # = group.add, inline
-                if seq > group.top:
-                    group.top = seq
-                if deadline < group.deadline:
-                    group.deadline, group.seq, group.limit = deadline, seq, limit
-                if seq <= self._durable_seq or self._failed is not None or self._closed:
-                    break
-                if t0 < 0 and obs is not None:
-                    t0 = time.monotonic()
-                await fut
-                if seq <= self._durable_seq or self._failed is not None or self._closed:
-                    break
-                # Not durable yet (``_resolve`` wakes only fences that are): wait again.
-        finally:
-            if t0 >= 0 and obs is not None:
-                _observe.safely(obs.fence_waited, time.monotonic() - t0)
+        # Join this loop's fences first, then look: a batch that completes in between
+        # either sees this fence in the list or left its seq durable. The waiter is a
+        # future of its own (a C ``asyncio.Future``, built without ``loop.create_future``'s
+        # Python frame): ``Task.cancel`` cancels the future its task awaits, so a future
+        # shared by several fences would let one cancelled step wake every other one.
+        fence: Fence = (seq, _Future(loop=loop), deadline, limit)
+        group = groups.get(loop)
+        if group is None:
+            group = groups.setdefault(loop, _Waiters())
+        group.fences.append(fence)  # = group.add, inline
+        if seq > group.top:
+            group.top = seq
+        if deadline < group.deadline:
+            group.deadline, group.seq, group.limit = deadline, seq, limit
+        if seq > self._durable_seq and self._failed is None and not self._closed:
+            t0 = _monotonic() if obs is not None else -1.0  # when this fence began to wait
+            try:
+                while True:
+                    await fence[1]
+                    if seq <= self._durable_seq or self._failed is not None or self._closed:
+                        break
+                    # Not durable yet (``_resolve`` wakes only fences that are): wait again.
+                    fence = (seq, _Future(loop=loop), deadline, limit)
+                    group = groups.get(loop)
+                    if group is None:
+                        group = groups.setdefault(loop, _Waiters())
+                    group.add(fence)
+                    if seq <= self._durable_seq or self._failed is not None or self._closed:
+                        break
+            finally:
+                if obs is not None:
+                    _observe.safely(obs.fence_waited, _monotonic() - t0)
         if self._rejected or self._failed is not None:
             if (
                 isinstance(self._failed, WALStalled)
                 and seq > self._durable_seq
-                and time.monotonic() >= deadline
+                and _monotonic() >= deadline
             ):
                 raise self._stalled(seq, limit)  # this fence is the one that passed its bound
             self._check(seq)  # nothing to raise otherwise

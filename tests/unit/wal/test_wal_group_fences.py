@@ -1,7 +1,8 @@
 """Fences share a batch's wake-up; a batch is sealed with one credential-hint scan.
 
 What these pin: one ``call_soon_threadsafe`` per loop per batch however many fences wait,
-a cancelled fence leaves the others of its batch waiting, a fence that joined while an
+a cancelled fence leaves the others of its batch waiting (and a failed batch then fails
+every other one), a fence that joined while an
 earlier batch was being written returns only once its own batch is durable, and ``seal_batch`` writes the same
 chain (the documented formula) and redacts the same secrets as sealing each record alone.
 """
@@ -14,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from agent_saga import FileWAL, Record, WALClosed, verify_records
+from agent_saga import FileWAL, Record, WALClosed, WALError, verify_records
 from agent_saga.chain import content_digest, header_hash, seal_batch
 from agent_saga.records import GENESIS, canonical_json
 from agent_saga.scrubber import REDACTED
@@ -111,6 +112,44 @@ async def test_a_fence_waiting_during_an_earlier_batch_returns_only_with_its_own
         gate.open.set()
         gate.go.put(None)
         wal.close()
+
+
+class FailingGate(Gate):
+    """A ``Gate`` whose write, once let go, fails (a device error)."""
+
+    def __call__(self, point: str) -> None:
+        super().__call__(point)
+        if point == "before_write":
+            raise OSError(5, "Input/output error")
+
+
+async def test_a_cancelled_fence_among_many_then_a_failed_batch_fails_every_other(tmp_path: Path) -> None:
+    """Eight fences of one batch, two of them cancelled: those raise CancelledError alone, and when the batch's write fails every
+    other fence raises WALError naming the cause (none returns as if durable)."""
+    gate = FailingGate()
+    wal = FileWAL(tmp_path / "f.wal", fault_hook=gate)
+    try:
+        seqs = [wal.append("STEP_INTENT", f"s-{i}", None, {"i": i}) for i in range(8)]
+        tasks = [asyncio.create_task(wal.barrier(s)) for s in seqs]
+        await gate.reached()  # the flusher holds all eight records, unwritten
+        for i in (2, 5):
+            tasks[i].cancel()
+        for i in (2, 5):
+            with pytest.raises(asyncio.CancelledError):
+                await tasks[i]
+        assert not any(t.done() for i, t in enumerate(tasks) if i not in (2, 5))
+        gate.go.put(None)  # the write fails: fail-stop
+        for i, t in enumerate(tasks):
+            if i in (2, 5):
+                continue
+            with pytest.raises(WALError, match="Input/output error"):
+                await t
+        assert wal.stats().durable_seq == 0
+    finally:
+        gate.open.set()
+        gate.go.put(None)
+        with pytest.raises(WALError):
+            wal.close()
 
 
 def _batch(payloads: list[dict]) -> list[Record]:
