@@ -215,15 +215,17 @@ class Router:
         """The candidates for ``request`` before any call: refused ones with every reason,
         breaker-open ones, and the rest ``untried`` in the order they would be tried."""
         route = self._source.route()
-        needs, verdicts, _ = self._screen(route, request, constraints, False)
+        _, verdicts, _, _ = self._screen(route, request, constraints, False)
         return tuple(c if c is not None else Candidate(h.name, h.model, i + 1, "untried", ("eligible",))
                      for i, (h, c) in enumerate(zip(route.hosts, verdicts, strict=True)))
 
     # ------------------------------------------------------------------ internals
     def _screen(self, route: Route, request: ModelRequest, constraints: Constraints | None,
-                record: bool) -> tuple[dict[str, Any], list[Candidate | None], list[Part | None]]:
+                record: bool) -> tuple[dict[str, Any], list[Candidate | None], list[Part | None],
+                                       tuple[tuple[int, Host], ...]]:
         """What the call needs, the verdict on every host that cannot serve it (``None``:
-        eligible) and, when ``record``, each verdict's part of the record (``_record``)."""
+        eligible), when ``record`` each verdict's part of the record (``_record``), and
+        the hosts the call's shape does not refuse (index, host), in preference order."""
         c = route.constraints.merged(constraints)
         tokens = self._count(request)
         need_ctx = max(tokens, c.min_context_tokens or 0)
@@ -231,37 +233,38 @@ class Router:
         json_mode = request.json_mode or c.require_json_mode
         needs = {"tokens": tokens, "context_tokens": need_ctx, "tools": tools, "json_mode": json_mode,
                  "max_cost_class": c.max_cost_class}
-        what = "the call needs" if need_ctx == tokens else "the route requires"
-        out: list[Candidate | None] = []
-        parts: list[Part | None] = []
-        heads = route.refusal_heads
         # None: eligible (an open breaker is decided at try time: a trial call may be due)
-        for rank, h, ctx, static, refusal, text, tail in route.screen_rows(c, tools, json_mode, bool(request.tools),
-                                                                           request.json_mode):
+        screen = route.screen(c, tools, json_mode, bool(request.tools), request.json_mode)
+        out: list[Candidate | None] = screen.verdicts.copy()
+        parts: list[Part | None] = screen.parts.copy() if record else []  # type: ignore[assignment]
+        heads = route.refusal_heads
+        last, reason, encoded = -1, "", ""
+        for ctx, i, h, static, tail in screen.by_context:  # smallest window first
             if ctx >= need_ctx:
-                out.append(refusal)
-                if record:
-                    parts.append(text)
-            else:
-                reason = f"context window {ctx} tokens < {need_ctx} {what}"
-                out.append(Candidate(h.name, h.model, rank, "refused", (reason, *static)))
-                if record:  # the route's texts around the router's words and numbers: one string kept
-                    parts.append(heads[rank - 1] + encode_basestring(reason) + tail)
-        return needs, out, parts
+                break
+            if ctx != last:  # hosts with the same window share the reason's text
+                what = "the call needs" if need_ctx == tokens else "the route requires"
+                last, reason = ctx, f"context window {ctx} tokens < {need_ctx} {what}"
+                encoded = encode_basestring(reason)
+            out[i] = Candidate(h.name, h.model, i + 1, "refused", (reason, *static) if static else (reason,))
+            if record:  # the route's texts around the router's words and numbers: one string kept
+                parts[i] = heads[i] + encoded + tail
+        return needs, out, parts, screen.eligible
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
                     call: str, attempt: int, timeout: float | None) -> tuple[RoutingDecision, HostAnswer]:
         route = self._source.route()
         record = self._wal is not None and route.screened
-        needs, verdicts, parts = self._screen(route, request, constraints, record)
+        needs, verdicts, parts, eligible = self._screen(route, request, constraints, record)
         budget = self.timeout if timeout is None else float(timeout)
         chosen: Host | None = None
         answer: HostAnswer | None = None
-        for i, h in enumerate(route.hosts):
-            if verdicts[i] is not None:
+        untried: tuple[tuple[Candidate, str], ...] = ()
+        for i, h in eligible:
+            if verdicts[i] is not None:  # refused for its context window
                 continue
             if chosen is not None:
-                verdicts[i], text = route.untried_entry(i + 1, h, chosen.name)
+                verdicts[i], text = untried[i]
                 if record:
                     parts[i] = text
                 continue
@@ -269,6 +272,7 @@ class Router:
             verdicts[i] = v
             if answer is not None:
                 chosen = h
+                untried = route.untried_row(h.name)
             if record:  # else a host's or a breaker's words, or a usage not integers: scrubbed
                 parts[i] = (answer is not None and chosen_part(route.chosen_mids[i], v)) or (SCRUB, v.to_doc())
         sent = request.canonical_text().encode()
