@@ -94,9 +94,12 @@ def chosen_part(mid: str, c: Candidate) -> Part | None:
     """The (CHOSEN, ...) part of a chosen candidate whose elapsed time is a float and whose
     usage is integers and a bool (``mid``: the route's text for its host), else ``None``."""
     u, e = c.usage, c.elapsed_ms
-    if u is None or e.__class__ is not float or not _plain(u):
+    if u is None or e.__class__ is not float:
         return None
-    return (CHOSEN, mid, e, u.prompt_tokens, u.completion_tokens, u.reported)
+    prompt, completion, reported = u.prompt_tokens, u.completion_tokens, u.reported
+    if prompt.__class__ is not int or completion.__class__ is not int or reported.__class__ is not bool:
+        return None  # not what ``_plain`` takes: scrubbed
+    return (CHOSEN, mid, e, prompt, completion, reported)
 
 _NEEDS = frozenset(("tokens", "context_tokens", "tools", "json_mode", "max_cost_class"))
 

@@ -30,13 +30,13 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
 import os
 import time
 from collections.abc import Callable
+from hashlib import sha256 as _sha256
 from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,7 +57,7 @@ from ._decision import (
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
-from ._record import SCRUB, Part, chosen_part, decision_payload, record_payload
+from ._record import SCRUB, Part, chosen_part, record_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -199,7 +199,8 @@ class Router:
         decision, answer = self._route_once(request, constraints, context_id, call, 1, timeout)
         problem = action_problem(request, answer)
         if problem is None:
-            return self._response(answer, decision, (decision,), None)
+            return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
+                                 decision.chosen or "", answer.model, decision, (decision,), None)
         self._append(REPAIRED, {"call": call, "host": decision.chosen, "problem": problem, "saga": current_saga_id()})
         log.warning("router: the answer of %s could not be used (%s); asking once more", decision.chosen, problem)
         second, answer2 = self._route_once(_repair_request(request, answer, problem), constraints, context_id, call,
@@ -275,17 +276,20 @@ class Router:
                 untried = route.untried_row(h.name)
             if record:  # else a host's or a breaker's words, or a usage not integers: scrubbed
                 parts[i] = (answer is not None and chosen_part(route.chosen_mids[i], v)) or (SCRUB, v.to_doc())
-        sent = request.canonical_text().encode()
         # every host has its verdict now: refused, tried, or untried
-        decision = RoutingDecision(call, route.to_doc(), needs, tuple(verdicts),  # type: ignore[arg-type]
-                                   None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
-                                   context, attempt)
+        decision = RoutingDecision(call, {"id": route.id, "uid": route.uid or None, "generation": route.generation},
+                                   needs, tuple(verdicts),  # type: ignore[arg-type]
+                                   None if chosen is None else chosen.name,
+                                   _sha256(request.canonical_text().encode()).hexdigest(), context, attempt)
         self.calls += 1
-        if chosen is None or answer is None:
-            self._append(REFUSED, decision, route, parts if record else None)
+        type_ = REFUSED if chosen is None or answer is None else DECISION
+        if record:
+            self._record(type_, decision, route, parts)  # type: ignore[arg-type]
+        else:
+            self._append(type_, decision)
+        if answer is None:
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._append(DECISION, decision, route, parts if record else None)
         return decision, answer
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
@@ -325,23 +329,31 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None,
-                parts: list[Part | None] | None = None) -> None:
+    def _record(self, type_: str, decision: RoutingDecision, route: Route, parts: list[Part]) -> None:
+        """``_append`` of a decision made on a screened route, from the parts the router
+        picked as it screened and tried (what is new to the call scrubbed on the flusher)."""
+        wal = self._wal
+        assert wal is not None
+        try:
+            seq = wal.append_prepared(type_, RESERVED_SAGA, None,
+                                      record_payload(decision, route, parts, type_, current_saga_id()))
+            if self.durable:
+                wal.barrier_sync(seq)
+        except Exception:
+            log.error("router: %s could not be recorded in the WAL", type_)
+            raise
+
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision) -> None:
+        """Append ``payload`` (a decision on a route that is not screened: encoded and
+        scrubbed whole on the flusher)."""
         if self._wal is None:
             return
         try:
-            if not isinstance(payload, RoutingDecision):
-                seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
-            elif route is not None and route.screened:
-                # built from the route's screened texts (the parts picked as the call was
-                # screened and tried); what is new to the call scrubbed on the flusher
-                prepared = (decision_payload(payload, route, type_, current_saga_id()) if parts is None else
-                            record_payload(payload, route, parts, type_, current_saga_id()))  # type: ignore[arg-type]
-                seq = self._wal.append_prepared(type_, RESERVED_SAGA, None, prepared)
-            else:
+            if isinstance(payload, RoutingDecision):
                 doc = payload.to_doc()
                 doc["saga"] = current_saga_id()
-                seq = self._wal.append(type_, RESERVED_SAGA, None, doc)
+                payload = doc
+            seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
             if self.durable:
                 self._wal.barrier_sync(seq)
         except Exception:
