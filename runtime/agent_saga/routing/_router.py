@@ -54,6 +54,9 @@ from ._decision import (
     ModelResponse,
     RoutingDecision,
     RoutingRefused,
+    new_candidate,
+    new_decision,
+    new_response,
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
@@ -199,8 +202,8 @@ class Router:
         decision, answer = self._route_once(request, constraints, context_id, call, 1, timeout)
         problem = action_problem(request, answer)
         if problem is None:
-            return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
-                                 decision.chosen or "", answer.model, decision, (decision,), None)
+            return new_response(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
+                                decision.chosen or "", answer.model, decision, (decision,), None)
         self._append(REPAIRED, {"call": call, "host": decision.chosen, "problem": problem, "saga": current_saga_id()})
         log.warning("router: the answer of %s could not be used (%s); asking once more", decision.chosen, problem)
         second, answer2 = self._route_once(_repair_request(request, answer, problem), constraints, context_id, call,
@@ -247,7 +250,7 @@ class Router:
                 what = "the call needs" if need_ctx == tokens else "the route requires"
                 last, reason = ctx, f"context window {ctx} tokens < {need_ctx} {what}"
                 encoded = encode_basestring(reason)
-            out[i] = Candidate(h.name, h.model, i + 1, "refused", (reason, *static) if static else (reason,))
+            out[i] = new_candidate(h.name, h.model, i + 1, "refused", (reason, *static) if static else (reason,))
             if record:  # the route's texts around the router's words and numbers: one string kept
                 parts[i] = heads[i] + encoded + tail
         return needs, out, parts, screen.eligible
@@ -277,10 +280,10 @@ class Router:
             if record:  # else a host's or a breaker's words, or a usage not integers: scrubbed
                 parts[i] = (answer is not None and chosen_part(route.chosen_mids[i], v)) or (SCRUB, v.to_doc())
         # every host has its verdict now: refused, tried, or untried
-        decision = RoutingDecision(call, {"id": route.id, "uid": route.uid or None, "generation": route.generation},
-                                   needs, tuple(verdicts),  # type: ignore[arg-type]
-                                   None if chosen is None else chosen.name,
-                                   _sha256(request.canonical_text().encode()).hexdigest(), context, attempt)
+        decision = new_decision(call, {"id": route.id, "uid": route.uid or None, "generation": route.generation},
+                                needs, tuple(verdicts),  # type: ignore[arg-type]
+                                None if chosen is None else chosen.name,
+                                _sha256(request.canonical_text().encode()).hexdigest(), context, attempt)
         self.calls += 1
         type_ = REFUSED if chosen is None or answer is None else DECISION
         if record:
@@ -322,7 +325,7 @@ class Router:
         if not usage.reported:
             usage = Usage(request.prompt_tokens(), estimate_tokens(answer.content), reported=False)
             answer = HostAnswer(answer.content, answer.tool_calls, answer.finish_reason, usage, answer.model)
-        return Candidate(h.name, h.model, rank, "chosen", (), usage, elapsed), answer
+        return new_candidate(h.name, h.model, rank, "chosen", (), usage, elapsed), answer
 
     def _response(self, answer: HostAnswer, decision: RoutingDecision, decisions: tuple[RoutingDecision, ...],
                   repaired: str | None) -> ModelResponse:
