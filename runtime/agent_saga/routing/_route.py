@@ -185,7 +185,9 @@ class Route:
         if screen is None:
             if len(self._screens) >= _MEMO:
                 self._forget()
-            screen = self._screens[key] = self._build_screen(c, tools, json_mode, call_tools, call_json)
+            # setdefault: of two threads building the same screen, the first one kept is
+            # the one every call uses and the only one whose texts are registered by id
+            screen = self._screens.setdefault(key, self._build_screen(c, tools, json_mode, call_tools, call_json))
             for refusal, text in zip(screen.verdicts, screen.parts, strict=True):
                 if refusal is not None and text is not None:
                     self._texts[id(refusal)] = text
@@ -228,8 +230,9 @@ class Route:
             for rank, host in enumerate(self.hosts, 1):
                 c = Candidate(host.name, host.model, rank, "untried", (f"eligible; {chosen} answered first",))
                 entries.append((c, screened_text(c.to_doc(), _RECORD, RESERVED_SAGA)))
-                self._texts[id(c)] = entries[-1][1]
-            row = self._untried[chosen] = tuple(entries)
+            row = self._untried.setdefault(chosen, tuple(entries))  # the first one kept (see ``screen``)
+            for c, text in row:
+                self._texts[id(c)] = text
         return row
 
     def candidate_texts(self) -> Mapping[int, str]:
