@@ -30,10 +30,10 @@ from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 
 __all__ = ["Constraints", "Route"]
 
-#: A host whose refusal names the call's size, as screening reads it: (context tokens,
-#: index (rank - 1), host, the reasons it is refused whatever the call's size, and the
-#: record text that follows a context-window reason in its refusal: those reasons and the
-#: end, ``,"...","..."]}``).
+#: One host as a call's size is compared with its window: (context tokens, index (rank -
+#: 1), host, the reasons it is refused whatever the call's size, and the record text that
+#: follows a context-window reason in its refusal: those reasons and the end,
+#: ``,"...","..."]}``).
 ContextRow = tuple[int, int, Host, tuple[str, ...], str]
 _RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
