@@ -285,14 +285,11 @@ class Router:
                                 None if chosen is None else chosen.name,
                                 _sha256(request.canonical_text().encode()).hexdigest(), context, attempt)
         self.calls += 1
-        type_ = REFUSED if chosen is None or answer is None else DECISION
-        if record:
-            self._record(type_, decision, route, parts)  # type: ignore[arg-type]
-        else:
-            self._append(type_, decision)
-        if answer is None:
+        if chosen is None or answer is None:
+            self._append(REFUSED, decision, route if record else None, parts)  # type: ignore[arg-type]
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
+        self._append(DECISION, decision, route if record else None, parts)  # type: ignore[arg-type]
         return decision, answer
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
@@ -332,33 +329,26 @@ class Router:
         return ModelResponse(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
-    def _record(self, type_: str, decision: RoutingDecision, route: Route, parts: list[Part]) -> None:
-        """``_append`` of a decision made on a screened route, from the parts the router
-        picked as it screened and tried (what is new to the call scrubbed on the flusher)."""
+    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None,
+                parts: list[Part] | None = None) -> None:
+        """Append ``payload``: a decision made on ``route`` (a screened one) from the parts
+        the router picked as it screened and tried, what is new to the call scrubbed on the
+        flusher; without ``route``, encoded and scrubbed whole on the flusher."""
         wal = self._wal
-        assert wal is not None
-        try:
-            seq = wal.append_prepared(type_, RESERVED_SAGA, None,
-                                      record_payload(decision, route, parts, type_, current_saga_id()))
-            if self.durable:
-                wal.barrier_sync(seq)
-        except Exception:
-            log.error("router: %s could not be recorded in the WAL", type_)
-            raise
-
-    def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision) -> None:
-        """Append ``payload`` (a decision on a route that is not screened: encoded and
-        scrubbed whole on the flusher)."""
-        if self._wal is None:
+        if wal is None:
             return
         try:
-            if isinstance(payload, RoutingDecision):
-                doc = payload.to_doc()
-                doc["saga"] = current_saga_id()
-                payload = doc
-            seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
+            if route is not None and parts is not None and isinstance(payload, RoutingDecision):
+                seq = wal.append_prepared(type_, RESERVED_SAGA, None,
+                                          record_payload(payload, route, parts, type_, current_saga_id()))
+            else:
+                if isinstance(payload, RoutingDecision):
+                    doc = payload.to_doc()
+                    doc["saga"] = current_saga_id()
+                    payload = doc
+                seq = wal.append(type_, RESERVED_SAGA, None, payload)
             if self.durable:
-                self._wal.barrier_sync(seq)
+                wal.barrier_sync(seq)
         except Exception:
             log.error("router: %s could not be recorded in the WAL", type_)
             raise
