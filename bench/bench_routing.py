@@ -49,6 +49,12 @@ What each figure includes (all measured in the same run, in the same process):
     no_wal_p50_us       Router(wal=None): the decision logic without any record (and
                         cpu_per_decision_no_wal_us its CPU; cpu_per_record_us the difference:
                         what recording one decision costs, mostly the flusher's sealing).
+    bytecodes_per_decision, python_calls_per_decision (and *_no_wal)
+                        the bytecodes the calling thread executes per decision and the Python
+                        functions it enters (a tracer counting opcodes over 640 decisions,
+                        the flusher held back; the host's own call included, 2 bytecodes):
+                        counts, not timings: they do not move with the machine's load, so
+                        they compare two versions on a loaded machine.
 
 Floors, measured in the same run: ``floor_sha256`` (the SHA-256 of one request's canonical
 JSON, which every decision computes), ``floor_loop`` (a bare Python loop building one small
@@ -178,6 +184,38 @@ def kept_objects(router: Router, reqs: list[ModelRequest], wal: FileWAL, n: int 
     return kept
 
 
+def bytecodes(router: Router, reqs: list[ModelRequest], wal: FileWAL | None, n: int = 640) -> tuple[float, float]:
+    """Bytecodes and Python calls per decision on the calling thread (``wal``'s flusher held
+    back, so that only the caller's path is counted)."""
+    counts = [0, 0]
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "opcode":
+            counts[0] += 1
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        if event != "call":
+            return None
+        counts[1] += 1
+        frame.f_trace_opcodes = True
+        return local
+
+    if wal is not None:
+        wal.barrier_sync()
+        linger, wal._linger = wal._linger, 3600.0
+    sys.settrace(tracer)
+    try:
+        for i in range(n):
+            router.complete(reqs[i & 63])
+    finally:
+        sys.settrace(None)
+        if wal is not None:
+            wal._linger = linger
+            wal.barrier_sync()
+    return counts[0] / n, counts[1] / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000)
@@ -239,6 +277,8 @@ def main() -> None:
             split.append(split_cpu(call, per, wal))
             split_ordinary.append(split_cpu(measures["ordinary"][0], per, wal))
         kept = kept_objects(router, reqs, wal)
+        ops, pycalls = bytecodes(router, reqs, wal)
+        ops_bare, pycalls_bare = bytecodes(bare, reqs, None)
         model_cpu = min(cpu_per_call(measures["model_call"][0], per, wal) for _ in range(3))
         no_wal_cpu = min(cpu_per_call(measures["no_wal"][0], per, wal) for _ in range(3))
         wal.barrier_sync()
@@ -269,6 +309,10 @@ def main() -> None:
         "flusher_cpu_per_decision_us": round(min(f for _, f in split), 2),
         "decision_gc_off_p50_us": round(p50["decision_gc_off"] - model, 2),
         "kept_objects_per_queued_decision": round(kept, 2),
+        "bytecodes_per_decision": round(ops, 1),
+        "python_calls_per_decision": round(pycalls, 1),
+        "bytecodes_per_decision_no_wal": round(ops_bare, 1),
+        "python_calls_per_decision_no_wal": round(pycalls_bare, 1),
         "ordinary_p50_us": round(p50["ordinary"] - model, 2),
         "ordinary_caller_cpu_per_decision_us": round(min(c for c, _ in split_ordinary) - model_cpu, 2),
         "ordinary_flusher_cpu_per_decision_us": round(min(f for _, f in split_ordinary), 2),

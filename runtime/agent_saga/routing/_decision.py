@@ -14,7 +14,7 @@ The same document is the payload of the ``ROUTING_DECISION`` / ``ROUTING_REFUSED
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from ..errors import SagaError
@@ -163,3 +163,72 @@ class ModelActionRefused(SagaError):
         self.decision = decision
         super().__init__(f"the model's action was refused after one repair: {problem} (first answer: "
                          f"{first_problem}); nothing was acted on")
+
+
+# ---------------------------------------------------------------------- the router's constructors
+# The router makes a handful of these per call. A frozen dataclass's ``__init__`` sets each
+# field through ``object.__setattr__``; these make the same object (the same class, every
+# field set, in order; none of the three has a ``__post_init__``) by setting the slots
+# directly, every field given positionally. tests/unit/routing pins them to the classes.
+_new = object.__new__
+
+
+def _setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
+    if tuple(f.name for f in fields(cls)) != names:
+        raise TypeError(f"{cls.__name__}'s fields changed: update its constructor in this module")
+    return tuple(getattr(cls, n).__set__ for n in names)
+
+
+(_C_HOST, _C_MODEL, _C_RANK, _C_OUTCOME, _C_REASONS, _C_USAGE, _C_ELAPSED) = _setters(
+    Candidate, ("host", "model", "rank", "outcome", "reasons", "usage", "elapsed_ms"))
+(_D_ID, _D_ROUTE, _D_NEEDS, _D_CANDIDATES, _D_CHOSEN, _D_SHA, _D_CONTEXT, _D_ATTEMPT) = _setters(
+    RoutingDecision, ("id", "route", "needs", "candidates", "chosen", "prompt_sha256", "context", "attempt"))
+(_R_CONTENT, _R_TOOL_CALLS, _R_FINISH, _R_USAGE, _R_HOST, _R_MODEL, _R_DECISION, _R_DECISIONS, _R_REPAIRED) = _setters(
+    ModelResponse, ("content", "tool_calls", "finish_reason", "usage", "host", "model", "decision", "decisions",
+                    "repaired"))
+
+
+def new_candidate(host: str, model: str, rank: int, outcome: Outcome, reasons: tuple[str, ...],
+                  usage: Usage | None = None, elapsed_ms: float | None = None) -> Candidate:
+    """``Candidate(host, model, rank, outcome, reasons, usage, elapsed_ms)``."""
+    c = _new(Candidate)
+    _C_HOST(c, host)
+    _C_MODEL(c, model)
+    _C_RANK(c, rank)
+    _C_OUTCOME(c, outcome)
+    _C_REASONS(c, reasons)
+    _C_USAGE(c, usage)
+    _C_ELAPSED(c, elapsed_ms)
+    return c
+
+
+def new_decision(id: str, route: dict[str, Any], needs: dict[str, Any], candidates: tuple[Candidate, ...],
+                 chosen: str | None, prompt_sha256: str, context: str | None, attempt: int) -> RoutingDecision:
+    """``RoutingDecision(...)`` with every field given."""
+    d = _new(RoutingDecision)
+    _D_ID(d, id)
+    _D_ROUTE(d, route)
+    _D_NEEDS(d, needs)
+    _D_CANDIDATES(d, candidates)
+    _D_CHOSEN(d, chosen)
+    _D_SHA(d, prompt_sha256)
+    _D_CONTEXT(d, context)
+    _D_ATTEMPT(d, attempt)
+    return d
+
+
+def new_response(content: str, tool_calls: tuple[ToolCall, ...], finish_reason: str, usage: Usage, host: str,
+                 model: str, decision: RoutingDecision, decisions: tuple[RoutingDecision, ...],
+                 repaired: str | None) -> ModelResponse:
+    """``ModelResponse(...)`` with every field given."""
+    r = _new(ModelResponse)
+    _R_CONTENT(r, content)
+    _R_TOOL_CALLS(r, tool_calls)
+    _R_FINISH(r, finish_reason)
+    _R_USAGE(r, usage)
+    _R_HOST(r, host)
+    _R_MODEL(r, model)
+    _R_DECISION(r, decision)
+    _R_DECISIONS(r, decisions)
+    _R_REPAIRED(r, repaired)
+    return r

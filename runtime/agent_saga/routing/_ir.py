@@ -141,8 +141,11 @@ class ModelRequest:
 
     def prompt_tokens(self) -> int:
         """The estimated tokens of the messages and tool definitions (``estimate_tokens``)."""
-        # estimate_tokens(m.content) + 4 per message, without a call per message
-        n = sum([(len(m.content) + 3) // 4 for m in self.messages]) + 4 * len(self.messages)
+        # estimate_tokens(m.content) + 4 per message, without a call per message:
+        # (len + 3) // 4 + 4 == (len + 19) // 4
+        n = 0
+        for m in self.messages:
+            n += (len(m.content) + 19) // 4
         if self.tools:
             n += estimate_tokens(json.dumps([t.to_doc() for t in self.tools]))
         return n
@@ -161,10 +164,13 @@ class ModelRequest:
         parts = []
         if self.max_tokens is not None:
             parts.append(f'"max_tokens":{int.__repr__(self.max_tokens)}')
-        parts.append('"messages":[' + ",".join([
-            f'{{"content":{encode_basestring(m.content)},"role":"{m.role}"}}'
-            if not m.tool_calls and m.tool_call_id is None and m.name is None and m.content.__class__ is str
-            else canonical_json(m.to_doc()) for m in self.messages]) + "]")
+        messages = []
+        for m in self.messages:  # a plain message without a call per message
+            if not m.tool_calls and m.tool_call_id is None and m.name is None and m.content.__class__ is str:
+                messages.append(f'{{"content":{encode_basestring(m.content)},"role":"{m.role}"}}')
+            else:
+                messages.append(canonical_json(m.to_doc()))
+        parts.append('"messages":[' + ",".join(messages) + "]")
         if self.json_mode:
             parts.append('"response_format":{"type":"json_object"}')
         if self.stop:

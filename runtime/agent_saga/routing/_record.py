@@ -78,7 +78,7 @@ def record_payload(decision: RoutingDecision, route: Route, parts: list[Part], t
     chosen = decision.chosen
     own_route = decision.route == route.record_doc and (chosen is None or chosen in route.host_names)
     return PreparedPayload(_Build((decision.id, decision.attempt, chosen, decision.context,
-                                   decision.prompt_sha256, decision.needs, tuple(parts),
+                                   decision.prompt_sha256, decision.needs, parts,
                                    route.record_text if own_route else decision.route, own_route, type_, saga)))
 
 
@@ -94,23 +94,24 @@ def chosen_part(mid: str, c: Candidate) -> Part | None:
     """The (CHOSEN, ...) part of a chosen candidate whose elapsed time is a float and whose
     usage is integers and a bool (``mid``: the route's text for its host), else ``None``."""
     u, e = c.usage, c.elapsed_ms
-    if u is None or e.__class__ is not float or not _plain(u):
+    if u is None or e.__class__ is not float:
         return None
-    return (CHOSEN, mid, e, u.prompt_tokens, u.completion_tokens, u.reported)
+    prompt, completion, reported = u.prompt_tokens, u.completion_tokens, u.reported
+    if prompt.__class__ is not int or completion.__class__ is not int or reported.__class__ is not bool:
+        return None  # not what ``_plain`` takes: scrubbed
+    return (CHOSEN, mid, e, prompt, completion, reported)
 
 _NEEDS = frozenset(("tokens", "context_tokens", "tools", "json_mode", "max_cost_class"))
 
 
-class _Build:
-    """The record text of one decision (called once, on the flusher)."""
+class _Build(tuple):  # type: ignore[type-arg]
+    """The record text of one decision (called once, on the flusher): the values it is
+    built from, as one tuple (one object for the garbage collector while it is queued)."""
 
-    __slots__ = ("args",)
-
-    def __init__(self, args: tuple[Any, ...]) -> None:
-        self.args = args
+    __slots__ = ()
 
     def __call__(self) -> str:
-        call, attempt, chosen, context, prompt, needs, parts, route, own_route, type_, saga = self.args
+        call, attempt, chosen, context, prompt, needs, parts, route, own_route, type_, saga = self
         texts: list[str] = []
         fresh: list[tuple[int, dict[str, Any]]] = []
         for part in parts:

@@ -30,13 +30,32 @@ from ._hosts import COST_CLASSES, Capabilities, CostClass, Host, OpenAIHost
 
 __all__ = ["Constraints", "Route"]
 
-#: One host as screening reads it for one shape of call: (rank, host, context tokens, the
-#: reasons it is refused whatever the call's size, its refusal when it has such reasons,
-#: that refusal's record text (scrubbed once), and the record text that follows a
-#: context-window reason in a refusal: those reasons and the end, ``,"...","..."]}``).
-ScreenRow = tuple[int, Host, int, tuple[str, ...], Candidate | None, str | None, str]
+#: One host as a call's size is compared with its window: (context tokens, index (rank -
+#: 1), host, the reasons it is refused whatever the call's size, and the record text that
+#: follows a context-window reason in its refusal: those reasons and the end,
+#: ``,"...","..."]}``).
+ContextRow = tuple[int, int, Host, tuple[str, ...], str]
 _RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
+
+
+class Screen:
+    """A route screened once for one shape of call (``Route.screen``): everything about
+    the verdicts that does not depend on the call's size.
+
+    ``verdicts`` / ``parts``: per host (by rank - 1), its refusal for the shape (every
+    capability or constraint it misses) and that refusal's record text (scrubbed once),
+    ``None`` for a host the shape does not refuse; a call copies both lists. ``by_context``:
+    every host by context window, smallest first (``ContextRow``): a call refuses those
+    smaller than its size and stops at the first that is not. ``eligible``: (index, host)
+    of the hosts the shape does not refuse, in preference order: the hosts a call tries.
+    """
+
+    __slots__ = ("by_context", "eligible", "parts", "verdicts")
+
+    def __init__(self, verdicts: list[Candidate | None], parts: list[str | None],
+                 by_context: tuple[ContextRow, ...], eligible: tuple[tuple[int, Host], ...]) -> None:
+        self.verdicts, self.parts, self.by_context, self.eligible = verdicts, parts, by_context, eligible
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +146,9 @@ class Route:
         self.uid = uid
         self.generation = generation
         self.applies_to = None if applies_to is None else tuple(applies_to)
-        self._screens: dict[tuple[str | None, bool, bool, bool, bool], tuple[ScreenRow, ...]] = {}
-        self._untried: dict[tuple[int, str], tuple[Candidate, str]] = {}
+        self._screens: dict[tuple[str | None, bool, bool, bool, bool], Screen] = {}
+        #: chosen host -> per host (by rank - 1): its verdict when left untried, and its text
+        self._untried: dict[str, tuple[tuple[Candidate, str], ...]] = {}
         #: id(candidate) -> its record text (canonical JSON, scrubbed once), for the
         #: candidates the two memos hold (cleared with them, so an id is never that of
         #: another object).
@@ -154,28 +174,32 @@ class Route:
             for i, h in enumerate(self.hosts, 1))
         self.host_names = frozenset(by_name)
 
-    def screen_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
-                    call_json: bool) -> tuple[ScreenRow, ...]:
-        """Every host with what refuses it for a call of this shape except its size: tool
-        calling, JSON mode, cost class (``c``: the merged constraints; ``tools`` /
-        ``json_mode``: what the call needs; ``call_*``: whether the call itself asks for
-        it, which the reason says). Built once per shape and kept with the route, so a
-        call only compares its size with each context window."""
-        key = (c.max_cost_class, tools, json_mode, call_tools, call_json)  # all a table depends on
-        rows = self._screens.get(key)
-        if rows is None:
+    def screen(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool, call_json: bool) -> Screen:
+        """The route screened for a call of this shape, all but its size: tool calling,
+        JSON mode, cost class (``c``: the merged constraints; ``tools`` / ``json_mode``:
+        what the call needs; ``call_*``: whether the call itself asks for it, which the
+        reason says). Built once per shape and kept with the route, so a call only
+        compares its size with the context windows smaller than it."""
+        key = (c.max_cost_class, tools, json_mode, call_tools, call_json)  # all a screen depends on
+        screen = self._screens.get(key)
+        if screen is None:
             if len(self._screens) >= _MEMO:
                 self._forget()
-            rows = self._screens[key] = self._build_rows(c, tools, json_mode, call_tools, call_json)
-            for row in rows:
-                if row[4] is not None and row[5] is not None:
-                    self._texts[id(row[4])] = row[5]
-        return rows
+            # setdefault: of two threads building the same screen, the first one kept is
+            # the one every call uses and the only one whose texts are registered by id
+            screen = self._screens.setdefault(key, self._build_screen(c, tools, json_mode, call_tools, call_json))
+            for refusal, text in zip(screen.verdicts, screen.parts, strict=True):
+                if refusal is not None and text is not None:
+                    self._texts[id(refusal)] = text
+        return screen
 
-    def _build_rows(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
-                    call_json: bool) -> tuple[ScreenRow, ...]:
+    def _build_screen(self, c: Constraints, tools: bool, json_mode: bool, call_tools: bool,
+                      call_json: bool) -> Screen:
         max_cost = COST_CLASSES.index(c.max_cost_class) if c.max_cost_class else len(COST_CLASSES)
-        out = []
+        verdicts: list[Candidate | None] = []
+        parts: list[str | None] = []
+        by_context: list[ContextRow] = []
+        eligible: list[tuple[int, Host]] = []
         for rank, h, ctx, has_tools, has_json, cost in self.rows:
             why: list[str] = []
             if tools and not has_tools:
@@ -188,23 +212,28 @@ class Route:
                 why.append(f"cost class {COST_CLASSES[cost]} is above the {c.max_cost_class} allowed")
             static = tuple(why)
             refusal = Candidate(h.name, h.model, rank, "refused", static) if static else None
-            text = None if refusal is None else screened_text(refusal.to_doc(), _RECORD, RESERVED_SAGA)
-            tail = "".join(["," + encode_basestring(r) for r in static]) + "]}"
-            out.append((rank, h, ctx, static, refusal, text, tail))
-        return tuple(out)
+            verdicts.append(refusal)
+            parts.append(None if refusal is None else screened_text(refusal.to_doc(), _RECORD, RESERVED_SAGA))
+            by_context.append((ctx, rank - 1, h, static, "".join(["," + encode_basestring(r) for r in static]) + "]}"))
+            if refusal is None:
+                eligible.append((rank - 1, h))
+        by_context.sort(key=lambda row: (row[0], row[1]))
+        return Screen(verdicts, parts, tuple(by_context), tuple(eligible))
 
-    def untried_entry(self, rank: int, host: Host, chosen: str) -> tuple[Candidate, str]:
-        """The verdict on an eligible host left untried because ``chosen`` answered first,
-        and its record text (scrubbed once)."""
-        key = (rank, chosen)
-        entry = self._untried.get(key)
-        if entry is None:
-            if len(self._untried) >= _MEMO * len(self.hosts):
-                self._forget()
-            c = Candidate(host.name, host.model, rank, "untried", (f"eligible; {chosen} answered first",))
-            entry = self._untried[key] = (c, screened_text(c.to_doc(), _RECORD, RESERVED_SAGA))
-            self._texts[id(c)] = entry[1]
-        return entry
+    def untried_row(self, chosen: str) -> tuple[tuple[Candidate, str], ...]:
+        """Per host (by rank - 1): the verdict on it when it is eligible and left untried
+        because ``chosen`` (a host of this route) answered first, and its record text
+        (scrubbed once)."""
+        row = self._untried.get(chosen)
+        if row is None:
+            entries = []
+            for rank, host in enumerate(self.hosts, 1):
+                c = Candidate(host.name, host.model, rank, "untried", (f"eligible; {chosen} answered first",))
+                entries.append((c, screened_text(c.to_doc(), _RECORD, RESERVED_SAGA)))
+            row = self._untried.setdefault(chosen, tuple(entries))  # the first one kept (see ``screen``)
+            for c, text in row:
+                self._texts[id(c)] = text
+        return row
 
     def candidate_texts(self) -> Mapping[int, str]:
         """The record texts (canonical JSON, scrubbed once) of the verdicts this route

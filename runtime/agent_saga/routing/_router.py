@@ -30,13 +30,13 @@ Invariants:
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import logging
 import os
 import time
 from collections.abc import Callable
+from hashlib import sha256 as _sha256
 from json.encoder import encode_basestring
 from typing import Any, Protocol, runtime_checkable
 
@@ -54,10 +54,13 @@ from ._decision import (
     ModelResponse,
     RoutingDecision,
     RoutingRefused,
+    new_candidate,
+    new_decision,
+    new_response,
 )
 from ._hosts import Host, HostError
 from ._ir import HostAnswer, Message, ModelRequest, Usage, estimate_tokens
-from ._record import SCRUB, Part, chosen_part, decision_payload, record_payload
+from ._record import SCRUB, Part, chosen_part, record_payload
 from ._route import Constraints, Route
 
 __all__ = ["DECISION", "REFUSED", "REPAIRED", "ACTION_REFUSED", "RouteSource", "Router", "action_problem"]
@@ -199,7 +202,8 @@ class Router:
         decision, answer = self._route_once(request, constraints, context_id, call, 1, timeout)
         problem = action_problem(request, answer)
         if problem is None:
-            return self._response(answer, decision, (decision,), None)
+            return new_response(answer.content, answer.tool_calls, answer.finish_reason, answer.usage,
+                                decision.chosen or "", answer.model, decision, (decision,), None)
         self._append(REPAIRED, {"call": call, "host": decision.chosen, "problem": problem, "saga": current_saga_id()})
         log.warning("router: the answer of %s could not be used (%s); asking once more", decision.chosen, problem)
         second, answer2 = self._route_once(_repair_request(request, answer, problem), constraints, context_id, call,
@@ -215,15 +219,17 @@ class Router:
         """The candidates for ``request`` before any call: refused ones with every reason,
         breaker-open ones, and the rest ``untried`` in the order they would be tried."""
         route = self._source.route()
-        needs, verdicts, _ = self._screen(route, request, constraints, False)
+        _, verdicts, _, _ = self._screen(route, request, constraints, False)
         return tuple(c if c is not None else Candidate(h.name, h.model, i + 1, "untried", ("eligible",))
                      for i, (h, c) in enumerate(zip(route.hosts, verdicts, strict=True)))
 
     # ------------------------------------------------------------------ internals
     def _screen(self, route: Route, request: ModelRequest, constraints: Constraints | None,
-                record: bool) -> tuple[dict[str, Any], list[Candidate | None], list[Part | None]]:
+                record: bool) -> tuple[dict[str, Any], list[Candidate | None], list[Part | None],
+                                       tuple[tuple[int, Host], ...]]:
         """What the call needs, the verdict on every host that cannot serve it (``None``:
-        eligible) and, when ``record``, each verdict's part of the record (``_record``)."""
+        eligible), when ``record`` each verdict's part of the record (``_record``), and
+        the hosts the call's shape does not refuse (index, host), in preference order."""
         c = route.constraints.merged(constraints)
         tokens = self._count(request)
         need_ctx = max(tokens, c.min_context_tokens or 0)
@@ -231,37 +237,38 @@ class Router:
         json_mode = request.json_mode or c.require_json_mode
         needs = {"tokens": tokens, "context_tokens": need_ctx, "tools": tools, "json_mode": json_mode,
                  "max_cost_class": c.max_cost_class}
-        what = "the call needs" if need_ctx == tokens else "the route requires"
-        out: list[Candidate | None] = []
-        parts: list[Part | None] = []
-        heads = route.refusal_heads
         # None: eligible (an open breaker is decided at try time: a trial call may be due)
-        for rank, h, ctx, static, refusal, text, tail in route.screen_rows(c, tools, json_mode, bool(request.tools),
-                                                                           request.json_mode):
+        screen = route.screen(c, tools, json_mode, bool(request.tools), request.json_mode)
+        out: list[Candidate | None] = screen.verdicts.copy()
+        parts: list[Part | None] = screen.parts.copy() if record else []  # type: ignore[assignment]
+        heads = route.refusal_heads
+        last, reason, encoded = -1, "", ""
+        for ctx, i, h, static, tail in screen.by_context:  # smallest window first
             if ctx >= need_ctx:
-                out.append(refusal)
-                if record:
-                    parts.append(text)
-            else:
-                reason = f"context window {ctx} tokens < {need_ctx} {what}"
-                out.append(Candidate(h.name, h.model, rank, "refused", (reason, *static)))
-                if record:  # the route's texts around the router's words and numbers: one string kept
-                    parts.append(heads[rank - 1] + encode_basestring(reason) + tail)
-        return needs, out, parts
+                break
+            if ctx != last:  # hosts with the same window share the reason's text
+                what = "the call needs" if need_ctx == tokens else "the route requires"
+                last, reason = ctx, f"context window {ctx} tokens < {need_ctx} {what}"
+                encoded = encode_basestring(reason)
+            out[i] = new_candidate(h.name, h.model, i + 1, "refused", (reason, *static) if static else (reason,))
+            if record:  # the route's texts around the router's words and numbers: one string kept
+                parts[i] = heads[i] + encoded + tail
+        return needs, out, parts, screen.eligible
 
     def _route_once(self, request: ModelRequest, constraints: Constraints | None, context: str | None,
                     call: str, attempt: int, timeout: float | None) -> tuple[RoutingDecision, HostAnswer]:
         route = self._source.route()
         record = self._wal is not None and route.screened
-        needs, verdicts, parts = self._screen(route, request, constraints, record)
+        needs, verdicts, parts, eligible = self._screen(route, request, constraints, record)
         budget = self.timeout if timeout is None else float(timeout)
         chosen: Host | None = None
         answer: HostAnswer | None = None
-        for i, h in enumerate(route.hosts):
-            if verdicts[i] is not None:
+        untried: tuple[tuple[Candidate, str], ...] = ()
+        for i, h in eligible:
+            if verdicts[i] is not None:  # refused for its context window
                 continue
             if chosen is not None:
-                verdicts[i], text = route.untried_entry(i + 1, h, chosen.name)
+                verdicts[i], text = untried[i]
                 if record:
                     parts[i] = text
                 continue
@@ -269,19 +276,20 @@ class Router:
             verdicts[i] = v
             if answer is not None:
                 chosen = h
+                untried = route.untried_row(h.name)
             if record:  # else a host's or a breaker's words, or a usage not integers: scrubbed
                 parts[i] = (answer is not None and chosen_part(route.chosen_mids[i], v)) or (SCRUB, v.to_doc())
-        sent = request.canonical_text().encode()
         # every host has its verdict now: refused, tried, or untried
-        decision = RoutingDecision(call, route.to_doc(), needs, tuple(verdicts),  # type: ignore[arg-type]
-                                   None if chosen is None else chosen.name, hashlib.sha256(sent).hexdigest(),
-                                   context, attempt)
+        decision = new_decision(call, {"id": route.id, "uid": route.uid or None, "generation": route.generation},
+                                needs, tuple(verdicts),  # type: ignore[arg-type]
+                                None if chosen is None else chosen.name,
+                                _sha256(request.canonical_text().encode()).hexdigest(), context, attempt)
         self.calls += 1
         if chosen is None or answer is None:
-            self._append(REFUSED, decision, route, parts if record else None)
+            self._append(REFUSED, decision, route if record else None, parts)  # type: ignore[arg-type]
             log.warning("router: %s", decision.explain())
             raise RoutingRefused(decision)
-        self._append(DECISION, decision, route, parts if record else None)
+        self._append(DECISION, decision, route if record else None, parts)  # type: ignore[arg-type]
         return decision, answer
 
     def _try(self, h: Host, rank: int, request: ModelRequest, call: str,
@@ -314,7 +322,7 @@ class Router:
         if not usage.reported:
             usage = Usage(request.prompt_tokens(), estimate_tokens(answer.content), reported=False)
             answer = HostAnswer(answer.content, answer.tool_calls, answer.finish_reason, usage, answer.model)
-        return Candidate(h.name, h.model, rank, "chosen", (), usage, elapsed), answer
+        return new_candidate(h.name, h.model, rank, "chosen", (), usage, elapsed), answer
 
     def _response(self, answer: HostAnswer, decision: RoutingDecision, decisions: tuple[RoutingDecision, ...],
                   repaired: str | None) -> ModelResponse:
@@ -322,24 +330,25 @@ class Router:
                              decision.chosen or "", answer.model, decision, decisions, repaired)
 
     def _append(self, type_: str, payload: dict[str, Any] | RoutingDecision, route: Route | None = None,
-                parts: list[Part | None] | None = None) -> None:
-        if self._wal is None:
+                parts: list[Part] | None = None) -> None:
+        """Append ``payload``: a decision made on ``route`` (a screened one) from the parts
+        the router picked as it screened and tried, what is new to the call scrubbed on the
+        flusher; without ``route``, encoded and scrubbed whole on the flusher."""
+        wal = self._wal
+        if wal is None:
             return
         try:
-            if not isinstance(payload, RoutingDecision):
-                seq = self._wal.append(type_, RESERVED_SAGA, None, payload)
-            elif route is not None and route.screened:
-                # built from the route's screened texts (the parts picked as the call was
-                # screened and tried); what is new to the call scrubbed on the flusher
-                prepared = (decision_payload(payload, route, type_, current_saga_id()) if parts is None else
-                            record_payload(payload, route, parts, type_, current_saga_id()))  # type: ignore[arg-type]
-                seq = self._wal.append_prepared(type_, RESERVED_SAGA, None, prepared)
+            if route is not None and parts is not None and isinstance(payload, RoutingDecision):
+                seq = wal.append_prepared(type_, RESERVED_SAGA, None,
+                                          record_payload(payload, route, parts, type_, current_saga_id()))
             else:
-                doc = payload.to_doc()
-                doc["saga"] = current_saga_id()
-                seq = self._wal.append(type_, RESERVED_SAGA, None, doc)
+                if isinstance(payload, RoutingDecision):
+                    doc = payload.to_doc()
+                    doc["saga"] = current_saga_id()
+                    payload = doc
+                seq = wal.append(type_, RESERVED_SAGA, None, payload)
             if self.durable:
-                self._wal.barrier_sync(seq)
+                wal.barrier_sync(seq)
         except Exception:
             log.error("router: %s could not be recorded in the WAL", type_)
             raise

@@ -26,6 +26,7 @@ from agent_saga.routing import (
     Route,
     Router,
     Tool,
+    Usage,
 )
 from engine_support import read, wal_fixture  # noqa: F401
 
@@ -128,3 +129,48 @@ def test_durable_router_raises_when_the_decision_cannot_be_made_durable(tmp_path
         release.set()
         with contextlib.suppress(WALStalled):        # close of a stalled writer says so too
             wal.close()
+
+
+def test_windows_smaller_than_the_call_are_refused_whatever_their_rank_and_other_reasons() -> None:
+    hosts = [
+        CallableHost("wide", lambda r: ANSWER, Capabilities(4096, json_mode=True)),
+        CallableHost("mid", lambda r: ANSWER, Capabilities(100, json_mode=True)),
+        CallableHost("tiny", lambda r: ANSWER, Capabilities(50)),
+        CallableHost("mid2", lambda r: ANSWER, Capabilities(100, json_mode=True)),
+        CallableHost("edge", lambda r: ANSWER, Capabilities(104, json_mode=True)),
+    ]
+    router = Router(Route(hosts), wal=None)
+    request = ask(80, json_mode=True)  # 400 characters + 4: 104 tokens
+    assert request.needed_tokens() == 104
+    need = "context window {} tokens < 104 the call needs"
+    got = reasons(Router(Route(hosts[1:] + hosts[:1]), wal=None), request)
+    assert got == {"mid": ("refused", (need.format(100),)),
+                   "tiny": ("refused", (need.format(50), "no JSON mode, and the call asks for JSON")),
+                   "mid2": ("refused", (need.format(100),)),
+                   "edge": ("chosen", ()),
+                   "wide": ("untried", ("eligible; edge answered first",))}
+    assert reasons(router, ask(1, json_mode=True))["tiny"] == ("refused", ("no JSON mode, and the call asks for JSON",))
+    assert [c.outcome for c in router.complete(request).decision.candidates] == [
+        "chosen", "refused", "refused", "refused", "untried"]
+
+
+def test_the_router_hands_back_the_public_types_with_every_field_as_their_constructors_set_it() -> None:
+    import dataclasses
+
+    from agent_saga.routing import Candidate, ModelResponse, RoutingDecision
+    from agent_saga.routing._decision import new_candidate, new_decision, new_response
+
+    c = new_candidate("h", "m", 2, "chosen", (), Usage(3, 4), 1.5)
+    assert c == Candidate("h", "m", 2, "chosen", (), Usage(3, 4), 1.5) and type(c) is Candidate
+    assert repr(c) == repr(Candidate("h", "m", 2, "chosen", (), Usage(3, 4), 1.5))
+    d = new_decision("id", {"id": None}, {"tokens": 1}, (c,), "h", "00", None, 1)
+    assert d == RoutingDecision("id", {"id": None}, {"tokens": 1}, (c,), "h", "00", None, 1)
+    r = new_response("x", (), "stop", Usage(), "h", "m", d, (d,), None)
+    assert r == ModelResponse("x", (), "stop", Usage(), "h", "m", d, (d,), None) and type(r) is ModelResponse
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.rank = 3  # type: ignore[misc]
+    response = Router(Route(fleet()), wal=None).complete(ask(20))
+    assert type(response) is ModelResponse and type(response.decision) is RoutingDecision
+    assert {type(x) for x in response.decision.candidates} == {Candidate}
+    for obj in (response, response.decision, *response.decision.candidates):  # every field set, and a copy equal
+        assert dataclasses.replace(obj) == obj and dataclasses.asdict(obj) == dataclasses.asdict(dataclasses.replace(obj))

@@ -68,7 +68,10 @@ class _Circuit:
     key: str
     state: State = "closed"
     consecutive: int = 0
-    events: deque[tuple[float, bool]] = field(default_factory=deque)  # (time, failed)
+    #: the calls that ended in the window, oldest first: a success as its time alone (a
+    #: number the garbage collector never tracks: one is kept per call for ``window``
+    #: seconds), a failure as ``(time, True)``
+    events: deque[float | tuple[float, bool]] = field(default_factory=deque)
     failures: int = 0  # failed events in ``events``
     opened_at: float = 0.0
     why: str = ""
@@ -174,6 +177,18 @@ class CircuitBreaker(PreCheck):
 
     def on_outcome(self, request: StepRequest, ok: bool, error: BaseException | None) -> None:
         """How a step this breaker let pass ended (called by the engine through the gate)."""
+        if ok and self._tools is None:
+            c = self._circuits.get(self._key(request.tool))
+            if c is not None and c.state == "closed" and not c.failures:
+                # the usual case: a success through a closed circuit with no failure in
+                # the window is counted (the volume a failure rate needs) and decides nothing
+                now = self._clock.monotonic()
+                with self._lock:
+                    if c.state == "closed" and not c.failures:
+                        c.events.append(now)
+                        self._expire(c, now - self.policy.window)
+                        c.consecutive = 0
+                        return
         if self._tools is not None and not self._tools(request.tool):
             return
         failed = counts_as_failure(None if ok else error)
@@ -207,11 +222,12 @@ class CircuitBreaker(PreCheck):
     def _count(self, c: _Circuit, now: float, failed: bool, err: str,
                records: list[tuple[str, dict[str, Any]]]) -> None:
         p = self.policy
-        c.events.append((now, failed))
-        c.failures += failed
-        horizon = now - p.window
-        while c.events and c.events[0][0] <= horizon:
-            c.failures -= c.events.popleft()[1]
+        if failed:
+            c.events.append((now, True))
+            c.failures += 1
+        else:
+            c.events.append(now)
+        self._expire(c, now - p.window)
         if failed:
             c.consecutive += 1
             c.last_error = err
@@ -227,6 +243,20 @@ class CircuitBreaker(PreCheck):
             self._open(c, now, f"{c.failures} of the last {volume} calls failed in {p.window:g}s "
                                f"(rate {c.failures / volume:.0%} >= {p.failure_rate:.0%})",
                        err, records, reason="rate")
+
+    @staticmethod
+    def _expire(c: _Circuit, horizon: float) -> None:
+        """Forget the calls of ``c`` that ended at ``horizon`` or before."""
+        events = c.events
+        while events:
+            e = events[0]
+            if e.__class__ is tuple:
+                if e[0] > horizon:
+                    return
+                c.failures -= 1
+            elif e > horizon:  # type: ignore[operator]
+                return
+            events.popleft()
 
     def _open(self, c: _Circuit, now: float, why: str, err: str,
               records: list[tuple[str, dict[str, Any]]], reason: str = "probe_failed") -> None:

@@ -101,6 +101,24 @@ async def test_old_calls_leave_the_window(wal):
     assert breaker.state("stripe.charge") == "closed", "1 of 4 in the window"
 
 
+async def test_successes_through_a_healthy_circuit_count_toward_the_rate_and_leave_the_window(wal):
+    breaker, gate, clock = setup(wal, failure_threshold=100, failure_rate=0.5, min_volume=4, window=60)
+    for _ in range(3):  # no failure in the window: each success is counted on the short path
+        assert await call(wal, gate) == "ok"
+    for _ in range(2):
+        await call(wal, gate, fn=fail)
+    assert breaker.state("stripe.charge") == "closed", "2 of 5 is under 50%: the 3 successes are the volume"
+    assert breaker.status()["circuits"][0]["calls"] == 5
+    clock.advance(61)
+    for _ in range(3):
+        assert await call(wal, gate) == "ok"
+    clock.advance(61)  # the successes leave the window as the failures did
+    for _ in range(4):
+        await call(wal, gate, fn=fail)
+    assert breaker.state("stripe.charge") == "open"
+    assert breaker_records(wal) == [("BREAKER_OPENED", "rate")]
+
+
 async def test_after_the_cool_down_one_trial_call_passes_and_its_success_closes_it(wal):
     breaker, gate, clock = setup(wal, failure_threshold=2, cool_down=30)
     await call(wal, gate, fn=fail)
