@@ -241,6 +241,12 @@ class _Attested:
             self.ends[last] = last_hash
         self._merged = None
 
+    def copy(self) -> _Attested:
+        """An independent copy (runs are immutable tuples)."""
+        new = _Attested()
+        new.runs, new.ends, new._merged = list(self.runs), dict(self.ends), None
+        return new
+
     def covers(self, first: int, last: int) -> bool:
         if self._merged is None:
             merged: list[tuple[int, int]] = []
@@ -367,6 +373,14 @@ class ChainVerifier:
         self.failure: VerifyResult | None = None
         self._gaps: list[_Gap] = []
         self._attested = _Attested()
+
+    def snapshot(self) -> ChainVerifier:
+        """An independent copy of this verifier's state (cheap: no deep copy; gaps and
+        results are immutable), for a reader that may have to forget a read."""
+        new = ChainVerifier.__new__(ChainVerifier)
+        new.prev, new.expected, new.count, new.last_seq = self.prev, self.expected, self.count, self.last_seq
+        new.failure, new._gaps, new._attested = self.failure, list(self._gaps), self._attested.copy()
+        return new
 
     @property
     def gaps(self) -> int:

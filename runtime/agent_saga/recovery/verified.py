@@ -23,7 +23,6 @@ Invariants:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -106,7 +105,9 @@ class VerifiedReads:
 
     def mark(self) -> _Chains:
         """The verification state now, for ``reset`` (a read that failed is forgotten)."""
-        return copy.deepcopy(self._state)
+        st = self._state
+        return _Chains(verifiers={k: v.snapshot() for k, v in st.verifiers.items()},
+                       anchors={k: _Anchor(a.seq, a.hash, a.found) for k, a in st.anchors.items()})
 
     def reset(self, mark: _Chains) -> None:
         """Back to ``mark``: the read since is forgotten (it is read again)."""

@@ -152,10 +152,20 @@ class RedisLog:
         """``(location, record-or-error, or None if gone)`` of each ``(writer, gseq)``, read
         in one round trip (a claimed saga's few records, read again before acting)."""
         pipe = self.client.pipeline(transaction=False)
+        self.queue_records_at(pipe, places)
+        return self.decode_records_at(places, pipe.execute())
+
+    def queue_records_at(self, pipe: Any, places: list[tuple[str, int]]) -> None:
+        """Queue the reads of ``records_at(places)`` on ``pipe`` (one reply each)."""
         for w, g in places:
             pipe.xrange(self.stream(w), f"{g}-0", f"{g}-0", count=1)
+
+    def decode_records_at(
+        self, places: list[tuple[str, int]], pages: list[Any]
+    ) -> list[tuple[str, Record | WALCorrupt | None]]:
+        """The replies of ``queue_records_at``, decoded as ``records_at`` returns them."""
         out: list[tuple[str, Record | WALCorrupt | None]] = []
-        for (w, g), page in zip(places, pipe.execute(), strict=True):
+        for (w, g), page in zip(places, pages, strict=True):
             if page:
                 out.append(self._decode(w, page[0]))
             else:
@@ -439,21 +449,33 @@ return g
         raise ``WALStalled`` (nothing read may be acted on yet). ``False``: the record is
         gone, records were lost from the log's end (read it again whole). Raises
         one of ``failures(redis)`` if Redis cannot be reached."""
+        return self.confirm_read_at(last, [])[0]
+
+    def confirm_read_at(
+        self, last: tuple[str, int] | None, places: list[tuple[str, int]]
+    ) -> tuple[bool, list[tuple[str, Record | WALCorrupt | None]]]:
+        """``confirm_read(last)`` and ``RedisLog.records_at(places)`` in the same round
+        trip: a reader that must read some records again right after a read (a recovery
+        daemon's claimed sagas) pays one request for both. The records are read after
+        ``WAIT`` returned (the pipeline runs in order)."""
+        if not (self.wait_replicas or last is not None or places):
+            return True, []
         pipe = self._client.pipeline(transaction=False)
         if self.wait_replicas:
             pipe.incrby(self._log.gseq_key, 0)
             pipe.execute_command("WAIT", self.wait_replicas, self.wait_timeout_ms)
         if last is not None:
             pipe.xrange(self._log.stream(last[0]), f"{last[1]}-0", f"{last[1]}-0", count=1)
-        if not (self.wait_replicas or last is not None):
-            return True
+        self._log.queue_records_at(pipe, places)
         out = pipe.execute()
         if self.wait_replicas and int(out[1]) < self.wait_replicas:
             raise WALStalled(
                 f"WAL {self.name}: what was read is on {out[1]} of {self.wait_replicas} replicas "
                 f"after {self.wait_timeout_ms} ms; a failover could still lose it, so it is not "
                 f"acted on yet")
-        return last is None or bool(out[-1])
+        n = 2 * bool(self.wait_replicas) + (last is not None)
+        kept = last is None or bool(out[n - 1])
+        return kept, self._log.decode_records_at(places, out[n:])
 
     def _write_batch(self, sealed: Sealed) -> None:
         lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
