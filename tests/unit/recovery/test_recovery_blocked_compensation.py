@@ -80,9 +80,12 @@ async def test_slots_held_by_blocked_compensations_bound_what_a_daemon_takes(tmp
     try:
         first = await d.sweep(wait=0.05)  # returns with the held one still running
         assert first.results == () and d._in_hand == {"slow"}
+        # Its handler starts once COMPENSATION_STARTED is durable (an fsync: slow on a loaded disk).
+        await until_async("the held refund started", lambda: STARTED == ["held"])
         orphan(wal, "fast", "quick")
         second = await d.sweep(wait=0.05)
-        assert second.results == () and STARTED == ["held"], "its one slot is held: nothing more is taken"
+        assert second.results == () and d._in_hand == {"slow"}, "its one slot is held: nothing more is taken"
+        assert STARTED == ["held"]
         HELD.set()
         await until_async("the held one ended", lambda: not d._in_hand)
         third = await d.sweep()
