@@ -40,6 +40,8 @@ class WALSource(LogSource):
 
         self._reopen = reopen
         self._reopening = threading.Lock()
+        self._reading = 0  # reads in flight (their WAL may be one a reopen retired)
+        self._retired: list[BaseWAL] = []  # replaced writers, closed once no read uses them
         self._use(wal)
         inner = self._raw
         self.fleet = not isinstance(inner, FileWAL)
@@ -66,9 +68,29 @@ class WALSource(LogSource):
             if failed is not None and self._reopen is not None:
                 old = self.wal
                 self._use(self._reopen())
-                with contextlib.suppress(Exception):
-                    old.close()  # failed: it raises what it failed with
+                if self._reading:
+                    # A read in flight still uses it: closing its client now would cut the
+                    # connection under that read (redis-py then fails with AttributeError,
+                    # not a connection error). The last read to end closes it.
+                    self._retired.append(old)
+                else:
+                    _close_failed(old)
             return self.wal
+
+    @contextlib.asynccontextmanager
+    async def _read(self) -> AsyncIterator[BaseWAL]:
+        """The WAL a read uses, kept open until the read ends (see ``_fresh_writer``)."""
+        with self._reopening:
+            self._reading += 1
+            raw = self._raw
+        try:
+            yield raw
+        finally:
+            with self._reopening:
+                self._reading -= 1
+                retired, self._retired = (self._retired, []) if not self._reading else ([], self._retired)
+            for old in retired:
+                await asyncio.to_thread(_close_failed, old)
 
     def _unreachable(self, exc: BaseException) -> LocationUnavailable:
         scrub = getattr(self._raw, "_scrub", str)
@@ -79,11 +101,20 @@ class WALSource(LogSource):
     async def _fetch_pages(self, from_start: bool) -> AsyncIterator[list[Item]]:
         # A server that cannot be reached (a Redis failover, a restart) is not a log that
         # cannot be trusted: this read stops, nothing is acted on, the next one retries.
-        unreachable: tuple[type[BaseException], ...] = getattr(self._raw, "_redis_errors", ())
+        async with self._read() as raw:
+            pages = self._pages_of(raw, from_start)
+            try:
+                async for page in pages:
+                    yield page
+            finally:
+                await pages.aclose()  # type: ignore[attr-defined]
+
+    async def _pages_of(self, raw: BaseWAL, from_start: bool) -> AsyncIterator[list[Item]]:
+        unreachable: tuple[type[BaseException], ...] = getattr(raw, "_redis_errors", ())
         if from_start:
             self._last = None
         out: list[Item] = []
-        records = self._raw.read_since(self._cursor, page_size=self.page_size)
+        records = raw.read_since(self._cursor, page_size=self.page_size)
         try:
             while True:
                 try:
@@ -120,20 +151,22 @@ class WALSource(LogSource):
         # with WAIT), and a newest record read that is gone means records were lost
         # from the end (a failover, a restore): read it again whole, never past them.
         # The claimed sagas' records are read again in the same request (``places``).
-        confirm: Callable[..., Any] | None = getattr(self._raw, "confirm_read_at", None)
-        if confirm is None:
-            plain: Callable[[tuple[str, int] | None], bool] | None = getattr(self._raw, "confirm_read", None)
-            if plain is None:
-                return None
-            confirm = lambda last, _places: (plain(last), None)  # noqa: E731
-        unreachable: tuple[type[BaseException], ...] = getattr(self._raw, "_redis_errors", ())
-        try:
-            kept, got = await asyncio.to_thread(confirm, self._last, places)
-        except unreachable as exc:
-            raise self._unreachable(exc) from exc
-        except WALStalled as exc:
-            raise LocationUnavailable(
-                f"{exc.message}; nothing was acted on, the next read tries again", path=self.description) from exc
+        async with self._read() as raw:
+            confirm: Callable[..., Any] | None = getattr(raw, "confirm_read_at", None)
+            if confirm is None:
+                plain: Callable[[tuple[str, int] | None], bool] | None = getattr(raw, "confirm_read", None)
+                if plain is None:
+                    return None
+                confirm = lambda last, _places: (plain(last), None)  # noqa: E731
+            unreachable: tuple[type[BaseException], ...] = getattr(raw, "_redis_errors", ())
+            try:
+                kept, got = await asyncio.to_thread(confirm, self._last, places)
+            except unreachable as exc:
+                raise self._unreachable(exc) from exc
+            except WALStalled as exc:
+                raise LocationUnavailable(
+                    f"{exc.message}; nothing was acted on, the next read tries again",
+                    path=self.description) from exc
         if not kept:
             if from_start:
                 raise LocationUnavailable(
@@ -149,12 +182,13 @@ class WALSource(LogSource):
         return result
 
     async def _read_places_many(self, batch: list[list[tuple[str, int]]]) -> list[Any]:
-        unreachable: tuple[type[BaseException], ...] = getattr(self._raw, "_redis_errors", ())
         flat = [p for places in batch for p in places]
-        try:
-            got = await asyncio.to_thread(self._raw._log.records_at, flat)  # type: ignore[attr-defined]
-        except unreachable as exc:
-            raise self._unreachable(exc) from exc
+        async with self._read() as raw:
+            unreachable: tuple[type[BaseException], ...] = getattr(raw, "_redis_errors", ())
+            try:
+                got = await asyncio.to_thread(raw._log.records_at, flat)  # type: ignore[attr-defined]
+            except unreachable as exc:
+                raise self._unreachable(exc) from exc
         out, i = [], 0
         for places in batch:
             out.append(got[i:i + len(places)])
@@ -176,3 +210,8 @@ class WALSource(LogSource):
         """A writer for the recovery records (held for the block); a failed one is opened
         again first when the source can (``reopen``)."""
         yield await asyncio.to_thread(self._fresh_writer) if self._reopen is not None else self.wal
+
+
+def _close_failed(wal: BaseWAL) -> None:
+    with contextlib.suppress(Exception):
+        wal.close()  # failed: it raises what it failed with
