@@ -10,11 +10,11 @@ import asyncio
 import pytest
 from agent_saga.recovery.sources import WALSource
 from agent_saga.wal.redis import RedisWAL
-from fixtures.redis_server import RedisServer
+from fixtures.redis_server import RedisServer, tagged
 
 pytestmark = pytest.mark.integration
 
-KEY = "reopen-test"
+KEY = tagged("reopen:wal")  # on a cluster a WAL's keys share one slot
 
 
 def _failed_writer(wal: RedisWAL) -> None:
