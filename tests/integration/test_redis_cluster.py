@@ -114,8 +114,10 @@ def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(clus
         await until_async("10 debits before the migration", lambda: len(verdicts) >= 10, timeout=30)
         await asyncio.to_thread(cluster.migrate_slot, slot)
         moved.set()
-        await asyncio.wait_for(task, 60)
-        await store.aclose()
+        try:
+            await asyncio.wait_for(task, 60)
+        finally:
+            await store.aclose()  # also when a spender failed: nothing leaks into the next test
 
     asyncio.run(run())
     assert cluster.owner(slot) is not before, "the counters' slot moved to another master mid-run"
@@ -153,22 +155,28 @@ def test_a_budget_split_between_two_masters_by_a_multi_batch_reshard_is_refused_
             try:
                 outcomes.append("ok" if (await store.debit(charge, f"d-{i}-{k}")).ok else "over")
             except LimitStoreUnavailable as exc:
-                assert "TTL exhausted" in str(exc) or "TRYAGAIN" in str(exc), exc
+                # The split itself (TRYAGAIN until redis-py gives up), or redis-py's client
+                # closing its connections to re-read the moved slot (retried once first).
+                assert "TTL exhausted" in str(exc) or "TRYAGAIN" in str(exc) or "re-read the cluster" in str(exc), exc
                 outcomes.append("refused")
             k += 1
 
     async def run() -> None:
         task = asyncio.gather(*(spender(i) for i in range(4)))
-        await until_async("4 debits before the reshard", lambda: len(outcomes) >= 4, timeout=30)
-        await asyncio.to_thread(cluster.begin_migration, slot)
-        await asyncio.to_thread(cluster.migrate_keys, slot, [totals])  # batch 1 of 2: the keys are split
-        await until_async("debits refused while the keys are split", lambda: outcomes.count("refused") >= 4,
-                          timeout=30)
-        await asyncio.to_thread(cluster.migrate_keys, slot, [log])  # batch 2 of 2
-        await asyncio.to_thread(cluster.end_migration, slot)
-        moved.set()
-        await asyncio.wait_for(task, 60)
-        await store.aclose()
+        try:
+            await until_async("4 debits before the reshard", lambda: len(outcomes) >= 4, timeout=30)
+            await asyncio.to_thread(cluster.begin_migration, slot)
+            await asyncio.to_thread(cluster.migrate_keys, slot, [totals])  # batch 1 of 2: the keys are split
+            await until_async("debits refused while the keys are split", lambda: outcomes.count("refused") >= 4,
+                              timeout=30)
+            await asyncio.to_thread(cluster.migrate_keys, slot, [log])  # batch 2 of 2
+            await asyncio.to_thread(cluster.end_migration, slot)
+            moved.set()
+            await asyncio.wait_for(task, 60)
+        finally:
+            task.cancel()  # a failed step leaves the spenders running: stop them first
+            await asyncio.gather(task, return_exceptions=True)
+            await store.aclose()  # also when something failed: nothing leaks into the next test
 
     before = cluster.owner(slot)
     asyncio.run(run())

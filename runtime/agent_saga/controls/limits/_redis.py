@@ -429,7 +429,11 @@ return redis.call('HGETALL', KEYS[1])
                     if self.min_replicas and lua is not self.LUA_USAGE:
                         return await self._replicated(client, run, keys, args)
                     return await run(keys=keys, args=args, client=client)
-            except (errors.ConnectionError, errors.TimeoutError) as exc:
+            except (errors.ConnectionError, errors.TimeoutError, AttributeError) as exc:
+                # AttributeError: redis-py's asyncio cluster client closes every connection
+                # when it re-reads the topology (a MOVED, CLUSTERDOWN), so a call sharing one
+                # finds its socket gone ('NoneType' object has no attribute 'writelines' or
+                # 'readline'): a lost connection, retried as one.
                 if attempt == 0 and retry_args is not None and self._retries > 0:
                     args = retry_args
                     continue
@@ -470,6 +474,8 @@ return redis.call('HGETALL', KEYS[1])
         unknown = is_timeout(exc)
         if isinstance(exc, errors.ConnectionError | OSError) and not unknown:
             state = "is unreachable"
+        elif isinstance(exc, AttributeError):
+            state = "lost its connection (the client closed it to re-read the cluster's topology)"
         elif unknown:
             state = "did not answer in time"
         else:
