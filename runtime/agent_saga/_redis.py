@@ -62,6 +62,7 @@ __all__ = [
     "has_hash_tag",
     "import_redis",
     "is_cluster",
+    "lost_connection",
     "is_timeout",
     "key_slot",
     "loop_client",
@@ -100,6 +101,16 @@ def failures(redis: Any) -> tuple[type[BaseException], ...]:
     served), which redis-py does not derive from ``RedisError``. Catch this tuple, never
     ``RedisError`` alone, so a cluster failure is reported like any other."""
     return (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+
+def lost_connection(redis: Any) -> tuple[type[BaseException], ...]:
+    """What a call raises when its connection was lost, so that repeating it may succeed:
+    ``ConnectionError``, ``TimeoutError``, and ``AttributeError``. The last is from
+    redis-py's asyncio Cluster client: to re-read the topology (after ``MOVED`` replies, a
+    ``CLUSTERDOWN``) it closes every connection it holds, including those other calls are
+    using at that moment, which then find their socket gone (``'NoneType' object has no
+    attribute 'writelines'`` or ``'readline'``)."""
+    return (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, AttributeError)
 
 
 @dataclass(frozen=True, slots=True)

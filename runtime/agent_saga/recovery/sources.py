@@ -38,6 +38,8 @@ Invariants:
   be on the replicas (else ``LocationUnavailable``: not acted on, read again next time),
   and the newest record read must still be there (else records were lost from the end,
   a failover or a restore: the log is read again whole, and the anchors halt).
+- A fleet log's writer that failed is opened again (``reopen``); the failed one is closed
+  once no read still uses it (closing its client would cut a read's connection).
 - ``PathSource`` holds the file's writer lock only while resolutions are in hand and for
   at most ``writer_wait`` seconds of waiting: a live owner is never displaced, and a
   restarted owner waits at most one resolution for the lock.

@@ -174,8 +174,8 @@ _new = object.__new__
 
 
 def _setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...]:
-    if tuple(f.name for f in fields(cls)) != names:
-        raise TypeError(f"{cls.__name__}'s fields changed: update its constructor in this module")
+    if tuple(f.name for f in fields(cls)) != names or "__post_init__" in vars(cls):
+        raise TypeError(f"{cls.__name__}'s fields or checks changed: update its constructor in this module")
     return tuple(getattr(cls, n).__set__ for n in names)
 
 

@@ -46,7 +46,16 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ..._redis import Target, aclose, connect_async, import_redis, is_cluster, is_timeout, script
+from ..._redis import (
+    Target,
+    aclose,
+    connect_async,
+    import_redis,
+    is_cluster,
+    is_timeout,
+    lost_connection,
+    script,
+)
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -418,7 +427,7 @@ return redis.call('HGETALL', KEYS[1])
         script then checks whether the first attempt already landed). The client itself
         never retries: only this method knows that a repeat must be flagged as one.
         """
-        errors = import_redis("RedisLimitStore").exceptions
+        redis = import_redis("RedisLimitStore")
         client, scripts = self._bound()
         run = scripts.get(lua)
         if run is None:
@@ -429,11 +438,7 @@ return redis.call('HGETALL', KEYS[1])
                     if self.min_replicas and lua is not self.LUA_USAGE:
                         return await self._replicated(client, run, keys, args)
                     return await run(keys=keys, args=args, client=client)
-            except (errors.ConnectionError, errors.TimeoutError, AttributeError) as exc:
-                # AttributeError: redis-py's asyncio cluster client closes every connection
-                # when it re-reads the topology (a MOVED, CLUSTERDOWN), so a call sharing one
-                # finds its socket gone ('NoneType' object has no attribute 'writelines' or
-                # 'readline'): a lost connection, retried as one.
+            except lost_connection(redis) as exc:
                 if attempt == 0 and retry_args is not None and self._retries > 0:
                     args = retry_args
                     continue
