@@ -103,6 +103,13 @@ def _open(page: Any, saga: str, asof: str = "") -> None:
     page.wait_for_function("k => document.querySelector('#timeline').dataset.shown === k", arg=f"{saga}|{asof}")
 
 
+def _show_events(page: Any) -> None:
+    """The kill switch, breaker and WAL events view, once it has replaced the saga shown
+    (whose record lines are already on the page)."""
+    page.click("#show-events")
+    page.wait_for_function("() => document.querySelector('#timeline').dataset.shown === 'events'")
+
+
 def _shot(page: Any, name: str) -> None:
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / f"ui-{name}.png"))
@@ -188,12 +195,29 @@ def test_a_halt_shows_the_kill_switch_refusal_and_the_engaged_lever(page: Any) -
     page.click("#timeline .step[data-step='wire-halted/0']")
     inspector = page.text_content("#inspector")
     assert "REFUSED" in inspector and "kill_switch" in inspector and "fraud pattern" in inspector
-    page.click("#show-events")
-    page.wait_for_selector("#timeline .rec")
+    _show_events(page)
     events = page.text_content("#timeline")
     assert "KILL_SWITCH_ENGAGED" in events and "REDACTION" in events
     page.click("#timeline .rec >> text=KILL_SWITCH_ENGAGED")
     assert "soc@corp" in page.text_content("#inspector")
+
+
+def test_a_slow_answer_for_an_older_view_never_replaces_the_saga_asked_for_since(page: Any) -> None:
+    held: list[Any] = []
+    page.route("**/api/events*", lambda route: held.append(route))  # its answer is held back
+    try:
+        with page.expect_request("**/api/events*"):
+            page.click("#show-events")
+        _open(page, "wire-approved")  # asked for after the events view, answered first
+        assert len(held) == 1
+        with page.expect_response("**/api/events*") as late:
+            held[0].continue_()
+        late.value.finished()
+        page.evaluate("() => new Promise((done) => setTimeout(done, 50))")  # the page handles it
+        assert page.get_attribute("#timeline", "data-shown") == "wire-approved|"
+        assert page.locator("#timeline .step[data-step='wire-approved/0']").count() == 1
+    finally:
+        page.unroute("**/api/events*")
 
 
 def test_a_quarantined_saga_is_frozen_not_rolled_back(page: Any) -> None:
@@ -269,7 +293,7 @@ def test_a_tampered_log_highlights_its_first_broken_record(browser: Any, servers
         row = p.locator("#runs li[data-saga='checkout-rollback']")
         assert "tampered" in row.text_content()
         p.click("#show-break")
-        p.wait_for_selector("#timeline .rec.broken")
+        p.wait_for_function("() => document.querySelector('#timeline').dataset.shown === 'break'")
         assert p.get_attribute("#timeline .rec.broken", "data-position") == str(logs["tampered_line"] - 1)
         assert p.eval_on_selector_all("#timeline .rec.broken", "els => els.length") == 1
         assert "payload does not match its digest" in p.text_content("#break-reason")

@@ -71,7 +71,9 @@ class RedisLimitStore:
     server before the gate refuses the call; ``max_connections`` bounds the connections
     per event loop (on a Redis Cluster: the calls in flight), and a call waits at most
     ``pool_timeout`` for one. ``retries`` is the
-    number of reconnect-and-repeat attempts after a connection error (0 or 1). ``client``
+    number of times a debit that lost its connection is sent again, flagged as a repeat
+    (default 1; on a Redis Cluster 3, because every re-read of the topology while slots
+    move closes the connections in use again). ``client``
     injects a ready ``redis.asyncio.Redis`` (used as is, bound to its event loop) instead
     of one created per event loop from ``url``. ``min_replicas`` (with ``wait_timeout_ms``)
     authorises a debit only once that many replicas acknowledged it (see the module doc);
@@ -233,7 +235,7 @@ return redis.call('HGETALL', KEYS[1])
         namespace: str = "agent-saga",
         socket_timeout: float = 2.0,
         connect_timeout: float = 1.0,
-        retries: int = 1,
+        retries: int | None = None,
         max_connections: int = 64,
         pool_timeout: float = 5.0,
         client: Any = None,
@@ -245,6 +247,8 @@ return redis.call('HGETALL', KEYS[1])
                 "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
                 "redis.asyncio client (client=...)"
             )
+        if retries is not None and retries < 0:
+            raise ConfigurationError(f"retries must be >= 0 (or None for the default), got {retries}")
         if min_replicas < 0 or wait_timeout_ms < 1:
             raise ConfigurationError(f"min_replicas must be >= 0 and wait_timeout_ms >= 1, got {min_replicas} "
                                      f"and {wait_timeout_ms}")
@@ -423,23 +427,27 @@ return redis.call('HGETALL', KEYS[1])
     ) -> Any:
         """Run the script ``lua`` (EVALSHA; redis-py reloads it on NOSCRIPT).
 
-        A connection or timeout error is retried once, with ``retry_args`` (the debit
-        script then checks whether the first attempt already landed). The client itself
-        never retries: only this method knows that a repeat must be flagged as one.
+        A lost connection (``lost_connection``) is retried with ``retry_args`` (the debit
+        script then checks whether an earlier attempt already landed), up to ``retries``
+        times: by default once, and three times on a Redis Cluster, where each of the
+        client's topology re-reads during a reshard closes every connection in use (so two
+        losses in a row are expected under load, not a sign the store is gone). The client
+        itself never retries: only this method knows that a repeat must be flagged as one.
         """
         redis = import_redis("RedisLimitStore")
         client, scripts = self._bound()
         run = scripts.get(lua)
         if run is None:
             run = scripts[lua] = script(client, lua)
-        for attempt in range(2):
+        repeats = self._retries if self._retries is not None else 3 if is_cluster(client) else 1
+        for attempt in range(repeats + 1):
             try:
                 async with self._queued():
                     if self.min_replicas and lua is not self.LUA_USAGE:
                         return await self._replicated(client, run, keys, args)
                     return await run(keys=keys, args=args, client=client)
             except lost_connection(redis) as exc:
-                if attempt == 0 and retry_args is not None and self._retries > 0:
+                if attempt < repeats and retry_args is not None:
                     args = retry_args
                     continue
                 raise self._unavailable(what, exc) from exc

@@ -81,6 +81,7 @@
   // ------------------------------------------------------------------ the runs sidebar
 
   let runsRequest = 0;
+  let timelineRequest = 0;  // the saga, events or log page the timeline was last asked for
   async function loadRuns() {
     const mine = ++runsRequest;
     const key = [state.status, state.q, state.offset, asofParam() === null ? "" : asofParam()].join("|");
@@ -108,8 +109,10 @@
 
   async function openSaga(id) {
     state.saga = id;
+    const mine = ++timelineRequest;
     $("timeline").dataset.shown = "";
     const d = await api("/api/saga", { id, asof: asofParam() });
+    if (mine !== timelineRequest) return;  // the timeline was asked for something newer since
     for (const li of document.querySelectorAll("#runs li")) li.classList.toggle("sel", li.dataset.saga === id);
     $("inspector").replaceChildren(el("p", { class: "muted" }, "Choose a step or a record."));  // never a stale step
     const t = $("timeline");
@@ -204,7 +207,10 @@
   }
 
   async function showEvents() {
+    const mine = ++timelineRequest;
+    $("timeline").dataset.shown = "";
     const e = await api("/api/events", { asof: asofParam() });
+    if (mine !== timelineRequest) return;
     const t = $("timeline");
     t.dataset.shown = "events";
     t.replaceChildren(el("h2", {}, "kill switch · breaker · WAL"));
@@ -215,7 +221,10 @@
   async function showBreak() {
     if (!state.damage) return;
     const page = Math.floor(state.damage.position / state.pageSize);
+    const mine = ++timelineRequest;
+    $("timeline").dataset.shown = "";
     const p = await api("/api/log", { page });
+    if (mine !== timelineRequest) return;
     const t = $("timeline");
     t.dataset.shown = "break";
     t.replaceChildren(el("h2", {}, "log page " + (page + 1)),
