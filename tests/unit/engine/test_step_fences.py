@@ -185,3 +185,40 @@ async def test_a_rejected_record_fails_its_own_waiting_fence_only(tmp_path: Path
         wal.close()
     types = [r.type for _, r in iter_file_records(tmp_path / "r.wal")]
     assert types == ["STEP_INTENT", "RECORD_REJECTED", "STEP_INTENT"]
+
+
+async def test_an_observer_hears_each_fence_a_step_waited_on(tmp_path: Path) -> None:
+    from agent_saga import observe
+
+    class Fences(observe.Observer):
+        def __init__(self) -> None:
+            self.waits: list[float] = []
+
+        def fence_waited(self, seconds: float) -> None:
+            self.waits.append(seconds)
+
+    hold = Hold()
+    wal = FileWAL(tmp_path / "o.wal", fault_hook=hold)
+    obs = observe.add_observer(Fences())
+
+    async def one_write_at_a_time() -> None:
+        # Lets each write go from the loop, so no record becomes durable between its
+        # append and its fence (that code runs without yielding): every fence waits.
+        while True:
+            await hold.reached()
+            hold.go.put(None)
+
+    feeder = asyncio.create_task(one_write_at_a_time())
+    ran: list[int] = []
+    try:
+        async with saga_scope(wal, name="o") as saga:
+            (task,) = await _steps(saga, ran, 1)
+            assert await task == 0
+    finally:
+        observe.remove_observer(obs)
+        feeder.cancel()
+        hold.release()
+        hold.entered.put(None)  # the feeder's waiting thread returns
+        wal.close()
+    # the intent's and the commit's fences, and the saga's end
+    assert len(obs.waits) == 3 and all(w >= 0 for w in obs.waits), obs.waits
