@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from .errors import CompensationError, ConfigurationError, HandlerNotRegistered
@@ -65,7 +65,17 @@ def _check_handler_name(name: object) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+class _Factory:
+    """The default of ``Compensation.kwargs``: a new empty dict for each compensation."""
+
+    def __repr__(self) -> str:
+        return "<factory>"
+
+
+_FACTORY: Any = _Factory()
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Compensation:
     """The inverse of one step, derived from its forward result.
 
@@ -88,22 +98,37 @@ class Compensation:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
 
-    def __post_init__(self) -> None:
-        if self.fn is None and self.handler is None:
+    def __init__(
+        self,
+        fn: Callable[..., Any] | None = None,
+        handler: str | None = None,
+        kwargs: Mapping[str, Any] = _FACTORY,  # a new dict
+        description: str = "",
+    ) -> None:
+        # What the dataclass's generated ``__init__`` and its checks did, with each frozen
+        # slot set through its descriptor (one is built per step: no object.__setattr__
+        # lookups, no second frame). Pinned by tests/unit/engine/test_compensation_class.py.
+        if kwargs is _FACTORY:
+            kwargs = {}
+        if fn is None and handler is None:
             raise ConfigurationError(
                 "Compensation needs fn= (run in-process) or handler= (a name registered with "
                 "@compensator, replayable after a crash), or both"
             )
-        if self.fn is not None and not callable(self.fn):
-            raise ConfigurationError(f"Compensation.fn must be callable, got {self.fn!r}")
-        if self.handler is not None:
-            _check_handler_name(self.handler)
-        if self.kwargs.__class__ is not dict and not isinstance(self.kwargs, Mapping):
+        if fn is not None and not callable(fn):
+            raise ConfigurationError(f"Compensation.fn must be callable, got {fn!r}")
+        if handler is not None:
+            _check_handler_name(handler)
+        if kwargs.__class__ is not dict and not isinstance(kwargs, Mapping):
             raise ConfigurationError(
-                f"Compensation.kwargs must be a mapping of JSON values, got {type(self.kwargs).__name__}"
+                f"Compensation.kwargs must be a mapping of JSON values, got {type(kwargs).__name__}"
             )
-        if self.description.__class__ is not str and not isinstance(self.description, str):
+        if description.__class__ is not str and not isinstance(description, str):
             raise ConfigurationError("Compensation.description must be a string")
+        _SET_FN(self, fn)
+        _SET_HANDLER(self, handler)
+        _SET_KWARGS(self, kwargs)
+        _SET_DESCRIPTION(self, description)
 
     def descriptor(self, path: str = "kwargs") -> dict[str, Any]:
         """The WAL form ``{"handler", "kwargs", "description"}`` with kwargs snapshotted.
@@ -115,6 +140,12 @@ class Compensation:
             "kwargs": snapshot_mapping(self.kwargs, path),
             "description": self.description,
         }
+
+
+_FIELDS = ("fn", "handler", "kwargs", "description")
+if tuple(f.name for f in fields(Compensation)) != _FIELDS:
+    raise TypeError("Compensation's fields changed: update its __init__")
+_SET_FN, _SET_HANDLER, _SET_KWARGS, _SET_DESCRIPTION = (getattr(Compensation, n).__set__ for n in _FIELDS)
 
 
 def coerce_compensation(value: object, tool: str) -> Compensation | None:

@@ -71,6 +71,7 @@ from .retry import NO_RETRY, RetryPolicy
 from .rollback import RollbackEntry, RollbackReport, roll_back
 from .semantics import ActionSemantics, coerce_semantics
 from .wal.base import BaseWAL
+from .wal.batching import BatchingWAL
 
 __all__ = ["Saga"]
 
@@ -128,7 +129,7 @@ class Saga:
     """
 
     __slots__ = (
-        "__weakref__", "_append", "_clock", "_commit_hooks", "_done", "_executor", "_exit_hooks", "_inflight",
+        "__weakref__", "_append", "_clock", "_commit_hooks", "_done", "_executor", "_exit_hooks", "_fence", "_inflight",
         "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
     )
 
@@ -149,6 +150,16 @@ class Saga:
         self.gate = gate
         self.rollback_report: RollbackReport | None = None
         self._append = wal.append
+        # A batching WAL's fence is its own future, awaited here without a coroutine of
+        # its own (``BatchingWAL._fence``); any other WAL's (or one whose ``barrier`` was
+        # replaced) is its ``barrier``.
+        self._fence: Callable[[int], Awaitable[None] | None] = wal.barrier
+        if (
+            isinstance(wal, BatchingWAL)
+            and type(wal).barrier is BatchingWAL.barrier
+            and "barrier" not in getattr(wal, "__dict__", ())
+        ):
+            self._fence = wal._fence
         self._clock = clock
         self._executor = executor
         # A REVERSIBLE step with nothing to undo joins as (step_id, tool): see _entries.
@@ -319,38 +330,62 @@ class Saga:
         obs = _observe.current
         seen = None if obs is None else _observe.safely(obs.step_started, self.saga_id, step_id, tool, sem.value)
         try:
-            if sem is _REV and timeout is None and retry is None and fallback_action is None:
-                # The hot path, inline (one coroutine frame less per step): REVERSIBLE, no
-                # timeout, retry or fallback. Never waits for the disk.
+            if timeout is None and retry is None and fallback_action is None:
+                # The hot path, inline (no ``_run_step`` coroutine per step): no timeout,
+                # retry or fallback. A REVERSIBLE step never waits for the disk; any other
+                # waits on its fences' futures here (what ``_run_step`` does, one frame less).
                 saga_id = self.saga_id
                 append = self._append
-                append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
+                key = None
+                if sem is _REV:
+                    append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
+                else:
+                    key = idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                    seq = append(_INTENT, saga_id, step_id, {
+                        "tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key,
+                    })
+                    try:
+                        waiter = self._fence(seq)
+                        if waiter is not None:
+                            await waiter
+                    except BaseException as exc:
+                        # The forward was never called: say so rather than leave a bare intent.
+                        self._failed(step_id, tool, exc, started=False)
+                        raise
                 info = callable_info(forward)
                 try:
                     if info.is_async:
                         if info.accepts_key:
-                            result = await forward(idempotency_key=idempotency_key(saga_id, step_id, FORWARD_SCOPE))
+                            result = await forward(
+                                idempotency_key=key or idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                            )
                         else:
                             result = await forward()
                     else:
                         # One tool-executor hop, no ``call``/``_dispatch`` frames (what they
                         # would do for a sync forward with no kwargs, timeout or retry).
                         result = await self._executor.submit(forward, {
-                            IDEMPOTENCY_KWARG: idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                            IDEMPOTENCY_KWARG: key or idempotency_key(saga_id, step_id, FORWARD_SCOPE)
                         } if info.accepts_key else _NO_KWARGS)
                         if result.__class__ not in PLAIN and inspect.isawaitable(result):
                             result = await result
                 except Exception as exc:
-                    self._failed(step_id, tool, exc)
+                    failed_seq = self._failed(step_id, tool, exc)
+                    if key is not None and failed_seq is not None:
+                        await self._failed_fence(step_id, exc, failed_seq)
                     raise
                 except BaseException as exc:
-                    self._unknown(step_id, tool, _REV, compensate, exc)
+                    self._unknown(step_id, tool, sem, compensate, exc)
                     raise
-                if compensate is None:
+                if key is None and compensate is None:
                     append(_COMMITTED, saga_id, step_id, {"compensation": None})
                     self._done.append((step_id, tool))  # nothing to undo: see _entries
                 else:
-                    _, error = self._commit(step_id, tool, _REV, compensate, result, 1, False)
+                    seq, error = self._commit(step_id, tool, sem, compensate, result, 1, False)
+                    if key is not None:
+                        waiter = self._fence(seq)
+                        if waiter is not None:
+                            await waiter
                     if error is not None:
                         raise error
             else:
@@ -405,7 +440,9 @@ class Saga:
         )
         if durable:
             try:
-                await self.wal.barrier(seq)
+                waiter = self._fence(seq)
+                if waiter is not None:
+                    await waiter
             except BaseException as exc:
                 # The forward was never called: say so rather than leave a bare intent.
                 self._failed(step_id, tool, exc, started=False)
@@ -427,7 +464,9 @@ class Saga:
         except Expired as exc:
             unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
             if durable and unknown_seq is not None:
-                await self.wal.barrier(unknown_seq)
+                waiter = self._fence(unknown_seq)
+                if waiter is not None:
+                    await waiter
             raise StepOutcomeUnknown(
                 f"step {step_id} ({tool}) did not finish within timeout={timeout}s: it may have "
                 f"happened, so it is recorded STEP_UNKNOWN and will be compensated from "
@@ -437,20 +476,28 @@ class Saga:
         except Exception as exc:
             failed_seq = self._failed(step_id, tool, exc)
             if durable and failed_seq is not None:
-                try:
-                    await self.wal.barrier(failed_seq)
-                except WALError as werr:
-                    exc.add_note(f"agent-saga: the STEP_FAILED record of {step_id} is not durable: {werr}")
+                await self._failed_fence(step_id, exc, failed_seq)
             raise
         except BaseException as exc:
             self._unknown(step_id, tool, sem, compensate, exc)
             raise
         seq, error = self._commit(step_id, tool, sem, compensate, result, attempts, used_fallback)
         if durable:
-            await self.wal.barrier(seq)
+            waiter = self._fence(seq)
+            if waiter is not None:
+                await waiter
         if error is not None:
             raise error
         return result
+
+    async def _failed_fence(self, step_id: str, exc: BaseException, seq: int) -> None:
+        """Wait for a durable step's STEP_FAILED; a log error is noted on ``exc``, not raised."""
+        try:
+            waiter = self._fence(seq)
+            if waiter is not None:
+                await waiter
+        except WALError as werr:
+            exc.add_note(f"agent-saga: the STEP_FAILED record of {step_id} is not durable: {werr}")
 
     def _noter(self, step_id: str, tool: str) -> Callable[[str, dict[str, Any]], None]:
         """What ``call_with_retries`` writes STEP_RETRY and STEP_FALLBACK with."""
@@ -628,7 +675,9 @@ class Saga:
             await fn()
         self._state = _COMPLETED
         seq = self._append(RecordType.SAGA_COMPLETED.value, self.saga_id, None, {"steps": self._next})
-        await self.wal.barrier(seq)
+        waiter = self._fence(seq)
+        if waiter is not None:
+            await waiter
 
     async def _freeze(self, lever: Mapping[str, Any] | None, cause: BaseException | None) -> None:
         """Stop a quarantined saga WITHOUT rolling it back: wait for sibling steps, then
@@ -651,7 +700,9 @@ class Saga:
         if cause is not None:
             payload["cause"] = describe_error(cause)
         seq = self._append(SAGA_QUARANTINED, self.saga_id, None, payload)
-        await self.wal.barrier(seq)
+        waiter = self._fence(seq)
+        if waiter is not None:
+            await waiter
 
     async def _rollback(self, cause: BaseException) -> tuple[RollbackReport, bool]:
         """Roll back in a task shielded from cancellation; returns (report, cancelled)."""

@@ -41,6 +41,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import atexit
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -52,7 +53,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from .. import observe as _observe
@@ -75,6 +76,16 @@ log = logging.getLogger("agent_saga.wal")
 _Future = asyncio.Future
 _running_loop = asyncio.get_running_loop
 _monotonic = time.monotonic
+_time_ns = time.time_ns
+_new = object.__new__
+
+# ``_queue`` builds each Record by setting every field's slot itself (a writer makes one
+# per append: no ``__init__`` frame); it refuses to import if the fields or their checks
+# change, so an update cannot leave a field unset.
+_RECORD_FIELDS = ("type", "saga", "step", "payload", "seq", "ts", "salt", "digest", "prev", "hash",
+                  "redacted", "extra", "encode")
+if tuple(f.name for f in dataclasses.fields(Record)) != _RECORD_FIELDS or "__post_init__" in vars(Record):
+    raise TypeError("Record's fields or checks changed: update BatchingWAL._queue, which builds it")
 
 Sealed = list[tuple[Record, str]]  # records with their canonical payload text
 
@@ -245,9 +256,20 @@ class BatchingWAL(BaseWAL):
                 self._refuse()
             seq = self._next_seq
             self._next_seq = seq + 1
-            rec = Record(type, saga, step, payload, seq, time.time_ns() // 1000)
-            if encode is not None:
-                rec.encode = encode
+            # = Record(type, saga, step, payload, seq, ts, encode=encode), its slots set
+            # here without the dataclass's __init__ frame (pinned: see _RECORD_FIELDS).
+            rec = _new(Record)
+            rec.type = type
+            rec.saga = saga
+            rec.step = step
+            rec.payload = payload
+            rec.seq = seq
+            rec.ts = _time_ns() // 1000
+            rec.salt = None
+            rec.digest = rec.prev = rec.hash = ""
+            rec.redacted = False
+            rec.extra = {}
+            rec.encode = encode
             pending.append(rec)
             if len(pending) >= self._max_batch:
                 self._work.notify()  # a full batch goes now; otherwise a fence or linger
@@ -459,23 +481,29 @@ class BatchingWAL(BaseWAL):
                     heapq.heappop(w)[2].set()
 
     def _resolve(self, loop: asyncio.AbstractEventLoop, group: _Waiters, everyone: bool) -> None:
-        """On ``loop``, after a batch: wake the fences of ``group`` whose record is durable
-        (all of them if ``everyone``: the writer failed or closed) and put the others
-        back with the loop's fences waiting now, so no fence is woken before its record is."""
+        """On ``loop``, after a batch: settle the fences of ``group`` whose outcome is known
+        (durable, rejected; all of them if ``everyone``: the writer failed or closed) and
+        put the others back with the loop's fences waiting now, so no fence is woken before
+        its record is durable. A fence's future gets its own outcome: ``None``, or the error
+        its ``barrier`` raises."""
         durable = self._durable_seq
-        if everyone or group.top <= durable or self._failed is not None:
+        if group.top <= durable and not self._rejected:
             for fence in group.fences:  # the usual case: the batch covered every fence
                 fut = fence[1]
                 if not fut.done():  # else cancelled meanwhile
                     fut.set_result(None)
             return
+        everyone = everyone or self._failed is not None or self._closed
+        clean = not self._rejected
         later: list[Fence] = []
         for fence in group.fences:
             fut = fence[1]
             if fut.done():
                 continue  # cancelled meanwhile
-            if fence[0] <= durable:
+            if fence[0] <= durable and clean:
                 fut.set_result(None)
+            elif everyone or fence[0] <= durable:
+                self._settle(fence)
             else:
                 later.append(fence)
         if not later:
@@ -491,16 +519,53 @@ class BatchingWAL(BaseWAL):
         failed = self._failed is not None or self._closed
         for fence in later:
             if (failed or fence[0] <= durable) and not fence[1].done():
-                fence[1].set_result(None)
+                self._settle(fence)
+
+    def _settle(self, fence: Fence) -> None:
+        """Give a fence whose outcome is known its outcome (on its loop)."""
+        exc = self._outcome(fence[0], fence[2], fence[3])
+        if exc is None:
+            fence[1].set_result(None)
+        else:
+            fence[1].set_exception(exc)
+
+    def _outcome(self, seq: int, deadline: float, limit: float) -> BaseException | None:
+        """What a fence for ``seq`` (bounded by ``limit``, until ``deadline``) returns once
+        woken: None (durable) or the error to raise."""
+        durable = self._durable_seq
+        failed = self._failed
+        if self._rejected or failed is not None:
+            if isinstance(failed, WALStalled) and seq > durable and _monotonic() >= deadline:
+                return self._stalled(seq, limit)  # this fence is one that passed its bound
+            err = self._checked(seq)
+            if err is not None:
+                return err
+        if seq > durable and failed is None:
+            # Woken by close() with this seq never written (one that was not appended):
+            # never report it durable.
+            return WALClosed(
+                f"WAL {self.name} closed before seq {seq} was durable (durable up to {durable})"
+            )
+        return None
 
     # ------------------------------------------------------------------ fences
 
     def _check(self, seq: int) -> None:
+        err = self._checked(seq)
+        if err is not None:
+            raise err
+
+    def _checked(self, seq: int) -> WALError | None:
+        """The error a fence for ``seq`` raises now it was woken: its record was rejected,
+        or the writer failed before writing it; else None."""
         exc = self._rejected.get(seq)
         if exc is not None:
-            raise WALError(f"WAL {self.name}: record seq {seq} was rejected: {exc}") from exc
+            err = WALError(f"WAL {self.name}: record seq {seq} was rejected: {exc}")
+            err.__cause__ = exc
+            return err
         if self._failed is not None and seq > self._durable_seq:
-            raise self._failure(f"seq {seq} is not durable and will not be written")
+            return self._failure(f"seq {seq} is not durable and will not be written")
+        return None
 
     def _stalled(self, seq: int, timeout: float) -> WALStalled:
         return WALStalled(
@@ -511,12 +576,22 @@ class BatchingWAL(BaseWAL):
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """Return once every record up to ``seq`` is durable in this backend's class."""
-        if seq is None:
-            seq = self._next_seq - 1
+        waiter = self._fence(self._next_seq - 1 if seq is None else seq, timeout)
+        if waiter is not None:
+            await waiter
+
+    def _fence(self, seq: int, timeout: float | None = None) -> Awaitable[None] | None:
+        """``barrier`` without its coroutine (the engine awaits this directly): None if
+        ``seq`` is durable already, else what to await, the fence's own future, which
+        ``_resolve`` settles with this fence's outcome (durable: None; rejected, failed,
+        stalled past this fence's bound, closed: the error). Raises at once what it can
+        tell now (rejected, or a failed writer). The future is this fence's alone:
+        ``Task.cancel`` cancels the future its task awaits, so a future shared by several
+        fences would let one cancelled step wake every other one."""
         if seq <= self._durable_seq:
             if self._rejected:
                 self._check(seq)
-            return
+            return None
         if self._failed is not None:
             self._check(seq)
         loop = _running_loop()
@@ -526,14 +601,12 @@ class BatchingWAL(BaseWAL):
         if limit < self._tick * 4:
             self._tighten(limit)
         deadline = _monotonic() + limit
-        obs = _observe.current
-        groups = self._groups
         # Join this loop's fences first, then look: a batch that completes in between
         # either sees this fence in the list or left its seq durable. The waiter is a
-        # future of its own (a C ``asyncio.Future``, built without ``loop.create_future``'s
-        # Python frame): ``Task.cancel`` cancels the future its task awaits, so a future
-        # shared by several fences would let one cancelled step wake every other one.
-        fence: Fence = (seq, _Future(loop=loop), deadline, limit)
+        # C ``asyncio.Future``, built without ``loop.create_future``'s Python frame.
+        fut: asyncio.Future[None] = _Future(loop=loop)
+        fence: Fence = (seq, fut, deadline, limit)
+        groups = self._groups
         group = groups.get(loop)
         if group is None:
             group = groups.setdefault(loop, _Waiters())
@@ -543,35 +616,21 @@ class BatchingWAL(BaseWAL):
         if deadline < group.deadline:
             group.deadline, group.seq, group.limit = deadline, seq, limit
         if seq > self._durable_seq and self._failed is None and not self._closed:
-            t0 = _monotonic() if obs is not None else -1.0  # when this fence began to wait
-            try:
-                while True:
-                    await fence[1]
-                    if seq <= self._durable_seq or self._failed is not None or self._closed:
-                        break
-                    # Not durable yet (``_resolve`` wakes only fences that are): wait again.
-                    fence = (seq, _Future(loop=loop), deadline, limit)
-                    group = groups.get(loop)
-                    if group is None:
-                        group = groups.setdefault(loop, _Waiters())
-                    group.add(fence)
-                    if seq <= self._durable_seq or self._failed is not None or self._closed:
-                        break
-            finally:
-                if obs is not None:
-                    _observe.safely(obs.fence_waited, _monotonic() - t0)
-        if self._rejected or self._failed is not None:
-            if (
-                isinstance(self._failed, WALStalled)
-                and seq > self._durable_seq
-                and _monotonic() >= deadline
-            ):
-                raise self._stalled(seq, limit)  # this fence is the one that passed its bound
-            self._check(seq)  # nothing to raise otherwise
-        if seq > self._durable_seq and self._failed is None:
-            # Woken by close() with this seq never written (one that was not appended):
-            # never report it durable.
-            raise WALClosed(f"WAL {self.name} closed before seq {seq} was durable (durable up to {self._durable_seq})")
+            obs = _observe.current
+            return fut if obs is None else self._timed(fut, obs)
+        # Durable, failed or closed meanwhile: settled here (a later ``_resolve`` skips it).
+        fut.set_result(None)
+        err = self._outcome(seq, deadline, limit)
+        if err is not None:
+            raise err
+        return None
+
+    async def _timed(self, fut: asyncio.Future[None], obs: Any) -> None:
+        t0 = _monotonic()  # when this fence began to wait
+        try:
+            await fut
+        finally:
+            _observe.safely(obs.fence_waited, _monotonic() - t0)
 
     def _ask(self, loop: asyncio.AbstractEventLoop, seq: int) -> None:
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
