@@ -93,7 +93,7 @@ import inspect
 SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
 
 async def main():
-    url, key, go, ready, conc = sys.argv[1:6]
+    url, key, go, ready, conc, hand = sys.argv[1:7]
     global PROGRESS
     PROGRESS = os.environ.get("BENCH_FLEET_PROGRESS") and os.path.join(
         os.environ["BENCH_FLEET_PROGRESS"], os.path.basename(ready) + ".json")
@@ -101,7 +101,8 @@ async def main():
     d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace=key), lock=RedisClaimLock(url, namespace=key),
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None,
-                       **({"shard": True} if SHARD else {}))
+                       **({"shard": True} if SHARD else {}),
+                       **({"in_hand": int(hand)} if int(hand) > int(conc) else {}))
     await d._refresh()  # the log as a running daemon had read it
     if SHARD:
         await d.join()  # a running replica is in the membership
@@ -189,6 +190,14 @@ def copy_log(url: str, src: str, dst: str) -> None:
         r.restore(dst + k.decode()[len(src):], 0, r.dump(k))
 
 
+def server_cpu(url: str) -> float:
+    """CPU seconds the Redis server has used (user + system, INFO CPU)."""
+    import redis
+
+    info = redis.Redis.from_url(url).info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def round_trip_floor(url: str, n: int = 2000) -> float:
     """The floor: µs per bare round trip (PING, one at a time) of the asyncio client the
     daemons use for claims and the ledger, measured in this run, on this machine."""
@@ -226,7 +235,7 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
             and max(attempts, default=0) == 1 and calls <= sagas}
 
 
-def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
+def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, in_hand: int | None = None,
               py_spy: str | None = None, scan_only: bool = False, runtime: Path | None = None) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     go = tmp / "go"
@@ -239,7 +248,7 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
                              os.path.join(py_spy, f"daemon-{replicas}-{i}.txt"), "--"] if py_spy else []),
                           sys.executable, "-c", DAEMON, url, key, "-" if scan_only else str(go),
                           str(tmp / f"ready-{i}"),
-                          str(concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(concurrency), str(in_hand or 4 * concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(replicas)
     ]
     deadline = time.monotonic() + 1800
@@ -255,10 +264,12 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
             p.communicate(timeout=600)
         return {"replicas": replicas, "runtime": "baseline" if runtime is not None else "this tree",
                 "scan_rss_mb": round(scan_rss / 1024, 1)}
+    server0 = server_cpu(url)
     t0 = time.monotonic()
     go.write_text("go")
     outs = [p.communicate(timeout=3600) for p in procs]
     wall = time.monotonic() - t0
+    server_s = server_cpu(url) - server0
     results = []
     for p, (out, err) in zip(procs, outs, strict=True):
         lines = [x for x in out.strip().splitlines() if x.startswith("{")]
@@ -275,6 +286,8 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "scan_rss_mb": round(scan_rss / 1024, 1),
         # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
         "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
+        # the Redis server's own CPU per saga (INFO CPU), on the same cores as the fleet
+        "redis_cpu_ms_per_saga": round(server_s / sagas * 1000, 2),
         # Requests to Redis per saga, the whole fleet's (claims and ledger: the asyncio
         # client; log reads and writes: the WAL's synchronous one)
         "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
@@ -299,7 +312,10 @@ def main() -> int:
     ap.add_argument("--sagas", type=int, default=5000, help="orphaned sagas (100000 for the memory bound)")
     ap.add_argument("--writers", type=int, default=8, help="agent writers that left them")
     ap.add_argument("--replicas", default="1,3", help="fleet sizes to measure, comma-separated")
-    ap.add_argument("--concurrency", type=int, default=8, help="sagas each daemon resolves at once")
+    ap.add_argument("--concurrency", type=int, default=8, help="compensations each daemon runs at once")
+    ap.add_argument("--in-hand", type=int, default=None,
+                    help="sagas each daemon holds at once (RecoveryDaemon(in_hand=), recoveryd --in-hand; "
+                         "default 4 x --concurrency)")
     ap.add_argument("--redis-url", help="an existing Redis (default: start a throwaway redis-server)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--parser", choices=["default", "python"], default="default",
@@ -343,8 +359,8 @@ def main() -> int:
                 key = f"{base}-r{n}" + ("-base" if runtime is not None else "")
                 copy_log(url, base, key)
                 floors.append(round_trip_floor(url))
-                fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only,
-                                        runtime=runtime))
+                fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.in_hand, args.py_spy,
+                                        args.scan_only, runtime=runtime))
                 fleet = fleets[-1]
                 if args.scan_only:
                     continue
@@ -364,6 +380,7 @@ def main() -> int:
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
         "parser": "python" if args.parser == "python" else ("hiredis" if _has_hiredis() else "python"),
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
+        "in_hand": args.in_hand or 4 * args.concurrency,
         "shard": not args.no_shard,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }
