@@ -122,7 +122,8 @@ async def main():
     t0 = time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
-    out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}}
+    out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}, "records_read": 0}
+    reads0 = d._reads_done
     while True:
         rep = await d.sweep()
         if rep.halted:
@@ -133,6 +134,7 @@ async def main():
             if out["sweep_errors"] > 100:
                 print(json.dumps({"error": rep.error})); sys.exit(2)
         out["recovered"] += rep.recovered
+        out["records_read"] += rep.records_read
         out["calls"] += rep.compensations_run
         for r in rep.results:
             out["statuses"][r.status] = out["statuses"].get(r.status, 0) + 1
@@ -147,6 +149,7 @@ async def main():
         if not rep.recovered:
             await asyncio.sleep(0.05)  # the rest is claimed by others: a short interval, not a spin
     out["seconds"] = time.monotonic() - t0
+    out["log_reads"] = d._reads_done - reads0  # reads of what is new (each shared by the claims waiting)
     out["round_trips"] = {k: TRIPS[k] - trips0[k] for k in TRIPS}
     await d.close()
     wal.close()
@@ -292,6 +295,9 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, i
         # client; log reads and writes: the WAL's synchronous one)
         "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
                                  for k in ("async", "sync")},
+        # records every replica read and verified, per saga resolved (the fleet's), and its reads of the log
+        "records_read_per_saga": round(sum(x.get("records_read", 0) for x in results) / sagas, 2),
+        "log_reads_per_saga": round(sum(x.get("log_reads", 0) for x in results) / sagas, 3),
         # sweeps stopped early by a store that did not answer in time (resumed by the next)
         "sweep_errors": sum(x.get("sweep_errors", 0) for x in results),
         "daemons": results,
