@@ -91,6 +91,7 @@ PROGRESS = None
 # Replicas split the orphans (RecoveryDaemon(shard=True)) where this version can.
 import inspect
 SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
+HAND = "in_hand" in inspect.signature(RecoveryDaemon).parameters  # an older version holds concurrency sagas
 
 async def main():
     url, key, go, ready, conc, hand = sys.argv[1:7]
@@ -102,7 +103,7 @@ async def main():
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None,
                        **({"shard": True} if SHARD else {}),
-                       **({"in_hand": int(hand)} if int(hand) > int(conc) else {}))
+                       **({"in_hand": int(hand)} if HAND and int(hand) > int(conc) else {}))
     await d._refresh()  # the log as a running daemon had read it
     if SHARD:
         await d.join()  # a running replica is in the membership
