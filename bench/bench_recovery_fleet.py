@@ -91,6 +91,7 @@ PROGRESS = None
 # Replicas split the orphans (RecoveryDaemon(shard=True)) where this version can.
 import inspect
 SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
+WAIT = float(os.environ.get("BENCH_FLEET_WAIT") or 0) or None  # --sweep-wait
 HAND = "in_hand" in inspect.signature(RecoveryDaemon).parameters  # an older version holds concurrency sagas
 
 async def main():
@@ -126,7 +127,9 @@ async def main():
     out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}, "records_read": 0}
     reads0 = d._reads_done
     while True:
-        rep = await d.sweep()
+        # As run(interval) sweeps (recoveryd): a sweep reports what ended within WAIT
+        # seconds and the rest goes on, so no report holds a whole share's results.
+        rep = await d.sweep(wait=WAIT)
         if rep.halted:
             print(json.dumps({"error": rep.halted})); sys.exit(2)
         out["sweeps"] += 1
@@ -145,7 +148,7 @@ async def main():
                            "seconds": round(time.monotonic() - t0, 1),
                            "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}, f)
             os.rename(PROGRESS + ".tmp", PROGRESS)
-        if rep.in_flight == 0:
+        if rep.in_flight == 0 and not d._background and not d._late:
             break
         if not rep.recovered:
             await asyncio.sleep(0.05)  # the rest is claimed by others: a short interval, not a spin
@@ -331,6 +334,10 @@ def main() -> int:
                     help="only read the log into each daemon and report its RSS (the memory of N orphans held)")
     ap.add_argument("--no-shard", action="store_true",
                     help="replicas do not split the orphans (every one races for every saga; claims decide)")
+    ap.add_argument("--sweep-wait", type=float, default=None, metavar="SECONDS",
+                    help="each sweep waits at most this long for its resolutions, the rest going on "
+                         "(as recoveryd's run(interval) does: no report holds a whole share's results); "
+                         "default: every sweep waits for all it started")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     ap.add_argument("--progress", metavar="DIR",
                     help="each daemon writes how far it got (recovered, in flight, peak RSS) to DIR after every sweep")
@@ -342,6 +349,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parser == "python":
         os.environ["BENCH_FLEET_PARSER"] = "python"
+    if args.sweep_wait:
+        os.environ["BENCH_FLEET_WAIT"] = str(args.sweep_wait)
     if args.no_shard:
         os.environ["BENCH_FLEET_SHARD"] = "0"
     if args.progress:
