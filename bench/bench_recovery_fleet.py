@@ -250,19 +250,28 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, i
                                                        os.environ.get("PYTHONPATH", "")]))
     if py_spy:
         os.makedirs(py_spy, exist_ok=True)
+    # Each daemon's stderr goes to a file: a pipe read only after another daemon exits fills
+    # up with its log lines and stops it mid-run (the fleet then runs one replica at a time).
+    errs_of = [open(tmp / f"stderr-{i}", "w+") for i in range(replicas)]  # noqa: SIM115 - closed below
     procs = [
         subprocess.Popen([*(["py-spy", "record", "-r", "200", "-f", "raw", "-o",
                              os.path.join(py_spy, f"daemon-{replicas}-{i}.txt"), "--"] if py_spy else []),
                           sys.executable, "-c", DAEMON, url, key, "-" if scan_only else str(go),
                           str(tmp / f"ready-{i}"),
-                          str(concurrency), str(in_hand or 4 * concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(concurrency), str(in_hand or 4 * concurrency)], env=env, stdout=subprocess.PIPE,
+                         stderr=errs_of[i], text=True)
         for i in range(replicas)
     ]
+
+    def stderr_of(i: int) -> str:
+        errs_of[i].seek(0)
+        return errs_of[i].read()[-2000:]
+
     deadline = time.monotonic() + 1800
     while not all((tmp / f"ready-{i}").exists() for i in range(replicas)):
         gone = any(p.poll() is not None and not (tmp / f"ready-{i}").exists() for i, p in enumerate(procs))
         if gone or time.monotonic() > deadline:
-            errs = [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
+            errs = [stderr_of(i) for i, p in enumerate(procs) if p.poll() is not None]
             sys.exit(f"a daemon exited before it was ready: {errs}")
         time.sleep(0.01)
     scan_rss = max(int((tmp / f"ready-{i}").read_text()) for i in range(replicas))
@@ -274,8 +283,10 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, i
     server0 = server_cpu(url)
     t0 = time.monotonic()
     go.write_text("go")
-    outs = [p.communicate(timeout=3600) for p in procs]
+    outs = [(p.communicate(timeout=3600)[0], stderr_of(i)) for i, p in enumerate(procs)]
     wall = time.monotonic() - t0
+    for f in errs_of:
+        f.close()
     server_s = server_cpu(url) - server0
     results = []
     for p, (out, err) in zip(procs, outs, strict=True):
