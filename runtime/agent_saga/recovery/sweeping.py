@@ -136,8 +136,14 @@ class Sweeping(DaemonReads):
                     state.stop = exc.message  # the log cannot be read again now
                     break
             return report()
-        self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
-        queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
+        # Slots held by the resolutions of earlier sweeps (slow ones, or a long queue
+        # drained in the background) are not free: with none free, no queue is made (its
+        # shuffle and shard cost a pass over every orphan, for nothing).
+        free = self.in_hand - len(self._in_hand)
+        queue: list[str] = []
+        if free > 0:
+            self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
+            queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
         if self.heartbeat is not None:
             members = await self.join()  # renewed, and the membership as it is now
             queue = shard_of(queue, self.daemon_id, members)
@@ -165,7 +171,6 @@ class Sweeping(DaemonReads):
                 if not state.open and state.stop is not None:
                     self._late_stop = self._late_stop or state.stop
 
-        # Slots held by the slow resolutions of earlier sweeps are not free.
         slots = min(self.in_hand - len(self._in_hand), len(queue))
         workers = [asyncio.ensure_future(worker()) for _ in range(max(slots, 0))]
         if workers:
