@@ -91,9 +91,11 @@ PROGRESS = None
 # Replicas split the orphans (RecoveryDaemon(shard=True)) where this version can.
 import inspect
 SHARD = os.environ.get("BENCH_FLEET_SHARD") != "0" and "shard" in inspect.signature(RecoveryDaemon).parameters
+WAIT = float(os.environ.get("BENCH_FLEET_WAIT") or 0) or None  # --sweep-wait
+HAND = "in_hand" in inspect.signature(RecoveryDaemon).parameters  # an older version holds concurrency sagas
 
 async def main():
-    url, key, go, ready, conc = sys.argv[1:6]
+    url, key, go, ready, conc, hand = sys.argv[1:7]
     global PROGRESS
     PROGRESS = os.environ.get("BENCH_FLEET_PROGRESS") and os.path.join(
         os.environ["BENCH_FLEET_PROGRESS"], os.path.basename(ready) + ".json")
@@ -101,7 +103,8 @@ async def main():
     d = RecoveryDaemon(wal, ledger=RedisLedger(url, namespace=key), lock=RedisClaimLock(url, namespace=key),
                        imports=["_fleet_handlers"], clock=lambda: time.time() + 3600,
                        concurrency=int(conc), compensation_timeout=None,
-                       **({"shard": True} if SHARD else {}))
+                       **({"shard": True} if SHARD else {}),
+                       **({"in_hand": int(hand)} if HAND and int(hand) > int(conc) else {}))
     await d._refresh()  # the log as a running daemon had read it
     if SHARD:
         await d.join()  # a running replica is in the membership
@@ -121,9 +124,12 @@ async def main():
     t0 = time.monotonic()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
-    out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}}
+    out = {"recovered": 0, "calls": 0, "sweeps": 0, "statuses": {}, "records_read": 0}
+    reads0 = d._reads_done
     while True:
-        rep = await d.sweep()
+        # As run(interval) sweeps (recoveryd): a sweep reports what ended within WAIT
+        # seconds and the rest goes on, so no report holds a whole share's results.
+        rep = await d.sweep(wait=WAIT)
         if rep.halted:
             print(json.dumps({"error": rep.halted})); sys.exit(2)
         out["sweeps"] += 1
@@ -132,6 +138,7 @@ async def main():
             if out["sweep_errors"] > 100:
                 print(json.dumps({"error": rep.error})); sys.exit(2)
         out["recovered"] += rep.recovered
+        out["records_read"] += rep.records_read
         out["calls"] += rep.compensations_run
         for r in rep.results:
             out["statuses"][r.status] = out["statuses"].get(r.status, 0) + 1
@@ -141,11 +148,12 @@ async def main():
                            "seconds": round(time.monotonic() - t0, 1),
                            "maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}, f)
             os.rename(PROGRESS + ".tmp", PROGRESS)
-        if rep.in_flight == 0:
+        if rep.in_flight == 0 and not d._background and not d._late:
             break
         if not rep.recovered:
             await asyncio.sleep(0.05)  # the rest is claimed by others: a short interval, not a spin
     out["seconds"] = time.monotonic() - t0
+    out["log_reads"] = d._reads_done - reads0  # reads of what is new (each shared by the claims waiting)
     out["round_trips"] = {k: TRIPS[k] - trips0[k] for k in TRIPS}
     await d.close()
     wal.close()
@@ -189,6 +197,14 @@ def copy_log(url: str, src: str, dst: str) -> None:
         r.restore(dst + k.decode()[len(src):], 0, r.dump(k))
 
 
+def server_cpu(url: str) -> float:
+    """CPU seconds the Redis server has used (user + system, INFO CPU)."""
+    import redis
+
+    info = redis.Redis.from_url(url).info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def round_trip_floor(url: str, n: int = 2000) -> float:
     """The floor: µs per bare round trip (PING, one at a time) of the asyncio client the
     daemons use for claims and the ledger, measured in this run, on this machine."""
@@ -226,7 +242,7 @@ def check(url: str, key: str, sagas: int, results: list[dict[str, Any]]) -> dict
             and max(attempts, default=0) == 1 and calls <= sagas}
 
 
-def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
+def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, in_hand: int | None = None,
               py_spy: str | None = None, scan_only: bool = False, runtime: Path | None = None) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     go = tmp / "go"
@@ -234,19 +250,28 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
                                                        os.environ.get("PYTHONPATH", "")]))
     if py_spy:
         os.makedirs(py_spy, exist_ok=True)
+    # Each daemon's stderr goes to a file: a pipe read only after another daemon exits fills
+    # up with its log lines and stops it mid-run (the fleet then runs one replica at a time).
+    errs_of = [open(tmp / f"stderr-{i}", "w+") for i in range(replicas)]  # noqa: SIM115 - closed below
     procs = [
         subprocess.Popen([*(["py-spy", "record", "-r", "200", "-f", "raw", "-o",
                              os.path.join(py_spy, f"daemon-{replicas}-{i}.txt"), "--"] if py_spy else []),
                           sys.executable, "-c", DAEMON, url, key, "-" if scan_only else str(go),
                           str(tmp / f"ready-{i}"),
-                          str(concurrency)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(concurrency), str(in_hand or 4 * concurrency)], env=env, stdout=subprocess.PIPE,
+                         stderr=errs_of[i], text=True)
         for i in range(replicas)
     ]
+
+    def stderr_of(i: int) -> str:
+        errs_of[i].seek(0)
+        return errs_of[i].read()[-2000:]
+
     deadline = time.monotonic() + 1800
     while not all((tmp / f"ready-{i}").exists() for i in range(replicas)):
         gone = any(p.poll() is not None and not (tmp / f"ready-{i}").exists() for i, p in enumerate(procs))
         if gone or time.monotonic() > deadline:
-            errs = [p.communicate()[1][-2000:] for p in procs if p.poll() is not None]
+            errs = [stderr_of(i) for i, p in enumerate(procs) if p.poll() is not None]
             sys.exit(f"a daemon exited before it was ready: {errs}")
         time.sleep(0.01)
     scan_rss = max(int((tmp / f"ready-{i}").read_text()) for i in range(replicas))
@@ -255,10 +280,14 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
             p.communicate(timeout=600)
         return {"replicas": replicas, "runtime": "baseline" if runtime is not None else "this tree",
                 "scan_rss_mb": round(scan_rss / 1024, 1)}
+    server0 = server_cpu(url)
     t0 = time.monotonic()
     go.write_text("go")
-    outs = [p.communicate(timeout=3600) for p in procs]
+    outs = [(p.communicate(timeout=3600)[0], stderr_of(i)) for i, p in enumerate(procs)]
     wall = time.monotonic() - t0
+    for f in errs_of:
+        f.close()
+    server_s = server_cpu(url) - server0
     results = []
     for p, (out, err) in zip(procs, outs, strict=True):
         lines = [x for x in out.strip().splitlines() if x.startswith("{")]
@@ -275,10 +304,15 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int,
         "scan_rss_mb": round(scan_rss / 1024, 1),
         # CPU of the whole fleet per saga: what replicas duplicate shows here, whatever the load
         "cpu_ms_per_saga": round(sum(x["cpu_s"] for x in results) / sagas * 1000, 2),
+        # the Redis server's own CPU per saga (INFO CPU), on the same cores as the fleet
+        "redis_cpu_ms_per_saga": round(server_s / sagas * 1000, 2),
         # Requests to Redis per saga, the whole fleet's (claims and ledger: the asyncio
         # client; log reads and writes: the WAL's synchronous one)
         "round_trips_per_saga": {k: round(sum(x["round_trips"][k] for x in results) / sagas, 2)
                                  for k in ("async", "sync")},
+        # records every replica read and verified, per saga resolved (the fleet's), and its reads of the log
+        "records_read_per_saga": round(sum(x.get("records_read", 0) for x in results) / sagas, 2),
+        "log_reads_per_saga": round(sum(x.get("log_reads", 0) for x in results) / sagas, 3),
         # sweeps stopped early by a store that did not answer in time (resumed by the next)
         "sweep_errors": sum(x.get("sweep_errors", 0) for x in results),
         "daemons": results,
@@ -299,7 +333,10 @@ def main() -> int:
     ap.add_argument("--sagas", type=int, default=5000, help="orphaned sagas (100000 for the memory bound)")
     ap.add_argument("--writers", type=int, default=8, help="agent writers that left them")
     ap.add_argument("--replicas", default="1,3", help="fleet sizes to measure, comma-separated")
-    ap.add_argument("--concurrency", type=int, default=8, help="sagas each daemon resolves at once")
+    ap.add_argument("--concurrency", type=int, default=8, help="compensations each daemon runs at once")
+    ap.add_argument("--in-hand", type=int, default=None,
+                    help="sagas each daemon holds at once (RecoveryDaemon(in_hand=), recoveryd --in-hand; "
+                         "default 4 x --concurrency)")
     ap.add_argument("--redis-url", help="an existing Redis (default: start a throwaway redis-server)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     ap.add_argument("--parser", choices=["default", "python"], default="default",
@@ -308,6 +345,10 @@ def main() -> int:
                     help="only read the log into each daemon and report its RSS (the memory of N orphans held)")
     ap.add_argument("--no-shard", action="store_true",
                     help="replicas do not split the orphans (every one races for every saga; claims decide)")
+    ap.add_argument("--sweep-wait", type=float, default=None, metavar="SECONDS",
+                    help="each sweep waits at most this long for its resolutions, the rest going on "
+                         "(as recoveryd's run(interval) does: no report holds a whole share's results); "
+                         "default: every sweep waits for all it started")
     ap.add_argument("--py-spy", metavar="DIR", help="profile every daemon with py-spy (raw stacks into DIR)")
     ap.add_argument("--progress", metavar="DIR",
                     help="each daemon writes how far it got (recovered, in flight, peak RSS) to DIR after every sweep")
@@ -319,6 +360,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.parser == "python":
         os.environ["BENCH_FLEET_PARSER"] = "python"
+    if args.sweep_wait:
+        os.environ["BENCH_FLEET_WAIT"] = str(args.sweep_wait)
     if args.no_shard:
         os.environ["BENCH_FLEET_SHARD"] = "0"
     if args.progress:
@@ -343,8 +386,8 @@ def main() -> int:
                 key = f"{base}-r{n}" + ("-base" if runtime is not None else "")
                 copy_log(url, base, key)
                 floors.append(round_trip_floor(url))
-                fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.py_spy, args.scan_only,
-                                        runtime=runtime))
+                fleets.append(run_fleet(url, key, args.sagas, n, args.concurrency, args.in_hand, args.py_spy,
+                                        args.scan_only, runtime=runtime))
                 fleet = fleets[-1]
                 if args.scan_only:
                     continue
@@ -364,6 +407,7 @@ def main() -> int:
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
         "parser": "python" if args.parser == "python" else ("hiredis" if _has_hiredis() else "python"),
         "sagas": args.sagas, "writers": args.writers, "concurrency": args.concurrency,
+        "in_hand": args.in_hand or 4 * args.concurrency,
         "shard": not args.no_shard,
         "build_seconds": round(build_s, 1), "fleets": fleets,
     }

@@ -88,7 +88,7 @@ class Recoveryd:
                    reopen: Callable[[], BaseWAL] | None = None) -> RecoveryDaemon:
             return RecoveryDaemon(
                 wal, ledger=ledger, lock=lock, lease_grace=c.lease_grace, claim_ttl=c.claim_ttl,
-                concurrency=c.concurrency, compensation_timeout=c.compensation_timeout,
+                concurrency=c.concurrency, in_hand=c.in_hand, compensation_timeout=c.compensation_timeout,
                 daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None, reopen=reopen,
                 # Replicas sharing Redis claims split the orphans (a dead one's share moves).
                 shard=hasattr(lock, "members"),

@@ -37,6 +37,7 @@ class Config:
     claim_ttl: float
     lease_grace: float
     concurrency: int
+    in_hand: int
     compensation_timeout: float | None
     daemon_id: str | None
     once: bool
@@ -96,7 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--claim-ttl", type=float, default=30.0, help="seconds a claim lives unrenewed (default 30)")
     p.add_argument("--lease-grace", type=float, default=5.0,
                    help="seconds added to every saga lease for clock skew (default 5)")
-    p.add_argument("--concurrency", type=int, default=8, help="sagas resolved at once per log (default 8)")
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="compensations run at once per log (default 8)")
+    p.add_argument("--in-hand", type=int, default=None,
+                   help="sagas held at once per log, of which --concurrency compensate at a time "
+                        "(default: --concurrency). More than --concurrency shares each request to the "
+                        "log, the claims and the ledger among more sagas")
     p.add_argument("--compensation-timeout", type=float, default=300.0,
                    help="seconds a handler may take before the step is escalated (0: no bound)")
     p.add_argument("--daemon-id", default=_env("DAEMON_ID"), help="this replica's name in the records it writes")
@@ -121,12 +127,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         parser.error("--claims and --ledger are for file claims and journal; with --redis-url both live in Redis")
     if a.concurrency < 1 or a.interval <= 0 or a.claim_ttl <= 0:
         parser.error("--concurrency >= 1, --interval > 0 and --claim-ttl > 0 are required")
+    if a.in_hand is not None and a.in_hand < a.concurrency:
+        parser.error(f"--in-hand must be >= --concurrency ({a.concurrency}), got {a.in_hand}")
     return Config(
         wal_paths=wal_paths, wal_urls=wal_urls, imports=imports, redis_url=a.redis_url,
         claims=a.claims, ledger=a.ledger, wal_key_file=a.wal_key_file,
         namespace=a.namespace, metrics_port=a.metrics_port, bind=a.bind, port_file=a.port_file,
         interval=a.interval, claim_ttl=a.claim_ttl, lease_grace=a.lease_grace,
-        concurrency=a.concurrency,
+        concurrency=a.concurrency, in_hand=a.in_hand if a.in_hand is not None else a.concurrency,
         compensation_timeout=a.compensation_timeout if a.compensation_timeout > 0 else None,
         daemon_id=a.daemon_id, once=a.once, log_level=a.log_level, log_json=a.log_json,
     )

@@ -99,7 +99,12 @@ class RecoveryDaemon(Sweeping):
         lease_grace: seconds added to every lease before a saga counts as orphaned (clock
             skew between the owner's host and this one).
         claim_ttl: seconds a claim lives without renewal (renewed every third of it).
-        concurrency: sagas resolved at once.
+        concurrency: compensations (handler and reconciler calls) running at once.
+        in_hand: sagas held at once, claimed and being resolved (default:
+            ``concurrency``). A hand wider than ``concurrency`` shares each request to
+            the log, the claims and the ledger among more sagas (the same step of
+            different sagas goes in one round trip) without more compensations running at
+            once: the others wait their turn holding their claims (renewed meanwhile).
         compensation_timeout: seconds a handler or reconciler may take before the step is
             escalated as in doubt (``None``: no bound).
         daemon_id: this daemon's name in every record it writes (default: host, pid, random).
@@ -142,6 +147,7 @@ class RecoveryDaemon(Sweeping):
         reopen: Callable[[], BaseWAL] | None = None,
         shard: bool = False,
         membership_ttl: float | None = None,
+        in_hand: int | None = None,
     ) -> None:
         if isinstance(imports, str):
             raise ConfigurationError(f"imports must be a list of module names, not the string {imports!r}")
@@ -149,6 +155,11 @@ class RecoveryDaemon(Sweeping):
             raise ConfigurationError(
                 f"need lease_grace >= 0, claim_ttl > 0 and concurrency >= 1 (got {lease_grace}, "
                 f"{claim_ttl}, {concurrency})"
+            )
+        if in_hand is not None and (isinstance(in_hand, bool) or not isinstance(in_hand, int) or in_hand < concurrency):
+            raise ConfigurationError(
+                f"in_hand must be a whole number >= concurrency ({concurrency}), got {in_hand!r}: "
+                f"it is how many sagas are held at once, of which concurrency compensate at a time"
             )
         self.imported = tuple(import_modules(imports))
         path: str | None
@@ -181,6 +192,7 @@ class RecoveryDaemon(Sweeping):
         self.lease_grace = lease_grace
         self.claim_ttl = claim_ttl
         self.concurrency = concurrency
+        self.in_hand = concurrency if in_hand is None else in_hand
         self.compensation_timeout = compensation_timeout
         self.daemon_id = daemon_id or default_daemon_id()
         self._clock = as_clock(clock)

@@ -27,6 +27,8 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +125,7 @@ class Resolution:
         compensation_timeout: float | None,
         claim_token: str,
         clock: Clock = SYSTEM_CLOCK,
+        calls: asyncio.Semaphore | None = None,
     ) -> None:
         self.view = view
         self.plan = plan
@@ -135,6 +138,7 @@ class Resolution:
         self.timeout = compensation_timeout
         self.claim_token = claim_token
         self.clock = clock
+        self.calls = calls
         self.saga_id = view.saga_id
         self.escalated: list[str] = []
         self.ran = 0
@@ -178,6 +182,18 @@ class Resolution:
         await self.wal.barrier(seq)
         await self._enqueue(sp, kind, reason, compensation)
         return self._outcome(sp, outcome, reason)
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """One of the daemon's ``concurrency`` compensation slots, for one call."""
+        return self.calls if self.calls is not None else contextlib.nullcontext()
+
+    async def _call(self, fn: Callable[..., Any], args: dict[str, Any], key: str) -> tuple[Any, Exception | None]:
+        """Call a handler or reconciler: ``(its result, None)`` or ``(None, what it raised)``
+        (``Expired`` past the timeout), to be handled once its slot is free again."""
+        try:
+            return await call(fn, args, key, self.executor, self.timeout), None
+        except Exception as exc:  # noqa: BLE001 - the caller escalates it
+            return None, exc
 
     def _entry(self, kind: LedgerKind, sp: StepPlan, **detail: Any) -> LedgerEntry:
         return LedgerEntry(kind, sp.key, self.saga_id, sp.step_id, self.daemon_id, detail=detail)
@@ -259,15 +275,20 @@ class Resolution:
         fn = get_reconciler(sp.tool)
         if fn is None:  # unregistered since the plan was made
             return await self._escalate(sp, EscalationKind.OUTCOME_UNKNOWN, f"no reconciler for {sp.tool!r}")
-        self.check_claim()
         key = sp.forward_key or idempotency_key(self.saga_id, sp.step_id, FORWARD_SCOPE)
-        try:
-            obs = coerce_observation(await call(fn, sp.policy_args or {}, key, self.executor, self.timeout), sp.tool)
-            comp = obs.undo(sp.tool) if obs.exists and obs.reversed_ is not True else None
-        except Expired:
+        async with self._slot():
+            self.check_claim()  # after the wait for a slot: the claim is still ours
+            got, failure = await self._call(fn, sp.policy_args or {}, key)
+        if failure is None:
+            try:
+                obs = coerce_observation(got, sp.tool)
+                comp = obs.undo(sp.tool) if obs.exists and obs.reversed_ is not True else None
+            except Exception as exc:  # noqa: BLE001 - it cannot tell: a human decides
+                failure = exc
+        if isinstance(failure, Expired):
             return await self._escalate(sp, EscalationKind.RECONCILE_FAILED, f"the reconciler did not answer within {self.timeout}s")
-        except Exception as exc:  # noqa: BLE001 - it cannot tell: a human decides
-            err = describe_error(exc)
+        if failure is not None:
+            err = describe_error(failure)
             return await self._escalate(
                 sp, EscalationKind.RECONCILE_FAILED, f"the reconciler raised {err['error_type']}: {err['message']}"
             )
@@ -317,19 +338,19 @@ class Resolution:
         )
         await self.wal.barrier(seq)
         await self.ledger.record(self._entry(LedgerKind.ATTEMPT, sp, handler=handler))
-        self.check_claim()
-        fault_point("recovery.before_compensation")
-        try:
+        async with self._slot():
+            self.check_claim()  # after the wait for a slot: the claim is still ours
+            fault_point("recovery.before_compensation")
             self.ran += 1
-            await call(fn, desc.get("kwargs") or {}, sp.key, self.executor, self.timeout)
-        except Expired:
+            _, failure = await self._call(fn, desc.get("kwargs") or {}, sp.key)
+        if isinstance(failure, Expired):
             reason = f"compensation {handler} did not return within {self.timeout}s: it may or may not have run"
             seq = self._append(R.COMPENSATION_FAILED.value, sp.step_id, {**base, "error_type": "Expired", "message": reason})
             await self.wal.barrier(seq)
             await self.ledger.record(self._entry(LedgerKind.FAILED, sp, error=reason))
             return await self._escalate(sp, EscalationKind.COMPENSATION_TIMEOUT, reason, RollbackOutcome.FAILED, desc)
-        except Exception as exc:  # noqa: BLE001 - unrecoverable: escalate
-            err = describe_error(exc)
+        if failure is not None:  # unrecoverable: escalate
+            err = describe_error(failure)
             log.error("saga %s step %s: compensation %s failed: %s: %s", self.saga_id, sp.step_id, handler, err["error_type"], err["message"])
             seq = self._append(R.COMPENSATION_FAILED.value, sp.step_id, {**base, **err})
             await self.wal.barrier(seq)

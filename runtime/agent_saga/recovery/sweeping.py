@@ -2,8 +2,9 @@
 
 ``Sweeping`` is the part of ``RecoveryDaemon`` that runs a pass (``sweep``): the orphans
 of the scan (lease expired, not quarantined), this replica's share of them (``shard``),
-``concurrency`` workers each claiming a saga, reading what was written since, planning
-and carrying out its rollback (``resolver.Resolution``). The guarantees are in
+``in_hand`` workers each claiming a saga, reading what was written since, planning
+and carrying out its rollback (``resolver.Resolution``), of which ``concurrency`` call
+handlers and reconcilers at a time (``Calls``). The guarantees are in
 ``recovery.daemon``.
 """
 
@@ -55,6 +56,7 @@ class Sweeping(DaemonReads):
     lease_grace: float
     claim_ttl: float
     concurrency: int
+    in_hand: int
     compensation_timeout: float | None
     daemon_id: str
     heartbeat: Heartbeat | None
@@ -66,6 +68,7 @@ class Sweeping(DaemonReads):
     _background: set[asyncio.Future[None]]
     _late: list[SagaResult]
     _late_stop: str | None
+    _call_slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     async def sweep(self, *, dry_run: bool = False, wait: float | None = None) -> SweepReport:
         """One pass over the log (see the module doc). ``dry_run`` plans without claiming
@@ -133,8 +136,14 @@ class Sweeping(DaemonReads):
                     state.stop = exc.message  # the log cannot be read again now
                     break
             return report()
-        self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
-        queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
+        # Slots held by the resolutions of earlier sweeps (slow ones, or a long queue
+        # drained in the background) are not free: with none free, no queue is made (its
+        # shuffle and shard cost a pass over every orphan, for nothing).
+        free = self.in_hand - len(self._in_hand)
+        queue: list[str] = []
+        if free > 0:
+            self._rng.shuffle(orphans)  # replicas start at different sagas: fewer conflicts
+            queue = [v.saga_id for v in orphans if v.saga_id not in self._in_hand]
         if self.heartbeat is not None:
             members = await self.join()  # renewed, and the membership as it is now
             queue = shard_of(queue, self.daemon_id, members)
@@ -162,8 +171,7 @@ class Sweeping(DaemonReads):
                 if not state.open and state.stop is not None:
                     self._late_stop = self._late_stop or state.stop
 
-        # Slots held by the slow resolutions of earlier sweeps are not free.
-        slots = min(self.concurrency - len(self._in_hand), len(queue))
+        slots = min(self.in_hand - len(self._in_hand), len(queue))
         workers = [asyncio.ensure_future(worker()) for _ in range(max(slots, 0))]
         if workers:
             done, pending = await asyncio.wait(workers, timeout=wait)
@@ -185,6 +193,17 @@ class Sweeping(DaemonReads):
         if rep.recovered or rep.halted or rep.error:
             log.log(logging.INFO if rep.ok else logging.ERROR, "%s", rep.summary())
         return rep
+
+    def _calls(self) -> asyncio.Semaphore | None:
+        """What bounds the compensations running at once to ``concurrency`` when more
+        sagas than that are in hand (one per event loop: a semaphore binds to its loop)."""
+        if self.in_hand <= self.concurrency:
+            return None  # no more workers than slots: nothing to wait for
+        loop = asyncio.get_running_loop()
+        held = self._call_slots
+        if held is None or held[0] is not loop:
+            held = self._call_slots = (loop, asyncio.Semaphore(self.concurrency))
+        return held[1]
 
     async def join(self) -> list[str] | None:
         """With ``shard=True``: enter the fleet's membership now (the first sweep does
@@ -264,7 +283,7 @@ class Sweeping(DaemonReads):
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
                     source=self.source.description, executor=get_tool_executor(),
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
-                    claim_token=claim.token, clock=self._clock,
+                    claim_token=claim.token, clock=self._clock, calls=self._calls(),
                 )
                 if _observe.current is None:
                     return await resolution.run()
