@@ -188,7 +188,7 @@ def test_full_values_exercise_every_option(renders: dict[str, list[dict[str, Any
     rc = rec["spec"]["template"]["spec"]["containers"][0]
     assert rec["spec"]["replicas"] == 4
     assert {"--imports=payments.compensators", "--imports=payments.reconcilers", "--metrics-port=19102",
-            "--log-json", "--namespace=payments", "--concurrency=16", "--compensation-timeout=0",
+            "--log-json", "--namespace=payments", "--concurrency=16", "--in-hand=64", "--compensation-timeout=0",
             "--claim-ttl=20", "--lease-grace=12.5", "--bind=0.0.0.0"} <= set(rc["args"])
     assert "requiredDuringSchedulingIgnoredDuringExecution" in \
         rec["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
@@ -299,6 +299,7 @@ def test_the_recoveryd_cli_accepts_what_the_chart_passes(
     rv = {**yaml.safe_load((CHART / "values.yaml").read_text())["recoveryd"], **values.get("recoveryd", {})}
     assert (config.claim_ttl, config.lease_grace, config.concurrency, config.interval) == \
         (rv["claimTtl"], rv["leaseGrace"], rv["concurrency"], rv["interval"])
+    assert config.in_hand == (rv["inHand"] if rv["inHand"] is not None else rv["concurrency"])
     assert config.log_json is rv["logJson"] and config.log_level == rv["logLevel"]
     assert config.wal_key_file == (f"/etc/agent-saga/wal-key/{rv['walKey']['key']}"
                                    if rv["walKey"]["existingSecret"] else None)
@@ -430,6 +431,7 @@ BAD_VALUES = [
     (["json:recoveryd.wal.redisKeys=[]"], "recoveryd has no log to recover"),
     (["recoveryd.wal.redisKeys[0]=a?b"], "redisKeys"),
     (["recoveryd.concurrency=0"], "concurrency"),
+    (["recoveryd.inHand=4"], "recoveryd.inHand (4) must be >= recoveryd.concurrency (8), or null"),
     (["recoveryd.leaseGrace=-1"], "leaseGrace"),
     (["recoveryd.walKey.existingSecret=Not_A_Name"], "existingSecret"),
     (["redis.topology=sentinel"], "redis.topology=sentinel needs redis.sentinel.hosts"),
