@@ -116,8 +116,8 @@ class BatchingWAL(BaseWAL):
         self._fault_hook = fault_hook
 
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._space = threading.Condition(self._lock)
+        self._work = _Bell(self._lock)  # the flusher sleeps here (see _Bell)
+        self._space = _Room(self._lock)  # callers wait here for room (Backpressure.BLOCK)
         self._pending: deque[Record | CompactionRequest] = deque()
         self._closing = False
         self._closed = False
@@ -810,6 +810,54 @@ class _Waiters:
             self.top = fence[0]
         if fence[2] < self.deadline:
             self.deadline, self.seq, self.limit = fence[2], fence[0], fence[3]
+
+
+class _Bell:
+    """What the flusher sleeps on: ``threading.Condition``'s ``wait``/``notify`` for its one
+    waiter, without a lock allocated per wait or a waiter list to walk per notify.
+
+    Both are called with ``lock`` held, as a condition's are. ``wait`` releases ``lock``
+    while it sleeps and holds it again when it returns: True if rung, False on timeout.
+    ``notify`` rings only a sleeper; the flusher looks at the queue under ``lock`` before it
+    sleeps, so a ring it does not hear was not needed. A ring that lands just after a wait
+    timed out leaves the bell rung: the next wait returns at once, a spurious wake-up,
+    which the flusher (like any condition's waiter) answers by looking again.
+    """
+
+    __slots__ = ("_bell", "_lock", "asleep")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._bell = threading.Lock()
+        self._bell.acquire()  # held: not rung
+        self.asleep = False
+
+    def wait(self, timeout: float) -> bool:
+        self.asleep = True
+        self._lock.release()
+        try:
+            return self._bell.acquire(True, timeout)
+        finally:
+            self._lock.acquire()
+            self.asleep = False
+
+    def notify(self) -> None:
+        if self.asleep:
+            self.asleep = False  # one ring per sleep
+            try:
+                self._bell.release()
+            except RuntimeError:
+                pass  # still rung from a ring that came after a timed-out wait
+
+
+class _Room(threading.Condition):
+    """The condition a caller over ``max_pending`` waits on for room: ``notify_all`` with
+    nobody waiting (every batch the flusher takes, unless the queue is full) returns at
+    once instead of taking the condition's Python path."""
+
+    def notify_all(self) -> None:
+        if self._waiters:  # type: ignore[attr-defined]  # threading.Condition's own list
+            super().notify_all()
 
 
 _open_wals: weakref.WeakSet[BatchingWAL] = weakref.WeakSet()
