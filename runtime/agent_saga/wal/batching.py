@@ -243,6 +243,9 @@ class BatchingWAL(BaseWAL):
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
                 self._refuse()
+                # A wait for room let the flusher take the queue as its batch (no copy):
+                # append to the queue it left, never to the batch it is sealing.
+                pending = self._pending
             seq = self._next_seq
             self._next_seq = seq + 1
             rec = Record(type, saga, step, payload, seq, time.time_ns() // 1000)
