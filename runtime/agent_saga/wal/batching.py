@@ -9,8 +9,9 @@ It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
   ``_write_batch`` as one unit: group commit, one server round trip per batch. The
   caller's event loop never does the I/O and a slow caller cannot starve the flusher.
 - The flusher is woken by demand, not by every record: a ``barrier`` (or close, compact,
-  a full batch) wakes it at once; records nobody waits for (REVERSIBLE steps) are written
-  within ``linger`` seconds. So a burst of fast steps costs no thread switches.
+  a full batch) wakes it at once; the first record of a batch wakes it to start its
+  ``linger``, so records nobody waits for (REVERSIBLE steps) are written within ``linger``
+  seconds of the first of them. A burst of fast steps costs one wake-up per batch.
 - A fence joins its event loop's list of waiting fences without a lock (one dict per
   writer, one list per loop); a completed batch hands each loop its whole list in one
   ``call_soon_threadsafe``, and a fence woken by a batch that ended before its record
@@ -252,8 +253,12 @@ class BatchingWAL(BaseWAL):
             if encode is not None:
                 rec.encode = encode
             pending.append(rec)
-            if len(pending) >= self._max_batch:
-                self._work.notify()  # a full batch goes now; otherwise a fence or linger
+            n = len(pending)
+            if n == 1 or n >= self._max_batch:
+                # The first record of a batch starts the flusher's linger (on an empty queue
+                # it sleeps with no clock to keep); a full batch goes now. Otherwise nothing:
+                # a fence asks for its record, the linger writes the rest.
+                self._work.notify()
         return seq
 
     def _wait_for_space(self) -> None:

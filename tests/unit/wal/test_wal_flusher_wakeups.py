@@ -1,8 +1,9 @@
 """How the WAL's flusher sleeps and is woken: its bell, and the callers' wait for room.
 
-What these pin: a fence, ``close`` and a full queue each wake a flusher that would
-otherwise sleep for an hour (its own timeouts never fire here), so nothing waits for the
-flusher's clock; the bell never loses a ring, never raises for a ring that came too late,
+What these pin: a fence and ``close`` each wake a flusher that would otherwise sleep for
+an hour (its own timeouts never fire here), so nothing waits for the flusher's clock; a
+record nobody waits for is written one linger after it was queued, not after the
+flusher's longer sleep on an empty queue; the bell never loses a ring, never raises for a ring that came too late,
 and never keeps one nobody needed; and the callers waiting for room are woken by the
 flusher's ``notify_all`` (which costs nothing when nobody waits).
 """
@@ -35,7 +36,7 @@ async def test_fences_and_close_wake_a_flusher_asleep_on_an_empty_queue(tmp_path
     try:
         await wal.barrier(wal.append("SAGA_STARTED", "s-1", None, {}))  # the flusher runs
         _asleep_for_an_hour(wal)
-        await asyncio.sleep(0.05)  # it is back asleep, now on the hour-long wait
+        await asyncio.sleep(0.3)  # past its last 0.1 s sleep: now on the hour-long one
         for i in range(3):
             seq = wal.append("STEP_INTENT", "s-1", f"s-1/{i}", {"i": i})
             await wal.barrier(seq, timeout=30)  # WALStalled if the fence did not wake it
@@ -134,3 +135,23 @@ def test_room_wakes_every_caller_waiting_and_is_quiet_without_one() -> None:
     for t in threads:
         t.join(30)
     assert woken == [True, True, True]
+
+
+def test_a_record_nobody_waits_for_is_written_after_the_linger_not_the_idle_sleep(tmp_path: Path) -> None:
+    # On an empty queue the flusher sleeps 20 x linger; the first record of a batch rings
+    # it, so the record is written about one linger after its append. Here the linger is
+    # 1 s and the idle sleep 20 s: a record still queued after 10 s waited for the sleep.
+    import time
+
+    wal = FileWAL(tmp_path / "l.wal")
+    try:
+        wal.barrier_sync(wal.append("SAGA_STARTED", "s-1", None, {}))
+        wal._linger = 1.0  # noqa: SLF001 - the flusher's clock
+        time.sleep(0.3)  # past its last 0.1 s sleep: asleep on the empty queue, now for 20 s
+        seq = wal.append("STEP_INTENT", "s-1", "s-1/0", {"tool": "cache.put"})  # no fence
+        deadline = time.monotonic() + 10
+        while wal.stats().durable_seq < seq:
+            assert time.monotonic() < deadline, "the record waited for the flusher's idle sleep"
+            time.sleep(0.01)
+    finally:
+        wal.close()
