@@ -5,11 +5,12 @@ stage of both fences: the fence asks (``barrier``), the flusher is asked (``_dem
 wakes (``_flush``), seals (``_seal``), writes, syncs, hands the fences back to the loop
 (``_wake``), the loop wakes them (``_resolve``) and the step's task runs again. It prints
 the median of each stage per fence and the sum of its means per step, next to a bare
-``write`` + ``fdatasync`` of one line on the same disk in the same run: what the step
+``write`` + ``fdatasync`` of one line on the same disk, one after each step: what the step
 adds to its two syncs, stage by stage, and per fence the spans that do not depend on the
 order the two threads' stages interleave in (the fence until the flusher starts its batch,
-until the sync returned, and from the sync back to the step's task). A diagnostic: it wraps the writer's private
-methods, so it measures this version's stages (the wrappers add ~1 us each).
+until the sync returned, and from the sync back to the step's task). A diagnostic: it
+wraps the writer's private methods, so it measures this version's stages (the wrappers
+add ~1 us each).
 
     python bench/profile_latency.py [--steps 200] [--json]
 """
@@ -31,7 +32,7 @@ from typing import Any
 import agent_saga.wal.batching as batching
 import agent_saga.wal.file as walfile
 from agent_saga import ActionSemantics, FileWAL, saga_scope
-from bench_core import _async_tool, _undo, bare_sync
+from bench_core import LINE, _async_tool, _undo
 
 EVENTS: list[tuple[str, float]] = []
 _now = time.perf_counter
@@ -80,10 +81,14 @@ def _instrument() -> None:
 
 async def run(steps: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="agent-saga-latency-", dir=os.environ.get("BENCH_DIR")))
-    floor = bare_sync(tmp / "floor.log", steps, _fdatasync)
     _instrument()
     wal = FileWAL(tmp / "latency.wal", max_pending=1_000_000)
-    step_times = []
+    step_times: list[float] = []
+    floor: list[float] = []
+    # The floor is sampled between the steps, on the same disk at the same moments: a
+    # disk whose sync time moves by 10 x from one second to the next (a shared machine)
+    # moves both alike.
+    fd = os.open(tmp / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         async with saga_scope(wal, name="latency") as saga:
             for _ in range(30):  # warm-up
@@ -92,8 +97,16 @@ async def run(steps: int) -> dict[str, Any]:
             for _ in range(steps):
                 t = _now()
                 await saga.execute("stripe.charge", ActionSemantics.COMPENSABLE, _async_tool, _undo)
-                step_times.append(_now() - t)
+                t1 = _now()
+                step_times.append(t1 - t)
+                EVENTS.append(("floor", t1))  # the floor's own stage, out of the step's
+                _write(fd, LINE)
+                _fdatasync(fd)
+                t2 = _now()
+                EVENTS.append(("floor done", t2))
+                floor.append(t2 - t1)
     finally:
+        os.close(fd)
         wal.close()
     gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for (a, ta), (b, tb) in zip(EVENTS, EVENTS[1:], strict=False):
