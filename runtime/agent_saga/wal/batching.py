@@ -140,6 +140,7 @@ class BatchingWAL(BaseWAL):
         self._want = 0  # the highest seq a fence asked for: the flusher writes up to it now
         self._kick_loop: Any = None  # the loop with a flusher wake-up queued (see _ask)
         self._kick_seq = 0
+        self._lone = False  # the last batch's fences were one fence of one loop (see _ask)
         self._linger = 0.005  # how long records nobody waits for may sit in the queue
         self._tick = min(1.0, stall_timeout / 4)  # the watchdog's period
         self._wd_wake = threading.Event()
@@ -452,7 +453,10 @@ class BatchingWAL(BaseWAL):
         (``_resolve`` sorts them on the loop)."""
         groups = self._groups
         if groups:
-            for loop in list(groups):
+            loops = list(groups)
+            first = groups.get(loops[0])
+            self._lone = len(loops) == 1 and first is not None and len(first.fences) == 1
+            for loop in loops:
                 group = groups.pop(loop, None)
                 if group is None:
                     continue
@@ -585,9 +589,17 @@ class BatchingWAL(BaseWAL):
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
         fences of every task that runs in this turn wake the flusher once, and go in one
         batch. A fence of another loop meanwhile asks directly. (A lost ask can only delay
-        a write by ``linger``; it never makes a fence return early.)"""
+        a write by ``linger``; it never makes a fence return early.)
+
+        A fence that follows a batch which held one fence alone (one saga stepping, say)
+        asks at once instead: its flusher wakes while the loop ends its turn rather than
+        after. If more fences come in that turn they ask too and the next batch, holding
+        several, puts the fences back on the once-per-turn ask."""
         kick = self._kick_loop
         if kick is None:
+            if self._lone:
+                self._demand(seq)
+                return
             self._kick_loop = loop
             self._kick_seq = seq
             loop.call_soon(self._kick)

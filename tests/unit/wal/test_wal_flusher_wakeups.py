@@ -14,7 +14,8 @@ import asyncio
 import threading
 from pathlib import Path
 
-from agent_saga import FileWAL
+import pytest
+from agent_saga import FileWAL, WALError
 from agent_saga.wal.batching import _Bell, _Room
 from agent_saga.wal.file import iter_file_records
 
@@ -70,6 +71,7 @@ def test_a_ring_is_heard_by_a_sleeper_and_not_kept_without_one() -> None:
             if bell.asleep:
                 bell.notify()
                 break
+        threading.Event().wait(0.001)  # let the sleeper take the lock
     t.join(30)
     assert out == [True]  # rung, not timed out
     with lock:
@@ -77,28 +79,56 @@ def test_a_ring_is_heard_by_a_sleeper_and_not_kept_without_one() -> None:
         assert bell.wait(0.01) is False  # the ring was used up
 
 
+class _HeldBack:
+    """A lock whose next acquire, once armed, first stops until let through: the moment
+    after the sleeper's wait timed out and before it holds the lock again."""
+
+    def __init__(self) -> None:
+        self.inner = threading.Lock()
+        self.armed = False
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def acquire(self) -> bool:
+        if self.armed:
+            self.armed = False
+            self.reached.set()
+            self.go.wait(30)
+        return self.inner.acquire()
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 def test_a_ring_after_a_timed_out_wait_wakes_the_next_wait_once() -> None:
-    lock = threading.Lock()
-    bell = _Bell(lock)
+    lock = _HeldBack()
+    bell = _Bell(lock)  # type: ignore[arg-type]
     out: list[bool] = []
-    t = _wait_in_thread(lock, bell, 0.01, out)
-    while True:
-        lock.acquire()
-        if bell.asleep:
-            break
-        lock.release()
-    # Hold the lock past the sleeper's timeout: it gives up waiting on the bell and waits
-    # for the lock, still marked asleep. Ring then, twice.
-    threading.Event().wait(0.3)
-    bell.notify()
-    bell.notify()  # a second ring of the same sleep adds nothing
-    lock.release()
+
+    def sleeper() -> None:
+        with lock:
+            lock.armed = True  # the acquire after the wait stops
+            out.append(bell.wait(0.01))
+
+    t = threading.Thread(target=sleeper)
+    t.start()
+    assert lock.reached.wait(30)  # the wait timed out; the sleeper is still marked asleep
+    with lock.inner:
+        assert bell.asleep
+        bell.notify()  # too late for that wait
+        bell.notify()  # a second ring of the same sleep adds nothing
+    lock.go.set()
     t.join(30)
+    assert out == [False]
     with lock:
-        if out == [False]:  # timed out before the ring (the late ring this is about) ...
-            assert bell.wait(30) is True  # ... which is not lost: the next wait has it
-        # Either way the two rings woke exactly one wait.
-        assert bell.wait(0.01) is False
+        assert bell.wait(30) is True  # the late ring is not lost: the next wait has it
+        assert bell.wait(0.01) is False  # and the two rings woke that one wait only
 
 
 def test_a_ring_while_the_bell_is_still_rung_does_not_raise() -> None:
@@ -132,6 +162,7 @@ def test_room_wakes_every_caller_waiting_and_is_quiet_without_one() -> None:
             if len(room._waiters) == 3:  # noqa: SLF001 - all three are waiting
                 room.notify_all()
                 break
+        threading.Event().wait(0.001)  # let them take the lock
     for t in threads:
         t.join(30)
     assert woken == [True, True, True]
@@ -155,3 +186,63 @@ def test_a_record_nobody_waits_for_is_written_after_the_linger_not_the_idle_slee
             time.sleep(0.01)
     finally:
         wal.close()
+
+
+async def test_a_lone_fence_asks_at_once_and_still_waits_for_its_write(tmp_path: Path) -> None:
+    # One saga stepping: each batch holds one fence, so the next fence asks the flusher
+    # at once instead of at the end of the loop's turn. It still returns only once its
+    # record is written, and a write that fails fails it.
+    held, go = threading.Event(), threading.Event()
+    fail = threading.Event()
+
+    def hook(point: str) -> None:
+        if point == "before_write" and fail.is_set():
+            raise OSError("disk gone")
+        if point == "before_write" and not go.is_set():
+            held.set()
+            go.wait(30)
+
+    path = tmp_path / "lone.wal"
+    wal = FileWAL(path, fault_hook=hook)
+    try:
+        go.set()
+        for i in range(3):
+            await wal.barrier(wal.append("STEP_INTENT", "s-1", f"s-1/{i}", {"i": i}))
+        assert wal._lone  # noqa: SLF001 - the last batch held one fence alone
+        go.clear()
+        seq = wal.append("STEP_INTENT", "s-1", "s-1/3", {"i": 3})
+        fence = asyncio.create_task(wal.barrier(seq, timeout=30))
+        assert await asyncio.to_thread(held.wait, 30)  # its batch is being written
+        await asyncio.sleep(0.05)
+        assert not fence.done() and wal.stats().durable_seq < seq  # not before its write
+        go.set()
+        await fence
+        assert wal.stats().durable_seq == seq
+
+        # Fences that gather while a batch is written: that batch hands back several, so
+        # the next fences go back to one ask per turn of the loop.
+        held.clear()
+        go.clear()
+        first = asyncio.create_task(wal.barrier(wal.append("STEP_INTENT", "s-1", "s-1/4", {})))
+        assert await asyncio.to_thread(held.wait, 30)
+        seqs = [wal.append("STEP_INTENT", f"s-{k}", None, {}) for k in range(8)]
+        rest = [asyncio.create_task(wal.barrier(s)) for s in seqs]
+        await asyncio.sleep(0.05)  # they join the loop's waiting fences
+        go.set()
+        await asyncio.gather(first, *rest)
+        assert not wal._lone  # noqa: SLF001
+
+        # The early ask of a lone fence whose write fails: the fence raises.
+        await wal.barrier(wal.append("STEP_INTENT", "s-1", "s-1/5", {}))
+        assert wal._lone  # noqa: SLF001 - one fence alone again
+        fail.set()
+        doomed = wal.append("STEP_INTENT", "s-1", "s-1/6", {})
+        with pytest.raises(WALError, match="disk gone"):
+            await wal.barrier(doomed, timeout=30)
+    finally:
+        go.set()
+        try:
+            wal.close(timeout=30)
+        except WALError:
+            pass  # failed above, as intended
+    assert [r.seq for _, r in iter_file_records(path)][-1] < doomed  # type: ignore[union-attr]
