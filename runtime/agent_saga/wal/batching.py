@@ -450,12 +450,16 @@ class BatchingWAL(BaseWAL):
         """Wake the fences after a batch (``durable`` its last seq; None: all of them, to
         raise). Called after ``_durable_seq`` or ``_failed`` changed. Every loop's fences
         of this moment are handed over in one list and one ``call_soon_threadsafe``
-        (``_resolve`` sorts them on the loop)."""
+        (``_resolve`` sorts them on the loop). Notes whether that was one fence alone,
+        which makes the next fence ask at once (see ``_ask``)."""
         groups = self._groups
         if groups:
-            loops = list(groups)
-            first = groups.get(loops[0])
-            self._lone = len(loops) == 1 and first is not None and len(first.fences) == 1
+            loops = list(groups)  # (empty if a _wake of another thread took them meanwhile)
+            if len(loops) == 1:
+                only = groups.get(loops[0])
+                self._lone = only is not None and len(only.fences) == 1
+            else:
+                self._lone = False
             for loop in loops:
                 group = groups.pop(loop, None)
                 if group is None:
