@@ -5,9 +5,12 @@ stage of both fences: the fence asks (``barrier``), the flusher is asked (``_dem
 wakes (``_flush``), seals (``_seal``), writes, syncs, hands the fences back to the loop
 (``_wake``), the loop wakes them (``_resolve``) and the step's task runs again. It prints
 the median of each stage per fence and the sum of its means per step, next to a bare
-``write`` + ``fdatasync`` of one line on the same disk in the same run: what the step
-adds to its two syncs, stage by stage. A diagnostic: it wraps the writer's private
-methods, so it measures this version's stages (the wrappers add ~1 us each).
+``write`` + ``fdatasync`` of one line on the same disk, one after each step: what the step
+adds to its two syncs, stage by stage, and per fence the spans that do not depend on the
+order the two threads' stages interleave in (the fence until the flusher starts its batch,
+until the sync returned, and from the sync back to the step's task). A diagnostic: it
+wraps the writer's private methods, so it measures this version's stages (the wrappers
+add ~1 us each).
 
     python bench/profile_latency.py [--steps 200] [--json]
 """
@@ -29,7 +32,7 @@ from typing import Any
 import agent_saga.wal.batching as batching
 import agent_saga.wal.file as walfile
 from agent_saga import ActionSemantics, FileWAL, saga_scope
-from bench_core import _async_tool, _undo, bare_sync
+from bench_core import LINE, _async_tool, _undo
 
 EVENTS: list[tuple[str, float]] = []
 _now = time.perf_counter
@@ -78,10 +81,14 @@ def _instrument() -> None:
 
 async def run(steps: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="agent-saga-latency-", dir=os.environ.get("BENCH_DIR")))
-    floor = bare_sync(tmp / "floor.log", steps, _fdatasync)
     _instrument()
     wal = FileWAL(tmp / "latency.wal", max_pending=1_000_000)
-    step_times = []
+    step_times: list[float] = []
+    floor: list[float] = []
+    # The floor is sampled between the steps, on the same disk at the same moments: a
+    # disk whose sync time moves by 10 x from one second to the next (a shared machine)
+    # moves both alike.
+    fd = os.open(tmp / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         async with saga_scope(wal, name="latency") as saga:
             for _ in range(30):  # warm-up
@@ -90,13 +97,22 @@ async def run(steps: int) -> dict[str, Any]:
             for _ in range(steps):
                 t = _now()
                 await saga.execute("stripe.charge", ActionSemantics.COMPENSABLE, _async_tool, _undo)
-                step_times.append(_now() - t)
+                t1 = _now()
+                step_times.append(t1 - t)
+                EVENTS.append(("floor", t1))  # the floor's own stage, out of the step's
+                _write(fd, LINE)
+                _fdatasync(fd)
+                t2 = _now()
+                EVENTS.append(("floor done", t2))
+                floor.append(t2 - t1)
     finally:
+        os.close(fd)
         wal.close()
     gaps: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for (a, ta), (b, tb) in zip(EVENTS, EVENTS[1:], strict=False):
         gaps[(a, b)].append(tb - ta)
     stages = sorted(gaps.items(), key=lambda kv: -sum(kv[1]))
+    spans = _spans(EVENTS)
     step_p50 = statistics.median(step_times)
     floor_p50 = statistics.median(floor)
     return {
@@ -105,12 +121,36 @@ async def run(steps: int) -> dict[str, Any]:
         "floor_write_fdatasync_p50_us": round(floor_p50 * 1e6, 1),
         "step_p50_us": round(step_p50 * 1e6, 1),
         "step_over_floor": round(step_p50 / floor_p50, 2),
+        "spans_p50_us": {k: round(statistics.median(v) * 1e6, 1) for k, v in spans.items() if v},
         "stages": [
             {"from": a, "to": b, "n": len(v), "p50_us": round(statistics.median(v) * 1e6, 1),
              "us_per_step": round(sum(v) / steps * 1e6, 1)}
             for (a, b), v in stages if len(v) >= steps // 2
         ],
     }
+
+
+# Per fence, from one event to the first given one after it, whatever came in between (the
+# flusher may be woken before the fence asks, so the consecutive stages above can interleave).
+SPANS = {
+    "fence -> flusher starts the batch": ("barrier", "_flush"),
+    "fence -> synced": ("barrier", "synced"),
+    "synced -> fence done": ("synced", "fence done"),
+    "fence -> fence done": ("barrier", "fence done"),
+}
+
+
+def _spans(events: list[tuple[str, float]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {k: [] for k in SPANS}
+    for name, (a, b) in SPANS.items():
+        start = None
+        for ev, t in events:
+            if ev == a and start is None:
+                start = t
+            elif ev == b and start is not None:
+                out[name].append(t - start)
+                start = None
+    return out
 
 
 def main() -> int:
@@ -125,6 +165,8 @@ def main() -> int:
         return 0
     print(f"COMPENSABLE step p50 {result['step_p50_us']} us = {result['step_over_floor']} x a bare "
           f"write+fdatasync p50 ({result['floor_write_fdatasync_p50_us']} us); load {result['load']}")
+    for name, v in result["spans_p50_us"].items():
+        print(f"  {name:>34} p50 {v:>8} us")
     for s in result["stages"]:
         print(f"  {s['from']:>10} -> {s['to']:<10} p50 {s['p50_us']:>8} us  {s['us_per_step']:>8} us/step (n={s['n']})")
     return 0

@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("agent_saga.executor")
+_Future = asyncio.Future
+_running_loop = asyncio.get_running_loop
+_copy_context = contextvars.copy_context
 
 ENV_TOOL_THREADS = "AGENT_SAGA_TOOL_THREADS"
 
@@ -134,27 +137,26 @@ class ToolExecutor:
         free; its result or exception lands in the returned future. Must be called from a
         coroutine (a running event loop is required).
         """
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        item: _Item = (fn, kwargs, fut, contextvars.copy_context())
-        worker: _Worker | None = None
-        spawn = False
-        warn = 0
+        fut: asyncio.Future[Any] = _Future(loop=_running_loop())  # as create_future, one frame less
+        item: _Item = (fn, kwargs, fut, _copy_context())
         with self._lock:
-            if self._idle:
+            if self._idle:  # the usual case: straight to the worker freed last
                 worker = self._idle.pop()
                 self._active += 1
-            elif self._threads < self._max:
-                self._threads += 1
-                self._active += 1
-                spawn = True
             else:
-                self._queue.append(item)
-                warn = self._check_saturation()
+                worker = None
+                spawn = self._threads < self._max
+                if spawn:
+                    self._threads += 1
+                    self._active += 1
+                else:
+                    self._queue.append(item)
+                    warn = self._check_saturation()
         if worker is not None:
             worker.box.put(item)
         elif spawn:
             self._spawn(item)
-        if warn:
+        elif warn:
             self._warn(warn)
         return fut
 
@@ -233,8 +235,11 @@ class ToolExecutor:
                 except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
                     value, ok = exc, False
             nxt, stay = self._done_then_next(me)
-            if not skipped:
-                _settle_threadsafe(fut, ok, value)
+            if not skipped:  # = _settle_threadsafe, inline
+                try:
+                    fut.get_loop().call_soon_threadsafe(_settle, fut, ok, value)
+                except RuntimeError:
+                    pass  # the loop is closed: nobody can be waiting
             del fn, kwargs, fut, ctx, value
             if nxt is None and stay:
                 nxt = me.box.get()  # None: told to exit by a shrink or a shutdown

@@ -9,8 +9,9 @@ It is FileWAL's contract with the I/O left to a subclass (``_write_batch``):
   ``_write_batch`` as one unit: group commit, one server round trip per batch. The
   caller's event loop never does the I/O and a slow caller cannot starve the flusher.
 - The flusher is woken by demand, not by every record: a ``barrier`` (or close, compact,
-  a full batch) wakes it at once; records nobody waits for (REVERSIBLE steps) are written
-  within ``linger`` seconds. So a burst of fast steps costs no thread switches.
+  a full batch) wakes it at once; the first record of a batch wakes it to start its
+  ``linger``, so records nobody waits for (REVERSIBLE steps) are written within ``linger``
+  seconds of the first of them. A burst of fast steps costs one wake-up per batch.
 - A fence joins its event loop's list of waiting fences without a lock (one dict per
   writer, one list per loop); a completed batch hands each loop its whole list in one
   ``call_soon_threadsafe``, and a fence woken by a batch that ended before its record
@@ -127,8 +128,8 @@ class BatchingWAL(BaseWAL):
         self._fault_hook = fault_hook
 
         self._lock = threading.Lock()
-        self._work = threading.Condition(self._lock)
-        self._space = threading.Condition(self._lock)
+        self._work = _Bell(self._lock)  # the flusher sleeps here (see _Bell)
+        self._space = _Room(self._lock)  # callers wait here for room (Backpressure.BLOCK)
         self._pending: deque[Record | CompactionRequest] = deque()
         self._closing = False
         self._closed = False
@@ -150,6 +151,7 @@ class BatchingWAL(BaseWAL):
         self._want = 0  # the highest seq a fence asked for: the flusher writes up to it now
         self._kick_loop: Any = None  # the loop with a flusher wake-up queued (see _ask)
         self._kick_seq = 0
+        self._lone = False  # the last batch's fences were one fence of one loop (see _ask)
         self._linger = 0.005  # how long records nobody waits for may sit in the queue
         self._tick = min(1.0, stall_timeout / 4)  # the watchdog's period
         self._wd_wake = threading.Event()
@@ -254,6 +256,9 @@ class BatchingWAL(BaseWAL):
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
                 self._refuse()
+                # A wait for room let the flusher take the queue as its batch (no copy):
+                # append to the queue it left, never to the batch it is sealing.
+                pending = self._pending
             seq = self._next_seq
             self._next_seq = seq + 1
             # = Record(type, saga, step, payload, seq, ts, encode=encode), its slots set
@@ -271,8 +276,12 @@ class BatchingWAL(BaseWAL):
             rec.extra = {}
             rec.encode = encode
             pending.append(rec)
-            if len(pending) >= self._max_batch:
-                self._work.notify()  # a full batch goes now; otherwise a fence or linger
+            n = len(pending)
+            if n == 1 or n >= self._max_batch:
+                # The first record of a batch starts the flusher's linger (on an empty queue
+                # it sleeps with no clock to keep); a full batch goes now. Otherwise nothing:
+                # a fence asks for its record, the linger writes the rest.
+                self._work.notify()
         return seq
 
     def _wait_for_space(self) -> None:
@@ -463,10 +472,17 @@ class BatchingWAL(BaseWAL):
         """Wake the fences after a batch (``durable`` its last seq; None: all of them, to
         raise). Called after ``_durable_seq`` or ``_failed`` changed. Every loop's fences
         of this moment are handed over in one list and one ``call_soon_threadsafe``
-        (``_resolve`` sorts them on the loop)."""
+        (``_resolve`` sorts them on the loop). Notes whether that was one fence alone,
+        which makes the next fence ask at once (see ``_ask``)."""
         groups = self._groups
         if groups:
-            for loop in list(groups):
+            loops = list(groups)  # (empty if a _wake of another thread took them meanwhile)
+            if len(loops) == 1:
+                only = groups.get(loops[0])
+                self._lone = only is not None and len(only.fences) == 1
+            else:
+                self._lone = False
+            for loop in loops:
                 group = groups.pop(loop, None)
                 if group is None:
                     continue
@@ -636,9 +652,17 @@ class BatchingWAL(BaseWAL):
         """Ask the flusher for ``seq`` once per turn of ``loop``, not once per fence: the
         fences of every task that runs in this turn wake the flusher once, and go in one
         batch. A fence of another loop meanwhile asks directly. (A lost ask can only delay
-        a write by ``linger``; it never makes a fence return early.)"""
+        a write by ``linger``; it never makes a fence return early.)
+
+        A fence that follows a batch which held one fence alone (one saga stepping, say)
+        asks at once instead: its flusher wakes while the loop ends its turn rather than
+        after. If more fences come in that turn they ask too and the next batch, holding
+        several, puts the fences back on the once-per-turn ask."""
         kick = self._kick_loop
         if kick is None:
+            if self._lone:
+                self._demand(seq)
+                return
             self._kick_loop = loop
             self._kick_seq = seq
             loop.call_soon(self._kick)
@@ -869,6 +893,54 @@ class _Waiters:
             self.top = fence[0]
         if fence[2] < self.deadline:
             self.deadline, self.seq, self.limit = fence[2], fence[0], fence[3]
+
+
+class _Bell:
+    """What the flusher sleeps on: ``threading.Condition``'s ``wait``/``notify`` for its one
+    waiter, without a lock allocated per wait or a waiter list to walk per notify.
+
+    Both are called with ``lock`` held, as a condition's are. ``wait`` releases ``lock``
+    while it sleeps and holds it again when it returns: True if rung, False on timeout.
+    ``notify`` rings only a sleeper; the flusher looks at the queue under ``lock`` before it
+    sleeps, so a ring it does not hear was not needed. A ring that lands just after a wait
+    timed out leaves the bell rung: the next wait returns at once, a spurious wake-up,
+    which the flusher (like any condition's waiter) answers by looking again.
+    """
+
+    __slots__ = ("_bell", "_lock", "asleep")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._bell = threading.Lock()
+        self._bell.acquire()  # held: not rung
+        self.asleep = False
+
+    def wait(self, timeout: float) -> bool:
+        self.asleep = True
+        self._lock.release()
+        try:
+            return self._bell.acquire(True, timeout)
+        finally:
+            self._lock.acquire()
+            self.asleep = False
+
+    def notify(self) -> None:
+        if self.asleep:
+            self.asleep = False  # one ring per sleep
+            try:
+                self._bell.release()
+            except RuntimeError:
+                pass  # still rung from a ring that came after a timed-out wait
+
+
+class _Room(threading.Condition):
+    """The condition a caller over ``max_pending`` waits on for room: ``notify_all`` with
+    nobody waiting (every batch the flusher takes, unless the queue is full) returns at
+    once instead of taking the condition's Python path."""
+
+    def notify_all(self) -> None:
+        if self._waiters:  # type: ignore[attr-defined]  # threading.Condition's own list
+            super().notify_all()
 
 
 _open_wals: weakref.WeakSet[BatchingWAL] = weakref.WeakSet()
