@@ -60,7 +60,7 @@ from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
-from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
+from .batching import BatchingWAL, Sealed, SealedLines, SharedLogReads, default_writer_id
 from .compaction import (
     CompactionAborted,
     CompactionPlan,
@@ -253,6 +253,7 @@ class RedisWAL(SharedLogReads, BatchingWAL):
     """
 
     backend = "redis"
+    _writes_lines = True
 
     # KEYS[1] this writer's stream, KEYS[2] the gseq counter, KEYS[3] the writer registry
     # ARGV[1] writer id, ARGV[2] the stream's last entry id as this writer knows it
@@ -478,7 +479,10 @@ return g
         return kept, self._log.decode_records_at(places, out[n:])
 
     def _write_batch(self, sealed: Sealed) -> None:
-        lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
+        if sealed.__class__ is SealedLines:  # the lines built as the batch was sealed
+            lines = [line.encode() for line in sealed.lines]  # type: ignore[attr-defined]
+        else:
+            lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
         top = self._call("APPEND", [self.writer, self._last_id, *lines])
         self._last_id = f"{int(top)}-0"
 
