@@ -129,7 +129,7 @@ def seal_batch(
         payload = rec.payload
         if payload is None:
             texts.append("null")
-        elif enc is None or payload.__class__ is str:
+        elif enc is None or payload.__class__ is not dict:
             try:
                 texts.append(canonical_json(payload))
             except (TypeError, ValueError):
@@ -139,7 +139,7 @@ def seal_batch(
                 texts.append("".join(enc(payload, 0)))
             except (TypeError, ValueError):
                 texts.append(_UNENCODABLE)
-                enc = make()  # type: ignore[misc]  # a failed call may leave its circular-check marks
+                enc = make()  # a failed call may leave its circular-check marks
     hinted = None if texts_hinted([t for t in texts if t is not None and t is not _UNENCODABLE]) else False
     salts = os.urandom(SALT_BYTES * len(batch))
     ids: dict[str, str] = {}  # a batch holds several records of a saga: its id is scrubbed once

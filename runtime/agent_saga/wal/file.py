@@ -150,7 +150,7 @@ class FileWAL(BatchingWAL):
 
     def _write_batch(self, sealed: Sealed) -> None:
         if sealed.__class__ is SealedLines:  # the lines built as the batch was sealed
-            data = "\n".join([*sealed.lines, ""]).encode()  # type: ignore[attr-defined]
+            data = "\n".join([*sealed.lines, ""]).encode()
         else:
             data = b"".join([encode_line(rec, canonical) for rec, canonical in sealed])
         self._write_all(data)

@@ -480,7 +480,7 @@ return g
 
     def _write_batch(self, sealed: Sealed) -> None:
         if sealed.__class__ is SealedLines:  # the lines built as the batch was sealed
-            lines = [line.encode() for line in sealed.lines]  # type: ignore[attr-defined]
+            lines = [line.encode() for line in sealed.lines]
         else:
             lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
         top = self._call("APPEND", [self.writer, self._last_id, *lines])
