@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .errors import WALCorrupt
-from .records import GENESIS, SCHEMA_VERSION, Record, canonical_json
+from .records import _BUILD, GENESIS, SCHEMA_VERSION, Record, canonical_json, encode_line
 from .scrubber import scrub_id, scrub_payload, texts_hinted
 
 SALT_BYTES = 16
@@ -95,10 +95,14 @@ def seal(
 
 
 _UNENCODABLE = "\x00unencodable"  # a marker no canonical JSON text equals (it starts with NUL)
+_V = f"{SCHEMA_VERSION}"  # the header's and the line's "v", formatted once
 
 
 def seal_batch(
-    batch: Sequence[Record], prev: str, on_error: Callable[[Record, Exception], None]
+    batch: Sequence[Record],
+    prev: str,
+    on_error: Callable[[Record, Exception], None],
+    lines: list[str] | None = None,
 ) -> list[tuple[Record, str]]:
     """Seal ``batch`` in order onto ``prev``: ``seal`` for each record, with one
     ``os.urandom`` for every salt and one credential-hint scan of every payload's
@@ -111,30 +115,54 @@ def seal_batch(
     A record whose payload cannot be encoded (``TypeError``/``ValueError``) is handed to
     ``on_error``, which must make it encodable (the writer turns it into a
     ``RECORD_REJECTED`` record under the same seq), then sealed as alone.
+
+    ``lines``, when given, receives each sealed record's line: ``encode_line`` without
+    its newline, as text (a writer then encodes the batch at once).
     """
+    make = _BUILD  # the C encoder (see ``records.canonical_json``): one per batch, not per record
+    enc = None if make is None else make()
     texts: list[str | None] = []  # None: encoded by its producer (``rec.encode``) in ``seal``
     for rec in batch:
         if rec.encode is not None:
             texts.append(None)
             continue
-        try:
-            texts.append("null" if rec.payload is None else canonical_json(rec.payload))
-        except (TypeError, ValueError):
-            texts.append(_UNENCODABLE)
+        payload = rec.payload
+        if payload is None:
+            texts.append("null")
+        elif enc is None or payload.__class__ is not dict:
+            try:
+                texts.append(canonical_json(payload))
+            except (TypeError, ValueError):
+                texts.append(_UNENCODABLE)
+        else:
+            try:
+                texts.append("".join(enc(payload, 0)))
+            except (TypeError, ValueError):
+                texts.append(_UNENCODABLE)
+                enc = make()  # a failed call may leave its circular-check marks
     hinted = None if texts_hinted([t for t in texts if t is not None and t is not _UNENCODABLE]) else False
     salts = os.urandom(SALT_BYTES * len(batch))
+    ids: dict[str, str] = {}  # a batch holds several records of a saga: its id is scrubbed once
     out: list[tuple[Record, str]] = []
+    add = out.append
+    line = lines.append if lines is not None else None
     for i, rec in enumerate(batch):
         text = texts[i]
         try:
             if text is _UNENCODABLE:
                 canonical_json(rec.payload)  # raises the encoding error again
             salt = salts[i * SALT_BYTES : (i + 1) * SALT_BYTES]
-            if text is None:  # encoded by its producer
+            if text is None or rec.redacted or rec.extra:  # encoded by its producer, or unusual
                 canonical = seal(rec, prev, salt, canonical=text, hinted=hinted)
+                if line is not None:
+                    line(encode_line(rec, canonical)[:-1].decode())
             else:
                 # ``seal`` inline (the same steps in the same order, one frame less per record).
-                saga = rec.saga = scrub_id(rec.saga)
+                saga = rec.saga
+                clean = ids.get(saga)
+                if clean is None:
+                    clean = ids[saga] = scrub_id(saga)
+                saga = rec.saga = clean
                 step = rec.step
                 if step is not None:
                     step = rec.step = scrub_id(step)
@@ -144,20 +172,31 @@ def seal_batch(
                     if scrubbed is not payload:
                         rec.payload = scrubbed
                         text = canonical_json(scrubbed)
-                rec.salt = salt.hex()
+                salt_hex = rec.salt = salt.hex()
                 digest = _sha256(salt)
                 digest.update(text.encode())
                 rec.digest = hexdigest = digest.hexdigest()
                 rec.prev = prev
-                rec.hash = _sha256(
-                    f"{SCHEMA_VERSION}\n{rec.seq}\n{rec.ts}\n{rec.type}\n{saga}\n{step or ''}\n"
-                    f"{hexdigest}\n{prev}".encode()
+                seq = str(rec.seq)
+                ts = str(rec.ts)
+                type_ = rec.type
+                rec.hash = hash_ = _sha256(
+                    f"{_V}\n{seq}\n{ts}\n{type_}\n{saga}\n{step or ''}\n{hexdigest}\n{prev}".encode()
                 ).hexdigest()  # = header_hash(rec)
+                if line is not None:  # = encode_line(rec, text) without its newline
+                    step_json = "null" if step is None else f'"{step}"'
+                    line(
+                        f'{{"v":{_V},"seq":{seq},"ts":{ts},"type":"{type_}","saga":"{saga}",'
+                        f'"step":{step_json},"payload":{text},"salt":"{salt_hex}",'
+                        f'"digest":"{hexdigest}","prev":"{prev}","hash":"{hash_}"}}'
+                    )
                 canonical = text
         except (TypeError, ValueError) as exc:
             on_error(rec, exc)
             canonical = seal(rec, prev)
-        out.append((rec, canonical))
+            if line is not None:
+                line(encode_line(rec, canonical)[:-1].decode())
+        add((rec, canonical))
         prev = rec.hash
     return out
 

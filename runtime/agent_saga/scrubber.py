@@ -266,21 +266,21 @@ def _scrub_str(key: object, value: str, free: bool, shapes: bool) -> str:
 def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
     """``obj`` with its secrets replaced: the same object where nothing changed (the hot
     path allocates nothing). ``shapes`` is False when the whole payload's text holds no
-    hint of a credential format, so strings are then checked by key name only."""
+    hint of a credential format, so strings are then checked by key name only (a dict
+    by ``_walk_keys``)."""
     t = obj.__class__
     if t is str:
         return _scrub_str(key, obj, free, shapes) if obj else obj
     if t is dict:
+        if not shapes:
+            return _walk_keys(obj, free)
         new: dict[str, Any] | None = None
         for k, v in obj.items():
             tv = v.__class__
             if tv is str:
                 if not v:
                     continue
-                fk = free or k in FREE_TEXT_KEYS
-                if not (shapes or fk) and (k.__class__ is not str or _key_class(k) == 0):
-                    continue  # what _scrub_str would return unchanged, without the call
-                sub = _scrub_str(k, v, fk, shapes)
+                sub = _scrub_str(k, v, free or k in FREE_TEXT_KEYS, True)
             elif tv is dict or tv is list or tv is tuple:
                 sub = _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
             elif tv is int or tv is float or tv is bool or v is None or not isinstance(v, dict | list | tuple | str):
@@ -295,7 +295,7 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
     if t is list or t is tuple:
         items: list[Any] | None = None
         # Strings that _scrub_str would return unchanged whatever they say (checked once).
-        inert = not (shapes or free) and (key.__class__ is not str or _key_class(key) == 0)
+        inert = not (shapes or free) and (not isinstance(key, str) or _key_class(key) == 0)
         for i, v in enumerate(obj):
             if inert and v.__class__ is str:
                 continue
@@ -318,6 +318,60 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
         return obj
     sub = _walk(plain, key, free, shapes)
     return obj if sub is plain else sub
+
+
+# What the key-name walk does with a non-empty string under a key (``_key_action``).
+_SKIP, _WEAK, _STRONG, _FREE = 0, 1, 2, 3
+_ACTIONS: dict[Any, int] = {}  # key -> its action: payloads reuse a few key names
+_MAX_ACTIONS = 8192
+
+
+def _key_action(key: object) -> int:
+    """Free text (a phrase scan), a credential's key (redact), key material's (redact if
+    it looks random) or nothing to check, for a string under ``key`` outside free text."""
+    if key in FREE_TEXT_KEYS:
+        action = _FREE
+    else:
+        action = _key_class(key) if isinstance(key, str) else _SKIP
+    if len(_ACTIONS) >= _MAX_ACTIONS:
+        _ACTIONS.clear()
+    _ACTIONS[key] = action
+    return action
+
+
+def _walk_keys(obj: dict[Any, Any], free: bool) -> Any:
+    """``_walk`` of a ``dict`` when the payload's text holds no credential-format hint
+    (``shapes`` False): strings are checked by their key's name only, and under free text
+    for phrases. The same answer as ``_walk``'s general loop, one lookup per key."""
+    new: dict[Any, Any] | None = None
+    actions = _ACTIONS
+    for k, v in obj.items():
+        tv = v.__class__
+        if tv is str:
+            if not v:
+                continue
+            action = actions.get(k)
+            if action is None:
+                action = _key_action(k)
+            if free or action == _FREE:
+                sub = _scrub_str(k, v, True, False)
+            elif action == _SKIP:
+                continue
+            elif action == _STRONG or looks_random(v):
+                sub = REDACTED
+            else:
+                continue
+        elif tv is dict:
+            sub = _walk_keys(v, free or k in FREE_TEXT_KEYS)
+        elif tv is int or v is None or tv is float or tv is bool:
+            continue
+        else:  # a list, a tuple, a subclass, anything else (``_walk`` sorts them out)
+            sub = _walk(v, k, free or k in FREE_TEXT_KEYS, False)
+        if sub is not v:
+            if new is None:
+                new = dict(obj)
+            new[k] = sub
+    return obj if new is None else new
 
 
 def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
@@ -357,10 +411,13 @@ def scrub_payload(
     over a whole batch); anything else scans. Logs a warning per record naming the type,
     the saga and the key paths, never a value.
     """
-    if payload is None or _is_envelope(payload):
+    if payload is None or (len(payload) == 4 and _is_envelope(payload)):
         return payload
-    shapes = hinted is not False and (True if text is None else _hinted(text))
-    out = _walk(payload, None, False, shapes)
+    if hinted is False and payload.__class__ is dict:
+        out = _walk_keys(payload, False)  # = _walk(payload, None, False, False)
+    else:
+        shapes = hinted is not False and (True if text is None else _hinted(text))
+        out = _walk(payload, None, False, shapes)
     if out is not payload:
         found: list[str] = []
         _changed_paths(payload, out, "payload", found)

@@ -308,3 +308,31 @@ def test_cursor_of_a_record_is_its_gseq() -> None:
     r = Record("X", "s", None, None, seq=3, extra={"gseq": 41})
     assert BaseWAL.cursor(r) == 41
     assert BaseWAL.cursor(Record("X", "s", None, None, seq=3)) == 3
+
+
+async def test_a_batch_sent_as_one_argument_lands_as_one_entry_a_record(fresh_redis: Any) -> None:
+    """A batch goes to Redis as its lines joined in one argument and the script splits it:
+    every record is its own entry, with consecutive ids, in seq order, each line as
+    FileWAL writes it (a newline inside a value is escaped, so it never splits a line)."""
+    import dataclasses
+
+    from agent_saga.records import encode_line
+
+    key = new_key()
+    wal = RedisWAL(fresh_redis.url, key=key, writer="w1")
+    payloads = [{"note": "two\nlines", "i": i} if i % 2 else {"i": i} for i in range(7)]
+    seqs = [wal.append("STEP_INTENT", "s-1", f"s-1/{i}", p) for i, p in enumerate(payloads)]
+    await wal.barrier(seqs[-1])
+    assert wal.stats().batches == 1  # the seven records went in one script call
+    wal.close()
+    client = client_for(fresh_redis.url)
+    try:
+        entries = client.xrange(RedisLog(client, key, "test").stream("w1"))
+    finally:
+        client.close()
+    items = chain_of(fresh_redis.url, key, "w1")
+    assert [r.payload for _l, r in items] == payloads and verify_records(iter(items)).ok
+    gseqs = [int(eid.split(b"-")[0]) for eid, _ in entries]
+    assert gseqs == list(range(gseqs[0], gseqs[0] + 7))
+    unstamped = [dataclasses.replace(r, extra={}) for _l, r in items]  # gseq, writer: the reader's
+    assert [fields[b"r"] + b"\n" for _, fields in entries] == [encode_line(r) for r in unstamped]

@@ -29,6 +29,7 @@ from agent_saga import (
 )
 from agent_saga.idempotency import idempotency_key
 from agent_saga.payloads import describe_error
+from agent_saga.records import canonical_json
 from agent_saga.scrubber import REDACTED, looks_random, redact_text, scrub_id, scrub_payload
 from agent_saga.wal.file import iter_file_records
 
@@ -297,3 +298,72 @@ def test_every_hint_sits_under_a_gate_it_contains():
     assert sorted(members) == sorted(scrubber._HINTS)
     for gate, group in scrubber._HINT_GROUPS:
         assert all(gate in h for h in group), gate
+
+
+def _one_by_one(obj: Any, key: object, free: bool) -> Any:
+    """The key-name walk the long way: every string (by the value the scrubber reads) put
+    through ``_scrub_str`` under its governing key, no shortcut taken."""
+    from agent_saga import scrubber
+
+    if isinstance(obj, str):
+        return scrubber._scrub_str(key, str(obj), free, False) if obj else obj
+    if isinstance(obj, dict):
+        return {k: _one_by_one(v, k, free or k in scrubber.FREE_TEXT_KEYS) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_one_by_one(v, key, free) for v in obj]
+    return obj
+
+
+def test_the_key_name_walk_agrees_with_checking_every_string():
+    """Without a credential-format hint in the text, ``scrub_payload`` walks the payload by
+    key name (``_walk_keys``, an action per key remembered across payloads). Every kind of
+    key (ordinary, reference, weak, strong, free text, not a str, a str subclass) over
+    every kind of value, alone and nested, gives what checking each string gives."""
+    import enum
+
+    from agent_saga import scrubber
+
+    class Key(enum.StrEnum):
+        PASSWORD = "password"
+        SESSION = "session"
+        NOTE = "note"
+        TOOL = "tool"
+
+    class Text(str):
+        pass
+
+    keys: list[Any] = ["tool", "credential_ref", "idempotency_key", "sig", "password", "apiKey",
+                       "description", "tags", 7, None, Key.PASSWORD, Key.SESSION, Key.NOTE, Key.TOOL]
+    values: list[Any] = ["", "stripe.charge", "q8ZrT1wLm3Xv9KpB2nYc7Hd", "ab" * 32, "password=hunter2 ok",
+                         "db: x=1", Text("q8ZrT1wLm3Xv9KpB2nYc7Hd"), 42, 1.5, True, None, [], ("a", "b")]
+    containers = [lambda v: v, lambda v: [v, "plain"], lambda v: {"inner": v}, lambda v: {"tool": {"x": [v]}}]
+    checked = 0
+    for free_key in ("note", "detail_id"):  # under free text, and under an ordinary key
+        for k in keys:
+            for v in values:
+                for wrap in containers:
+                    payload = {free_key: {k: wrap(v)}, "n": 1}
+                    want = _one_by_one(payload, None, False)
+                    for _ in range(2):  # the first look-up of a key, then its remembered action
+                        got = scrub_payload(payload, "X", "s-1", canonical_json(payload), hinted=False)
+                        assert canonical_json(got) == canonical_json(want), (free_key, k, v)
+                        assert (got is payload) is (canonical_json(want) == canonical_json(payload))
+                    checked += 1
+    assert checked == 2 * len(keys) * len(values) * len(containers)
+    scrubber._ACTIONS.clear()  # a full table starts again: same answers
+    assert scrub_payload({Key.PASSWORD: "x"}, "X", "s-1", hinted=False) == {"password": REDACTED}
+
+
+def test_a_credential_key_that_is_a_str_subclass_is_redacted_without_a_hint():
+    """A ``StrEnum`` key is written as its value: ``{Field.PASSWORD: "..."}`` is a password
+    on disk, so it is redacted whether or not the batch's text holds a hint."""
+    import enum
+
+    class Field(enum.StrEnum):
+        PASSWORD = "password"
+        TOKENS = "tokens"
+
+    payload = {Field.PASSWORD: "hunter2-not-a-word", Field.TOKENS: ["abc-def"]}
+    for hinted in (False, None):
+        out = scrub_payload(payload, "X", "s-1", canonical_json(payload), hinted=hinted)
+        assert out == {"password": REDACTED, "tokens": [REDACTED]}

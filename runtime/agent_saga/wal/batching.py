@@ -91,6 +91,18 @@ if tuple(f.name for f in dataclasses.fields(Record)) != _RECORD_FIELDS or "__pos
 Sealed = list[tuple[Record, str]]  # records with their canonical payload text
 
 
+class SealedLines(list[tuple[Record, str]]):
+    """A sealed batch that also carries each record's line (``encode_line`` without its
+    newline, as text), built as the batch was sealed: for a writer of lines
+    (``BatchingWAL._writes_lines``)."""
+
+    __slots__ = ("lines",)
+
+    def __init__(self, sealed: Sealed, lines: list[str]) -> None:
+        super().__init__(sealed)
+        self.lines = lines
+
+
 def default_writer_id() -> str:
     """``<host>-<pid>-<random>``: unique per process. Pass ``writer=`` to continue a chain."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:100] or "host"
@@ -101,6 +113,8 @@ class BatchingWAL(BaseWAL):
     """Base for backends whose durable step is one server round trip per batch."""
 
     backend = "?"
+    #: ``_seal`` also builds each record's line, handed to ``_write_batch`` in a ``SealedLines``
+    _writes_lines = False
 
     def __init__(
         self,
@@ -381,7 +395,10 @@ class BatchingWAL(BaseWAL):
         self._wake(self._durable_seq)
 
     def _seal(self, batch: Sequence[Record]) -> Sealed:
-        return seal_batch(batch, self._head, self._reject)
+        if not self._writes_lines:
+            return seal_batch(batch, self._head, self._reject)
+        lines: list[str] = []
+        return SealedLines(seal_batch(batch, self._head, self._reject, lines), lines)
 
     def _reject(self, rec: Record, exc: Exception) -> None:
         # Keep the seq and the chain: say in the log that this record was rejected.

@@ -38,7 +38,7 @@ from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import GENESIS, TERMINAL_SAGA_TYPES, Record, decode_line, encode_line
 from .base import Backpressure, FaultHook, WALStats
-from .batching import BatchingWAL, Sealed
+from .batching import BatchingWAL, Sealed, SealedLines
 from .compaction import CompactionAborted, CompactionPlan, CompactionReport, CompactionRequest
 from .urls import Scrubber
 
@@ -66,6 +66,7 @@ class FileWAL(BatchingWAL):
     """
 
     backend = "file"
+    _writes_lines = True
     durability = "fsync: barrier returns after the batch is written and fdatasync'ed to local disk"
 
     def __init__(
@@ -148,7 +149,10 @@ class FileWAL(BatchingWAL):
     # ------------------------------------------------------------------ BatchingWAL
 
     def _write_batch(self, sealed: Sealed) -> None:
-        data = b"".join([encode_line(rec, canonical) for rec, canonical in sealed])
+        if sealed.__class__ is SealedLines:  # the lines built as the batch was sealed
+            data = "\n".join([*sealed.lines, ""]).encode()
+        else:
+            data = b"".join([encode_line(rec, canonical) for rec, canonical in sealed])
         self._write_all(data)
         if self._sync:
             hook = self._fault_hook

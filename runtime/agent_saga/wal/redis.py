@@ -60,7 +60,7 @@ from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
-from .batching import BatchingWAL, Sealed, SharedLogReads, default_writer_id
+from .batching import BatchingWAL, Sealed, SealedLines, SharedLogReads, default_writer_id
 from .compaction import (
     CompactionAborted,
     CompactionPlan,
@@ -253,10 +253,12 @@ class RedisWAL(SharedLogReads, BatchingWAL):
     """
 
     backend = "redis"
+    _writes_lines = True
 
     # KEYS[1] this writer's stream, KEYS[2] the gseq counter, KEYS[3] the writer registry
     # ARGV[1] writer id, ARGV[2] the stream's last entry id as this writer knows it
-    # ("0-0" for a new stream), ARGV[3..] the batch's record lines in seq order.
+    # ("0-0" for a new stream), ARGV[3] the batch's record lines in seq order, joined by
+    # newlines (a line holds none: one argument for the client to pack, not one a line).
     # Returns the gseq of the batch's last record; entry ids are "<gseq>-0".
     APPEND = """
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
@@ -265,10 +267,22 @@ if last[1] then last_id = last[1][1] end
 if last_id ~= ARGV[2] then
   return redis.error_reply('FENCED ' .. last_id)
 end
-local n = #ARGV - 2
+local data = ARGV[3]
+local lines = {}
+local pos = 1
+while true do
+  local e = string.find(data, '\\n', pos, true)
+  if not e then
+    lines[#lines + 1] = string.sub(data, pos)
+    break
+  end
+  lines[#lines + 1] = string.sub(data, pos, e - 1)
+  pos = e + 1
+end
+local n = #lines
 local top = redis.call('INCRBY', KEYS[2], n)
-for i = 3, #ARGV do
-  redis.call('XADD', KEYS[1], string.format('%d-0', top - n + i - 2), 'r', ARGV[i])
+for i = 1, n do
+  redis.call('XADD', KEYS[1], string.format('%d-0', top - n + i), 'r', lines[i])
 end
 redis.call('SADD', KEYS[3], ARGV[1])
 return top
@@ -478,8 +492,11 @@ return g
         return kept, self._log.decode_records_at(places, out[n:])
 
     def _write_batch(self, sealed: Sealed) -> None:
-        lines = [encode_line(rec, canonical)[:-1] for rec, canonical in sealed]
-        top = self._call("APPEND", [self.writer, self._last_id, *lines])
+        if sealed.__class__ is SealedLines:  # the lines built as the batch was sealed
+            data = "\n".join(sealed.lines).encode()
+        else:
+            data = b"".join([encode_line(rec, canonical) for rec, canonical in sealed])[:-1]
+        top = self._call("APPEND", [self.writer, self._last_id, data])
         self._last_id = f"{int(top)}-0"
 
     def _compact_now(self, req: CompactionRequest, prev: str) -> tuple[CompactionReport, str]:
