@@ -57,6 +57,7 @@ from typing import Any
 from ..audit.encryption import PayloadEncryptor
 from ..clocks import Clock, as_clock
 from ..errors import ConfigurationError
+from ..executor import ToolExecutor
 from ..wal.base import BaseWAL
 from ..wal.compaction import CompactionReport
 from .claimguard import ClaimGuard as _ClaimGuard  # noqa: F401 - the name tests use
@@ -193,6 +194,12 @@ class RecoveryDaemon(Sweeping):
         self.claim_ttl = claim_ttl
         self.concurrency = concurrency
         self.in_hand = concurrency if in_hand is None else in_hand
+        # Sync handlers and reconcilers run on a pool of this daemon's own, not the
+        # process's tool executor (an agent's tools, or its default size of cpus + 4, below
+        # concurrency on a small node, where every batch of compensations queued and logged
+        # a saturation warning): room for ``concurrency`` calls and as many again that ran
+        # past compensation_timeout (a thread cannot be stopped; its slot is freed).
+        self.executor = ToolExecutor(2 * concurrency, name="agent-saga-recovery")
         self.compensation_timeout = compensation_timeout
         self.daemon_id = daemon_id or default_daemon_id()
         self._clock = as_clock(clock)
@@ -306,6 +313,7 @@ class RecoveryDaemon(Sweeping):
         await self.source.close()
         await self.lock.close()
         await self.ledger.close()
+        self.executor.shutdown()
 
     async def __aenter__(self) -> RecoveryDaemon:
         return self

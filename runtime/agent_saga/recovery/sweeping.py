@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from .. import observe as _observe
 from ..clocks import Clock
 from ..errors import WALError
-from ..executor import get_tool_executor
+from ..executor import ToolExecutor
 from ..faults import fault_point
 from .claimguard import ClaimGuard
 from .claims import ClaimLock
@@ -57,6 +57,7 @@ class Sweeping(DaemonReads):
     claim_ttl: float
     concurrency: int
     in_hand: int
+    executor: ToolExecutor
     compensation_timeout: float | None
     daemon_id: str
     heartbeat: Heartbeat | None
@@ -281,7 +282,7 @@ class Sweeping(DaemonReads):
                 plan = plan_saga(view)
                 resolution = Resolution(
                     view=view, plan=plan, wal=wal, ledger=self.ledger, daemon_id=self.daemon_id,
-                    source=self.source.description, executor=get_tool_executor(),
+                    source=self.source.description, executor=self.executor,
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
                     claim_token=claim.token, clock=self._clock, calls=self._calls(),
                 )
