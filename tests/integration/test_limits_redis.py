@@ -208,6 +208,7 @@ class ReplyDroppingProxy:
             up_w.close()
 
 
+@pytest.mark.single_redis("a proxy in front of one server: a cluster client follows MOVED to the nodes' own addresses, past the proxy")
 async def test_a_debit_whose_reply_is_lost_is_repeated_up_to_retries_and_counted_once(fresh_redis: RedisServer):
     charges = [Charge("spend", "*", 5, 100, 60)]
     spec = [BudgetLimit("spend", arg="amount", max_total=100, window=60).spec()]
