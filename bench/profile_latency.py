@@ -69,14 +69,23 @@ def _instrument() -> None:
             return _orig(self, *args, **kw)
 
         setattr(cls, name, timed)
-    barrier = cls.barrier
+    fence = cls._fence
 
-    async def timed_barrier(self: Any, *args: Any, **kw: Any) -> None:
+    # The engine awaits ``_fence``'s future directly (no ``barrier`` coroutine), so the
+    # fence is stamped where it is built and where its future is done: a done-callback
+    # added before the step's task awaits the future runs just before that task, in the
+    # same pass of the loop.
+    def timed_fence(self: Any, *args: Any, **kw: Any) -> Any:
         EVENTS.append(("barrier", _now()))
-        await barrier(self, *args, **kw)
-        EVENTS.append(("fence done", _now()))
+        waiter = fence(self, *args, **kw)
+        if waiter is None:
+            EVENTS.append(("fence done", _now()))
+        else:
+            waiter = asyncio.ensure_future(waiter)
+            waiter.add_done_callback(lambda _f: EVENTS.append(("fence done", _now())))
+        return waiter
 
-    setattr(cls, "barrier", timed_barrier)  # noqa: B010
+    setattr(cls, "_fence", timed_fence)  # noqa: B010
 
 
 async def run(steps: int) -> dict[str, Any]:
