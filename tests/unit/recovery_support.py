@@ -37,6 +37,17 @@ def desc(charge_id: str, handler: str = "test.recovery.refund") -> dict[str, Any
     return {"handler": handler, "kwargs": {"charge_id": charge_id}, "description": ""}
 
 
+def append_orphan(wal: FileWAL, saga_id: str, handler: str, charge_id: str | None = None) -> None:
+    """One committed COMPENSABLE step of a saga whose owner is gone, appended to an open
+    log (``charge_id``, default the saga id, is what its compensation ``handler`` gets)."""
+    step = f"{saga_id}/0"
+    wal.append("SAGA_STARTED", saga_id, None, {"name": None, "tags": []})
+    wal.append("STEP_INTENT", saga_id, step, {"tool": "pay.charge", "semantics": "COMPENSABLE", "policy_args": None,
+                                              "idempotency_key": idempotency_key(saga_id, step, "forward")})
+    wal.append("STEP_COMMITTED", saga_id, step, {"compensation": desc(charge_id or saga_id, handler)})
+    wal.barrier_sync()
+
+
 def write_orphan(path: Path, saga_id: str, steps: Iterable[tuple[str, ...] | dict[str, Any]], *, lease: float | None = None) -> None:
     """Append one saga's records; each step is a dict:
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agent_saga import FileWAL, compensator, idempotency_key
+from agent_saga import FileWAL, compensator
 from agent_saga.recovery import RecoveryDaemon
 from agent_saga.recovery.report import SweepReport
 from fixtures.polling import until_async
-from recovery_support import FUTURE, desc
+from recovery_support import FUTURE, append_orphan
 
 HELD = asyncio.Event()  # set by the test: the held refund may return (one per test: per loop)
 STARTED: list[str] = []  # charge ids whose refund was started, in order
@@ -28,12 +28,7 @@ async def refund_held(charge_id: str, idempotency_key: str) -> str:
 def orphan(wal: FileWAL, saga_id: str, charge_id: str) -> None:
     """One committed COMPENSABLE step of a saga whose owner is gone (this process's own
     log, written while the daemon holds it open)."""
-    step = f"{saga_id}/0"
-    wal.append("SAGA_STARTED", saga_id, None, {"name": None, "tags": []})
-    wal.append("STEP_INTENT", saga_id, step, {"tool": "pay.charge", "semantics": "COMPENSABLE", "policy_args": None,
-                                              "idempotency_key": idempotency_key(saga_id, step, "forward")})
-    wal.append("STEP_COMMITTED", saga_id, step, {"compensation": desc(charge_id, "test.recovery.refund_held")})
-    wal.barrier_sync()
+    append_orphan(wal, saga_id, "test.recovery.refund_held", charge_id)
 
 
 def held_log(path: Path) -> FileWAL:

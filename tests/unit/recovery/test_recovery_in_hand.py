@@ -12,12 +12,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from agent_saga import FileWAL, compensator, idempotency_key
+from agent_saga import FileWAL, compensator
 from agent_saga.errors import ConfigurationError
 from agent_saga.recovery import FileClaimLock, RecoveryDaemon
 from agent_saga.recovery.claims import Claim
 from fixtures.polling import until_async
-from recovery_support import FUTURE, desc
+from recovery_support import FUTURE, append_orphan
 
 RUNNING: set[str] = set()  # charge ids whose refund is running now
 SEEN: list[tuple[str, int, int]] = []  # (charge id, refunds running, sagas in hand) at each start
@@ -43,13 +43,7 @@ async def refund_counted(charge_id: str, idempotency_key: str) -> str:
 
 
 def orphan(wal: FileWAL, saga_id: str) -> None:
-    """One committed COMPENSABLE step, owner gone; its charge id is the saga id."""
-    step = f"{saga_id}/0"
-    wal.append("SAGA_STARTED", saga_id, None, {"name": None, "tags": []})
-    wal.append("STEP_INTENT", saga_id, step, {"tool": "pay.charge", "semantics": "COMPENSABLE", "policy_args": None,
-                                              "idempotency_key": idempotency_key(saga_id, step, "forward")})
-    wal.append("STEP_COMMITTED", saga_id, step, {"compensation": desc(saga_id, "test.recovery.refund_counted")})
-    wal.barrier_sync()
+    append_orphan(wal, saga_id, "test.recovery.refund_counted")
 
 
 @pytest.fixture(autouse=True)

@@ -12,12 +12,11 @@ from pathlib import Path
 from agent_saga import (
     FileWAL,
     compensator,
-    idempotency_key,
     set_tool_executor_size,
     tool_executor_stats,
 )
 from agent_saga.recovery import RecoveryDaemon
-from recovery_support import FUTURE, desc
+from recovery_support import FUTURE, append_orphan
 
 TOGETHER = threading.Barrier(4, timeout=20)  # passes only when four refunds run at once
 THREADS: set[str] = set()
@@ -31,12 +30,7 @@ def refund_together(charge_id: str, idempotency_key: str) -> str:
 
 
 def orphan(wal: FileWAL, saga_id: str) -> None:
-    step = f"{saga_id}/0"
-    wal.append("SAGA_STARTED", saga_id, None, {"name": None, "tags": []})
-    wal.append("STEP_INTENT", saga_id, step, {"tool": "pay.charge", "semantics": "COMPENSABLE", "policy_args": None,
-                                              "idempotency_key": idempotency_key(saga_id, step, "forward")})
-    wal.append("STEP_COMMITTED", saga_id, step, {"compensation": desc(saga_id, "test.recovery.refund_together")})
-    wal.barrier_sync()
+    append_orphan(wal, saga_id, "test.recovery.refund_together")
 
 
 async def test_concurrency_sync_handlers_run_at_once_whatever_the_process_pool_size(tmp_path: Path) -> None:
