@@ -79,10 +79,6 @@ def _gseq_of(entry_id: bytes | str) -> int:
     return int(s.split("-", 1)[0])
 
 
-class _PageRefused(Exception):
-    """The page script's reply is not what ``PAGE`` returns: read with XRANGE instead."""
-
-
 class RedisLog:
     """The read side of a Redis WAL (synchronous; used by RedisWAL and the CLI).
 
@@ -95,27 +91,6 @@ class RedisLog:
         self.where = where
         self.gseq_key = f"{key}:gseq"
         self.writers_key = f"{key}:writers"
-        # Pages are read with PAGE (off once the server refused it; a cluster's pipeline
-        # routes by key, so it reads with XRANGE as before).
-        self.page_script = not is_cluster(client)
-
-    # KEYS[1] one writer's stream; ARGV[1..3] XRANGE's start, end and COUNT. The page as
-    # one flat array, entry id and record line by turns: the client parses two replies an
-    # entry instead of five (an entry is an array of an id and an array of fields). An
-    # entry that is not exactly one field ``r`` comes with an empty line: the reader reads
-    # that entry again with XRANGE and judges it as it always has. Run with EVAL, not
-    # EVALSHA: a pipeline never meets NOSCRIPT (the server caches the script anyway).
-    PAGE = """
-local page = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', ARGV[3])
-local out = {}
-for i = 1, #page do
-  local e = page[i]
-  local f = e[2]
-  out[2 * i - 1] = e[1]
-  if #f == 2 and f[1] == 'r' then out[2 * i] = f[2] else out[2 * i] = '' end
-end
-return out
-"""
 
     def stream(self, writer: str) -> str:
         """The stream key of ``writer``."""
@@ -197,10 +172,6 @@ return out
                 out.append((f"{self.where} stream {self.stream(w)} entry {g}-0", None))
         return out
 
-    def _refused(self) -> tuple[type[BaseException], ...]:
-        """What a server that will not run ``PAGE`` answers (any error reply)."""
-        return (import_redis("reading a RedisWAL").exceptions.ResponseError, _PageRefused)
-
     def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
         """Every writer's records with ``gseq > cursor``, merged in ``gseq`` order, in pages.
 
@@ -222,14 +193,6 @@ return out
         heap: list[tuple[int, str]] = []
 
         def refill(ws: list[str]) -> None:
-            if self.page_script:
-                try:
-                    return refill_paged(ws)
-                except self._refused() as exc:
-                    # A server without EVAL (an ACL, a managed service), or an older one:
-                    # the same pages with XRANGE, from now on.
-                    log.info("%s: reading pages with XRANGE (the page script was refused: %s)", self.where, exc)
-                    self.page_script = False
             pipe = self.client.pipeline(transaction=False)
             for w in ws:
                 pipe.xrange(self.stream(w), f"({pos[w]}-0", f"{hwm}-0", count=page_size)
@@ -260,48 +223,6 @@ return out
                     live.discard(w)
                 if bufs[w]:
                     heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
-
-        def refill_paged(ws: list[str]) -> None:
-            pipe = self.client.pipeline(transaction=False)
-            for w in ws:
-                pipe.eval(self.PAGE, 1, self.stream(w), f"({pos[w]}-0", f"{hwm}-0", page_size)
-            replies = pipe.execute()
-            if any(r and r[0].__class__ is not bytes for r in replies):
-                raise _PageRefused("the client decodes replies")
-            for w, parts in zip(ws, replies, strict=True):
-                buf = bufs[w]
-                for i in range(0, len(parts), 2):
-                    eid, line = parts[i], parts[i + 1]
-                    if line:
-                        try:
-                            rec = decode_line(line, "")
-                        except WALCorrupt:
-                            pass
-                        else:
-                            extra = rec.extra
-                            extra["gseq"] = int(eid.split(b"-", 1)[0])
-                            extra["writer"] = w
-                            buf.append(rec)
-                            continue
-                    # Not the common entry: read it as XRANGE gives it, judged as ever.
-                    e = eid.decode()
-                    again = self.client.xrange(self.stream(w), e, e, count=1)
-                    if not again:
-                        raise WALCorrupt(f"{self.where} stream {self.stream(w)} entry {e}: the entry was "
-                                         f"removed while it was read", location=f"{self.where} stream "
-                                         f"{self.stream(w)} entry {e}")
-                    _loc, item = self._decode(w, again[0])
-                    if isinstance(item, WALCorrupt):
-                        raise item
-                    buf.append(item)
-                n = len(parts) // 2
-                if n:
-                    pos[w] = _gseq_of(parts[-2])
-                if n < page_size:
-                    live.discard(w)
-                if bufs[w]:
-                    heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
-            return None
 
         if writers:
             refill(writers)
