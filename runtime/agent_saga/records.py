@@ -254,7 +254,7 @@ def decode_line(line: bytes | str, location: str) -> Record:
     try:
         if line.__class__ is bytes:
             if line[:1] == b"{" and line[1:2] != b"\x00":
-                d = _DECODE(line.decode("utf-8", "surrogatepass"))  # type: ignore[union-attr]
+                d = _DECODE(line.decode("utf-8", "surrogatepass"))
         elif line.__class__ is str:
             d = _DECODE(line)
     except ValueError:  # UnicodeDecodeError and JSONDecodeError both: the full path names it
