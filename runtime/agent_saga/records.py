@@ -237,12 +237,48 @@ _KNOWN = frozenset(
 )
 
 
+_DECODE = json.JSONDecoder().decode  # what ``json.loads`` of a ``str`` runs, without its frame
+
+
 def decode_line(line: bytes | str, location: str) -> Record:
     """Decode one JSON line into a ``Record``.
 
     Raises ``WALCorrupt`` naming ``location`` (for example ``"wal.jsonl line 12"``) and
     the missing or malformed field; nothing is guessed.
     """
+    # The common line, read as ``json.loads`` reads it: UTF-8 bytes (an object's first
+    # byte, then no NUL: what ``json.detect_encoding`` calls UTF-8) with every field of
+    # the type it must have and nothing beyond the known ones. Anything else takes the
+    # full path below, which names what is wrong.
+    d: Any = None
+    try:
+        if line.__class__ is bytes:
+            if line[:1] == b"{" and line[1:2] != b"\x00":
+                d = _DECODE(line.decode("utf-8", "surrogatepass"))
+        elif line.__class__ is str:
+            d = _DECODE(line)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError both: the full path names it
+        d = None
+    if d.__class__ is dict and d.keys() <= _KNOWN and d.get("v") == SCHEMA_VERSION:
+        try:
+            step, payload, seq, ts = d["step"], d["payload"], d["seq"], d["ts"]
+            if (
+                seq.__class__ is int and ts.__class__ is int
+                and d["type"].__class__ is str and d["saga"].__class__ is str
+                and d["digest"].__class__ is str and d["prev"].__class__ is str and d["hash"].__class__ is str
+                and (step is None or step.__class__ is str) and (payload is None or payload.__class__ is dict)
+            ):
+                return Record(
+                    type=d["type"], saga=d["saga"], step=step, payload=payload, seq=seq, ts=ts,
+                    salt=d["salt"], digest=d["digest"], prev=d["prev"], hash=d["hash"],
+                    redacted=bool(d.get("redacted", False)), extra={},
+                )
+        except KeyError:
+            pass
+    return _decode_line(line, location)
+
+
+def _decode_line(line: bytes | str, location: str) -> Record:
     try:
         d = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -18,6 +18,7 @@ from ..audit.encryption import EncryptedWAL
 from ..errors import WALCorrupt, WALStalled
 from ..records import Record
 from ..wal.base import BaseWAL
+from ..wal.batching import SharedLogReads
 from .batch import TurnBatch
 from .errors import LocationUnavailable
 from .logsource import LogSource
@@ -113,6 +114,30 @@ class WALSource(LogSource):
         unreachable: tuple[type[BaseException], ...] = getattr(raw, "_redis_errors", ())
         if from_start:
             self._last = None
+        log_pages = getattr(getattr(raw, "_log", None), "pages_since", None)
+        if isinstance(raw, SharedLogReads) and log_pages is not None:
+            # A fleet log hands its records over a page at a time: no step of an async
+            # iterator per record.
+            pages = log_pages(self._cursor, self.page_size)
+            desc = self.description
+            while True:
+                try:
+                    page = await asyncio.to_thread(next, pages, None)
+                except unreachable as exc:
+                    raise self._unreachable(exc) from exc
+                except WALStalled as exc:
+                    raise LocationUnavailable(
+                        f"{exc.message}; nothing was acted on, the next read tries again", path=self.description) from exc
+                if page is None:
+                    break
+                items: list[Item] = [
+                    (f"{desc} gseq {g}" if (g := rec.extra.get("gseq")) is not None else f"{desc} seq {rec.seq}", rec)
+                    for rec in page]
+                for i in range(0, len(items), self.page_size):
+                    chunk = items[i:i + self.page_size]
+                    self._advance(chunk)
+                    yield chunk
+            return
         out: list[Item] = []
         records = raw.read_since(self._cursor, page_size=self.page_size)
         try:

@@ -197,11 +197,26 @@ class RedisLog:
             for w in ws:
                 pipe.xrange(self.stream(w), f"({pos[w]}-0", f"{hwm}-0", count=page_size)
             for w, page in zip(ws, pipe.execute(), strict=True):
+                buf = bufs[w]
                 for entry in page:
+                    eid, fields = entry
+                    line = fields.get(b"r")
+                    if line is not None and eid.__class__ is bytes:
+                        # The common entry: its location is built only if it cannot be read.
+                        try:
+                            rec = decode_line(line, "")
+                        except WALCorrupt:
+                            pass
+                        else:
+                            extra = rec.extra
+                            extra["gseq"] = int(eid.split(b"-", 1)[0])
+                            extra["writer"] = w
+                            buf.append(rec)
+                            continue
                     _loc, item = self._decode(w, entry)
                     if isinstance(item, WALCorrupt):
                         raise item
-                    bufs[w].append(item)
+                    buf.append(item)
                 if page:
                     pos[w] = _gseq_of(page[-1][0])
                 if len(page) < page_size:
