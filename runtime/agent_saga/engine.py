@@ -149,21 +149,22 @@ class Saga:
         self.wal = wal
         self.gate = gate
         self.rollback_report: RollbackReport | None = None
-        self._append = wal.append
+        self._append: Callable[..., int] = wal.append
         # A batching WAL's fence is its own future, awaited here without a coroutine of
         # its own (``BatchingWAL._fence``); any other WAL's (or one whose ``barrier`` was
-        # replaced) is its ``barrier``.
+        # replaced) is its ``barrier``. Likewise its ``append`` is its ``_queue``, one
+        # frame less per record, unless ``append`` was replaced.
         self._fence: Callable[[int], Awaitable[None] | None] = wal.barrier
-        if (
-            isinstance(wal, BatchingWAL)
-            and type(wal).barrier is BatchingWAL.barrier
-            and "barrier" not in getattr(wal, "__dict__", ())
-        ):
-            self._fence = wal._fence
+        if isinstance(wal, BatchingWAL):
+            own = getattr(wal, "__dict__", ())
+            if type(wal).barrier is BatchingWAL.barrier and "barrier" not in own:
+                self._fence = wal._fence
+            if type(wal).append is BatchingWAL.append and "append" not in own:
+                self._append = wal._queue
         self._clock = clock
         self._executor = executor
         # A REVERSIBLE step with nothing to undo joins as (step_id, tool): see _entries.
-        self._done: list[RollbackEntry | tuple[str, str]] = []
+        self._done: list[RollbackEntry | tuple[Any, ...]] = []
         self._next = 0
         self._inflight = 0
         self._settled: asyncio.Future[None] | None = None
@@ -303,7 +304,10 @@ class Saga:
             )
         if not callable(forward):
             raise ConfigurationError(f"forward of {tool!r} must be callable, got {forward!r}", saga_id=self.saga_id, tool=tool)
-        if sem is not _REV or compensate is not None:
+        if compensate is None:
+            if sem is not _REV:
+                self._check_declaration(tool, sem, compensate)
+        elif sem is _IRR or not callable(compensate):  # else nothing _check_declaration refuses
             self._check_declaration(tool, sem, compensate)
         if policy_args is not None:
             policy_args = snapshot_mapping(policy_args, "policy_args")
@@ -540,7 +544,10 @@ class Saga:
             if comp is None:
                 entry_error = f"no usable compensation: {error_text(error)}"
         # Join the rollback set first: if the append fails, the effect still gets undone.
-        self._done.append(RollbackEntry(step_id, tool, sem, comp, entry_error))
+        # A usable compensation joins as (step_id, tool, sem, comp): see _entries.
+        self._done.append(
+            (step_id, tool, sem, comp) if entry_error is None else RollbackEntry(step_id, tool, sem, comp, entry_error)
+        )
         return self._append(_COMMITTED, self.saga_id, step_id, payload), error
 
     def _failed(self, step_id: str, tool: str, exc: BaseException, *, started: bool = True) -> int | None:
@@ -657,9 +664,15 @@ class Saga:
 
     def _entries(self) -> list[RollbackEntry]:
         """The rollback set as ``RollbackEntry``s, oldest first. The hot path stores a
-        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair; it is the
-        same entry as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``."""
-        return [e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) for e in self._done]
+        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair, the same entry
+        as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``, and a committed step with a
+        usable compensation as (step_id, tool, semantics, compensation), the same entry as
+        ``RollbackEntry(step_id, tool, semantics, compensation)``."""
+        return [
+            e if e.__class__ is not tuple else RollbackEntry(e[0], e[1], _REV, None) if len(e) == 2
+            else RollbackEntry(e[0], e[1], e[2], e[3])
+            for e in self._done
+        ]
 
     async def _settle(self) -> None:
         """Wait for steps still running in other tasks (e.g. under gather) to finish."""

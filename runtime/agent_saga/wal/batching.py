@@ -264,8 +264,9 @@ class BatchingWAL(BaseWAL):
         takes ``prepared.text()`` as the canonical payload (see ``wal.prepared``)."""
         return self._queue(type, saga, step, None, prepared.builder())  # built by the flusher, in _seal
 
-    def _queue(self, type: str, saga: str, step: str | None, payload: dict[str, Any] | None,
-               encode: Callable[[], str] | None) -> int:
+    def _queue(self, type: str, saga: str, step: str | None = None, payload: dict[str, Any] | None = None,
+               encode: Callable[[], str] | None = None) -> int:
+        # ``append``'s signature and more: the engine calls this as its ``append``.
         with self._lock:
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
@@ -629,7 +630,11 @@ class BatchingWAL(BaseWAL):
             self._check(seq)
         loop = _running_loop()
         if seq > self._want:
-            self._ask(loop, seq)
+            if self._kick_loop is loop:  # = self._ask(loop, seq), inline: asked this turn
+                if seq > self._kick_seq:
+                    self._kick_seq = seq
+            else:
+                self._ask(loop, seq)
         limit = self._stall_timeout if timeout is None else timeout
         if limit < self._tick * 4:
             self._tighten(limit)
