@@ -63,7 +63,14 @@ from .context import step_id_var
 from .errors import ConfigurationError, GateBlocked, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
 from .gates import Declaration, Gate, StepRequest, consult
-from .idempotency import FORWARD_SCOPE, IDEMPOTENCY_KWARG, callable_info, idempotency_key
+from .idempotency import (
+    FORWARD_SCOPE,
+    IDEMPOTENCY_KWARG,
+    callable_info,
+    forward_key,
+    idempotency_key,
+    key_prefix,
+)
 from .invoke import PLAIN, Expired, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
 from .records import RecordType
@@ -130,7 +137,7 @@ class Saga:
 
     __slots__ = (
         "__weakref__", "_append", "_clock", "_commit_hooks", "_done", "_executor", "_exit_hooks", "_fence", "_inflight",
-        "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
+        "_key_prefix", "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
     )
 
     def __init__(
@@ -150,6 +157,8 @@ class Saga:
         self.gate = gate
         self.rollback_report: RollbackReport | None = None
         self._append: Callable[..., int] = wal.append
+        # What each step's forward idempotency key starts with (``forward_key``).
+        self._key_prefix = key_prefix(saga_id) if saga_id.__class__ is str else None
         # A batching WAL's fence is its own future, awaited here without a coroutine of
         # its own (``BatchingWAL._fence``); any other WAL's (or one whose ``barrier`` was
         # replaced) is its ``barrier``. Likewise its ``append`` is its ``_queue``, one
@@ -344,7 +353,11 @@ class Saga:
                 if sem is _REV:
                     append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
                 else:
-                    key = idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                    prefix = self._key_prefix
+                    key = (
+                        forward_key(prefix, step_id) if prefix is not None
+                        else idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                    )
                     seq = append(_INTENT, saga_id, step_id, {
                         "tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key,
                     })
@@ -385,7 +398,17 @@ class Saga:
                     append(_COMMITTED, saga_id, step_id, {"compensation": None})
                     self._done.append((step_id, tool))  # nothing to undo: see _entries
                 else:
-                    seq, error = self._commit(step_id, tool, sem, compensate, result, 1, False)
+                    if compensate is not None:
+                        # = self._commit(...) for one attempt, no fallback, inline when the
+                        # compensation is usable (else _committed records its error).
+                        comp, descriptor, error = derive(compensate, result, sem, tool)
+                        if error is None:
+                            self._done.append((step_id, tool, sem, comp))  # see _entries
+                            seq = append(_COMMITTED, saga_id, step_id, {"compensation": descriptor})
+                        else:
+                            seq = self._committed(step_id, tool, sem, comp, descriptor, error, 1, False)
+                    else:
+                        seq, error = self._commit(step_id, tool, sem, None, result, 1, False)
                     if key is not None:
                         waiter = self._fence(seq)
                         if waiter is not None:
@@ -532,6 +555,21 @@ class Saga:
         error: SagaError | None = None
         if compensate is not None:
             comp, descriptor, error = derive(compensate, result, sem, tool)
+        return self._committed(step_id, tool, sem, comp, descriptor, error, attempts, used_fallback), error
+
+    def _committed(
+        self,
+        step_id: str,
+        tool: str,
+        sem: ActionSemantics,
+        comp: Compensation | None,
+        descriptor: dict[str, Any] | None,
+        error: SagaError | None,
+        attempts: int,
+        used_fallback: bool,
+    ) -> int:
+        """``_commit`` once the compensation is derived: join the rollback set, append
+        STEP_COMMITTED (with ``error`` described in it, if any) and return its seq."""
         payload: dict[str, Any] = {"compensation": descriptor}
         if attempts > 1:
             payload["attempts"] = attempts
@@ -548,7 +586,7 @@ class Saga:
         self._done.append(
             (step_id, tool, sem, comp) if entry_error is None else RollbackEntry(step_id, tool, sem, comp, entry_error)
         )
-        return self._append(_COMMITTED, self.saga_id, step_id, payload), error
+        return self._append(_COMMITTED, self.saga_id, step_id, payload)
 
     def _failed(self, step_id: str, tool: str, exc: BaseException, *, started: bool = True) -> int | None:
         """Record that the step did not complete (STEP_FAILED); never masks ``exc``."""

@@ -8,7 +8,6 @@ import itertools
 import string
 
 import pytest
-
 from agent_saga.errors import SecretDetected
 from agent_saga.payloads import _flat_copy, snapshot_mapping
 from agent_saga.scrubber import _key_class, why_secret
