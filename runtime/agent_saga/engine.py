@@ -707,7 +707,7 @@ class Saga:
         usable compensation as (step_id, tool, semantics, compensation), the same entry as
         ``RollbackEntry(step_id, tool, semantics, compensation)``."""
         return [
-            e if e.__class__ is not tuple else RollbackEntry(e[0], e[1], _REV, None) if len(e) == 2
+            e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) if len(e) == 2
             else RollbackEntry(e[0], e[1], e[2], e[3])
             for e in self._done
         ]

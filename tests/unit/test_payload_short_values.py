@@ -62,3 +62,31 @@ def test_a_short_value_under_a_credentials_key_is_refused():
         with pytest.raises(SecretDetected) as info:
             snapshot_mapping({key: value}, "kwargs")
         assert f"kwargs[{key!r}]" in str(info.value)
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_compensations_descriptor_refuses_exactly_what_the_secret_check_flags(key):
+    from agent_saga import Compensation
+
+    for value in VALUES:
+        comp = Compensation(handler="stripe.refund", kwargs={"id": "ch_1", key: value})
+        if why_secret(key, value) is not None:
+            with pytest.raises(SecretDetected) as info:
+                comp.descriptor()
+            assert f"kwargs[{key!r}]" in str(info.value)
+        else:
+            out = comp.descriptor()
+            assert out["kwargs"] == {"id": "ch_1", key: value} and out["kwargs"] is not comp.kwargs
+
+
+def test_a_descriptor_of_nested_or_non_dict_kwargs_is_the_general_snapshot():
+    from types import MappingProxyType
+
+    from agent_saga import Compensation
+
+    for kwargs in ({"id": "ch_1", "at": {"n": [1, 2]}}, MappingProxyType({"id": "ch_1"})):
+        out = Compensation(handler="stripe.refund", kwargs=kwargs).descriptor("k")["kwargs"]
+        assert out == snapshot_mapping(kwargs, "k") and out.__class__ is dict
+    with pytest.raises(SecretDetected) as info:
+        Compensation(handler="stripe.refund", kwargs={"at": {"password": "pw"}}).descriptor()
+    assert "kwargs['at']['password']" in str(info.value)
