@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 from .errors import CompensationError, ConfigurationError, HandlerNotRegistered
-from .payloads import snapshot_mapping
+from .payloads import _flat_copy, snapshot_mapping
 
 __all__ = [
     "Compensation",
@@ -117,8 +117,8 @@ class Compensation:
             )
         if fn is not None and not callable(fn):
             raise ConfigurationError(f"Compensation.fn must be callable, got {fn!r}")
-        if handler is not None:
-            _check_handler_name(handler)
+        if handler is not None and (handler.__class__ is not str or handler not in _VALID_NAMES):
+            _check_handler_name(handler)  # (a name checked before is valid: no frame)
         if kwargs.__class__ is not dict and not isinstance(kwargs, Mapping):
             raise ConfigurationError(
                 f"Compensation.kwargs must be a mapping of JSON values, got {type(kwargs).__name__}"
@@ -135,9 +135,12 @@ class Compensation:
 
         Raises ``NotSerializable`` / ``SecretDetected`` naming the offending key path.
         """
+        kwargs = self.kwargs
+        # = snapshot_mapping(kwargs, path); a plain flat dict is copied here, one frame less.
+        snap = _flat_copy(kwargs) if kwargs.__class__ is dict else None
         return {
             "handler": self.handler,
-            "kwargs": snapshot_mapping(self.kwargs, path),
+            "kwargs": snapshot_mapping(kwargs, path) if snap is None else snap,
             "description": self.description,
         }
 

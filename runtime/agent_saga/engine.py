@@ -63,7 +63,14 @@ from .context import step_id_var
 from .errors import ConfigurationError, GateBlocked, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
 from .gates import Declaration, Gate, StepRequest, consult
-from .idempotency import FORWARD_SCOPE, IDEMPOTENCY_KWARG, callable_info, idempotency_key
+from .idempotency import (
+    FORWARD_SCOPE,
+    IDEMPOTENCY_KWARG,
+    callable_info,
+    forward_key,
+    idempotency_key,
+    key_prefix,
+)
 from .invoke import PLAIN, Expired, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
 from .records import RecordType
@@ -130,7 +137,7 @@ class Saga:
 
     __slots__ = (
         "__weakref__", "_append", "_clock", "_commit_hooks", "_done", "_executor", "_exit_hooks", "_fence", "_inflight",
-        "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
+        "_key_prefix", "_next", "_on_outcome", "_settled", "_state", "gate", "name", "rollback_report", "saga_id", "tags", "wal",
     )
 
     def __init__(
@@ -149,21 +156,24 @@ class Saga:
         self.wal = wal
         self.gate = gate
         self.rollback_report: RollbackReport | None = None
-        self._append = wal.append
+        self._append: Callable[..., int] = wal.append
+        # What each step's forward idempotency key starts with (``forward_key``).
+        self._key_prefix = key_prefix(saga_id) if saga_id.__class__ is str else None
         # A batching WAL's fence is its own future, awaited here without a coroutine of
         # its own (``BatchingWAL._fence``); any other WAL's (or one whose ``barrier`` was
-        # replaced) is its ``barrier``.
+        # replaced) is its ``barrier``. Likewise its ``append`` is its ``_queue``, one
+        # frame less per record, unless ``append`` was replaced.
         self._fence: Callable[[int], Awaitable[None] | None] = wal.barrier
-        if (
-            isinstance(wal, BatchingWAL)
-            and type(wal).barrier is BatchingWAL.barrier
-            and "barrier" not in getattr(wal, "__dict__", ())
-        ):
-            self._fence = wal._fence
+        if isinstance(wal, BatchingWAL):
+            own = getattr(wal, "__dict__", ())
+            if type(wal).barrier is BatchingWAL.barrier and "barrier" not in own:
+                self._fence = wal._fence
+            if type(wal).append is BatchingWAL.append and "append" not in own:
+                self._append = wal._queue
         self._clock = clock
         self._executor = executor
         # A REVERSIBLE step with nothing to undo joins as (step_id, tool): see _entries.
-        self._done: list[RollbackEntry | tuple[str, str]] = []
+        self._done: list[RollbackEntry | tuple[Any, ...]] = []
         self._next = 0
         self._inflight = 0
         self._settled: asyncio.Future[None] | None = None
@@ -303,7 +313,10 @@ class Saga:
             )
         if not callable(forward):
             raise ConfigurationError(f"forward of {tool!r} must be callable, got {forward!r}", saga_id=self.saga_id, tool=tool)
-        if sem is not _REV or compensate is not None:
+        if compensate is None:
+            if sem is not _REV:
+                self._check_declaration(tool, sem, compensate)
+        elif sem is _IRR or not callable(compensate):  # else nothing _check_declaration refuses
             self._check_declaration(tool, sem, compensate)
         if policy_args is not None:
             policy_args = snapshot_mapping(policy_args, "policy_args")
@@ -340,7 +353,11 @@ class Saga:
                 if sem is _REV:
                     append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
                 else:
-                    key = idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                    prefix = self._key_prefix
+                    key = (
+                        forward_key(prefix, step_id) if prefix is not None
+                        else idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                    )
                     seq = append(_INTENT, saga_id, step_id, {
                         "tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key,
                     })
@@ -381,7 +398,17 @@ class Saga:
                     append(_COMMITTED, saga_id, step_id, {"compensation": None})
                     self._done.append((step_id, tool))  # nothing to undo: see _entries
                 else:
-                    seq, error = self._commit(step_id, tool, sem, compensate, result, 1, False)
+                    if compensate is not None:
+                        # = self._commit(...) for one attempt, no fallback, inline when the
+                        # compensation is usable (else _committed records its error).
+                        comp, descriptor, error = derive(compensate, result, sem, tool)
+                        if error is None:
+                            self._done.append((step_id, tool, sem, comp))  # see _entries
+                            seq = append(_COMMITTED, saga_id, step_id, {"compensation": descriptor})
+                        else:
+                            seq = self._committed(step_id, tool, sem, comp, descriptor, error, 1, False)
+                    else:
+                        seq, error = self._commit(step_id, tool, sem, None, result, 1, False)
                     if key is not None:
                         waiter = self._fence(seq)
                         if waiter is not None:
@@ -528,6 +555,21 @@ class Saga:
         error: SagaError | None = None
         if compensate is not None:
             comp, descriptor, error = derive(compensate, result, sem, tool)
+        return self._committed(step_id, tool, sem, comp, descriptor, error, attempts, used_fallback), error
+
+    def _committed(
+        self,
+        step_id: str,
+        tool: str,
+        sem: ActionSemantics,
+        comp: Compensation | None,
+        descriptor: dict[str, Any] | None,
+        error: SagaError | None,
+        attempts: int,
+        used_fallback: bool,
+    ) -> int:
+        """``_commit`` once the compensation is derived: join the rollback set, append
+        STEP_COMMITTED (with ``error`` described in it, if any) and return its seq."""
         payload: dict[str, Any] = {"compensation": descriptor}
         if attempts > 1:
             payload["attempts"] = attempts
@@ -540,8 +582,11 @@ class Saga:
             if comp is None:
                 entry_error = f"no usable compensation: {error_text(error)}"
         # Join the rollback set first: if the append fails, the effect still gets undone.
-        self._done.append(RollbackEntry(step_id, tool, sem, comp, entry_error))
-        return self._append(_COMMITTED, self.saga_id, step_id, payload), error
+        # A usable compensation joins as (step_id, tool, sem, comp): see _entries.
+        self._done.append(
+            (step_id, tool, sem, comp) if entry_error is None else RollbackEntry(step_id, tool, sem, comp, entry_error)
+        )
+        return self._append(_COMMITTED, self.saga_id, step_id, payload)
 
     def _failed(self, step_id: str, tool: str, exc: BaseException, *, started: bool = True) -> int | None:
         """Record that the step did not complete (STEP_FAILED); never masks ``exc``."""
@@ -657,9 +702,15 @@ class Saga:
 
     def _entries(self) -> list[RollbackEntry]:
         """The rollback set as ``RollbackEntry``s, oldest first. The hot path stores a
-        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair; it is the
-        same entry as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``."""
-        return [e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) for e in self._done]
+        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair, the same entry
+        as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``, and a committed step with a
+        usable compensation as (step_id, tool, semantics, compensation), the same entry as
+        ``RollbackEntry(step_id, tool, semantics, compensation)``."""
+        return [
+            e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) if len(e) == 2
+            else RollbackEntry(e[0], e[1], e[2], e[3])
+            for e in self._done
+        ]
 
     async def _settle(self) -> None:
         """Wait for steps still running in other tasks (e.g. under gather) to finish."""

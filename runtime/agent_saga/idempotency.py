@@ -64,6 +64,22 @@ def idempotency_key(saga_id: str, step_id: str, scope: str) -> str:
     return hashlib.sha256(_DOMAIN + _frame(saga_id) + _frame(step_id) + _frame(scope)).hexdigest()
 
 
+def key_prefix(saga_id: str) -> bytes:
+    """The framed domain and ``saga_id``: what every key of that saga starts with (the
+    engine keeps one per saga, for ``forward_key``)."""
+    return _DOMAIN + _frame(saga_id)
+
+
+_FORWARD_FRAME = _frame(FORWARD_SCOPE)
+
+
+def forward_key(prefix: bytes, step_id: str) -> str:
+    """``idempotency_key(saga_id, step_id, FORWARD_SCOPE)`` from ``key_prefix(saga_id)``:
+    the same key, without framing the saga id and the scope again."""
+    b = step_id.encode()
+    return _sha256(b"%s%d:%s,%s" % (prefix, len(b), b, _FORWARD_FRAME)).hexdigest()
+
+
 class CallableInfo(NamedTuple):
     """What the engine needs to know about a user callable before calling it."""
 

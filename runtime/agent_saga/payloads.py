@@ -25,12 +25,18 @@ from typing import Any
 
 from .credentials import check_value, redact_secrets
 from .errors import NotSerializable
-from .scrubber import why_secret
+from .scrubber import _MIN_SHAPE, _key_class, why_secret
 
 __all__ = ["describe_error", "error_text", "snapshot", "snapshot_mapping"]
 
 _MAX_DEPTH = 64
 _MAX_MESSAGE = 2000
+# ``why_secret(key, value)`` is None for a value this short under a key that does not name
+# a credential: no credential shape matches a string under ``_MIN_SHAPE`` characters, and
+# a key naming key material flags only values that look random, 20 characters or more.
+# ``_flat_copy`` answers those without the call (tests/unit/test_payload_short_values.py
+# compares the two over every key class and length).
+_SHORT = min(_MIN_SHAPE, 20)
 
 
 def snapshot_mapping(value: object, path: str) -> dict[str, Any]:
@@ -60,7 +66,7 @@ def _flat_copy(value: dict[Any, Any]) -> dict[str, Any] | None:
             return None
         t = v.__class__
         if t is str:
-            if v and why_secret(k, v) is not None:
+            if v and (len(v) >= _SHORT or _key_class(k) == 2) and why_secret(k, v) is not None:
                 return None
         elif not (t is int or v is None or t is bool or (t is float and math.isfinite(v))):
             return None

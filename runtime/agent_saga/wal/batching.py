@@ -46,6 +46,7 @@ import dataclasses
 import heapq
 import itertools
 import logging
+import operator
 import os
 import re
 import secrets
@@ -264,8 +265,9 @@ class BatchingWAL(BaseWAL):
         takes ``prepared.text()`` as the canonical payload (see ``wal.prepared``)."""
         return self._queue(type, saga, step, None, prepared.builder())  # built by the flusher, in _seal
 
-    def _queue(self, type: str, saga: str, step: str | None, payload: dict[str, Any] | None,
-               encode: Callable[[], str] | None) -> int:
+    def _queue(self, type: str, saga: str, step: str | None = None, payload: dict[str, Any] | None = None,
+               encode: Callable[[], str] | None = None) -> int:
+        # ``append``'s signature and more: the engine calls this as its ``append``.
         with self._lock:
             pending = self._pending
             if self._failed is not None or self._closing or len(pending) >= self._max_pending:
@@ -545,14 +547,22 @@ class BatchingWAL(BaseWAL):
         again = groups.get(loop)
         if again is None:
             again = groups.setdefault(loop, _Waiters())
-        for fence in later:
-            again.add(fence)
+        # = again.add(fence) for each, in C: the highest seq, and the first of the
+        # earliest deadline when it is earlier than the group's.
+        again.fences.extend(later)
+        top = max(later, key=_SEQ_OF)[0]
+        if top > again.top:
+            again.top = top
+        first = min(later, key=_DEADLINE_OF)
+        if first[2] < again.deadline:
+            again.deadline, again.seq, again.limit = first[2], first[0], first[3]
         # A batch that ended meanwhile may have taken ``again`` before these joined it.
         durable = self._durable_seq
         failed = self._failed is not None or self._closed
-        for fence in later:
-            if (failed or fence[0] <= durable) and not fence[1].done():
-                self._settle(fence)
+        if failed or min(later, key=_SEQ_OF)[0] <= durable:
+            for fence in later:
+                if (failed or fence[0] <= durable) and not fence[1].done():
+                    self._settle(fence)
 
     def _settle(self, fence: Fence) -> None:
         """Give a fence whose outcome is known its outcome (on its loop)."""
@@ -629,7 +639,11 @@ class BatchingWAL(BaseWAL):
             self._check(seq)
         loop = _running_loop()
         if seq > self._want:
-            self._ask(loop, seq)
+            if self._kick_loop is loop:  # = self._ask(loop, seq), inline: asked this turn
+                if seq > self._kick_seq:
+                    self._kick_seq = seq
+            else:
+                self._ask(loop, seq)
         limit = self._stall_timeout if timeout is None else timeout
         if limit < self._tick * 4:
             self._tighten(limit)
@@ -889,6 +903,8 @@ class SharedLogReads:
 
 
 Fence = tuple[int, "asyncio.Future[None]", float, float]  # seq, future, deadline, bound
+_SEQ_OF = operator.itemgetter(0)
+_DEADLINE_OF = operator.itemgetter(2)
 
 
 class _Waiters:
