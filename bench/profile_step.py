@@ -6,7 +6,10 @@ A count does not depend on the machine's load, so two versions can be compared o
 machine (times cannot). It undercounts work done in C (``json``, ``hashlib``, regular
 expressions, ``os.write``), which a py-spy profile shows instead; see docs/performance.md.
 
-    python bench/profile_step.py [--mode comp|rev|rev-sync] [--sagas 64] [--steps 5] [--top 30] [--json]
+    python bench/profile_step.py [--mode comp|rev|rev-sync] [--wal file|redis] [--redis-url URL]
+                                 [--sagas 64] [--steps 5] [--top 30] [--json]
+
+``--wal redis`` runs the steps over RedisWAL (a throwaway redis-server unless ``--redis-url``).
 """
 
 from __future__ import annotations
@@ -16,14 +19,21 @@ import asyncio
 import collections
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from _common import start_redis
 from agent_saga import ActionSemantics, FileWAL, saga_scope
-from bench_core import _async_tool, _sync_tool, _undo  # the same step as bench_core measures
+from bench_core import (  # the same step as bench_core measures
+    _async_tool,
+    _sync_tool,
+    _undo,
+    open_redis,
+)
 
 COUNTS: collections.Counter[tuple[str, str, str]] = collections.Counter()
 _ON = [False]
@@ -49,15 +59,21 @@ def _local(frame: Any, event: str, arg: Any) -> Any:
     return _local
 
 
-async def run(mode: str, sagas: int, steps: int) -> int:
+async def run(mode: str, sagas: int, steps: int, backend: str = "file", redis_url: str | None = None) -> int:
     sem = ActionSemantics.COMPENSABLE if mode == "comp" else ActionSemantics.REVERSIBLE
     fwd = _sync_tool if mode == "rev-sync" else _async_tool
     undo = _undo if mode == "comp" else None
     tmp = Path(tempfile.mkdtemp(prefix="agent-saga-profile-", dir=os.environ.get("BENCH_DIR")))
+    proc, workdir = None, None
+    if backend == "redis" and redis_url is None:
+        redis_url, proc, workdir = start_redis("profile-step-redis-")
     threading.settrace(_tracer)  # the flusher and the tool threads start after this
     sys.settrace(_tracer)
-    # sync=False: the count is the same with fdatasync (which runs in C), only faster.
-    wal = FileWAL(tmp / "profile.wal", max_pending=1_000_000, sync=False, stall_timeout=600)
+    if redis_url is not None and backend == "redis":
+        wal: Any = open_redis(redis_url)
+    else:
+        # sync=False: the count is the same with fdatasync (which runs in C), only faster.
+        wal = FileWAL(tmp / "profile.wal", max_pending=1_000_000, sync=False, stall_timeout=600)
 
     async def one() -> None:
         async with saga_scope(wal, name="profile") as saga:
@@ -74,18 +90,25 @@ async def run(mode: str, sagas: int, steps: int) -> int:
         sys.settrace(None)
         threading.settrace(None)  # type: ignore[arg-type]
         wal.close(timeout=600)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        if workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)
     return sagas * steps
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=("comp", "rev", "rev-sync"), default="comp")
+    ap.add_argument("--wal", choices=("file", "redis"), default="file", help="the WAL the steps write to")
+    ap.add_argument("--redis-url", help="with --wal redis: an existing Redis (default: a throwaway redis-server)")
     ap.add_argument("--sagas", type=int, default=64, help="concurrent sagas")
     ap.add_argument("--steps", type=int, default=5, help="steps per saga (tracing is slow: keep it small)")
     ap.add_argument("--top", type=int, default=30, help="functions to list")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
-    n = asyncio.run(run(args.mode, args.sagas, args.steps))
+    n = asyncio.run(run(args.mode, args.sagas, args.steps, args.wal, args.redis_url))
     per_thread: collections.Counter[str] = collections.Counter()
     per_file: collections.Counter[str] = collections.Counter()
     for (thread, where, _fn), v in COUNTS.items():
@@ -93,6 +116,7 @@ def main() -> int:
         per_file[where] += v
     result = {
         "mode": args.mode,
+        "wal": args.wal,
         "steps": n,
         "bytecodes_per_step": round(sum(COUNTS.values()) / n),
         "by_thread": {k: round(v / n) for k, v in per_thread.most_common()},
