@@ -439,15 +439,16 @@ return redis.call('HGETALL', KEYS[1])
         run = scripts.get(lua)
         if run is None:
             run = scripts[lua] = script(client, lua)
-        repeats = self._retries if self._retries is not None else 3 if is_cluster(client) else 1
-        for attempt in range(repeats + 1):
+        attempt = 0
+        while True:
             try:
                 async with self._queued():
                     if self.min_replicas and lua is not self.LUA_USAGE:
                         return await self._replicated(client, run, keys, args)
                     return await run(keys=keys, args=args, client=client)
             except lost_connection(redis) as exc:
-                if attempt < repeats and retry_args is not None:
+                if retry_args is not None and attempt < self._repeats(client):
+                    attempt += 1
                     args = retry_args
                     continue
                 raise self._unavailable(what, exc) from exc
@@ -455,7 +456,12 @@ return redis.call('HGETALL', KEYS[1])
                 raise
             except Exception as exc:
                 raise self._unavailable(what, exc) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _repeats(self, client: Any) -> int:
+        """How many times a call that lost its connection is sent again (``retries``)."""
+        if self._retries is not None:
+            return self._retries
+        return 3 if is_cluster(client) else 1
 
     async def _replicated(self, client: Any, run: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """The script and ``WAIT min_replicas`` in one pipeline (one connection, one round
