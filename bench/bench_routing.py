@@ -156,7 +156,10 @@ def split_cpu(fn: Callable[[int], Any], n: int, wal: FileWAL) -> tuple[float, fl
     barrier that ends them. Thread CPU clocks: a loaded machine inflates them far less
     than wall-clock latencies."""
     wal.barrier_sync()
-    flusher = time.pthread_getcpuclockid(wal._flusher.ident)  # type: ignore[union-attr]
+    thread = wal._flusher
+    ident = None if thread is None else thread.ident
+    assert ident is not None, "the WAL's flusher thread has not started"
+    flusher = time.pthread_getcpuclockid(ident)
     f0, c0 = time.clock_gettime_ns(flusher), time.thread_time_ns()
     for i in range(n):
         fn(i)
