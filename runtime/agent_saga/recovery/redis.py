@@ -254,6 +254,19 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
 
     SCRIPTS = {"RESOLVE": RESOLVE}
 
+    # KEYS[1] the journal STREAM, KEYS[2] a claim key. ARGV[1] the entry JSON, ARGV[2] the
+    # stream's approximate bound, ARGV[3] the claim's token. Journals the entry, then
+    # releases the claim if it is still ours, as one step (both or neither). Sent with
+    # EVAL inside the journal's pipeline (an EVALSHA there would cost the pipeline a
+    # SCRIPT EXISTS round trip each time). Returns 1 if the claim was deleted, else 0.
+    JOURNAL_RELEASE = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'e', ARGV[1])
+if redis.call('GET', KEYS[2]) == ARGV[3] then
+  return redis.call('DEL', KEYS[2])
+end
+return 0
+"""
+
     def __init__(
         self,
         target: str | Any,
@@ -287,7 +300,9 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
                 pipe.hincrby(self._attempts, args[0], 1)
             elif kind == "escalate":
                 pipe.hsetnx(self._esc, args[0], args[1])
-            if kind != "hmget":
+            elif kind == "release":
+                pipe.eval(self.JOURNAL_RELEASE, 2, self._journal, args[0], args[2], self._maxlen, args[1])
+            if kind not in ("hmget", "release"):
                 pipe.xadd(self._journal, {"e": args[-1]}, maxlen=self._maxlen, approximate=True)
             sizes.append(len(pipe) - before)
         replies = await pipe.execute(raise_on_error=False)
@@ -327,6 +342,34 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
             await self._writes.submit((kind, (entry.token, doc)))
         except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
+
+    def releases_for(self, lock: object) -> bool:
+        """Can ``record_release`` free claims of ``lock``: a ``RedisClaimLock`` on the same
+        server (the same URL, or the same client) and in the same namespace, so its keys
+        and this journal's are in one hash slot?"""
+        if not isinstance(lock, RedisClaimLock) or lock._ns != self._ns:
+            return False
+        if self._url is not None:
+            return lock._url == self._url
+        return lock._fixed is not None and lock._fixed is self._fixed
+
+    async def record_release(self, entry: LedgerEntry, lock: RedisClaimLock, claim: Claim) -> bool:
+        """Journal ``entry`` (the audit stream only: a saga's closing entry) and release
+        ``claim`` of ``lock`` in one request, one Lua script run as one step: either both
+        are done or neither is. True if the claim was still ours and is deleted now.
+        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``, after which either
+        may or may not have happened (the claim is released again, or it expires)."""
+        if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
+            raise ConfigurationError(f"record_release journals an entry of the audit stream only, not {entry.kind.value!r}")
+        if not self.releases_for(lock):
+            raise ConfigurationError(f"{lock!r} is not on this ledger's server and namespace ({self.description})")
+        doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+        try:
+            out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc)))
+        except self._failures as exc:
+            raise self._unavailable(
+                exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim") from exc
+        return bool(out)
 
     async def escalate(self, escalation: Escalation) -> bool:
         """Record ``escalation``; False if it was already recorded."""
