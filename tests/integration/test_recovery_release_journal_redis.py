@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,10 +18,9 @@ from typing import Any
 
 import pytest
 from agent_saga import idempotency_key
-from agent_saga.history import ROLLED_BACK, fold
+from agent_saga.history import ROLLED_BACK
 from agent_saga.recovery import LedgerEntry, LedgerKind, RecoveryDaemon, RedisClaimLock, RedisLedger
 from agent_saga.recovery.claims import Claim
-from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +32,7 @@ sys.path.insert(0, str(CHAOS))
 from chaos_bank import Bank  # noqa: E402
 from fixtures.redis_server import tagged  # noqa: E402
 from test_recovery_bounded_scan import CALLS, FUTURE, KEY, write_orphans  # noqa: E402
+from test_recoveryd_fleet import env, resolved  # noqa: E402 - recoveryd's environment, the log's statuses
 
 NS = "bounded"  # the namespace the bounded-scan daemon uses
 
@@ -233,14 +232,6 @@ N_KILL = 3
 NS_D = "agent-saga"  # recoveryd's default namespace
 
 
-def env(**extra: str) -> dict[str, str]:
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(CHAOS), str(ROOT / "runtime"), str(ROOT / "recoveryd")])
-    e.pop("AGENT_SAGA_FAULT", None)
-    e.update(extra)
-    return e
-
-
 def bank_orphans(url: str, key: str, bank: Bank, n: int) -> None:
     """``n`` dead agents' sagas, each one committed charge in ``bank`` and a lease run out."""
     wal = RedisWAL(url, key=key, writer="agent-1")
@@ -272,14 +263,6 @@ def recoveryd_once(log_url: str, redis_url: str, fault: str | None) -> subproces
     )
 
 
-def statuses(log_url: str) -> dict[str, str]:
-    reader = open_reader(log_url)
-    try:
-        return {s: st.status for s, st in fold(reader.records()).items()}
-    finally:
-        reader.close()
-
-
 @pytest.mark.parametrize("point", ["recovery.before_release", "recovery.after_release"])
 def test_a_daemon_killed_at_the_journal_and_release_leaves_each_saga_compensated_once(
     tmp_path: Path, fresh_redis: Any, point: str
@@ -291,7 +274,7 @@ def test_a_daemon_killed_at_the_journal_and_release_leaves_each_saga_compensated
     killed = recoveryd_once(log_url, fresh_redis.url, f"{point}:1:sigkill")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # One saga went through its terminal record, then the daemon died at ``point``.
-    at_kill = statuses(log_url)
+    at_kill = resolved(log_url)
     done = [s for s, st in at_kill.items() if st == ROLLED_BACK]
     assert len(done) == 1, at_kill
     first = done[0]
@@ -313,7 +296,7 @@ def test_a_daemon_killed_at_the_journal_and_release_leaves_each_saga_compensated
     # claim on it is needed) finishes the others and touches that one not at all.
     finished = recoveryd_once(log_url, fresh_redis.url, None)
     assert finished.returncode == 0, finished.stderr[-2000:]
-    assert statuses(log_url) == {f"k{i}": ROLLED_BACK for i in range(N_KILL)}
+    assert resolved(log_url) == {f"k{i}": ROLLED_BACK for i in range(N_KILL)}
     charges = bank.state().values()
     assert len(charges) == N_KILL and all(len(c.attempts) == 1 and len(c.applied) == 1 for c in charges)
     entries = saga_entries(fresh_redis, NS_D)
