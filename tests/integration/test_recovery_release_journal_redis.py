@@ -130,30 +130,67 @@ async def test_record_release_frees_only_its_own_claim_and_journals_either_way(f
         await theirs.close()
 
 
-@pytest.mark.single_redis("an ACL user on one server (a cluster's nodes each keep their own)")
+async def test_an_op_the_server_refuses_fails_only_its_caller_in_the_ledgers_one_request(fresh_redis: Any) -> None:
+    ledger = RedisLedger(fresh_redis.url, namespace=NS)
+    lock = RedisClaimLock(fresh_redis.url, namespace=NS, owner="me")
+    client = fresh_redis.client()
+    try:
+        client.set(f"{{{NS}}}:recovery:attempts", "not a hash")  # every attempt op: WRONGTYPE
+        held = await lock.acquire("s1", 30)
+        assert held is not None
+        saga = LedgerEntry(LedgerKind.SAGA, "s1", "s1", None, "me", detail={"status": "SAGA_ROLLED_BACK"})
+        done = LedgerEntry(LedgerKind.DONE, "tok-1", "s1", "s1/0", "me")
+        attempt = LedgerEntry(LedgerKind.ATTEMPT, "tok-2", "s2", "s2/0", "me")
+        out = await asyncio.gather(ledger.record(done), ledger.record(attempt), ledger.completed(["tok-0"]),
+                                   ledger.record_release(saga, lock, held), return_exceptions=True)
+        assert ledger._writes.batches == 1, "one request for the turn"
+        assert out[0] is None and out[2] == set() and out[3] is True
+        assert isinstance(out[1], Exception) and "WRONGTYPE" in str(out[1]), out
+        assert await ledger.completed(["tok-1", "tok-2"]) == {"tok-1"}
+        assert claim_keys(fresh_redis) == [] and saga_entries(fresh_redis) == Counter({"s1": 1})
+        # The refused op's journal entry was still written (as in a pipeline: each command
+        # on its own); the done one's and the saga's too.
+        assert sorted(e["kind"] for e in journal(fresh_redis)) == ["attempt", "done", "saga"]
+    finally:
+        client.close()
+        await ledger.close()
+        await lock.close()
+
+
+@pytest.mark.single_redis("one server's memory limit (a cluster's nodes each keep their own)")
 async def test_a_refused_journal_and_release_leaves_the_saga_resolved_once_and_the_claim_released(fresh_redis: Any) -> None:
     CALLS.clear()
     write_orphans(fresh_redis.url, 1)
     admin = fresh_redis.client()
-    # A user that may do everything but EVAL: the one request that journals and releases is refused.
-    admin.execute_command("ACL", "SETUSER", "noeval", "on", ">pw-noeval", "~*", "&*", "+@all", "-eval")
+    d = make_daemon(fresh_redis.url, fresh_redis.url)
+    real = d._journal_release
+    assert real is not None
+
+    async def out_of_memory_then(entry: LedgerEntry, lock: Any, claim: Claim) -> object:
+        # Redis refuses writes (OOM) exactly for the request that journals and releases.
+        admin.config_set("maxmemory", "1")
+        try:
+            return await real(entry, lock, claim)
+        finally:
+            admin.config_set("maxmemory", "0")
+
+    d._journal_release = out_of_memory_then
     try:
-        limited = fresh_redis.url.replace("redis://", "redis://noeval:pw-noeval@")
-        d = make_daemon(fresh_redis.url, limited)
-        assert d._journal_release is not None
         first, second = await sweep_all(d)
+    finally:
+        admin.config_set("maxmemory", "0")
+    try:
         assert first.recovered == 0 and first.error is not None
-        assert "journaling saga of s0 and releasing its claim" in first.error and "pw-noeval" not in first.error
+        assert "journaling saga of s0 and releasing its claim" in first.error and "maxmemory" in first.error
         assert [r.status for r in first.results] == ["FAILED"]
         # The terminal record was durable first: the saga is resolved, nothing is done again.
         assert second.in_flight == 0 and second.recovered == 0 and second.error is None
         assert CALLS == Counter({"ch_0": 1})
         assert admin.hlen(f"{{{NS}}}:recovery:done") == 1
-        assert saga_entries(fresh_redis) == Counter(), "refused whole: no half of it happened"
+        assert saga_entries(fresh_redis) == Counter(), "refused: no entry, so the claim was kept by the script"
         assert claim_keys(fresh_redis) == [], "released on its own after the refusal"
         assert d.lock._releases.batches == 1  # type: ignore[attr-defined]
     finally:
-        admin.execute_command("ACL", "DELUSER", "noeval")
         admin.close()
 
 
@@ -210,7 +247,7 @@ class ReplyDroppingProxy:
 async def test_a_lost_reply_to_the_journal_and_release_leaves_both_done_once(fresh_redis: Any) -> None:
     CALLS.clear()
     write_orphans(fresh_redis.url, 1)
-    proxy = ReplyDroppingProxy(fresh_redis.port, b"redis.call('XADD', KEYS[1], 'MAXLEN'")
+    proxy = ReplyDroppingProxy(fresh_redis.port, b'"kind":"saga"')
     async with proxy as url:
         d = make_daemon(fresh_redis.url, url)
         proxy.armed = True
