@@ -396,8 +396,10 @@ return out
         ``claim`` of ``lock`` in one request: one run of a script (no other command runs
         between the two), which releases the claim only once the entry is written. True if
         the claim was still ours and is deleted now.
-        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``, after which either
-        may or may not have happened (the claim is released again, or it expires)."""
+        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``: refused, nothing
+        was written and the claim is still held; its reply lost, both may have been done
+        or neither. Either way the caller releases the claim on its own (a release that
+        finds it gone does nothing) or lets it expire."""
         if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
             raise ConfigurationError(f"record_release journals an entry of the audit stream only, not {entry.kind.value!r}")
         if not self.releases_for(lock):
