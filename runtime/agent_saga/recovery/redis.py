@@ -396,8 +396,9 @@ return out
         ``claim`` of ``lock`` in one request: one run of a script (no other command runs
         between the two), which releases the claim only once the entry is written. True if
         the claim was still ours and is deleted now.
-        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``: refused, nothing
-        was written and the claim is still held; its reply lost, both may have been done
+        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``: refused, the claim
+        is still held (and the entry not written, unless the claim's key was refused); its
+        reply lost, both may have been done
         or neither. Either way the caller releases the claim on its own (a release that
         finds it gone does nothing) or lets it expire."""
         if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
