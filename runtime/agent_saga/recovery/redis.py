@@ -18,8 +18,12 @@ Invariants:
   before acting, so a daemon whose claim expired can neither extend nor free its
   successor's. The claims, releases and journal writes a daemon's workers make in one
   event-loop turn go to Redis together (``recovery.batch``: one script over the claim
-  keys, all in the namespace's slot, or one pipeline); each caller still gets its own
-  answer, after Redis gave it. Scripts are class constants run through redis-py's ``register_script``
+  keys, all in the namespace's slot, and one script for the ledger's reads and writes,
+  ``RedisLedger.APPLY``, each op under ``pcall`` so that an error is its op's alone);
+  each caller still gets its own answer, after Redis gave it. With the claims in the
+  ledger's server and namespace, a resolved saga's journal entry and its claim's
+  release are one op of that script (``record_release``): the claim is released only
+  once the entry is written, and nothing runs between the two. Scripts are class constants run through redis-py's ``register_script``
   (``agent_saga._redis``): EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its
   script cache; the script did not run).
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
@@ -47,6 +51,7 @@ from .ledger import Escalation, LedgerEntry, LedgerKind
 __all__ = ["RedisClaimLock", "RedisLedger"]
 
 DEFAULT_NAMESPACE = "agent-saga"
+_OPS = {"done": "d", "attempt": "a", "escalate": "e"}  # RedisLedger.APPLY's op codes
 
 
 class _RedisBase:
@@ -252,7 +257,65 @@ if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
 return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
 """
 
-    SCRIPTS = {"RESOLVE": RESOLVE}
+    # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
+    # KEYS[4] the journal STREAM, KEYS[5..] the claim keys "r" ops name. ARGV[1] the
+    # journal's approximate bound, then the ops of one turn, each a code and its arguments:
+    #   h n t1..tn     HMGET done t1..tn                               -> the values
+    #   d t doc        HSET done t doc; journal doc                    -> HSET's reply
+    #   a t doc        HINCRBY attempts t 1; journal doc               -> the count
+    #   e id doc       HSETNX escalations id doc; journal doc          -> 1 if new
+    #   j doc          journal doc                                     -> the entry id
+    #   r k tok doc    journal doc; then, only if that was written, DEL KEYS[k] if it holds
+    #                  tok (a claim released with its saga's entry)    -> 1 if deleted
+    # Every command runs under pcall: an op's answer is its first error, else its first
+    # reply, and an error is that op's alone (as in a pipeline without MULTI). One reply
+    # per op, in order.
+    APPLY = """
+local out = {}
+local bound = ARGV[1]
+local function failed(r) return type(r) == 'table' and r.err ~= nil end
+local function journal(doc) return redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', bound, '*', 'e', doc) end
+local function first(a, b) if failed(a) then return a end if failed(b) then return b end return a end
+local i, n = 2, 0
+while i <= #ARGV do
+  local op = ARGV[i]
+  n = n + 1
+  if op == 'h' then
+    local k = tonumber(ARGV[i + 1])
+    out[n] = redis.pcall('HMGET', KEYS[1], unpack(ARGV, i + 2, i + 1 + k))
+    i = i + 2 + k
+  elseif op == 'd' then
+    out[n] = first(redis.pcall('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 2]), journal(ARGV[i + 2]))
+    i = i + 3
+  elseif op == 'a' then
+    out[n] = first(redis.pcall('HINCRBY', KEYS[2], ARGV[i + 1], 1), journal(ARGV[i + 2]))
+    i = i + 3
+  elseif op == 'e' then
+    out[n] = first(redis.pcall('HSETNX', KEYS[3], ARGV[i + 1], ARGV[i + 2]), journal(ARGV[i + 2]))
+    i = i + 3
+  elseif op == 'j' then
+    out[n] = journal(ARGV[i + 1])
+    i = i + 2
+  elseif op == 'r' then
+    local j = journal(ARGV[i + 3])
+    if failed(j) then
+      out[n] = j
+    else
+      local key = KEYS[tonumber(ARGV[i + 1])]
+      local held = redis.pcall('GET', key)
+      if failed(held) then out[n] = held
+      elseif held == ARGV[i + 2] then out[n] = redis.pcall('DEL', key)
+      else out[n] = 0 end
+    end
+    i = i + 4
+  else
+    return redis.error_reply('unknown ledger op ' .. tostring(op))
+  end
+end
+return out
+"""
+
+    SCRIPTS = {"RESOLVE": RESOLVE, "APPLY": APPLY}
 
     def __init__(
         self,
@@ -270,35 +333,25 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         self._resolved = f"{self._ns}:escalations:resolved"
         self._journal = f"{self._ns}:journal"
         self._maxlen = journal_maxlen
-        self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._pipeline)
+        self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._apply)
 
-    async def _pipeline(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Every op of one turn in one pipeline; each op's answer is its first command's
-        reply, or the first error among its commands."""
-        pipe = self._client().pipeline(transaction=False)
-        sizes = []
-        for kind, args in ops:
-            before = len(pipe)
+    async def _apply(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Every op of one turn in one run of ``APPLY`` (one request, one reply to parse,
+        instead of a pipeline of two commands an op); each op's answer is its own."""
+        keys = [self._done, self._attempts, self._esc, self._journal]
+        args: list[Any] = [self._maxlen]
+        for kind, a in ops:
             if kind == "hmget":
-                pipe.hmget(self._done, list(args))
-            elif kind == "done":
-                pipe.hset(self._done, args[0], args[1])
-            elif kind == "attempt":
-                pipe.hincrby(self._attempts, args[0], 1)
-            elif kind == "escalate":
-                pipe.hsetnx(self._esc, args[0], args[1])
-            if kind != "hmget":
-                pipe.xadd(self._journal, {"e": args[-1]}, maxlen=self._maxlen, approximate=True)
-            sizes.append(len(pipe) - before)
-        replies = await pipe.execute(raise_on_error=False)
-        out: list[Any] = []
-        at = 0
-        for n in sizes:
-            mine = replies[at:at + n]
-            at += n
-            err = next((r for r in mine if isinstance(r, BaseException)), None)
-            out.append(err if err is not None else mine[0])
-        return out
+                args += ["h", len(a), *a]
+            elif kind == "release":  # (claim key, token, doc)
+                keys.append(a[0])
+                args += ["r", len(keys), a[1], a[2]]
+            elif kind == "journal":
+                args += ["j", a[1]]
+            else:
+                args += [_OPS[kind], a[0], a[1]]
+        out = await self._eval("APPLY", keys, args)
+        return list(out)
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
@@ -327,6 +380,38 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
             await self._writes.submit((kind, (entry.token, doc)))
         except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
+
+    def releases_for(self, lock: object) -> bool:
+        """Can ``record_release`` free claims of ``lock``: a ``RedisClaimLock`` on the same
+        server (the same URL, or the same client) and in the same namespace, so its keys
+        and this journal's are in one hash slot?"""
+        if not isinstance(lock, RedisClaimLock) or lock._ns != self._ns:
+            return False
+        if self._url is not None:
+            return lock._url == self._url
+        return lock._fixed is not None and lock._fixed is self._fixed
+
+    async def record_release(self, entry: LedgerEntry, lock: RedisClaimLock, claim: Claim) -> bool:
+        """Journal ``entry`` (the audit stream only: a saga's closing entry) and release
+        ``claim`` of ``lock`` in one request: one run of a script (no other command runs
+        between the two), which releases the claim only once the entry is written. True if
+        the claim was still ours and is deleted now.
+        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``: refused, the claim
+        is still held (and the entry not written, unless the claim's key was refused); its
+        reply lost, both may have been done
+        or neither. Either way the caller releases the claim on its own (a release that
+        finds it gone does nothing) or lets it expire."""
+        if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
+            raise ConfigurationError(f"record_release journals an entry of the audit stream only, not {entry.kind.value!r}")
+        if not self.releases_for(lock):
+            raise ConfigurationError(f"{lock!r} is not on this ledger's server and namespace ({self.description})")
+        doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+        try:
+            out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc)))
+        except self._failures as exc:
+            raise self._unavailable(
+                exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim") from exc
+        return bool(out)
 
     async def escalate(self, escalation: Escalation) -> bool:
         """Record ``escalation``; False if it was already recorded."""
