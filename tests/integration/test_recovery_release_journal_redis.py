@@ -160,6 +160,22 @@ async def test_an_op_the_server_refuses_fails_only_its_caller_in_the_ledgers_one
         await lock.close()
 
 
+async def test_a_saga_with_more_tokens_than_a_lua_stack_holds_is_looked_up_in_the_ledgers_one_request(
+        fresh_redis: Any) -> None:
+    """The done index's lookup of a saga with 20,000 steps (past Lua's ~8,000-value
+    unpack limit) answers, next to another op of the same turn."""
+    ledger = RedisLedger(fresh_redis.url, namespace=NS)
+    try:
+        tokens = [f"tok-{i}" for i in range(20_000)]
+        await asyncio.gather(*(ledger.record(LedgerEntry(LedgerKind.DONE, t, "big", f"big/{i}", "me"))
+                               for i, t in enumerate(tokens[::997])))
+        done, other = await asyncio.gather(ledger.completed(tokens), ledger.completed(["tok-1", "tok-997"]))
+        assert done == set(tokens[::997]) and other == {"tok-997"}
+        assert ledger._writes.batches == 2, "the writes' turn, then the two lookups' turn"
+    finally:
+        await ledger.close()
+
+
 @pytest.mark.single_redis("one server's memory limit (a cluster's nodes each keep their own)")
 async def test_a_refused_journal_and_release_leaves_the_saga_resolved_once_and_the_claim_released(fresh_redis: Any) -> None:
     CALLS.clear()

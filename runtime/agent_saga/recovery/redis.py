@@ -260,7 +260,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
     # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
     # KEYS[4] the journal STREAM, KEYS[5..] the claim keys "r" ops name. ARGV[1] the
     # journal's approximate bound, then the ops of one turn, each a code and its arguments:
-    #   h n t1..tn     HMGET done t1..tn                               -> the values
+    #   h n t1..tn     HMGET done t1..tn (1,000 at a time)             -> the values
     #   d t doc        HSET done t doc; journal doc                    -> HSET's reply
     #   a t doc        HINCRBY attempts t 1; journal doc               -> the count
     #   e id doc       HSETNX escalations id doc; journal doc          -> 1 if new
@@ -281,8 +281,18 @@ while i <= #ARGV do
   local op = ARGV[i]
   n = n + 1
   if op == 'h' then
+    -- In slices: unpack() of more values than Lua's C stack holds (~8,000) is an error
+    -- of the whole script, which would fail every op of the turn, turn after turn.
     local k = tonumber(ARGV[i + 1])
-    out[n] = redis.pcall('HMGET', KEYS[1], unpack(ARGV, i + 2, i + 1 + k))
+    local vals, at, last = {}, i + 2, i + 1 + k
+    while at <= last do
+      local upto = math.min(at + 999, last)
+      local r = redis.pcall('HMGET', KEYS[1], unpack(ARGV, at, upto))
+      if failed(r) then vals = r break end
+      for j = 1, #r do vals[#vals + 1] = r[j] end
+      at = upto + 1
+    end
+    out[n] = vals
     i = i + 2 + k
   elseif op == 'd' then
     out[n] = first(redis.pcall('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 2]), journal(ARGV[i + 2]))
