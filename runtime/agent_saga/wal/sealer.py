@@ -7,7 +7,7 @@ needs. Here the flusher thread only hands the batch's fields to the child, C cod
 way (``operator.attrgetter`` over the batch, one ``marshal.dumps``, one ``writev``), and
 sleeps without the lock until the child says the batch is on disk.
 
-Protocol: one request and one reply per batch, over two pipes. A frame is a 4-byte
+Protocol: one request and one reply per batch, over two pipes. A frame is an 8-byte
 little-endian length and a ``marshal`` body.
 
     parent -> child   [(type, saga, step, payload, seq, ts, text), ...]   the batch, in seq
@@ -90,15 +90,15 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 
 
 def _read_frame(fd: int) -> bytes | None:
-    head = _read_exact(fd, 4)
+    head = _read_exact(fd, 8)
     if head is None:
         return None
     return _read_exact(fd, int.from_bytes(head, "little"))
 
 
 def _write_frame(fd: int, body: bytes) -> None:
-    head = len(body).to_bytes(4, "little")
-    total = 4 + len(body)
+    head = len(body).to_bytes(8, "little")
+    total = 8 + len(body)
     n = os.writev(fd, (head, body))
     if n < total:
         view = memoryview(head + body)[n:]
@@ -283,11 +283,11 @@ class SealerProcess:
             ready, _, _ = select.select([rep_r], [], [], start_timeout)
             hello = _read_frame(rep_r) if ready else None
             if hello != _READY:
+                why = f"it {self._how_it_ended()}" if ready else f"it did not answer within {start_timeout}s"
                 raise WALError(
-                    f"the sealer process (pid {self.pid}) did not start within {start_timeout}s: "
-                    f"{self._how_it_ended() if ready else 'no answer'}; its error, if any, is on "
-                    f"standard error. Use sealer='thread' (the default) if this Python cannot start "
-                    f"{sys.executable!r} as a child process"
+                    f"the sealer process (pid {self.pid}) did not start: {why} (its error, if any, "
+                    f"is on standard error). Use sealer='thread' (the default) if this program "
+                    f"cannot run {sys.executable!r} as a child process"
                 )
         except BaseException:
             self.close(timeout=1.0)

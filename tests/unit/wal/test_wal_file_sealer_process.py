@@ -451,3 +451,47 @@ def test_the_sealer_imports_neither_package(tmp_path: Path, opened: list[FileWAL
     ).stdout
     assert out.strip() == str(sorted(["agent_saga", "agent_saga.wal", "agent_saga.wal.sealer", "agent_saga.chain",
                                       "agent_saga.errors", "agent_saga.records", "agent_saga.scrubber"]))
+
+
+def test_a_sealer_that_cannot_start_refuses_the_open_and_frees_the_file(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p.wal"
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # a real program that exits at once
+    with pytest.raises(WALError, match=r"sealer process \(pid \d+\) did not start: it exited with status 1"):
+        FileWAL(path, sealer="process")
+    monkeypatch.undo()
+    wal = FileWAL(path, sealer="process")  # the lock was released
+    wal.close()
+
+
+async def test_a_torn_tail_is_moved_aside_before_the_sealer_starts(tmp_path: Path, opened: list[FileWAL]) -> None:
+    path = tmp_path / "p.wal"
+    wal = open_wal(opened, path, sealer="process")
+    await wal.barrier(wal.append("STEP_INTENT", "s-1", None, {"i": 0}))
+    wal.close()
+    with open(path, "ab") as f:
+        f.write(b'{"v":1,"seq":2,"ts":')  # a write cut short, never acknowledged
+    wal = open_wal(opened, path, sealer="process")
+    await wal.barrier()
+    assert [d["type"] for d in lines(path)] == ["STEP_INTENT", "WAL_TORN_TAIL"]
+    assert verified(path) == 2
+
+
+def test_a_forked_copy_lets_go_of_the_sealers_pipes(tmp_path: Path, opened: list[FileWAL]) -> None:
+    wal = open_wal(opened, tmp_path / "p.wal", sealer="process")
+    sealer = wal._sealer
+    assert sealer is not None
+    fds = (sealer._req, sealer._rep)
+    pid = os.fork()
+    if pid == 0:  # the forked copy: its copies of the pipes must be closed
+        code = 0
+        for fd in fds:
+            try:
+                os.fstat(fd)
+                code = 1
+            except OSError:
+                pass
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    wal.barrier_sync(wal.append("STEP_INTENT", "s-1", None, {"i": 0}))  # the parent's pipes still work
