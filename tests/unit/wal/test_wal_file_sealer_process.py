@@ -495,3 +495,14 @@ def test_a_forked_copy_lets_go_of_the_sealers_pipes(tmp_path: Path, opened: list
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     wal.barrier_sync(wal.append("STEP_INTENT", "s-1", None, {"i": 0}))  # the parent's pipes still work
+
+
+async def test_open_wal_takes_the_option(tmp_path: Path, opened: list[FileWAL]) -> None:
+    from agent_saga.wal import open_wal as open_target
+
+    wal = open_target(str(tmp_path / "p.wal"), sealer="process")
+    assert isinstance(wal, FileWAL)
+    opened.append(wal)
+    assert wal.sealer == "process" and wal.sealer_pid is not None
+    await wal.barrier(wal.append("STEP_INTENT", "s-1", None, {"i": 0}))
+    assert verified(tmp_path / "p.wal") == 1
