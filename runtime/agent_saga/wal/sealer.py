@@ -261,6 +261,11 @@ class SealerProcess:
         import select
         import subprocess
 
+        if not sys.executable:
+            raise WALError(
+                "the sealer process cannot start: this Python does not know its own program "
+                "(sys.executable is empty, as in some embedded interpreters); use sealer='thread'"
+            )
         pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
@@ -324,7 +329,7 @@ class SealerProcess:
                 )
             return head, [(seq, _rebuilt(name, msg)) for seq, name, msg in rejected]
         if reply[0] == 1:
-            raise OSError(reply[2], reply[3])
+            raise OSError(reply[3]) if reply[2] is None else OSError(reply[2], reply[3])
         raise WALError(f"the sealer process (pid {self.pid}) failed: {reply[2]}: {reply[3]}")
 
     def _how_it_ended(self) -> str:
