@@ -7,24 +7,16 @@ import errno
 import os
 import shutil
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from agent_saga import FileWAL, WALError, WALStalled, verify_records
 from agent_saga.wal.file import iter_file_records
 from fixtures.disks import FreezableDisk, SmallTmpfs
+from fixtures.polling import until
 from fixtures.procs import MissingPart
 
 STALL = 2.0
-
-
-def poll(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.02)
 
 
 async def test_the_sealer_answers_a_batch_only_after_its_fdatasync(tmp_path: Path) -> None:
@@ -86,10 +78,10 @@ async def test_a_frozen_disk_under_the_sealer_stalls_the_writer_within_its_bound
             disk.thaw()
         # The write in flight lands once the disk thaws; the flusher then releases the
         # file and the sealer process exits.
-        poll(lambda: wal._flusher is not None and not wal._flusher.is_alive(), "the flusher to return")
+        until("the flusher to return", lambda: wal._flusher is not None and not wal._flusher.is_alive())
         sealer = wal._sealer
         assert sealer is not None
-        poll(lambda: sealer._proc.poll() is not None, "the sealer to exit")
+        until("the sealer to exit", lambda: sealer._proc.poll() is not None)
         result = verify_records(iter_file_records(path))
         assert result.ok and result.last_seq == 2, result.describe()
 

@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from agent_saga import (
 from agent_saga.cli import main as cli_main
 from agent_saga.wal.file import iter_file_records
 from agent_saga.wal.prepared import PreparedPayload
+from fixtures.polling import until, until_async
 
 MODES = ("thread", "process")
 
@@ -86,22 +86,16 @@ def opened() -> Iterator[list[FileWAL]]:
 
 
 async def wal_took_everything(wal: FileWAL) -> None:
-    """Wait until the flusher took every queued record (bounded: a failure, not a hang)."""
-    deadline = time.monotonic() + 30
-    while wal.stats().pending:
-        assert time.monotonic() < deadline, "the flusher did not take the queue"
-        await asyncio.sleep(0.01)
+    """Wait until the flusher took every queued record (handed it to the sealer)."""
+    await until_async("the flusher to take the queue", lambda: not wal.stats().pending)
 
 
-async def reopened(path: Path) -> FileWAL:
-    """A new writer on ``path`` once the lock is free (bounded: a failure, not a hang)."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            return FileWAL(path)
-        except ConfigurationError:
-            assert time.monotonic() < deadline, f"{path} is still locked"
-            await asyncio.sleep(0.02)
+def try_open(path: Path) -> FileWAL | None:
+    """A new writer on ``path``, or None while another process holds its lock."""
+    try:
+        return FileWAL(path)
+    except ConfigurationError:
+        return None
 
 
 def open_wal(opened: list[FileWAL], path: Path, **kw: Any) -> FileWAL:
@@ -230,7 +224,8 @@ async def test_a_fence_resolves_only_after_the_child_wrote_its_batch(tmp_path: P
     try:
         seq = wal.append("STEP_INTENT", "s-1", None, {"i": 1})
         fence = asyncio.ensure_future(wal.barrier(seq))
-        await asyncio.sleep(0.3)  # time for a (wrong) early resolution to show
+        await wal_took_everything(wal)  # the batch is with the stopped sealer
+        await asyncio.sleep(0.1)  # not a wait for something: room for a wrong early wake-up
         assert not fence.done()
         assert wal.stats().durable_seq == seq - 1
         assert [d["seq"] for d in lines(path)] == [1]
@@ -261,7 +256,7 @@ async def test_a_killed_sealer_fails_every_waiter_and_every_later_call(tmp_path:
     os.kill(pid, signal.SIGSTOP)  # hold the next batch in the child, then kill it there
     seqs = [wal.append("STEP_INTENT", "s-1", None, {"i": i}) for i in range(1, 4)]
     fences = [asyncio.ensure_future(wal.barrier(s)) for s in seqs]
-    await asyncio.sleep(0.2)
+    await wal_took_everything(wal)  # the batch is with the stopped sealer: kill it there
     os.kill(pid, signal.SIGKILL)
     results = await asyncio.gather(*fences, return_exceptions=True)
     for res in results:  # the death, named, not a stall after stall_timeout
@@ -340,14 +335,8 @@ def test_a_killed_parent_leaves_a_log_that_verifies_and_holds_what_was_durable(t
     proc.wait()
     proc.stdout.close()
     # The sealer sees end of file and exits, releasing the lock: a new writer can open.
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            wal = FileWAL(path)
-            break
-        except ConfigurationError:
-            assert time.monotonic() < deadline, f"the sealer (pid {sealer}, {state(sealer)}) still holds the log"
-            time.sleep(0.02)
+    wal = until(f"the sealer (pid {sealer}) to let go of the log", lambda: try_open(path))
+    assert wal is not None
     try:
         assert state(sealer) in ("gone", "Z")
         last = verified(path)
@@ -410,7 +399,8 @@ async def test_a_wedged_sealer_stalls_the_writer_within_its_bound(tmp_path: Path
         wal.close()  # returns at once; the flusher releases the file when the child answers
     os.kill(pid, signal.SIGCONT)
     # The sealer answers; the flusher then releases the file and the sealer exits.
-    again = await reopened(path)
+    again = await until_async(f"{path} to be free", lambda: try_open(path))
+    assert again is not None
     try:
         assert state(pid) in ("gone", "Z")
         # The batch in doubt landed when the sealer came back; the log verifies.
