@@ -383,6 +383,23 @@ async def test_backpressure_raise_over_a_wedged_sealer_never_drops(tmp_path: Pat
     assert [d["payload"]["i"] for d in lines(tmp_path / "p.wal")] == list(range(7))
 
 
+async def test_backpressure_block_over_a_wedged_sealer_stalls_after_its_bound(tmp_path: Path, opened: list[FileWAL]) -> None:
+    wal = open_wal(opened, tmp_path / "p.wal", sealer="process", max_pending=2,
+                   backpressure=Backpressure.BLOCK, stall_timeout=0.5)
+    await wal.barrier(wal.append("STEP_INTENT", "s-1", None, {"i": 0}))
+    pid = wal.sealer_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    wal.append("STEP_INTENT", "s-1", None, {"i": 1})
+    await wal_took_everything(wal)  # with the stopped sealer
+    wal.append("STEP_INTENT", "s-1", None, {"i": 2})
+    wal.append("STEP_INTENT", "s-1", None, {"i": 3})  # the queue is full
+    with pytest.raises(WALStalled, match=r"no room for a record within 0.5s \(max_pending=2\)"):
+        wal.append("STEP_INTENT", "s-1", None, {"i": 4})
+    with pytest.raises(WALStalled, match="stalled earlier"):
+        wal.append("STEP_INTENT", "s-1", None, {"i": 5})
+
+
 async def test_a_wedged_sealer_stalls_the_writer_within_its_bound(tmp_path: Path, opened: list[FileWAL]) -> None:
     path = tmp_path / "p.wal"
     wal = open_wal(opened, path, sealer="process", stall_timeout=0.5, backpressure=Backpressure.BLOCK, max_pending=2)
