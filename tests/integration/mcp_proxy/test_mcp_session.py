@@ -134,17 +134,21 @@ def test_a_halted_tool_is_refused(held: ms.HeldSession, tmp: Path) -> None:
     done = _cli("halt", "--scope", "tool:search_docs", "--reason", "incident 7", "--by", "soc@corp", "--store",
                 str(tmp / "switches.json"))
     assert done.returncode == 0, done.stderr
+    answered = 0  # calls made before the proxy re-read the file (at most every 0.25 s)
     try:
         def refused() -> str | None:
+            nonlocal answered
             try:
                 held.run(lambda s: s.call_tool("search_docs", {"query": "during"}))
             except MCPError as exc:
                 return exc.error.message if exc.error.code == REFUSED else None
+            answered += 1
             return None
 
         message = until("the halt reaches the proxy", refused)
         assert "incident 7" in message
-        assert not [e for e in ms.calls(tmp, "search_docs") if e["args"]["query"] == "during"]
+        # The refused call never reached the server: it saw only the calls answered before.
+        assert len([e for e in ms.calls(tmp, "search_docs") if e["args"]["query"] == "during"]) == answered
     finally:
         _cli("resume", "--scope", "tool:search_docs", "--by", "soc@corp", "--store", str(tmp / "switches.json"))
 
