@@ -12,6 +12,8 @@ Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster 
     {ns}:recovery:escalations            HASH    escalation id -> JSON Escalation
     {ns}:recovery:escalations:resolved   HASH    escalation id -> JSON {by, note, ts}
     {ns}:recovery:journal                STREAM  every entry, for audit (MAXLEN ~ bound)
+    {ns}:recovery:once:<write id>        STRING  a ledger write's reply, PX = marker_ttl:
+                                                 what its repeat answers instead of writing
 
 Invariants:
 - A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
@@ -25,19 +27,29 @@ Invariants:
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
   Nothing here expires or is trimmed except the audit stream: the done index must outlive
   any compaction of the WAL.
+- A request whose reply was lost (``agent_saga._repeat``: a Cluster client re-reading
+  the topology, a closed connection, a timeout) is sent again, at most ``retries`` times
+  (default 1; 3 on a Redis Cluster), and every request here is safe to repeat: a claim's
+  token is unique to its call, so a repeat that finds it knows the claim is its own;
+  renewals and releases compare the token; a ledger write leaves a marker under its
+  write id, so its repeat answers the first reply and writes (journals, counts) nothing
+  twice; reads change nothing.
 - Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
-  without its password; nothing is claimed or acted on.
+  without its password; nothing is claimed or acted on (after lost replies, a claim an
+  attempt took is never used and expires with its ttl).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Collection
 from typing import Any
 
 from .._redis import Target, aclose, failures, import_redis, loop_client, script
+from .._repeat import ReplyLost, check_retries, lost_text, repeating
 from ..errors import ConfigurationError
 from .batch import TurnBatch
 from .claims import Claim, new_token
@@ -53,13 +65,16 @@ class _RedisBase:
     """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
 
     SCRIPTS: dict[str, str] = {}
+    #: What a refusal after lost replies adds (what was and was not done).
+    LOST_AFTER = "nothing was claimed or acted on, the next sweep retries"
 
-    def __init__(self, target: str | Any, namespace: str, socket_timeout: float) -> None:
+    def __init__(self, target: str | Any, namespace: str, socket_timeout: float, retries: int | None = None) -> None:
         redis = import_redis("recovery over Redis")
         if not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
         self._redis = redis
-        self._failures = failures(redis)
+        self._failures: tuple[type[BaseException], ...] = (*failures(redis), ReplyLost)
+        self._retries = check_retries(retries)
         self._ns = f"{{{namespace}}}:recovery"
         self._timeout = socket_timeout
         self._target = Target.of(target)
@@ -75,17 +90,28 @@ class _RedisBase:
         return loop_client(self._clients, self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
 
     def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(ClaimStoreUnavailable, lost_text(
+                f"Redis at {self.where}", doing, exc, self.LOST_AFTER), store=f"Redis at {self.where}")
         return self._target.unavailable(
             ClaimStoreUnavailable, f"Redis at {self.where} failed while {doing}: {self._target.error_text(exc)}; "
             f"nothing was claimed or acted on, the next sweep retries", store=f"Redis at {self.where}")
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT)."""
+        """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT), repeated
+        while its reply is lost (``_repeat``): every script here is safe to repeat."""
         client = self._client()
         run = self._scripts.get((id(client), name))
         if run is None:
             run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
-        return await run(keys=keys, args=args, client=client)
+        return await repeating(lambda _repeat: run(keys=keys, args=args, client=client),
+                               retries=self._retries, client=client)
+
+    async def _read(self, op: Any) -> Any:
+        """``await op(client)`` for a read (or an idempotent command), repeated while its
+        reply is lost."""
+        client = self._client()
+        return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -99,9 +125,13 @@ class RedisClaimLock(_RedisBase):
 
     ``target``: a ``redis://`` URL (its password never appears in a message) or a
     ``redis.asyncio.Redis`` client. ``owner`` prefixes the tokens (default: a random id).
+    ``retries``: how many times a request whose reply was lost is sent again (default 1;
+    3 on a Redis Cluster); every request here is safe to repeat (see the module doc).
     """
 
     shared = True
+    LOST_AFTER = ("nothing was claimed or acted on (a claim an earlier attempt may have taken is never used "
+                  "and expires with its ttl), the next sweep retries")
 
     # KEYS[1] the claim key. ARGV[1] our token, ARGV[2] the ttl in ms.
     # Extends the claim only if it is still ours; returns 1 if extended, 0 if not ours.
@@ -122,11 +152,16 @@ return 0
 """
 
     # KEYS[i] a claim key. ARGV[2i-1] its new token, ARGV[2i] its ttl in ms.
-    # SET NX PX each; returns 1 for each claim taken, 0 for each held by another.
+    # SET NX PX each; returns 1 for each claim taken, 0 for each held by another. A key
+    # that already holds the token is ours (tokens are unique per acquisition: an earlier
+    # attempt of this very call whose reply was lost took it): 1, its ttl restarted.
     ACQUIRE_MANY = """
 local out = {}
 for i = 1, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
+    out[i] = 1
+  elseif redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     out[i] = 1
   else
     out[i] = 0
@@ -168,8 +203,9 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         namespace: str = DEFAULT_NAMESPACE,
         owner: str | None = None,
         socket_timeout: float = 5.0,
+        retries: int | None = None,
     ) -> None:
-        super().__init__(target, namespace, socket_timeout)
+        super().__init__(target, namespace, socket_timeout, retries)
         self.owner = owner or new_token("daemon").split(":", 1)[1]
         self.description = f"{self.where} claims {self._ns}:claim:*"
         self._acquires: TurnBatch[tuple[str, str, int]] = TurnBatch(self._acquire_many)
@@ -221,15 +257,15 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         members (``recovery.shards``). Raises ``ClaimStoreUnavailable``."""
         try:
             out = await self._eval("MEMBERS", [f"{self._ns}:members"], [member, max(1, int(ttl * 1000))])
-        except self._redis.RedisError as exc:
+        except (self._redis.RedisError, ReplyLost) as exc:
             raise self._unavailable(exc, "renewing the recovery membership") from exc
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in out)
 
     async def leave(self, member: str) -> None:
         """Take ``member`` out of the membership now: its shard moves to the others at once."""
         try:
-            await self._client().zrem(f"{self._ns}:members", member)
-        except self._redis.RedisError as exc:
+            await self._read(lambda c: c.zrem(f"{self._ns}:members", member))  # ZREM: idempotent
+        except (self._redis.RedisError, ReplyLost) as exc:
             raise self._unavailable(exc, "leaving the recovery membership") from exc
 
     def __repr__(self) -> str:
@@ -240,19 +276,73 @@ class RedisLedger(_RedisBase):
     """The recovery ledger in Redis, shared by every replica (see the module doc).
 
     ``journal_maxlen`` bounds the audit stream (approximately); the done index and the
-    escalation queue are never trimmed.
+    escalation queue are never trimmed. ``retries``: how many times a request whose reply
+    was lost is sent again (default 1; 3 on a Redis Cluster): every write carries a write
+    id the server remembers for ``marker_ttl`` seconds, so a repeat finds it written and
+    writes nothing twice (see the module doc).
     """
 
     shared = True
+    LOST_AFTER = ("nothing was claimed or acted on (a write an earlier attempt may have made is kept, "
+                  "once), the next sweep retries")
+
+    # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
+    # KEYS[4] the journal STREAM. ARGV[1] the journal's MAXLEN (~), ARGV[2] the write
+    # markers' ttl in ms, ARGV[3] the markers' key prefix ("{ns}:recovery:once:"); then
+    # four per request: its kind, id, document and write id. "hmget": id is the tokens
+    # ("\n"-separated), the reply their done entries. A write ("done": HSET the done
+    # index, "attempt": HINCRBY the attempts, "escalate": HSETNX the escalation, "journal":
+    # nothing more) appends its document to the journal and leaves a marker under its
+    # write id holding its reply; a write whose marker exists (an earlier attempt of it
+    # landed, its reply was lost) does nothing and answers that reply again. A request's
+    # error is its own (pcall): the others of the batch still run.
+    WRITE = """
+local out = {}
+for i = 1, (#ARGV - 3) / 4 do
+  local kind, id, doc, wid = ARGV[4 * i], ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[4 * i + 3]
+  if kind == 'hmget' then
+    local toks = {}
+    for t in string.gmatch(id, '[^\\n]+') do toks[#toks + 1] = t end
+    out[i] = redis.pcall('HMGET', KEYS[1], unpack(toks))
+  else
+    local marker = ARGV[3] .. wid
+    local prev = redis.call('GET', marker)
+    if prev then
+      out[i] = tonumber(prev)
+    else
+      local r = 0
+      if kind == 'done' then r = redis.pcall('HSET', KEYS[1], id, doc)
+      elseif kind == 'attempt' then r = redis.pcall('HINCRBY', KEYS[2], id, 1)
+      elseif kind == 'escalate' then r = redis.pcall('HSETNX', KEYS[3], id, doc) end
+      if type(r) == 'table' then
+        out[i] = r
+      else
+        local x = redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', ARGV[1], '*', 'e', doc)
+        if type(x) == 'table' and x.err then
+          out[i] = x
+        else
+          redis.call('SET', marker, r, 'PX', ARGV[2])
+          out[i] = r
+        end
+      end
+    end
+  end
+end
+return out
+"""
 
     # KEYS[1] the escalations HASH, KEYS[2] the resolved HASH. ARGV[1] the id, ARGV[2] the
     # resolution JSON. Closes an escalation that exists and is open; returns 1, else 0.
+    # A resolution already holding this very JSON (it carries its time: an earlier attempt
+    # of this call whose reply was lost wrote it) answers 1 again.
     RESOLVE = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1 then return 1 end
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then return 1 end
+return 0
 """
 
-    SCRIPTS = {"RESOLVE": RESOLVE}
+    SCRIPTS = {"RESOLVE": RESOLVE, "WRITE": WRITE}
 
     def __init__(
         self,
@@ -261,8 +351,15 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         namespace: str = DEFAULT_NAMESPACE,
         socket_timeout: float = 5.0,
         journal_maxlen: int = 1_000_000,
+        retries: int | None = None,
+        marker_ttl: float = 600.0,
     ) -> None:
-        super().__init__(target, namespace, socket_timeout)
+        super().__init__(target, namespace, socket_timeout, retries)
+        if isinstance(marker_ttl, bool) or not isinstance(marker_ttl, int | float) or marker_ttl < 1:
+            raise ConfigurationError(f"marker_ttl must be a number of seconds >= 1, got {marker_ttl!r}: it is "
+                                     f"how long the server remembers a write, so that its repeat finds it")
+        self._marker_ms = int(marker_ttl * 1000)
+        self._once = f"{self._ns}:once:"
         self.description = f"{self.where} ledger {self._ns}:*"
         self._done = f"{self._ns}:done"
         self._attempts = f"{self._ns}:attempts"
@@ -273,32 +370,16 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._pipeline)
 
     async def _pipeline(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Every op of one turn in one pipeline; each op's answer is its first command's
-        reply, or the first error among its commands."""
-        pipe = self._client().pipeline(transaction=False)
-        sizes = []
-        for kind, args in ops:
-            before = len(pipe)
+        """Every request of one turn in one script (``WRITE``), repeated whole while its
+        reply is lost (each write's marker makes that safe); each request's answer is its
+        reply, or its own error."""
+        args: list[Any] = [self._maxlen, self._marker_ms, self._once]
+        for kind, op in ops:
             if kind == "hmget":
-                pipe.hmget(self._done, list(args))
-            elif kind == "done":
-                pipe.hset(self._done, args[0], args[1])
-            elif kind == "attempt":
-                pipe.hincrby(self._attempts, args[0], 1)
-            elif kind == "escalate":
-                pipe.hsetnx(self._esc, args[0], args[1])
-            if kind != "hmget":
-                pipe.xadd(self._journal, {"e": args[-1]}, maxlen=self._maxlen, approximate=True)
-            sizes.append(len(pipe) - before)
-        replies = await pipe.execute(raise_on_error=False)
-        out: list[Any] = []
-        at = 0
-        for n in sizes:
-            mine = replies[at:at + n]
-            at += n
-            err = next((r for r in mine if isinstance(r, BaseException)), None)
-            out.append(err if err is not None else mine[0])
-        return out
+                args += [kind, "\n".join(op), "", ""]
+            else:
+                args += [kind, op[0], op[1], op[2]]
+        return list(await self._eval("WRITE", [self._done, self._attempts, self._esc, self._journal], args))
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
@@ -314,7 +395,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
     async def attempts(self, token: str) -> int:
         """How many handler calls were started for ``token`` (diagnostics, tests)."""
         try:
-            v = await self._client().hget(self._attempts, token)
+            v = await self._read(lambda c: c.hget(self._attempts, token))
         except self._failures as exc:
             raise self._unavailable(exc, "reading attempts") from exc
         return int(v or 0)
@@ -324,7 +405,7 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
         kind = {LedgerKind.DONE: "done", LedgerKind.ATTEMPT: "attempt"}.get(entry.kind, "journal")
         try:
-            await self._writes.submit((kind, (entry.token, doc)))
+            await self._writes.submit((kind, (entry.token, doc, secrets.token_hex(12))))
         except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
 
@@ -332,18 +413,21 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
         """Record ``escalation``; False if it was already recorded."""
         doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
         try:
-            new = await self._writes.submit(("escalate", (escalation.id, doc)))
+            new = await self._writes.submit(("escalate", (escalation.id, doc, secrets.token_hex(12))))
         except self._failures as exc:
             raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
         return bool(new)
 
     async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
         """The open escalations (all with ``include_resolved``)."""
-        try:
-            pipe = self._client().pipeline(transaction=False)
+        async def both(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
             pipe.hgetall(self._esc)
             pipe.hgetall(self._resolved)
-            raw, resolved = await pipe.execute()
+            return await pipe.execute()
+
+        try:
+            raw, resolved = await self._read(both)
         except self._failures as exc:
             raise self._unavailable(exc, "listing escalations") from exc
         out: list[Escalation] = []

@@ -64,7 +64,12 @@ class RedisSwitchStore(PolicyPlaneReader):
     silent loss is noticed after three missed ones). ``socket_timeout`` bounds one
     round trip. ``namespaces``: obey only levers of these Kubernetes namespaces (and
     those engaged with the CLI, namespace ``cli``); default: every namespace.
-    ``clock`` is the time seam (grace is measured on its monotonic clock).
+    ``clock`` is the time seam (grace is measured on its monotonic clock). ``retries``:
+    how many times a read whose reply was lost is sent again before it counts as a failed
+    read (default 1; 3 on a Redis Cluster, whose client closes the connections in use to
+    re-read the topology while slots move). Writes (``engage``, ``lift``) are sent once:
+    each counts a change (``rev``) and notifies every reader, which a repeat would do
+    twice, so a lost reply refuses the write (run it again: the lever ends the same).
     Needs ``pip install agent-saga[redis]``.
     """
 
@@ -121,13 +126,14 @@ return cur
         connect_timeout: float = 1.0,
         namespaces: Collection[str] | None = None,
         clock: ControlClock | None = None,
+        retries: int | None = None,
     ) -> None:
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace < math.inf:
             raise ConfigurationError(
                 f"grace must be a number of seconds >= 0 (0: fail closed at once), got {grace!r}"
             )
         super().__init__(url, namespaces=namespaces, prefix=prefix, heartbeat=heartbeat,
-                         socket_timeout=socket_timeout, connect_timeout=connect_timeout)
+                         socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries)
         if self.namespaces is not None:
             self.namespaces |= {"cli"}
         self.grace = float(grace)

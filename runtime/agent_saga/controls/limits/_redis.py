@@ -30,8 +30,9 @@ Invariants:
 - Keys never expire: a log shrinks as calls (or ``agent-saga status``) trim it. Run
   the server with ``maxmemory-policy noeviction``: an evicted log would forget spend.
 - Every failure to reach the server raises ``LimitStoreUnavailable`` naming this store;
-  the gate refuses the call. The scripts are idempotent on the debit id, so the one
-  reconnect-and-retry the client makes cannot debit twice.
+  the gate refuses the call. The scripts are idempotent on the debit id, so a debit
+  repeated after a lost reply (``agent_saga._repeat``, flagged as a repeat) cannot debit
+  twice.
 - With ``min_replicas=N`` a debit is authorised only after ``WAIT N`` (sent with the
   script in one pipeline, on the connection that wrote it) says N replicas hold it: a
   failover to one of them cannot forget spend it authorised. Fewer acknowledgements
@@ -53,9 +54,9 @@ from ..._redis import (
     import_redis,
     is_cluster,
     is_timeout,
-    lost_connection,
     script,
 )
+from ..._repeat import ReplyLost, check_retries, repeating
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -247,8 +248,7 @@ return redis.call('HGETALL', KEYS[1])
                 "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
                 "redis.asyncio client (client=...)"
             )
-        if retries is not None and retries < 0:
-            raise ConfigurationError(f"retries must be >= 0 (or None for the default), got {retries}")
+        check_retries(retries)
         if min_replicas < 0 or wait_timeout_ms < 1:
             raise ConfigurationError(f"min_replicas must be >= 0 and wait_timeout_ms >= 1, got {min_replicas} "
                                      f"and {wait_timeout_ms}")
@@ -427,41 +427,36 @@ return redis.call('HGETALL', KEYS[1])
     ) -> Any:
         """Run the script ``lua`` (EVALSHA; redis-py reloads it on NOSCRIPT).
 
-        A lost connection (``lost_connection``) is retried with ``retry_args`` (the debit
+        A lost reply (``agent_saga._repeat``) is repeated with ``retry_args`` (the debit
         script then checks whether an earlier attempt already landed), up to ``retries``
         times: by default once, and three times on a Redis Cluster, where each of the
         client's topology re-reads during a reshard closes every connection in use (so two
         losses in a row are expected under load, not a sign the store is gone). The client
         itself never retries: only this method knows that a repeat must be flagged as one.
+        A call without ``retry_args`` is sent once.
         """
-        redis = import_redis("RedisLimitStore")
         client, scripts = self._bound()
         run = scripts.get(lua)
         if run is None:
             run = scripts[lua] = script(client, lua)
-        attempt = 0
-        while True:
-            try:
-                async with self._queued():
-                    if self.min_replicas and lua is not self.LUA_USAGE:
-                        return await self._replicated(client, run, keys, args)
-                    return await run(keys=keys, args=args, client=client)
-            except lost_connection(redis) as exc:
-                if retry_args is not None and attempt < self._repeats(client):
-                    attempt += 1
-                    args = retry_args
-                    continue
-                raise self._unavailable(what, exc) from exc
-            except (LimitStoreUnavailable, ConfigurationError):
-                raise
-            except Exception as exc:
-                raise self._unavailable(what, exc) from exc
 
-    def _repeats(self, client: Any) -> int:
-        """How many times a call that lost its connection is sent again (``retries``)."""
-        if self._retries is not None:
-            return self._retries
-        return 3 if is_cluster(client) else 1
+        async def send(repeat: bool) -> Any:
+            sent = retry_args if repeat and retry_args is not None else args
+            async with self._queued():
+                if self.min_replicas and lua is not self.LUA_USAGE:
+                    return await self._replicated(client, run, keys, sent)
+                return await run(keys=keys, args=sent, client=client)
+
+        try:
+            if retry_args is None:
+                return await send(False)
+            return await repeating(send, retries=self._retries, client=client)
+        except ReplyLost as lost:
+            raise self._unavailable(what, lost.error) from lost.error
+        except (LimitStoreUnavailable, ConfigurationError):
+            raise
+        except Exception as exc:
+            raise self._unavailable(what, exc) from exc
 
     async def _replicated(self, client: Any, run: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """The script and ``WAIT min_replicas`` in one pipeline (one connection, one round
