@@ -32,7 +32,6 @@ server``), which sent nothing (the store is unreachable, and says so).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -71,7 +70,7 @@ def lost_reply(exc: BaseException) -> str | None:
         return None
     if "connecting to" in str(exc):
         return None  # no connection was made, nothing was sent: the store is unreachable
-    if isinstance(exc, rex.TimeoutError | asyncio.TimeoutError | TimeoutError):
+    if isinstance(exc, rex.TimeoutError | TimeoutError):  # asyncio's is the builtin one
         return "no reply within the socket timeout"
     if isinstance(exc, rex.ConnectionError):
         return "the connection closed before the reply came"

@@ -287,26 +287,28 @@ class RedisLedger(_RedisBase):
                   "once), the next sweep retries")
 
     # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
-    # KEYS[4] the journal STREAM. ARGV[1] the journal's MAXLEN (~), ARGV[2] the write
-    # markers' ttl in ms, ARGV[3] the markers' key prefix ("{ns}:recovery:once:"); then
-    # four per request: its kind, id, document and write id. "hmget": id is the tokens
-    # ("\n"-separated), the reply their done entries. A write ("done": HSET the done
-    # index, "attempt": HINCRBY the attempts, "escalate": HSETNX the escalation, "journal":
-    # nothing more) appends its document to the journal and leaves a marker under its
-    # write id holding its reply; a write whose marker exists (an earlier attempt of it
-    # landed, its reply was lost) does nothing and answers that reply again. A request's
-    # error is its own (pcall): the others of the batch still run.
+    # KEYS[4] the journal STREAM, KEYS[5..] the write markers ("{ns}:recovery:once:<write
+    # id>", one per write: declared, so a cluster routes and migrates them with the rest).
+    # ARGV[1] the journal's MAXLEN (~), ARGV[2] the markers' ttl in ms; then three per
+    # request: its kind, id and document. "hmget": id is the tokens (newline-separated), the
+    # reply their done entries. A write ("done": HSET the done index, "attempt": HINCRBY
+    # the attempts, "escalate": HSETNX the escalation, "journal": nothing more) appends its
+    # document to the journal and leaves its marker (the next KEYS) holding its reply; a
+    # write whose marker exists (an earlier attempt of it landed, its reply was lost) does
+    # nothing and answers that reply again. A request's error is its own (pcall): the
+    # others of the batch still run.
     WRITE = """
 local out = {}
-for i = 1, (#ARGV - 3) / 4 do
-  local kind, id, doc, wid = ARGV[4 * i], ARGV[4 * i + 1], ARGV[4 * i + 2], ARGV[4 * i + 3]
+local m = 4
+for i = 1, (#ARGV - 2) / 3 do
+  local kind, id, doc = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
   if kind == 'hmget' then
     local toks = {}
     for t in string.gmatch(id, '[^\\n]+') do toks[#toks + 1] = t end
     out[i] = redis.pcall('HMGET', KEYS[1], unpack(toks))
   else
-    local marker = ARGV[3] .. wid
-    local prev = redis.call('GET', marker)
+    m = m + 1
+    local prev = redis.call('GET', KEYS[m])
     if prev then
       out[i] = tonumber(prev)
     else
@@ -321,7 +323,7 @@ for i = 1, (#ARGV - 3) / 4 do
         if type(x) == 'table' and x.err then
           out[i] = x
         else
-          redis.call('SET', marker, r, 'PX', ARGV[2])
+          redis.call('SET', KEYS[m], r, 'PX', ARGV[2])
           out[i] = r
         end
       end
@@ -373,13 +375,15 @@ return 0
         """Every request of one turn in one script (``WRITE``), repeated whole while its
         reply is lost (each write's marker makes that safe); each request's answer is its
         reply, or its own error."""
-        args: list[Any] = [self._maxlen, self._marker_ms, self._once]
+        keys = [self._done, self._attempts, self._esc, self._journal]
+        args: list[Any] = [self._maxlen, self._marker_ms]
         for kind, op in ops:
             if kind == "hmget":
-                args += [kind, "\n".join(op), "", ""]
+                args += [kind, "\n".join(op), ""]
             else:
-                args += [kind, op[0], op[1], op[2]]
-        return list(await self._eval("WRITE", [self._done, self._attempts, self._esc, self._journal], args))
+                args += [kind, op[0], op[1]]
+                keys.append(self._once + op[2])
+        return list(await self._eval("WRITE", keys, args))
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""

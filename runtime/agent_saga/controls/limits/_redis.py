@@ -346,7 +346,7 @@ return redis.call('HGETALL', KEYS[1])
         wanted = await self.definitions() if specs is None else list(specs)
         if not wanted:
             return []
-        flat = await self._call("usage", self.LUA_USAGE, self._keys, ())
+        flat = await self._call("usage", self.LUA_USAGE, self._keys, (), retry_args=())  # trim + read: repeatable
         pairs = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
         rows: dict[str, list[tuple[str, int, float]]] = {}
         for fld, total in pairs.items():
@@ -477,9 +477,13 @@ return redis.call('HGETALL', KEYS[1])
         return reply
 
     async def _io(self, what: str, op: Any) -> Any:
+        """``op(client)``: a read, or a write that is the same however often it lands
+        (``declare``'s HSET), so it is repeated while its reply is lost."""
         client = self._client()
         try:
-            return await op(client)
+            return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
+        except ReplyLost as lost:
+            raise self._unavailable(what, lost.error) from lost.error
         except Exception as exc:
             raise self._unavailable(what, exc) from exc
 
