@@ -53,17 +53,22 @@ def proxy(fresh_redis: RedisServer) -> Iterator[ReplyDroppingProxy]:
         yield p
 
 
-def redis_direct(server: RedisServer) -> Any:
-    return server.client()
+@pytest.fixture
+def direct(fresh_redis: RedisServer) -> Iterator[Any]:
+    """A client of the server itself, past the proxy (closed after the test)."""
+    client = fresh_redis.client()
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 # ---------------------------------------------------------------------------- claims
 
 @pytest.mark.single_redis(PROXY)
 async def test_a_claim_whose_reply_is_lost_is_repeated_and_taken_once_with_its_token(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     lock, rival = RedisClaimLock(proxy.url, owner="a"), RedisClaimLock(fresh_redis.url, owner="b")
-    direct = redis_direct(fresh_redis)
     try:
         warm = await lock.acquire("warm", 30)  # the scripts are loaded: the next call runs at once
         assert warm is not None
@@ -88,9 +93,8 @@ async def test_a_claim_whose_reply_is_lost_is_repeated_and_taken_once_with_its_t
 
 @pytest.mark.single_redis(PROXY)
 async def test_a_claim_whose_every_reply_is_lost_is_refused_and_never_used(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     lock = RedisClaimLock(f"redis://:s3cret@127.0.0.1:{proxy.port}/0", owner="a")
-    direct = redis_direct(fresh_redis)
     direct.config_set("requirepass", "s3cret")
     try:
         assert await lock.acquire("warm", 30) is not None
@@ -128,9 +132,8 @@ def entry(kind: LedgerKind, token: str) -> LedgerEntry:
 
 @pytest.mark.single_redis(PROXY)
 async def test_ledger_writes_whose_reply_is_lost_are_repeated_and_journaled_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     ledger = RedisLedger(proxy.url, namespace="rep")
-    direct = redis_direct(fresh_redis)
     journal = "{rep}:recovery:journal"
     try:
         await ledger.record(entry(LedgerKind.SAGA, "warm"))
@@ -159,9 +162,8 @@ async def test_ledger_writes_whose_reply_is_lost_are_repeated_and_journaled_once
 
 @pytest.mark.single_redis(PROXY)
 async def test_a_ledger_write_whose_every_reply_is_lost_is_refused_and_written_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     ledger = RedisLedger(proxy.url, namespace="rep", retries=2)
-    direct = redis_direct(fresh_redis)
     try:
         await ledger.record(entry(LedgerKind.SAGA, "warm"))
         proxy.arm(3)
@@ -178,7 +180,7 @@ async def test_a_ledger_write_whose_every_reply_is_lost_is_refused_and_written_o
 
 @pytest.mark.single_redis(PROXY)
 async def test_semantic_lock_calls_whose_reply_is_lost_are_repeated_and_hold_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     locks = RedisSemanticLocks(proxy.url, namespace="rep")
     rival = RedisSemanticLocks(fresh_redis.url, namespace="rep")
     try:
@@ -204,7 +206,7 @@ async def test_semantic_lock_calls_whose_reply_is_lost_are_repeated_and_hold_onc
 
 @pytest.mark.single_redis(PROXY)
 async def test_a_lock_acquire_whose_every_reply_is_lost_is_refused_holding_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     locks = RedisSemanticLocks(proxy.url, namespace="rep")
     rival = RedisSemanticLocks(fresh_redis.url, namespace="rep")
     try:
@@ -223,11 +225,10 @@ async def test_a_lock_acquire_whose_every_reply_is_lost_is_refused_holding_once(
 
 @pytest.mark.single_redis(PROXY)
 def test_the_kill_switch_repeats_a_read_whose_reply_is_lost_and_never_a_write(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     prefix = "agentsaga:v1"
     writer = RedisSwitchStore(fresh_redis.url, grace=5, prefix=prefix)
     reader = RedisSwitchStore(proxy.url, grace=5, prefix=prefix)
-    direct = redis_direct(fresh_redis)
     try:
         lever = Lever.new("Halt", "tool:stripe.*", reason="incident", by="soc@corp", now=time.time(), ttl=600)
         writer.engage(lever)
@@ -259,9 +260,8 @@ def request(rid: str) -> ApprovalRequest:
 
 @pytest.mark.single_redis(PROXY)
 def test_approval_calls_whose_reply_is_lost_are_repeated_and_land_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     store = RedisApprovalStore(proxy.url)
-    direct = redis_direct(fresh_redis)
     try:
         store.create(request("ab" * 16))  # the scripts are loaded
         store.decide("ab" * 16, Decision("Denied", "oncall@corp", time.time(), ""))
@@ -295,9 +295,8 @@ def _consume(r: ApprovalRequest) -> ApprovalRequest:
 
 @pytest.mark.single_redis(PROXY)
 def test_an_approval_request_whose_every_reply_is_lost_is_refused_and_asked_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> None:
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     store = RedisApprovalStore(proxy.url)
-    direct = redis_direct(fresh_redis)
     try:
         store.create(request("ab" * 16))
         req = request("ef" * 16)
@@ -368,11 +367,10 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
             await asyncio.wait_for(task, 120)
             total = sum([await ledger.attempts(f"t-{i}") for i in range(4)])
             assert total == counts["attempts"], "every attempt counted once, none twice"
-            direct = cluster.client()
-            assert direct.xlen("{mig}:recovery:journal") == counts["attempts"], "journaled once each"
-            owner = cluster.owner(slot).client()  # every key of the namespace is in its slot
-            assert owner.keys("{mig}:recovery:journal") and not owner.keys("{mig}:recovery:claim:*")
-            assert not owner.keys("{mig}:lock:*"), "every claim and lock released, none left behind"
+            with cluster.client() as direct, cluster.owner(slot).client() as owner:  # the namespace's one slot
+                assert direct.xlen("{mig}:recovery:journal") == counts["attempts"], "journaled once each"
+                assert owner.keys("{mig}:recovery:journal") and not owner.keys("{mig}:recovery:claim:*")
+                assert not owner.keys("{mig}:lock:*"), "every claim and lock released, none left behind"
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -404,7 +402,8 @@ def test_a_claim_on_a_cluster_whose_nodes_dropped_their_clients_is_repeated_or_r
             cluster.command("CLIENT", "KILL", "TYPE", "normal")
             claim = await again.acquire("s-2", 5.0)
             assert claim is not None, "by default the loss is repeated: claimed"
-            assert cluster.client().get(again.key("s-2")).decode() == claim.token
+            with cluster.client() as direct:
+                assert direct.get(again.key("s-2")).decode() == claim.token
         finally:
             await again.close()
 
