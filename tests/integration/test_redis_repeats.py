@@ -120,8 +120,9 @@ def test_a_negative_or_non_integer_retries_is_refused_naming_the_field() -> None
             RedisClaimLock("redis://127.0.0.1:1/0", retries=bad)  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="retries must be >= 0"):
             RedisApprovalStore("redis://127.0.0.1:1/0", retries=bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="marker_ttl must be"):
-        RedisLedger("redis://127.0.0.1:1/0", marker_ttl=0)
+    with pytest.raises(ConfigurationError, match=r"marker_ttl must be a number of seconds >= 24 .*socket_timeout=5"):
+        RedisLedger("redis://127.0.0.1:1/0", marker_ttl=10)
+    RedisLedger("redis://127.0.0.1:1/0", marker_ttl=10, socket_timeout=1.0)  # 4 x 2 s: long enough
 
 
 # ---------------------------------------------------------------------------- ledger

@@ -278,8 +278,9 @@ class RedisLedger(_RedisBase):
     ``journal_maxlen`` bounds the audit stream (approximately); the done index and the
     escalation queue are never trimmed. ``retries``: how many times a request whose reply
     was lost is sent again (default 1; 3 on a Redis Cluster): every write carries a write
-    id the server remembers for ``marker_ttl`` seconds, so a repeat finds it written and
-    writes nothing twice (see the module doc).
+    id the server remembers for ``marker_ttl`` seconds (a key of about 100 bytes per write;
+    at least as long as the repeats can take), so a repeat finds it written and writes
+    nothing twice (see the module doc).
     """
 
     shared = True
@@ -354,12 +355,17 @@ return 0
         socket_timeout: float = 5.0,
         journal_maxlen: int = 1_000_000,
         retries: int | None = None,
-        marker_ttl: float = 600.0,
+        marker_ttl: float = 120.0,
     ) -> None:
         super().__init__(target, namespace, socket_timeout, retries)
-        if isinstance(marker_ttl, bool) or not isinstance(marker_ttl, int | float) or marker_ttl < 1:
-            raise ConfigurationError(f"marker_ttl must be a number of seconds >= 1, got {marker_ttl!r}: it is "
-                                     f"how long the server remembers a write, so that its repeat finds it")
+        # A write's last repeat is sent at most (repeats + 1) round trips of up to the socket
+        # timeout (and a cluster's half-second TRYAGAIN) after its first attempt.
+        longest = ((3 if retries is None else retries) + 1) * (socket_timeout + 1.0)
+        if isinstance(marker_ttl, bool) or not isinstance(marker_ttl, int | float) or marker_ttl < longest:
+            raise ConfigurationError(
+                f"marker_ttl must be a number of seconds >= {longest:g} (the longest a write's repeats can take "
+                f"with socket_timeout={socket_timeout:g}), got {marker_ttl!r}: it is how long the server "
+                f"remembers a write so that its repeat finds it; raise it, or lower socket_timeout")
         self._marker_ms = int(marker_ttl * 1000)
         self._once = f"{self._ns}:once:"
         self.description = f"{self.where} ledger {self._ns}:*"
