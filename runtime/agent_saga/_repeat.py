@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 from ._redis import is_cluster
 from .errors import ConfigurationError
 
-__all__ = ["ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_bound", "repeating",
+__all__ = ["ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeating",
            "repeating_sync"]
 
 T = TypeVar("T")
@@ -97,20 +97,33 @@ async def repeating(send: Callable[[bool], Awaitable[T]], *, retries: int | None
     """``await send(repeat)`` (``repeat`` is False the first time), sent again while its
     reply is lost, at most ``repeat_bound(retries, client)`` times; then ``ReplyLost``.
     Only for requests that are safe to repeat (see the module doc)."""
+    try:
+        return await send(False)
+    except Exception as exc:
+        return await repeat_after(exc, send, retries=retries, client=client)
+
+
+async def repeat_after(first: Exception, send: Callable[[bool], Awaitable[T]], *, retries: int | None,
+                       client: Any) -> T:
+    """``repeating`` once the first attempt failed with ``first`` (a hot path sends its
+    first attempt itself, without the wrapper): ``first`` is raised again unless it lost
+    a reply; otherwise ``await send(True)`` up to the bound, then ``ReplyLost``."""
+    exc: Exception = first
     attempt = 0
     bound = -1
     while True:
+        why = lost_reply(exc)
+        if why is None:
+            raise exc
+        if bound < 0:
+            bound = repeat_bound(retries, client)  # worked out only once a reply was lost
+        if attempt >= bound:
+            raise ReplyLost(why, attempt + 1, exc) from exc
+        attempt += 1
         try:
-            return await send(attempt > 0)
-        except Exception as exc:
-            why = lost_reply(exc)
-            if why is None:
-                raise
-            if bound < 0:
-                bound = repeat_bound(retries, client)  # worked out only once a reply was lost
-            if attempt >= bound:
-                raise ReplyLost(why, attempt + 1, exc) from exc
-            attempt += 1
+            return await send(True)
+        except Exception as again:  # noqa: PERF203 - a repeat is the rare path
+            exc = again
 
 
 def repeating_sync(send: Callable[[bool], T], *, retries: int | None, client: Any) -> T:

@@ -32,7 +32,7 @@ import asyncio
 from typing import Any
 
 from .._redis import Target, aclose, failures, import_redis, loop_client, script
-from .._repeat import ReplyLost, check_retries, lost_text, repeating
+from .._repeat import ReplyLost, check_retries, lost_text, repeat_after, repeating
 from ..errors import ConfigurationError
 from ..recovery.redis import RedisClaimLock
 from .errors import LockStoreUnavailable
@@ -128,12 +128,12 @@ return {0, holder or ''}
         if run is None:
             run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
         keys = [self.key(resource_id)]
-
-        def send(repeat: bool) -> Any:
-            return run(keys=keys, args=repeat_args if repeat and repeat_args is not None else args, client=client)
-
         try:
-            return await repeating(send, retries=self._retries, client=client)
+            try:  # the first attempt, inline (an acquire and a release per claim): repeats are rare
+                return await run(keys=keys, args=args, client=client)
+            except Exception as exc:
+                return await repeat_after(exc, lambda _repeat: run(keys=keys, args=repeat_args or args, client=client),
+                                          retries=self._retries, client=client)
         except self._failures as exc:
             raise self._error(f"{doing} {resource_id!r}", exc) from exc
 

@@ -56,7 +56,7 @@ from ..._redis import (
     is_timeout,
     script,
 )
-from ..._repeat import ReplyLost, check_retries, repeating
+from ..._repeat import ReplyLost, check_retries, repeat_after, repeating
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -440,17 +440,26 @@ return redis.call('HGETALL', KEYS[1])
         if run is None:
             run = scripts[lua] = script(client, lua)
 
-        async def send(repeat: bool) -> Any:
-            sent = retry_args if repeat and retry_args is not None else args
+        try:  # the first attempt, inline: the repeats below are the rare path
             async with self._queued():
                 if self.min_replicas and lua is not self.LUA_USAGE:
-                    return await self._replicated(client, run, keys, sent)
-                return await run(keys=keys, args=sent, client=client)
+                    return await self._replicated(client, run, keys, args)
+                return await run(keys=keys, args=args, client=client)
+        except (LimitStoreUnavailable, ConfigurationError):
+            raise
+        except Exception as exc:
+            if retry_args is None:
+                raise self._unavailable(what, exc) from exc
+            first = exc
+
+        async def again(_repeat: bool) -> Any:
+            async with self._queued():
+                if self.min_replicas and lua is not self.LUA_USAGE:
+                    return await self._replicated(client, run, keys, retry_args)
+                return await run(keys=keys, args=retry_args, client=client)
 
         try:
-            if retry_args is None:
-                return await send(False)
-            return await repeating(send, retries=self._retries, client=client)
+            return await repeat_after(first, again, retries=self._retries, client=client)
         except ReplyLost as lost:
             raise self._unavailable(what, lost.error) from lost.error
         except (LimitStoreUnavailable, ConfigurationError):
