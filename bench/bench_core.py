@@ -10,7 +10,10 @@ Measures, in one run on the same disk:
 - durable (COMPENSABLE) steps/s at 1, 16, 64 and 256 concurrent sagas, with step p99, the
   CPU per step and the garbage collector's share of it (``gc_cpu_share``),
   over FileWAL and over RedisWAL (a throwaway redis-server without persistence, or
-  ``--redis-url``); each next to its floor in the same run (``--backends file`` skips Redis).
+  ``--redis-url``); each next to its floor in the same run (``--backends file`` skips Redis);
+- the same at 64 and 256 sagas over ``FileWAL(sealer="process")`` (``file_process``), its
+  passes interleaved with the thread-mode ones, with the sealer process's CPU per step
+  (``sealer_cpu_us_per_step``, from /proc) next to this process's.
 
 Floor and measured rounds are interleaved, because absolute times on a shared machine are
 noise; the ratios are what to compare. Prints a table, or JSON with ``--json``.
@@ -52,6 +55,7 @@ def pct(samples: list[float], q: float) -> float:
 
 
 CONCURRENCY = (1, 16, 64, 256)
+PROCESS_CONCURRENCY = (64, 256)  # FileWAL(sealer="process")
 
 
 def summary_us(samples: list[float]) -> dict[str, float]:
@@ -191,6 +195,16 @@ class GCClock:
         gc.callbacks.remove(self)
 
 
+def _sealer_cpu(wal: BaseWAL) -> float | None:
+    """CPU seconds the WAL's sealer process used so far (FileWAL(sealer="process")), from
+    /proc; None without one."""
+    pid = getattr(wal, "sealer_pid", None)
+    if pid is None:
+        return None
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
 async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dict[str, float]:
     lat: list[float] = []
 
@@ -202,11 +216,17 @@ async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dic
                 lat.append(time.perf_counter() - t)
 
     before = wal.stats().batches
+    sealer0 = _sealer_cpu(wal)
     with GCClock() as gc_clock:
         t0, cpu0 = time.perf_counter(), time.process_time()
         await asyncio.gather(*(one() for _ in range(concurrency)))
         dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    sealer1 = _sealer_cpu(wal)
     steps = concurrency * steps_per_saga
+    extra: dict[str, float] = {}
+    if sealer0 is not None and sealer1 is not None:
+        # the sealer process's CPU per step (clock ticks: coarse on a short pass)
+        extra["sealer_cpu_us_per_step"] = round((sealer1 - sealer0) / steps * 1e6, 1)
     return {
         "concurrency": concurrency,
         "steps": steps,
@@ -219,22 +239,32 @@ async def throughput(wal: BaseWAL, concurrency: int, steps_per_saga: int) -> dic
         # the garbage collector's part of that CPU, and its collections per 1,000 steps
         "gc_cpu_share": round(gc_clock.cpu / cpu, 3) if cpu > 0 else 0.0,
         "gc_per_1000_steps": round(gc_clock.collections / steps * 1000, 1),
+        **extra,
     }
 
 
-async def sweep(wal: BaseWAL, quick: bool, repeats: int) -> list[dict[str, Any]]:
-    """Steps/s at each concurrency, ``repeats`` interleaved passes, the median pass kept."""
-    passes: dict[int, list[dict[str, Any]]] = {c: [] for c in CONCURRENCY}
+async def sweep(wal: BaseWAL, quick: bool, repeats: int,
+                also: dict[str, tuple[BaseWAL, tuple[int, ...]]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Steps/s at each concurrency, ``repeats`` interleaved passes, the median pass kept.
+    ``also``: more WALs, each measured at its concurrencies right after ``wal`` at the same
+    one (interleaved, so both see the machine at the same moments). Returns the rows by
+    name (``wal``'s under "")."""
+    wals: dict[str, tuple[BaseWAL, tuple[int, ...]]] = {"": (wal, CONCURRENCY), **(also or {})}
+    passes: dict[tuple[str, int], list[dict[str, Any]]] = {
+        (name, c): [] for name, (_, cs) in wals.items() for c in cs
+    }
     for _ in range(repeats):
         for c in CONCURRENCY:
             per = max(20, (400 if quick else 1500) // c) if c > 1 else (100 if quick else 300)
-            passes[c].append(await throughput(wal, c, per))
-    out = []
-    for c in CONCURRENCY:
-        runs = sorted(passes[c], key=lambda r: r["steps_per_s"])
+            for name, (w, cs) in wals.items():
+                if c in cs:
+                    passes[(name, c)].append(await throughput(w, c, per))
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in wals}
+    for (name, _c), runs in passes.items():
+        runs = sorted(runs, key=lambda r: r["steps_per_s"])
         mid = dict(runs[len(runs) // 2])
-        mid["steps_per_s_all"] = [r["steps_per_s"] for r in passes[c]]
-        out.append(mid)
+        mid["steps_per_s_all"] = [r["steps_per_s"] for r in passes[(name, _c)]]
+        out[name].append(mid)
     return out
 
 
@@ -276,7 +306,13 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
             qhop += await queue_hop(n_fast // 4)
         await wal.barrier()
         if "file" in backends:
-            tp["file"] = await sweep(wal, quick, repeats)
+            pwal = FileWAL(tmp / "bench-process.wal", max_pending=1_000_000, sealer="process")
+            try:
+                await throughput(pwal, 64, 20)  # warm-up: the sealer's first batches
+                rows = await sweep(wal, quick, repeats, {"file_process": (pwal, PROCESS_CONCURRENCY)})
+            finally:
+                pwal.close()
+            tp["file"], tp["file_process"] = rows[""], rows["file_process"]
     finally:
         wal.close()
     if "redis" in backends:
@@ -285,7 +321,7 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
             redis_url, proc, workdir = start_redis("bench-core-redis-")
         rwal = open_redis(redis_url)
         try:
-            tp["redis"] = await sweep(rwal, quick, repeats)
+            tp["redis"] = (await sweep(rwal, quick, repeats))[""]
         finally:
             rwal.close()
             if proc is not None:
@@ -301,11 +337,18 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
         "reversible_sync_p50_le_80us": pct(rev_sync, 0.5) * 1e6 <= 80,
         "compensable_p50_le_3.0x_floor": ratio <= 3.0,
     }
-    for name, need in (("file", 25000), ("redis", 20000)):
+    for name, need in (("file", 25000), ("file_process", 25000), ("redis", 20000)):
         if name in tp:
             by = {t["concurrency"]: t["steps_per_s"] for t in tp[name]}
             targets[f"{name}_throughput_256_ge_{need}"] = by[256] >= need
             targets[f"{name}_throughput_256_ge_64"] = by[256] >= by[64]
+    ratios_process: dict[str, float] = {}
+    if "file_process" in tp:
+        thread_by = {t["concurrency"]: t for t in tp["file"]}
+        for t in tp["file_process"]:
+            c = t["concurrency"]
+            ratios_process[f"steps_per_s_{c}"] = round(t["steps_per_s"] / thread_by[c]["steps_per_s"], 2)
+            ratios_process[f"parent_cpu_per_step_{c}"] = round(t["cpu_us_per_step"] / thread_by[c]["cpu_us_per_step"], 2)
     return {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                     "loadavg": [round(x, 2) for x in os.getloadavg()]},
@@ -323,6 +366,8 @@ async def run(quick: bool, backends: list[str], redis_url: str | None) -> dict[s
         "compensable_p50_over_pooled_floor_p50": round(comp_p50 / floor, 2),
         "compensable_p50_over_back_to_back_floor_p50": round(comp_p50 / statistics.median(floor_fdatasync), 2),
         "throughput": tp,
+        # FileWAL(sealer="process") over the thread-mode FileWAL, same concurrency, same run
+        "file_process_over_file": ratios_process,
         "targets": targets,
     }
 
@@ -349,8 +394,9 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"\n  {backend + ': concurrent sagas':>24} {'steps/s':>10} {'CPU µs/step':>12} {'p50 µs':>10} "
               f"{'p99 µs':>10} {'batches':>8} {'GC share':>9}")
         for t in rows:
+            sealer = f"  + sealer process {t['sealer_cpu_us_per_step']} µs/step" if "sealer_cpu_us_per_step" in t else ""
             print(f"  {t['concurrency']:>24} {t['steps_per_s']:>10} {t['cpu_us_per_step']:>12} {t['p50_us']:>10} "
-                  f"{t['p99_us']:>10} {t['syncs']:>8} {t['gc_cpu_share']:>9.1%}")
+                  f"{t['p99_us']:>10} {t['syncs']:>8} {t['gc_cpu_share']:>9.1%}{sealer}")
     print(f"\n  load average at the end: {r['machine']['loadavg']}")
     print("\n  targets: " + ", ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in r["targets"].items()))
 

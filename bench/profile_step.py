@@ -7,9 +7,12 @@ machine (times cannot). It undercounts work done in C (``json``, ``hashlib``, re
 expressions, ``os.write``), which a py-spy profile shows instead; see docs/performance.md.
 
     python bench/profile_step.py [--mode comp|rev|rev-sync] [--wal file|redis] [--redis-url URL]
+                                 [--sealer thread|process]
                                  [--sagas 64] [--steps 5] [--top 30] [--json]
 
 ``--wal redis`` runs the steps over RedisWAL (a throwaway redis-server unless ``--redis-url``).
+``--sealer process`` opens the FileWAL with ``sealer="process"``: the counts are this
+process's (the event loop's and the flusher thread's); the sealer process is not traced.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ def _local(frame: Any, event: str, arg: Any) -> Any:
     return _local
 
 
-async def run(mode: str, sagas: int, steps: int, backend: str = "file", redis_url: str | None = None) -> int:
+async def run(mode: str, sagas: int, steps: int, backend: str = "file", redis_url: str | None = None,
+              sealer: str = "thread") -> int:
     sem = ActionSemantics.COMPENSABLE if mode == "comp" else ActionSemantics.REVERSIBLE
     fwd = _sync_tool if mode == "rev-sync" else _async_tool
     undo = _undo if mode == "comp" else None
@@ -73,7 +77,7 @@ async def run(mode: str, sagas: int, steps: int, backend: str = "file", redis_ur
         wal: Any = open_redis(redis_url)
     else:
         # sync=False: the count is the same with fdatasync (which runs in C), only faster.
-        wal = FileWAL(tmp / "profile.wal", max_pending=1_000_000, sync=False, stall_timeout=600)
+        wal = FileWAL(tmp / "profile.wal", max_pending=1_000_000, sync=False, stall_timeout=600, sealer=sealer)
 
     async def one() -> None:
         async with saga_scope(wal, name="profile") as saga:
@@ -103,12 +107,14 @@ def main() -> int:
     ap.add_argument("--mode", choices=("comp", "rev", "rev-sync"), default="comp")
     ap.add_argument("--wal", choices=("file", "redis"), default="file", help="the WAL the steps write to")
     ap.add_argument("--redis-url", help="with --wal redis: an existing Redis (default: a throwaway redis-server)")
+    ap.add_argument("--sealer", choices=("thread", "process"), default="thread",
+                    help="with --wal file: where batches are sealed (FileWAL's sealer option)")
     ap.add_argument("--sagas", type=int, default=64, help="concurrent sagas")
     ap.add_argument("--steps", type=int, default=5, help="steps per saga (tracing is slow: keep it small)")
     ap.add_argument("--top", type=int, default=30, help="functions to list")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = ap.parse_args()
-    n = asyncio.run(run(args.mode, args.sagas, args.steps, args.wal, args.redis_url))
+    n = asyncio.run(run(args.mode, args.sagas, args.steps, args.wal, args.redis_url, args.sealer))
     per_thread: collections.Counter[str] = collections.Counter()
     per_file: collections.Counter[str] = collections.Counter()
     for (thread, where, _fn), v in COUNTS.items():
@@ -117,6 +123,7 @@ def main() -> int:
     result = {
         "mode": args.mode,
         "wal": args.wal,
+        "sealer": args.sealer if args.wal == "file" else None,
         "steps": n,
         "bytecodes_per_step": round(sum(COUNTS.values()) / n),
         "by_thread": {k: round(v / n) for k, v in per_thread.most_common()},

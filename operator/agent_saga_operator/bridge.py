@@ -11,7 +11,9 @@ Two directions (docs/approvals.md, docs/policy-plane.md "Approvals"):
           --> reconcile_approval reads the stored decision --> the Approval's status
 
 The bridge is one task per operator process: it subscribes to ``P:v1:events`` and, every
-``interval`` seconds anyway (pub/sub is at-most-once), reads the pending set.
+``interval`` seconds anyway (pub/sub is at-most-once), reads the pending set and the
+unmirrored set (requests no operator has mirrored yet: one decided or expired while no
+operator ran is no longer pending, and still becomes an Approval, showing its decision).
 
 Invariants:
 - The Approval's name is the request id (32 lower-case hex, a valid name): creating it
@@ -19,8 +21,10 @@ Invariants:
   replica, never makes a duplicate.
 - The bridge never writes a decision itself: decisions go through ``LUA_DECIDE``
   (written once) in ``reconcile_approval``, which also reflects one made elsewhere.
+- A request leaves the unmirrored set only once its Approval exists (created, or a 409),
+  or its document has expired: a crash in between mirrors it again, as a 409.
 - Requests in namespaces this operator does not watch are left alone (another operator,
-  or nobody, answers them; the agent's deadline still denies).
+  or nobody, answers them; the agent's deadline still denies), in both sets.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -120,7 +125,12 @@ class ApprovalBridge:
         client = self.ctx.projector.client
         raw_ids = await client.zrange(self.keys.pending, 0, -1)
         pending = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}
-        for request_id in sorted(pending - self.mirrored.keys() - self.refused):
+        # Requests no operator has mirrored yet, decided or not; those whose documents
+        # have expired leave first (nothing is left to mirror).
+        await client.zremrangebyscore(self.keys.unmirrored, "-inf", f"({time.time()!r}")
+        raw_ids = await client.zrange(self.keys.unmirrored, 0, -1)
+        unmirrored = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}
+        for request_id in sorted((pending | unmirrored) - self.mirrored.keys() - self.refused):
             await self.mirror(request_id)
         for request_id in sorted(self.mirrored.keys() - pending):
             namespace = self.mirrored.pop(request_id)
@@ -130,8 +140,10 @@ class ApprovalBridge:
         """Create ``Approval/<request id>`` for one request (a 409 means it exists)."""
         from kubernetes.client.exceptions import ApiException
 
-        raw = await self.ctx.projector.client.get(self.request_key(request_id))
+        client = self.ctx.projector.client
+        raw = await client.get(self.request_key(request_id))
         if raw is None:
+            await client.zrem(self.keys.unmirrored, request_id)  # expired: nothing to mirror
             return
         try:
             request = json.loads(raw)
@@ -159,6 +171,7 @@ class ApprovalBridge:
                 return
             else:
                 raise
+        await client.zrem(self.keys.unmirrored, request_id)  # the Approval exists
         self.mirrored[request_id] = namespace
 
     async def _reflect(self, namespace: str, request_id: str) -> None:

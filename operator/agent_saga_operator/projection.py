@@ -120,6 +120,12 @@ class Keys:
         return f"{self.prefix}:v1:approval:pending"
 
     @property
+    def unmirrored(self) -> str:
+        """The approval requests no operator has mirrored yet (a sorted set by the time
+        their documents expire), decided or not."""
+        return f"{self.prefix}:v1:approval:unmirrored"
+
+    @property
     def synced(self) -> str:
         """The synced marker's key (a hash, one field per writer)."""
         return f"{self.prefix}:v1:synced"

@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--in-hand", type=int, default=None,
                    help="sagas held at once per log, of which --concurrency compensate at a time "
                         "(default: --concurrency). More than --concurrency shares each request to the "
-                        "log, the claims and the ledger among more sagas")
+                        "log, the claims and the ledger among more sagas; a drain finishes every saga in hand")
     p.add_argument("--compensation-timeout", type=float, default=300.0,
                    help="seconds a handler may take before the step is escalated (0: no bound)")
     p.add_argument("--daemon-id", default=_env("DAEMON_ID"), help="this replica's name in the records it writes")

@@ -94,6 +94,13 @@ def seal(
     return canonical
 
 
+def reject_record(rec: Record, exc: Exception) -> None:
+    """Turn ``rec``, whose payload could not be encoded, into a ``RECORD_REJECTED`` record
+    under the same seq: the chain keeps no gap and the log says what happened."""
+    rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
+    rec.type = "RECORD_REJECTED"
+
+
 _UNENCODABLE = "\x00unencodable"  # a marker no canonical JSON text equals (it starts with NUL)
 _V = f"{SCHEMA_VERSION}"  # the header's and the line's "v", formatted once
 

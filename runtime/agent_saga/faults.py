@@ -35,6 +35,8 @@ POINTS: Final[dict[str, str]] = {
     "recovery.after_compensation": "the handler returned; neither the ledger nor the WAL says so",
     "recovery.after_ledger": "the ledger says done; the WAL has no COMPENSATION_DONE",
     "recovery.before_terminal": "every step resolved; no terminal record for the saga",
+    "recovery.before_release": "the terminal record durable; the saga not journaled, its claim held until it expires",
+    "recovery.after_release": "the saga journaled and its claim released in one request; not reported",
     "codemod.before_merge": "the edit is verified in the shadow; the target is untouched",
     "codemod.mid_merge": "some of the verified files are written into the target, not all",
     "codemod.after_merge": "the target is at the verified commit; the step is not committed",

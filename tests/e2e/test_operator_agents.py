@@ -301,3 +301,59 @@ def test_irreversible_calls_become_approvals_answered_with_kubectl_or_the_cli(
     finally:
         op2.stop()
         r.close()
+
+
+def test_requests_decided_or_expired_while_no_operator_ran_still_become_approvals(
+    crds: KubeCluster, fresh_redis: RedisServer, ns: str, agents: list[Agent], tmp_path: Path,
+) -> None:
+    """No operator runs while one request expires and another is denied with the CLI:
+    neither is pending any more, and both become Approvals showing their decision when an
+    operator starts; a second operator makes no duplicate."""
+    agent = agents[0]
+    r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
+    try:
+        # 1. Unanswered: the agent's deadline passes and it denies (an `expired` decision).
+        expired = agent.send("call", name="wire-unseen", tool="wire.final", semantics="IRREVERSIBLE", amount=3,
+                             approval_timeout=1.0, timeout=DEADLINE + 1.0)
+        assert not expired["ok"] and "expiry denies" in expired["error"], expired
+        (expired_id,) = r.zrange("agentsaga:v1:approval:unmirrored", 0, -1)
+        # 2. Denied with the CLI (Redis only) while nobody mirrors it.
+        denied_call = agent.submit("call", name="wire-denied", tool="wire.final", semantics="IRREVERSIBLE",
+                                   amount=4, approval_timeout=ANSWERED)
+        poll(lambda: r.zcard("agentsaga:v1:approval:pending") == 1, timeout=DEADLINE, what="request pending")
+        (denied_id,) = r.zrange("agentsaga:v1:approval:pending", 0, -1)
+        env = {**os.environ, "AGENT_SAGA_APPROVAL_STORE": fresh_redis.url}
+        cli = subprocess.run([sys.executable, "-m", "agent_saga.cli", "approvals", "deny", denied_id,
+                              "--approver", "cfo@corp", "--note", "no operator"], capture_output=True, text=True,
+                             env=env, timeout=30)
+        assert cli.returncode == 0, cli.stderr
+        answer = agent.wait(denied_call)
+        assert not answer["ok"] and "cfo@corp" in answer["error"], answer
+        assert r.zcard("agentsaga:v1:approval:pending") == 0, "both decided: nothing is pending"
+        assert sorted(r.zrange("agentsaga:v1:approval:unmirrored", 0, -1)) == sorted([expired_id, denied_id])
+        assert approvals(crds, ns) == []
+
+        # 3. An operator starts: both become Approvals, each with its decision in the status.
+        op = start_operator(crds, fresh_redis.url, ns, tmp_path / "operator.log")
+        try:
+            def shown() -> dict[str, str] | None:
+                phases = {a["metadata"]["name"]: (a.get("status") or {}).get("phase") for a in approvals(crds, ns)}
+                return phases if phases == {expired_id: "Expired", denied_id: "Denied"} else None
+            try:
+                poll(shown, timeout=DEADLINE, what="both decisions shown on Approvals")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n--- operator log ---\n{op.log()}") from None
+            assert get(crds, ns, "approvals", denied_id)["status"]["approver"] == "cfo@corp"
+            poll(lambda: r.zcard("agentsaga:v1:approval:unmirrored") == 0, timeout=DEADLINE,
+                 what="the mirrored requests leave the unmirrored set")
+        finally:
+            op.stop()
+        # 4. Another operator: nothing left to mirror, no duplicate.
+        op2 = start_operator(crds, fresh_redis.url, ns, tmp_path / "operator2.log")
+        try:
+            names = sorted(a["metadata"]["name"] for a in approvals(crds, ns))
+            assert names == sorted([expired_id, denied_id]), names
+        finally:
+            op2.stop()
+    finally:
+        r.close()

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agent_saga.controls import (
     ApprovalGateway,
     ApprovalPolicy,
@@ -142,6 +143,39 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
         r.close()
         store.close()
         wal.close()
+
+
+def test_a_decided_request_stays_unmirrored_until_an_operator_takes_it_and_expired_ones_leave(
+        fresh_redis: RedisServer) -> None:
+    """The unmirrored set keeps a request after its decision (an operator that starts
+    later still shows it as an Approval); an entry whose document has expired leaves when
+    the next request is made."""
+    from agent_saga.controls.approvals import ApprovalRequest
+
+    store = RedisApprovalStore(fresh_redis.url, prefix=P, retention=3600)
+    r = fresh_redis.client()
+    unmirrored = f"{P}:approval:unmirrored"
+    try:
+        now = time.time()
+        # Made long ago: its document's lifetime (60 s + the retention) ended before now.
+        old = ApprovalRequest("0a" * 16, "s-old", "s-old/0", "wire.send", "irreversible", "", "sha256:x", "1",
+                              now - 7200, now - 7140)
+        store.create(old)
+        assert r.zscore(unmirrored, old.id) == pytest.approx(now - 7200 + 60 + 3600, abs=1e-3)
+        fresh = ApprovalRequest("0b" * 16, "s-new", "s-new/0", "wire.send", "irreversible", "", "sha256:y", "1",
+                                now, now + 60)
+        assert store.create(fresh)[1] is True
+        assert r.zscore(unmirrored, fresh.id) == pytest.approx(now + 60 + 3600, abs=1e-3)
+        assert r.zscore(unmirrored, old.id) is None, "an expired entry leaves with the next request"
+        decide_request(store, fresh.id, approved=False, approver="risk@corp", now=time.time(), note="no")
+        assert r.zscore(f"{P}:approval:pending", fresh.id) is None
+        assert r.zscore(unmirrored, fresh.id) is not None, "decided, not mirrored yet: still to mirror"
+        # A change to the request (its escalations, its use) is not a new request.
+        store.update(fresh.id, lambda q: q)
+        assert r.zcard(unmirrored) == 1
+    finally:
+        r.close()
+        store.close()
 
 
 def test_approved_from_another_process_through_the_cli(fresh_redis: RedisServer, tmp_path: Path):

@@ -298,8 +298,11 @@ async def test_flushall_keeps_the_halt_for_grace_then_refuses_until_re_projected
 
         with caplog.at_level("WARNING", logger="agent_saga.controls"):
             fresh_redis.flush()
-            until("the agent to notice the data loss", lambda: agent.data_lost, timeout=10)
-        assert any("lost its data" in rec.getMessage() and rec.levelname == "WARNING" for rec in caplog.records)
+            # The watcher notes the loss (data_lost), degrades, then logs the warning: wait
+            # for the last of the three, or the checks below race the watcher thread.
+            until("the agent to notice the data loss", lambda: agent.data_lost and any(
+                "lost its data" in rec.getMessage() and rec.levelname == "WARNING" for rec in caplog.records),
+                timeout=10)
         view = agent.view()
         assert view.usable and view.levers and "synced marker" in (view.degraded or "")
         assert "fraud pattern" in (await refusal(ks, "wire.send") or ""), "the empty index is not 'no levers'"

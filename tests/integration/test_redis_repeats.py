@@ -9,14 +9,16 @@ every allowed attempt refuse the call with a message that says the connection wa
 and why, names the store without its password, and leaves no double effect. Kill-switch
 writes are not repeated (each counts a change): a lost reply refuses them, counted once.
 
-On a 3-master cluster (its own, as ``test_redis_cluster.py``), claims, ledger writes and
-semantic locks run while their slot migrates twice: redis-py's cluster client closes the
-connections in use to re-read the topology, the calls repeat, and every one lands once.
+On a 3-master cluster (its own, as ``test_redis_cluster.py``), claims, ledger writes (a
+resolved saga's journal entry with its claim's release among them) and semantic locks
+run while their slot migrates twice: redis-py's cluster client closes the connections in
+use to re-read the topology, the calls repeat, and every one lands once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -177,6 +179,50 @@ async def test_a_ledger_write_whose_every_reply_is_lost_is_refused_and_written_o
         await ledger.close()
 
 
+@pytest.mark.single_redis(PROXY)
+async def test_a_journal_and_release_whose_reply_is_lost_journals_the_saga_once_and_frees_only_its_claim(
+        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
+    ledger = RedisLedger(proxy.url, namespace="rep", retries=2)
+    lock = RedisClaimLock(proxy.url, namespace="rep", owner="me")
+    journal = "{rep}:recovery:journal"
+
+    def sagas() -> list[str]:
+        return [json.loads(f[b"e"])["saga"] for _id, f in direct.xrange(journal) if b'"kind":"saga"' in f[b"e"]]
+
+    def closing(saga: str) -> LedgerEntry:
+        return LedgerEntry(LedgerKind.SAGA, saga, saga, None, "d1", detail={"status": "SAGA_ROLLED_BACK"})
+
+    try:
+        await ledger.record(entry(LedgerKind.ATTEMPT, "warm"))  # the script is loaded: the next call runs at once
+        mine = await lock.acquire("saga-1", 30)
+        assert mine is not None and ledger.releases_for(lock)
+        proxy.arm(1, b'"kind":"saga"')
+        assert await ledger.record_release(closing("saga-1"), lock, mine) is True, "the first attempt's answer"
+        assert proxy.dropped == 1
+        assert sagas() == ["saga-1"], "the repeat found the marker: journaled once"
+        assert direct.exists(lock.key("saga-1")) == 0, "the claim released"
+        # A claim that expired and was taken by another daemon: journaled once, theirs kept.
+        stale = await lock.acquire("saga-2", 30)
+        assert stale is not None
+        direct.set(lock.key("saga-2"), "theirs")
+        proxy.arm(1, b'"kind":"saga"')
+        assert await ledger.record_release(closing("saga-2"), lock, stale) is False
+        assert proxy.dropped == 1 and sagas() == ["saga-1", "saga-2"]
+        assert direct.get(lock.key("saga-2")) == b"theirs", "the repeat freed nothing but a claim holding its token"
+        # Every reply lost: refused, and still journaled once, the claim released once.
+        last = await lock.acquire("saga-3", 30)
+        assert last is not None
+        proxy.arm(3, b'"kind":"saga"')
+        with pytest.raises(ClaimStoreUnavailable, match=r"lost its connection during journaling saga of saga-3 and "
+                                                         r"releasing its claim.*3 attempt"):
+            await ledger.record_release(closing("saga-3"), lock, last)
+        assert proxy.dropped == 3 and sagas() == ["saga-1", "saga-2", "saga-3"]
+        assert direct.exists(lock.key("saga-3")) == 0
+    finally:
+        await ledger.close()
+        await lock.close()
+
+
 # ---------------------------------------------------------------------------- semantic locks
 
 @pytest.mark.single_redis(PROXY)
@@ -325,7 +371,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGr
 
 def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(cluster: RedisClusterGroup) -> None:
     cluster.flush()
-    counts = {"claims": 0, "attempts": 0, "locks": 0}
+    counts = {"claims": 0, "attempts": 0, "locks": 0, "sagas": 0}
 
     async def run() -> None:
         lock = RedisClaimLock(cluster.url, owner="m", namespace="mig")
@@ -343,7 +389,12 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
                 claim = await lock.acquire(f"s-{i}-{k}", 30)
                 assert claim is not None, "a free saga is claimed, also across a lost reply"
                 await ledger.record(entry(LedgerKind.ATTEMPT, f"t-{i}"))
-                await lock.release(claim)
+                if k % 2:
+                    await lock.release(claim)
+                else:  # a resolved saga: its journal entry and its claim's release in one op
+                    saga = f"s-{i}-{k}"
+                    await ledger.record_release(LedgerEntry(LedgerKind.SAGA, saga, saga, None, "m"), lock, claim)
+                    counts["sagas"] += 1
                 counts["claims"] += 1
                 counts["attempts"] += 1
                 k += 1
@@ -369,7 +420,10 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
             total = sum([await ledger.attempts(f"t-{i}") for i in range(4)])
             assert total == counts["attempts"], "every attempt counted once, none twice"
             with cluster.client() as direct, cluster.owner(slot).client() as owner:  # the namespace's one slot
-                assert direct.xlen("{mig}:recovery:journal") == counts["attempts"], "journaled once each"
+                journal = [json.loads(f[b"e"]) for _id, f in direct.xrange("{mig}:recovery:journal")]
+                assert len(journal) == counts["attempts"] + counts["sagas"], "journaled once each"
+                sagas = [e["saga"] for e in journal if e["kind"] == "saga"]
+                assert len(sagas) == len(set(sagas)) == counts["sagas"], "each resolved saga journaled once"
                 assert owner.keys("{mig}:recovery:journal") and not owner.keys("{mig}:recovery:claim:*")
                 assert not owner.keys("{mig}:lock:*"), "every claim and lock released, none left behind"
         finally:

@@ -13,10 +13,11 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
 
     agent      its RedisWAL streams (append only, with ``wal_keys``);
                P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
-               denial), P:v1:rev; its own heartbeat P:v1:agent:<ns>/<pod>.* (+ the index);
-               P:v1:surface:<ns>/* (+ index); {L}:limits:totals, :log, :defs (debits);
-               publish on P:v1:events and P:v1:agents:events. No DEL except its own
-               heartbeat; no EVAL, SCRIPT, FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
+               denial), :unmirrored (its new requests), P:v1:rev; its own heartbeat
+               P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
+               {L}:limits:totals, :log, :defs (debits); publish on P:v1:events and
+               P:v1:agents:events. No DEL except its own heartbeat; no EVAL, SCRIPT,
+               FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
                documents P:v1:killswitch:*, P:v1:synced; publish on P:v1:events.
     operator   everything under P:v1:* and {L}:limits:*, SCRIPT LOAD (not FLUSH, CONFIG,
@@ -94,6 +95,7 @@ def acl_rules(
         *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
         f"({_keys(f'{p}:approval:request:*', f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')}"
         f" +set +zadd +zrem +incr)",
+        f"({_keys(f'{p}:approval:unmirrored')} +zadd +zremrangebyscore)",
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
         f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",

@@ -189,6 +189,11 @@ class RecoveryDaemon(Sweeping):
             lock = lock if lock is not None else FileClaimLock(claims_dir)
         self.ledger: RecoveryLedger = ledger
         self.lock: ClaimLock = lock
+        # A ledger that shares the claims' store (``RedisLedger.releases_for``) journals a
+        # resolved saga and releases its claim in one request.
+        releases_for = getattr(ledger, "releases_for", None)
+        self._journal_release = (getattr(ledger, "record_release", None)
+                                 if releases_for is not None and releases_for(lock) else None)
         self.quarantine = quarantine
         self.lease_grace = lease_grace
         self.claim_ttl = claim_ttl

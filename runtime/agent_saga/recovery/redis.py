@@ -20,10 +20,15 @@ Invariants:
   before acting, so a daemon whose claim expired can neither extend nor free its
   successor's. The claims, releases and journal writes a daemon's workers make in one
   event-loop turn go to Redis together (``recovery.batch``: one script over the claim
-  keys, all in the namespace's slot, or one pipeline); each caller still gets its own
-  answer, after Redis gave it. Scripts are class constants run through redis-py's ``register_script``
-  (``agent_saga._redis``): EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its
-  script cache; the script did not run).
+  keys, all in the namespace's slot, and one script for the ledger's reads and writes,
+  ``RedisLedger.APPLY``, each op under ``pcall`` so that an error is its op's alone);
+  each caller still gets its own answer, after Redis gave it. With the claims in the
+  ledger's server and namespace, a resolved saga's journal entry and its claim's
+  release are one op of that script (``record_release``): the claim is released only
+  once the entry is written, and nothing runs between the two. Scripts are class
+  constants run through redis-py's ``register_script`` (``agent_saga._redis``):
+  EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its script cache; the
+  script did not run).
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
   Nothing here expires or is trimmed except the audit stream: the done index must outlive
   any compaction of the WAL.
@@ -31,9 +36,11 @@ Invariants:
   the topology, a closed connection, a timeout) is sent again, at most ``retries`` times
   (default 1; 3 on a Redis Cluster), and every request here is safe to repeat: a claim's
   token is unique to its call, so a repeat that finds it knows the claim is its own;
-  renewals and releases compare the token; a ledger write leaves a marker under its
-  write id, so its repeat answers the first reply and writes (journals, counts) nothing
-  twice; reads change nothing.
+  renewals and releases compare the token; each write op of ``APPLY`` (done, attempt,
+  escalation, journal entry, journal entry and release) leaves a marker under its write
+  id holding its answer, so its repeat answers that and writes (journals, counts)
+  nothing twice, and a release repeated still frees only a claim holding its token;
+  reads change nothing.
 - Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
   without its password; nothing is claimed or acted on (after lost replies, a claim an
   attempt took is never used and expires with its ttl).
@@ -59,6 +66,7 @@ from .ledger import Escalation, LedgerEntry, LedgerKind
 __all__ = ["RedisClaimLock", "RedisLedger"]
 
 DEFAULT_NAMESPACE = "agent-saga"
+_OPS = {"done": "d", "attempt": "a", "escalate": "e"}  # RedisLedger.APPLY's op codes
 
 
 class _RedisBase:
@@ -287,53 +295,6 @@ class RedisLedger(_RedisBase):
     LOST_AFTER = ("nothing was claimed or acted on (a write an earlier attempt may have made is kept, "
                   "once), the next sweep retries")
 
-    # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
-    # KEYS[4] the journal STREAM, KEYS[5..] the write markers ("{ns}:recovery:once:<write
-    # id>", one per write: declared, so a cluster routes and migrates them with the rest).
-    # ARGV[1] the journal's MAXLEN (~), ARGV[2] the markers' ttl in ms; then three per
-    # request: its kind, id and document. "hmget": id is the tokens (newline-separated), the
-    # reply their done entries. A write ("done": HSET the done index, "attempt": HINCRBY
-    # the attempts, "escalate": HSETNX the escalation, "journal": nothing more) appends its
-    # document to the journal and leaves its marker (the next KEYS) holding its reply; a
-    # write whose marker exists (an earlier attempt of it landed, its reply was lost) does
-    # nothing and answers that reply again. A request's error is its own (pcall): the
-    # others of the batch still run.
-    WRITE = """
-local out = {}
-local m = 4
-for i = 1, (#ARGV - 2) / 3 do
-  local kind, id, doc = ARGV[3 * i], ARGV[3 * i + 1], ARGV[3 * i + 2]
-  if kind == 'hmget' then
-    local toks = {}
-    for t in string.gmatch(id, '[^\\n]+') do toks[#toks + 1] = t end
-    out[i] = redis.pcall('HMGET', KEYS[1], unpack(toks))
-  else
-    m = m + 1
-    local prev = redis.call('GET', KEYS[m])
-    if prev then
-      out[i] = tonumber(prev)
-    else
-      local r = 0
-      if kind == 'done' then r = redis.pcall('HSET', KEYS[1], id, doc)
-      elseif kind == 'attempt' then r = redis.pcall('HINCRBY', KEYS[2], id, 1)
-      elseif kind == 'escalate' then r = redis.pcall('HSETNX', KEYS[3], id, doc) end
-      if type(r) == 'table' then
-        out[i] = r
-      else
-        local x = redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', ARGV[1], '*', 'e', doc)
-        if type(x) == 'table' and x.err then
-          out[i] = x
-        else
-          redis.call('SET', KEYS[m], r, 'PX', ARGV[2])
-          out[i] = r
-        end
-      end
-    end
-  end
-end
-return out
-"""
-
     # KEYS[1] the escalations HASH, KEYS[2] the resolved HASH. ARGV[1] the id, ARGV[2] the
     # resolution JSON. Closes an escalation that exists and is open; returns 1, else 0.
     # A resolution already holding this very JSON (it carries its time: an earlier attempt
@@ -345,7 +306,105 @@ if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then return 1 end
 return 0
 """
 
-    SCRIPTS = {"RESOLVE": RESOLVE, "WRITE": WRITE}
+    # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
+    # KEYS[4] the journal STREAM, KEYS[5..] the write markers ("{ns}:recovery:once:<write
+    # id>", one per write) and the claim keys "r" ops name: declared, so a cluster routes
+    # and migrates them with the rest. ARGV[1] the journal's approximate bound, ARGV[2]
+    # the markers' ttl in ms, then the ops of one turn, each a code and its arguments
+    # (m: the index in KEYS of the write's marker):
+    #   h n t1..tn       HMGET done t1..tn (1,000 at a time)           -> the values
+    #   d m t doc        HSET done t doc; journal doc                  -> HSET's reply
+    #   a m t doc        HINCRBY attempts t 1; journal doc             -> the count
+    #   e m id doc       HSETNX escalations id doc; journal doc        -> 1 if new
+    #   j m doc          journal doc                                   -> the entry id
+    #   r m k tok doc    journal doc; then, only if that was written, DEL KEYS[k] if it
+    #                    holds tok (a claim released with its saga's entry) -> 1 if deleted
+    # Every command runs under pcall: an op's answer is its first error, else its first
+    # reply, and an error is that op's alone (as in a pipeline without MULTI). One reply
+    # per op, in order. A write that wrote anything leaves its marker holding its answer;
+    # a write whose marker exists (an earlier attempt of this very request ran, its reply
+    # was lost) writes and journals nothing and answers the marker's answer again; an "r"
+    # whose marker holds no deletion compares and deletes again (only a claim still
+    # holding tok, which a claim not deleted then can never hold again).
+    APPLY = """
+local out = {}
+local bound, ttl = ARGV[1], ARGV[2]
+local function failed(r) return type(r) == 'table' and r.err ~= nil end
+local function journal(doc) return redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', bound, '*', 'e', doc) end
+local function first(a, b) if failed(a) then return a end if failed(b) then return b end return a end
+-- A marker holds an answer: 'n' and a number, 's' and a string, 'x' and an error.
+local function mark(m, r)
+  local v
+  if failed(r) then v = 'x' .. r.err elseif type(r) == 'number' then v = 'n' .. r else v = 's' .. tostring(r) end
+  return first(r, redis.pcall('SET', KEYS[m], v, 'PX', ttl))
+end
+local function answer(v)
+  local t, rest = string.sub(v, 1, 1), string.sub(v, 2)
+  if t == 'n' then return tonumber(rest) elseif t == 'x' then return redis.error_reply(rest) end
+  return rest
+end
+local function release(key, tok)
+  local held = redis.pcall('GET', key)
+  if failed(held) then return held elseif held == tok then return redis.pcall('DEL', key) end
+  return 0
+end
+local known = {d = true, a = true, e = true, j = true, r = true}
+local i, n = 3, 0
+while i <= #ARGV do
+  local op = ARGV[i]
+  n = n + 1
+  if op == 'h' then
+    -- In slices: unpack() of more values than Lua's C stack holds (~8,000) is an error
+    -- of the whole script, which would fail every op of the turn, turn after turn.
+    local k = tonumber(ARGV[i + 1])
+    local vals, at, last = {}, i + 2, i + 1 + k
+    while at <= last do
+      local upto = math.min(at + 999, last)
+      local r = redis.pcall('HMGET', KEYS[1], unpack(ARGV, at, upto))
+      if failed(r) then vals = r break end
+      for j = 1, #r do vals[#vals + 1] = r[j] end
+      at = upto + 1
+    end
+    out[n] = vals
+    i = i + 2 + k
+  elseif not known[op] then
+    return redis.error_reply('unknown ledger op ' .. tostring(op))
+  else
+    local m = tonumber(ARGV[i + 1])
+    local prev = redis.pcall('GET', KEYS[m])
+    if failed(prev) then
+      out[n] = prev
+    elseif op == 'r' then
+      if prev then
+        out[n] = prev == 'n1' and 1 or release(KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3])
+      else
+        local j = journal(ARGV[i + 4])
+        if failed(j) then out[n] = j
+        else out[n] = mark(m, release(KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3])) end
+      end
+      i = i + 5
+    elseif prev then
+      out[n] = answer(prev)
+      i = i + (op == 'j' and 3 or 4)
+    elseif op == 'j' then
+      local j = journal(ARGV[i + 2])
+      out[n] = failed(j) and j or mark(m, j)
+      i = i + 3
+    else
+      local w
+      if op == 'd' then w = redis.pcall('HSET', KEYS[1], ARGV[i + 2], ARGV[i + 3])
+      elseif op == 'a' then w = redis.pcall('HINCRBY', KEYS[2], ARGV[i + 2], 1)
+      else w = redis.pcall('HSETNX', KEYS[3], ARGV[i + 2], ARGV[i + 3]) end
+      local j = journal(ARGV[i + 3])
+      if failed(w) and failed(j) then out[n] = w else out[n] = mark(m, first(w, j)) end
+      i = i + 4
+    end
+  end
+end
+return out
+"""
+
+    SCRIPTS = {"RESOLVE": RESOLVE, "APPLY": APPLY}
 
     def __init__(
         self,
@@ -375,21 +434,27 @@ return 0
         self._resolved = f"{self._ns}:escalations:resolved"
         self._journal = f"{self._ns}:journal"
         self._maxlen = journal_maxlen
-        self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._pipeline)
+        self._writes: TurnBatch[tuple[str, tuple[Any, ...]]] = TurnBatch(self._apply)
 
-    async def _pipeline(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
-        """Every request of one turn in one script (``WRITE``), repeated whole while its
-        reply is lost (each write's marker makes that safe); each request's answer is its
-        reply, or its own error."""
+    async def _apply(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Every op of one turn in one run of ``APPLY`` (one request, one reply to parse,
+        instead of a pipeline of two commands an op), repeated whole while its reply is
+        lost (each write's marker makes that safe); each op's answer is its own."""
         keys = [self._done, self._attempts, self._esc, self._journal]
         args: list[Any] = [self._maxlen, self._marker_ms]
-        for kind, op in ops:
+        for kind, a in ops:
             if kind == "hmget":
-                args += [kind, "\n".join(op), ""]
+                args += ["h", len(a), *a]
+                continue
+            keys.append(self._once + a[-1])  # the write id
+            if kind == "release":  # (claim key, token, doc, write id)
+                keys.append(a[0])
+                args += ["r", len(keys) - 1, len(keys), a[1], a[2]]
+            elif kind == "journal":  # (token, doc, write id)
+                args += ["j", len(keys), a[1]]
             else:
-                args += [kind, op[0], op[1]]
-                keys.append(self._once + op[2])
-        return list(await self._eval("WRITE", keys, args))
+                args += [_OPS[kind], len(keys), a[0], a[1]]
+        return list(await self._eval("APPLY", keys, args))
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
@@ -418,6 +483,41 @@ return 0
             await self._writes.submit((kind, (entry.token, doc, secrets.token_hex(12))))
         except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
+
+    def releases_for(self, lock: object) -> bool:
+        """Can ``record_release`` free claims of ``lock``: a ``RedisClaimLock`` on the same
+        server (the same URL, or the same client) and in the same namespace, so its keys
+        and this journal's are in one hash slot?"""
+        if not isinstance(lock, RedisClaimLock) or lock._ns != self._ns:
+            return False
+        if self._url is not None:
+            return lock._url == self._url
+        return lock._fixed is not None and lock._fixed is self._fixed
+
+    async def record_release(self, entry: LedgerEntry, lock: RedisClaimLock, claim: Claim) -> bool:
+        """Journal ``entry`` (the audit stream only: a saga's closing entry) and release
+        ``claim`` of ``lock`` in one request: one run of a script (no other command runs
+        between the two), which releases the claim only once the entry is written. True if
+        the claim was still ours and is deleted now.
+        Needs ``releases_for(lock)``. A request whose reply was lost is repeated (see the
+        module doc): the repeat finds the write's marker, journals nothing again, and
+        answers True if the first attempt deleted the claim (else it compares the token
+        and deletes again). Raises ``ClaimStoreUnavailable``: refused, the claim is still
+        held (and the entry not written, unless the claim's key was refused); every reply
+        lost, the entry may have been written once and the claim deleted, or neither.
+        Either way the caller releases the claim on its own (a release that finds it gone
+        does nothing) or lets it expire."""
+        if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
+            raise ConfigurationError(f"record_release journals an entry of the audit stream only, not {entry.kind.value!r}")
+        if not self.releases_for(lock):
+            raise ConfigurationError(f"{lock!r} is not on this ledger's server and namespace ({self.description})")
+        doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
+        try:
+            out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc, secrets.token_hex(12))))
+        except self._failures as exc:
+            raise self._unavailable(
+                exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim") from exc
+        return bool(out)
 
     async def escalate(self, escalation: Escalation) -> bool:
         """Record ``escalation``; False if it was already recorded."""

@@ -16,7 +16,10 @@ next daemon finds the ledger entry and only writes the record.
 
 Then ESCALATED records and human-queue entries for every step not restored, and one
 terminal record (SAGA_ROLLED_BACK if every step is restored, else SAGA_ROLLBACK_PARTIAL)
-carrying the same report the engine writes, plus ``recovered_by``.
+carrying the same report the engine writes, plus ``recovered_by``, durable before the
+saga's journal entry (``close``: with claims and ledger in one Redis namespace, that
+entry and the claim's release are one request; a crash before it leaves the claim to
+expire, after it nothing is left to do).
 
 Invariants:
 - Never guesses: a handler that raises, times out, is missing or cannot be replayed, an
@@ -30,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +129,7 @@ class Resolution:
         claim_token: str,
         clock: Clock = SYSTEM_CLOCK,
         calls: asyncio.Semaphore | None = None,
+        close: Callable[[LedgerEntry], Awaitable[None]] | None = None,
     ) -> None:
         self.view = view
         self.plan = plan
@@ -139,6 +143,7 @@ class Resolution:
         self.claim_token = claim_token
         self.clock = clock
         self.calls = calls
+        self.close = close if close is not None else ledger.record
         self.saga_id = view.saga_id
         self.escalated: list[str] = []
         self.ran = 0
@@ -240,7 +245,9 @@ class Resolution:
         terminal = R.SAGA_ROLLED_BACK if report.clean else R.SAGA_ROLLBACK_PARTIAL
         seq = self._append(terminal.value, None, payload)
         await self.wal.barrier(seq)
-        await self.ledger.record(
+        # The saga's journal entry: from here the claim guards nothing (the terminal record
+        # is durable), so ``close`` may release it in the same request.
+        await self.close(
             LedgerEntry(LedgerKind.SAGA, self.saga_id, self.saga_id, None, self.daemon_id, detail={"status": terminal.value})
         )
         level = logging.INFO if report.clean else logging.ERROR

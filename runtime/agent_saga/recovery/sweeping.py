@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .. import observe as _observe
@@ -21,10 +22,10 @@ from ..errors import WALError
 from ..executor import ToolExecutor
 from ..faults import fault_point
 from .claimguard import ClaimGuard
-from .claims import ClaimLock
+from .claims import Claim, ClaimLock
 from .daemonreads import DaemonReads
 from .errors import ClaimLost, RecoveryError, RecoveryHalted, location_error
-from .ledger import RecoveryLedger
+from .ledger import LedgerEntry, RecoveryLedger
 from .partials import owner_escalations
 from .plan import plan_saga
 from .quarantine import QuarantineSource, ask_quarantine
@@ -57,6 +58,9 @@ class Sweeping(DaemonReads):
     claim_ttl: float
     concurrency: int
     in_hand: int
+    # The ledger's ``record_release`` where it shares the claims' store (one request
+    # journals a resolved saga and releases its claim), else None.
+    _journal_release: Callable[[LedgerEntry, ClaimLock, Claim], Awaitable[object]] | None
     executor: ToolExecutor
     compensation_timeout: float | None
     daemon_id: str
@@ -268,6 +272,19 @@ class Sweeping(DaemonReads):
             return SagaResult(saga_id, "CLAIMED")
         fault_point("recovery.after_claim")
         guard = ClaimGuard(self.lock, claim, self._clock)
+        released = False
+
+        async def close(entry: LedgerEntry) -> None:
+            # The terminal record is durable: the saga's journal entry and the release of
+            # its claim go as one request (the order between them guards nothing).
+            nonlocal released
+            assert self._journal_release is not None and claim is not None
+            await guard.stop()
+            fault_point("recovery.before_release")
+            await self._journal_release(entry, self.lock, claim)
+            released = True
+            fault_point("recovery.after_release")
+
         try:
             async with self.source.writer() as wal:
                 await self._refresh(claimed=saga_id)
@@ -285,6 +302,7 @@ class Sweeping(DaemonReads):
                     source=self.source.description, executor=self.executor,
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
                     claim_token=claim.token, clock=self._clock, calls=self._calls(),
+                    close=close if self._journal_release is not None else None,
                 )
                 if _observe.current is None:
                     return await resolution.run()
@@ -313,7 +331,8 @@ class Sweeping(DaemonReads):
             self.source.forget(saga_id)  # what its refresh read ahead, if it was not used
             await guard.stop()
             try:
-                await self.lock.release(claim)
+                if not released:  # released with the saga's journal entry otherwise
+                    await self.lock.release(claim)
             except (RecoveryError, OSError) as exc:
                 log.warning("claim on %s not released (it expires by itself): %s", saga_id, exc)
 

@@ -59,7 +59,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from typing import Any
 
 from .. import observe as _observe
-from ..chain import seal, seal_batch
+from ..chain import reject_record, seal, seal_batch
 from ..errors import (
     ConfigurationError,
     WALBackpressure,
@@ -384,6 +384,15 @@ class BatchingWAL(BaseWAL):
                 return
 
     def _flush(self, batch: Sequence[Record]) -> None:
+        self._head = self._commit(batch)
+        self._batches += 1
+        self._durable_seq = batch[-1].seq
+        self._wake(self._durable_seq)
+
+    def _commit(self, batch: Sequence[Record]) -> str:
+        """Seal ``batch`` onto ``self._head`` and make it durable (flusher thread); return
+        the new head. Records it rejects are in ``self._rejected`` when it returns. (A
+        writer that seals elsewhere, FileWAL's sealer process, overrides this.)"""
         sealed = self._seal(batch)
         hook = self._fault_hook
         if hook is not None:
@@ -391,10 +400,7 @@ class BatchingWAL(BaseWAL):
         self._write_batch(sealed)
         if hook is not None:
             hook("after_write")
-        self._batches += 1
-        self._head = batch[-1].hash
-        self._durable_seq = batch[-1].seq
-        self._wake(self._durable_seq)
+        return batch[-1].hash
 
     def _seal(self, batch: Sequence[Record]) -> Sealed:
         if not self._writes_lines:
@@ -405,8 +411,7 @@ class BatchingWAL(BaseWAL):
     def _reject(self, rec: Record, exc: Exception) -> None:
         # Keep the seq and the chain: say in the log that this record was rejected.
         self._rejected[rec.seq] = exc
-        rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
-        rec.type = "RECORD_REJECTED"
+        reject_record(rec, exc)
 
     def _run_compaction(self, req: CompactionRequest) -> None:
         self._current = req

@@ -5,6 +5,7 @@ a DELETE commits, an abandoned session is rolled back by calling the inverse."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,24 +27,40 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def urls(tmp: Path) -> Iterator[tuple[str, str]]:
-    up, px = free_ports(2)
+    # The server's socket is bound here and handed over (a port chosen free and then bound
+    # by the server could be taken in between by any other process on the machine).
+    listening = socket.create_server(("127.0.0.1", 0))
+    up, (px,) = listening.getsockname()[1], free_ports(1)
     env = ms.proxy_env(tmp)
-    with open(tmp / "server.log", "w") as slog, open(tmp / "proxy.log", "w") as plog:
-        server = subprocess.Popen([sys.executable, str(ms.SERVER), "--http", str(up)], env=env, stdout=slog,
-                                  stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
+    with listening, open(tmp / "server.log", "w") as slog, open(tmp / "proxy.log", "w") as plog:
+        server = subprocess.Popen([sys.executable, str(ms.SERVER), "--http-fd", str(listening.fileno())], env=env,
+                                  stdout=slog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT),
+                                  pass_fds=(listening.fileno(),))
         proxy = subprocess.Popen(
             [sys.executable, "-m", "agent_saga.cli", "mcp", "--policy", str(ms.write_policy(tmp / "p.json")),
              "--wal", str(tmp / "proxy.wal"), "--name", "bank", "--listen", f"127.0.0.1:{px}",
              "--upstream", f"http://127.0.0.1:{up}/mcp", "--session-idle", "1"],
             env=env, stdout=plog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
     try:
-        until("the server listens", lambda: port_open(up), proc=server)
+        until("the server answers", lambda: answers_http(up), proc=server)
         until("the proxy listens", lambda: port_open(px), proc=proxy)
         yield f"http://127.0.0.1:{up}/mcp", f"http://127.0.0.1:{px}/mcp"
     finally:
         for p in (proxy, server):
             p.terminate()
             p.wait(timeout=30)
+
+
+def answers_http(port: int) -> bool:
+    """Does an HTTP server answer on ``port`` (any status)? A connection alone proves
+    nothing here: the kernel accepts into a listening socket's backlog before anyone serves."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.settimeout(0.5)
+        s.sendall(b"GET /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            return s.recv(5) == b"HTTP/"
+        except TimeoutError:
+            return False
 
 
 def _ends(wal: Path) -> list[str]:

@@ -5,6 +5,8 @@ schema of docs/policy-plane.md and docs/approvals.md, shared with the operator):
 
     {prefix}:approval:request:<id>    STRING  the request (JSON), written by agents
     {prefix}:approval:pending         ZSET    request id -> deadline (epoch seconds)
+    {prefix}:approval:unmirrored      ZSET    request id -> when its document expires (epoch
+                                              seconds), until an operator has mirrored it
     {prefix}:approval:decision:<id>   STRING  the decision (JSON), written once
     {prefix}:approval:keys            HASH    key id -> trusted approver public key (PEM),
                                               published by the operator
@@ -16,6 +18,10 @@ Invariants:
 - Requests change by compare-and-set of the whole document (``LUA_CAS``); decisions are
   written only if none exists (``LUA_DECIDE``), which also takes the request out of the
   pending set: two deciders never both win, and nothing overwrites a decision.
+- A new request also joins the unmirrored set, which a decision does not leave: a request
+  decided or expired while no operator ran still becomes an ``Approval`` when one starts
+  (the operator takes it out once the ``Approval`` exists). Entries whose document has
+  expired are trimmed by the next new request and by the operator.
 - Documents are kept for the request's lifetime plus ``retention`` (the WAL keeps the
   records for good).
 - A request whose reply was lost (``agent_saga._repeat``) is sent again, at most
@@ -50,18 +56,24 @@ class RedisApprovalStore:
     (see the module doc). ``retries``: how many times a request whose reply was lost is
     sent again (default 1; 3 on a Redis Cluster). Needs ``pip install agent-saga[redis]``."""
 
-    # KEYS[1] the request document, KEYS[2] the pending set
+    # KEYS[1] the request document, KEYS[2] the pending set, KEYS[3] the unmirrored set
     # ARGV[1] the document as the caller read it ('' : it must not exist yet)
     # ARGV[2] the new document, ARGV[3] its time to live in ms, ARGV[4] the request id,
-    # ARGV[5] its deadline (epoch seconds), ARGV[6] the change channel
+    # ARGV[5] its deadline (epoch seconds), ARGV[6] the change channel, ARGV[7] its
+    # request time and ARGV[8] its document's expiry (epoch seconds)
     # Returns 1 when the swap happened, else the current document ('' if there is none):
-    # compare-the-document-then-act. A new request joins the pending set.
+    # compare-the-document-then-act. A new request joins the pending and unmirrored sets;
+    # unmirrored entries whose documents expired before this request was made leave.
     LUA_CAS = """
 local cur = redis.call('GET', KEYS[1])
 if not cur then cur = '' end
 if cur ~= ARGV[1] then return cur end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-if ARGV[1] == '' then redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4]) end
+if ARGV[1] == '' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. ARGV[7])
+  redis.call('ZADD', KEYS[3], ARGV[8], ARGV[4])
+end
 redis.call('PUBLISH', ARGV[6], '{"v":1,"kind":"ApprovalRequest","id":"' .. ARGV[4] .. '","op":"put"}')
 return 1
 """
@@ -99,6 +111,7 @@ return {1, doc}
         self.url = url
         self.prefix = prefix
         self.pending_key = f"{prefix}:approval:pending"
+        self.unmirrored_key = f"{prefix}:approval:unmirrored"
         self.keys_key = f"{prefix}:approval:keys"
         self.rev_key = f"{prefix}:rev"
         self.channel = f"{prefix}:events"
@@ -194,9 +207,11 @@ return {1, doc}
         return repeating_sync(lambda _repeat: op(client), retries=self._retries, client=client)
 
     def _cas(self, expected: str, new: ApprovalRequest) -> bool | str:
-        keys = (self.request_key(new.id), self.pending_key)
+        keys = (self.request_key(new.id), self.pending_key, self.unmirrored_key)
         doc = new.to_json()
-        args = (expected, doc, self._ttl_ms(new), new.id, repr(new.deadline), self.channel)
+        ttl_ms = self._ttl_ms(new)
+        args = (expected, doc, ttl_ms, new.id, repr(new.deadline), self.channel,
+                repr(new.requested_at), repr(new.requested_at + int(ttl_ms) / 1000))
 
         def landed(reply: Any) -> Any:
             # A repeat that finds our very document: the earlier attempt swapped it in.
