@@ -12,8 +12,9 @@ Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster 
     {ns}:recovery:escalations            HASH    escalation id -> JSON Escalation
     {ns}:recovery:escalations:resolved   HASH    escalation id -> JSON {by, note, ts}
     {ns}:recovery:journal                STREAM  every entry, for audit (MAXLEN ~ bound)
-    {ns}:recovery:once:<write id>        STRING  a ledger write's reply, PX = marker_ttl:
-                                                 what its repeat answers instead of writing
+    {ns}:recovery:once:<write id>        STRING  the answers of a turn's ledger writes, PX =
+                                                 marker_ttl: what its repeat answers instead
+                                                 of writing
 
 Invariants:
 - A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
@@ -36,11 +37,11 @@ Invariants:
   the topology, a closed connection, a timeout) is sent again, at most ``retries`` times
   (default 1; 3 on a Redis Cluster), and every request here is safe to repeat: a claim's
   token is unique to its call, so a repeat that finds it knows the claim is its own;
-  renewals and releases compare the token; each write op of ``APPLY`` (done, attempt,
-  escalation, journal entry, journal entry and release) leaves a marker under its write
-  id holding its answer, so its repeat answers that and writes (journals, counts)
-  nothing twice, and a release repeated still frees only a claim holding its token;
-  reads change nothing.
+  renewals and releases compare the token; a run of ``APPLY`` that holds writes (done,
+  attempt, escalation, journal entry, journal entry and release) carries a write id and
+  leaves a marker under it holding their answers, so its repeat answers those and writes
+  (journals, counts) nothing twice, and a release repeated still frees only a claim
+  holding its token; reads change nothing.
 - Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
   without its password; nothing is claimed or acted on (after lost replies, a claim an
   attempt took is never used and expires with its ttl).
@@ -285,10 +286,10 @@ class RedisLedger(_RedisBase):
 
     ``journal_maxlen`` bounds the audit stream (approximately); the done index and the
     escalation queue are never trimmed. ``retries``: how many times a request whose reply
-    was lost is sent again (default 1; 3 on a Redis Cluster): every write carries a write
-    id the server remembers for ``marker_ttl`` seconds (a key of about 100 bytes per write;
-    at least as long as the repeats can take), so a repeat finds it written and writes
-    nothing twice (see the module doc).
+    was lost is sent again (default 1; 3 on a Redis Cluster): each request carrying writes
+    (one event-loop turn's) has a write id the server remembers for ``marker_ttl`` seconds
+    (a key of about 100 bytes plus a few per write; at least as long as the repeats can
+    take), so a repeat finds it written and writes nothing twice (see the module doc).
     """
 
     shared = True
@@ -307,52 +308,47 @@ return 0
 """
 
     # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
-    # KEYS[4] the journal STREAM, KEYS[5..] the write markers ("{ns}:recovery:once:<write
-    # id>", one per write) and the claim keys "r" ops name: declared, so a cluster routes
-    # and migrates them with the rest. ARGV[1] the journal's approximate bound, ARGV[2]
-    # the markers' ttl in ms, then the ops of one turn, each a code and its arguments
-    # (m: the index in KEYS of the write's marker):
-    #   h n t1..tn       HMGET done t1..tn (1,000 at a time)           -> the values
-    #   d m t doc        HSET done t doc; journal doc                  -> HSET's reply
-    #   a m t doc        HINCRBY attempts t 1; journal doc             -> the count
-    #   e m id doc       HSETNX escalations id doc; journal doc        -> 1 if new
-    #   j m doc          journal doc                                   -> the entry id
-    #   r m k tok doc    journal doc; then, only if that was written, DEL KEYS[k] if it
-    #                    holds tok (a claim released with its saga's entry) -> 1 if deleted
+    # KEYS[4] the journal STREAM, KEYS[5] the turn's write marker ("{ns}:recovery:once:<write
+    # id>", when the turn holds writes), KEYS[6..] the claim keys "r" ops name: declared, so
+    # a cluster routes and migrates them with the rest. ARGV[1] the journal's approximate
+    # bound, ARGV[2] the marker's ttl in ms, ARGV[3] '1' if KEYS[5] is a marker, then the
+    # ops of one turn, each a code and its arguments:
+    #   h n t1..tn     HMGET done t1..tn (1,000 at a time)             -> the values
+    #   d t doc        HSET done t doc; journal doc                    -> HSET's reply
+    #   a t doc        HINCRBY attempts t 1; journal doc               -> the count
+    #   e id doc       HSETNX escalations id doc; journal doc          -> 1 if new
+    #   j doc          journal doc                                     -> the entry id
+    #   r k tok doc    journal doc; then, only if that was written, DEL KEYS[k] if it holds
+    #                  tok (a claim released with its saga's entry)    -> 1 if deleted
     # Every command runs under pcall: an op's answer is its first error, else its first
     # reply, and an error is that op's alone (as in a pipeline without MULTI). One reply
-    # per op, in order. A write that wrote anything leaves its marker holding its answer;
-    # a write whose marker exists (an earlier attempt of this very request ran, its reply
-    # was lost) writes and journals nothing and answers the marker's answer again; an "r"
-    # whose marker holds no deletion compares and deletes again (only a claim still
-    # holding tok, which a claim not deleted then can never hold again).
+    # per op, in order. A turn whose writes wrote anything leaves its marker holding their
+    # answers; run again with the marker there (an earlier attempt of this very request
+    # ran, its reply was lost), the script writes and journals nothing, answers each write
+    # as it was answered then and reads afresh; an "r" that did not delete then compares
+    # and deletes again (only a claim still holding tok, which it can never hold again).
     APPLY = """
 local out = {}
 local bound, ttl = ARGV[1], ARGV[2]
 local function failed(r) return type(r) == 'table' and r.err ~= nil end
 local function journal(doc) return redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', bound, '*', 'e', doc) end
 local function first(a, b) if failed(a) then return a end if failed(b) then return b end return a end
--- A marker holds an answer: 'n' and a number, 's' and a string, 'x' and an error.
-local function mark(m, r)
-  local v
-  if failed(r) then v = 'x' .. r.err elseif type(r) == 'number' then v = 'n' .. r else v = 's' .. tostring(r) end
-  return first(r, redis.pcall('SET', KEYS[m], v, 'PX', ttl))
-end
-local function answer(v)
-  local t, rest = string.sub(v, 1, 1), string.sub(v, 2)
-  if t == 'n' then return tonumber(rest) elseif t == 'x' then return redis.error_reply(rest) end
-  return rest
-end
 local function release(key, tok)
   local held = redis.pcall('GET', key)
   if failed(held) then return held elseif held == tok then return redis.pcall('DEL', key) end
   return 0
 end
-local known = {d = true, a = true, e = true, j = true, r = true}
-local i, n = 3, 0
+local kept, answers, wrote = nil, {}, false
+if ARGV[3] == '1' then
+  local prev = redis.pcall('GET', KEYS[5])
+  if failed(prev) then return prev end
+  if prev then kept = cjson.decode(prev) end
+end
+local i, n = 4, 0
 while i <= #ARGV do
   local op = ARGV[i]
   n = n + 1
+  local was = kept and kept[tostring(n)]
   if op == 'h' then
     -- In slices: unpack() of more values than Lua's C stack holds (~8,000) is an error
     -- of the whole script, which would fail every op of the turn, turn after turn.
@@ -367,38 +363,39 @@ while i <= #ARGV do
     end
     out[n] = vals
     i = i + 2 + k
-  elseif not known[op] then
-    return redis.error_reply('unknown ledger op ' .. tostring(op))
-  else
-    local m = tonumber(ARGV[i + 1])
-    local prev = redis.pcall('GET', KEYS[m])
-    if failed(prev) then
-      out[n] = prev
-    elseif op == 'r' then
-      if prev then
-        out[n] = prev == 'n1' and 1 or release(KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3])
-      else
-        local j = journal(ARGV[i + 4])
-        if failed(j) then out[n] = j
-        else out[n] = mark(m, release(KEYS[tonumber(ARGV[i + 2])], ARGV[i + 3])) end
-      end
-      i = i + 5
-    elseif prev then
-      out[n] = answer(prev)
-      i = i + (op == 'j' and 3 or 4)
-    elseif op == 'j' then
-      local j = journal(ARGV[i + 2])
-      out[n] = failed(j) and j or mark(m, j)
-      i = i + 3
+  elseif op == 'r' then
+    local key, tok = KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2]
+    if kept then
+      out[n] = was == 1 and 1 or release(key, tok)
     else
-      local w
-      if op == 'd' then w = redis.pcall('HSET', KEYS[1], ARGV[i + 2], ARGV[i + 3])
-      elseif op == 'a' then w = redis.pcall('HINCRBY', KEYS[2], ARGV[i + 2], 1)
-      else w = redis.pcall('HSETNX', KEYS[3], ARGV[i + 2], ARGV[i + 3]) end
       local j = journal(ARGV[i + 3])
-      if failed(w) and failed(j) then out[n] = w else out[n] = mark(m, first(w, j)) end
-      i = i + 4
+      if failed(j) then out[n] = j else out[n] = release(key, tok) wrote = true end
     end
+    i = i + 4
+  elseif kept then
+    out[n] = was
+    i = i + (op == 'j' and 2 or 3)
+  elseif op == 'j' then
+    out[n] = journal(ARGV[i + 1])
+    wrote = wrote or not failed(out[n])
+    i = i + 2
+  else
+    local w
+    if op == 'd' then w = redis.pcall('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 2])
+    elseif op == 'a' then w = redis.pcall('HINCRBY', KEYS[2], ARGV[i + 1], 1)
+    elseif op == 'e' then w = redis.pcall('HSETNX', KEYS[3], ARGV[i + 1], ARGV[i + 2])
+    else return redis.error_reply('unknown ledger op ' .. tostring(op)) end
+    local j = journal(ARGV[i + 2])
+    out[n] = first(w, j)
+    wrote = wrote or not (failed(w) and failed(j))
+    i = i + 3
+  end
+  if op ~= 'h' then answers[tostring(n)] = out[n] end
+end
+if wrote then
+  local s = redis.pcall('SET', KEYS[5], cjson.encode(answers), 'PX', ttl)
+  if failed(s) then
+    for k, _ in pairs(answers) do out[tonumber(k)] = first(out[tonumber(k)], s) end
   end
 end
 return out
@@ -439,21 +436,22 @@ return out
     async def _apply(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Every op of one turn in one run of ``APPLY`` (one request, one reply to parse,
         instead of a pipeline of two commands an op), repeated whole while its reply is
-        lost (each write's marker makes that safe); each op's answer is its own."""
+        lost (the turn's write marker makes that safe); each op's answer is its own."""
         keys = [self._done, self._attempts, self._esc, self._journal]
-        args: list[Any] = [self._maxlen, self._marker_ms]
+        writes = any(kind != "hmget" for kind, _ in ops)
+        if writes:
+            keys.append(self._once + secrets.token_hex(12))  # the turn's write id
+        args: list[Any] = [self._maxlen, self._marker_ms, "1" if writes else "0"]
         for kind, a in ops:
             if kind == "hmget":
                 args += ["h", len(a), *a]
-                continue
-            keys.append(self._once + a[-1])  # the write id
-            if kind == "release":  # (claim key, token, doc, write id)
+            elif kind == "release":  # (claim key, token, doc)
                 keys.append(a[0])
-                args += ["r", len(keys) - 1, len(keys), a[1], a[2]]
-            elif kind == "journal":  # (token, doc, write id)
-                args += ["j", len(keys), a[1]]
+                args += ["r", len(keys), a[1], a[2]]
+            elif kind == "journal":
+                args += ["j", a[1]]
             else:
-                args += [_OPS[kind], len(keys), a[0], a[1]]
+                args += [_OPS[kind], a[0], a[1]]
         return list(await self._eval("APPLY", keys, args))
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
@@ -480,7 +478,7 @@ return out
         doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
         kind = {LedgerKind.DONE: "done", LedgerKind.ATTEMPT: "attempt"}.get(entry.kind, "journal")
         try:
-            await self._writes.submit((kind, (entry.token, doc, secrets.token_hex(12))))
+            await self._writes.submit((kind, (entry.token, doc)))
         except self._failures as exc:
             raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
 
@@ -500,7 +498,7 @@ return out
         between the two), which releases the claim only once the entry is written. True if
         the claim was still ours and is deleted now.
         Needs ``releases_for(lock)``. A request whose reply was lost is repeated (see the
-        module doc): the repeat finds the write's marker, journals nothing again, and
+        module doc): the repeat finds the turn's marker, journals nothing again, and
         answers True if the first attempt deleted the claim (else it compares the token
         and deletes again). Raises ``ClaimStoreUnavailable``: refused, the claim is still
         held (and the entry not written, unless the claim's key was refused); every reply
@@ -513,7 +511,7 @@ return out
             raise ConfigurationError(f"{lock!r} is not on this ledger's server and namespace ({self.description})")
         doc = json.dumps(entry.to_json(), sort_keys=True, separators=(",", ":"))
         try:
-            out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc, secrets.token_hex(12))))
+            out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc)))
         except self._failures as exc:
             raise self._unavailable(
                 exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim") from exc
@@ -523,7 +521,7 @@ return out
         """Record ``escalation``; False if it was already recorded."""
         doc = json.dumps(escalation.to_json(), sort_keys=True, separators=(",", ":"))
         try:
-            new = await self._writes.submit(("escalate", (escalation.id, doc, secrets.token_hex(12))))
+            new = await self._writes.submit(("escalate", (escalation.id, doc)))
         except self._failures as exc:
             raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
         return bool(new)
