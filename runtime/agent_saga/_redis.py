@@ -8,8 +8,9 @@ so the choices below are made once:
   library); without it, ``ConfigurationError`` says which extra to install.
 - Clients are made from a URL with explicit socket and connect timeouts and **no
   client-side retries** (``Retry(NoBackoff(), 0)``): a command is never re-sent behind the
-  caller's back, because only the caller knows whether a repeat is safe (the limit store
-  repeats a debit flagged as a repeat; a WAL batch is never repeated).
+  caller's back, because only the caller knows whether a repeat is safe: the stores
+  repeat through ``agent_saga._repeat`` what is (reads, idempotent writes, a debit
+  flagged as a repeat); a WAL batch is never repeated.
 - Lua scripts are class constants with a KEYS/ARGV header, wrapped once with redis-py's
   ``register_script`` (``script``); the wrapper calls EVALSHA and reloads the script
   itself when the server answers NOSCRIPT (a restart, ``SCRIPT FLUSH``). Nothing here or

@@ -20,6 +20,9 @@ What the base does, so a reader only says how to read its documents:
   may miss messages).
 - One atomic read (``LUA_READ``): the index, the documents of the namespaces obeyed,
   ``P:rev`` and the marker's fields, in one script, so a read never sees half a write.
+  A read whose reply was lost (``agent_saga._repeat``: a Cluster client re-reading the
+  topology, a closed connection, a timeout) is sent again, at most ``retries`` times
+  (default 1; 3 on a Redis Cluster), before it counts as a failed read.
 - The synced marker. A field this process has seen that is now missing means the server
   lost its data (FLUSHALL, a restart without persistence): an empty index is then NOT
   read as "nothing configured". ``data_lost`` says so until every field seen is back
@@ -71,6 +74,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
 from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
+from .._repeat import ReplyLost, check_retries, lost_text, repeating_sync
 from ..errors import ConfigurationError, StoreUnavailable
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
@@ -111,7 +115,8 @@ class PolicyPlaneReader:
     ``url``: the policy plane (``redis://``; a password never reaches a message).
     ``namespaces``: read only documents of these Kubernetes namespaces (default: all).
     ``heartbeat``: seconds between ``_heartbeat`` runs. ``socket_timeout`` /
-    ``connect_timeout`` bound one round trip / one connection attempt.
+    ``connect_timeout`` bound one round trip / one connection attempt. ``retries``: how
+    many times a read whose reply was lost is sent again (default 1; 3 on a Redis Cluster).
     """
 
     NAME: ClassVar[str] = "PolicyPlaneReader"
@@ -158,9 +163,11 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         heartbeat: float = 1.0,
         socket_timeout: float = 1.0,
         connect_timeout: float = 1.0,
+        retries: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError(f"{self.NAME} needs a redis:// URL")
+        self._retries = check_retries(retries)
         if isinstance(namespaces, str):
             raise ConfigurationError(f"namespaces must be a collection of names, not the string {namespaces!r}")
         if not 0 < heartbeat < math.inf:
@@ -287,14 +294,23 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip."""
         args = [f"{self.prefix}:{self.SLUG}:", "0" if self.namespaces is None else "1",
                 *sorted(self.namespaces or ())]
-        rev, fields, ids, raws = self._script(client, self.LUA_READ)(
-            keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client)
+        run = self._script(client, self.LUA_READ)
+        rev, fields, ids, raws = self._repeated(
+            client, lambda: run(keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client))
         writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields or ())
         docs = sorted(zip((i.decode() if isinstance(i, bytes) else str(i) for i in ids or ()), raws or (),
                           strict=True))
         return rev, writers, docs
 
+    def _repeated(self, client: Any, read: Callable[[], Any]) -> Any:
+        """``read()``, sent again while its reply is lost (a read is always safe to repeat);
+        ``ReplyLost`` once ``retries`` repeats lost theirs too."""
+        return repeating_sync(lambda _repeat: read(), retries=self._retries, client=client)
+
     def _unavailable(self, message: str, exc: BaseException | None = None) -> StoreUnavailable:
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(self.UNAVAILABLE, lost_text(
+                self.describe(), "a read", exc, message), store=self.describe())
         return self._target.unavailable(self.UNAVAILABLE, message, exc, store=self.describe())
 
     def _load(self, client: Any) -> None:
@@ -373,7 +389,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
 
     def _heartbeat(self, client: Any) -> None:
         """Every ``heartbeat`` seconds: the rev backstop (re-read when ``P:rev`` moved)."""
-        if self._rev is _NEVER or client.get(self.rev_key) != self._rev:
+        if self._rev is _NEVER or self._repeated(client, lambda: client.get(self.rev_key)) != self._rev:
             self._load(client)
 
     def _on_lost(self, error: str, first: bool) -> None:

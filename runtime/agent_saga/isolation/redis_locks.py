@@ -16,8 +16,14 @@ Invariants:
 - Every script touches one key (no cross-slot risk on a Redis Cluster). Scripts are
   class constants run through ``agent_saga._redis.script`` (EVALSHA, reloaded by
   redis-py on NOSCRIPT).
+- A request whose reply was lost (``agent_saga._repeat``) is sent again, at most
+  ``retries`` times (default 1; 3 on a Redis Cluster): each is safe to repeat. An acquire
+  carries the saga id, so a repeat finds the claim its earlier attempt took (and extends
+  it); a renewal extends again; a repeated release that finds the resource free reports
+  it released (its earlier attempt may have freed it; the claim is gone either way).
 - A failure to reach the server raises ``LockStoreUnavailable`` naming the server
-  without its password; nothing was claimed or freed.
+  without its password; nothing was claimed or freed (after lost replies: a claim an
+  earlier attempt may have taken is released by its lease, a release stands).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import asyncio
 from typing import Any
 
 from .._redis import Target, aclose, failures, import_redis, loop_client, script
+from .._repeat import ReplyLost, check_retries, lost_text, repeat_after, repeating
 from ..errors import ConfigurationError
 from ..recovery.redis import RedisClaimLock
 from .errors import LockStoreUnavailable
@@ -45,7 +52,8 @@ def _text(value: Any) -> str | None:
 class RedisSemanticLocks(SemanticLocks):
     """Semantic locks in Redis (see the module doc); the same calls as
     ``SemanticLockManager``. ``target`` is a ``redis://`` URL (its password never appears
-    in a message) or a ``redis.asyncio.Redis`` client."""
+    in a message) or a ``redis.asyncio.Redis`` client. ``retries``: how many times a
+    request whose reply was lost is sent again (default 1; 3 on a Redis Cluster)."""
 
     # KEYS[1] the lock key. ARGV[1] the saga id, ARGV[2] the lease in ms.
     # Returns {1, saga} if claimed (or already ours: extended), {0, holder} if not.
@@ -65,22 +73,28 @@ return {0, holder or ''}
     # Extends the claim only if it is still ours; 1 if extended, 0 if not ours.
     RENEW = RedisClaimLock.RENEW  # the same compare-and-extend as a recovery claim
 
-    # KEYS[1] the lock key. ARGV[1] the saga id.
-    # Deletes the claim only if it is ours: {1, ''}; else {0, holder or ''} untouched.
+    # KEYS[1] the lock key. ARGV[1] the saga id, ARGV[2] "1" when this call repeats one
+    # whose reply was lost.
+    # Deletes the claim only if it is ours: {1, ''}; else {0, holder or ''} untouched. A
+    # repeat that finds the resource free answers {1, ''}: its earlier attempt may have
+    # freed it, and the claim is gone either way.
     RELEASE = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return {1, ''}
 end
+if not holder and ARGV[2] == '1' then return {1, ''} end
 return {0, holder or ''}
 """
 
     SCRIPTS = {"ACQUIRE": ACQUIRE, "RENEW": RENEW, "RELEASE": RELEASE}
 
-    def __init__(self, target: str | Any, *, namespace: str = "agent-saga", socket_timeout: float = 5.0) -> None:
+    def __init__(self, target: str | Any, *, namespace: str = "agent-saga", socket_timeout: float = 5.0,
+                 retries: int | None = None) -> None:
         self._redis = import_redis(_FEATURE)
-        self._failures = failures(self._redis)
+        self._failures: tuple[type[BaseException], ...] = (*failures(self._redis), ReplyLost)
+        self._retries = check_retries(retries)
         if not isinstance(namespace, str) or not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(
                 f"namespace {namespace!r} must be a non-empty string without spaces or braces "
@@ -106,18 +120,31 @@ return {0, holder or ''}
             return self._fixed
         return loop_client(self._clients, self._url or "", feature=_FEATURE, socket_timeout=self._timeout)
 
-    async def _eval(self, name: str, resource_id: str, args: list[Any], doing: str) -> Any:
+    async def _eval(self, name: str, resource_id: str, args: list[Any], doing: str,
+                    repeat_args: list[Any] | None = None) -> Any:
+        """Run the script ``name``, repeated (with ``repeat_args`` if given) while its reply is lost."""
         client = self._client()
         run = self._scripts.get((id(client), name))
         if run is None:
             run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+        keys = [self.key(resource_id)]
         try:
-            return await run(keys=[self.key(resource_id)], args=args, client=client)
+            try:  # the first attempt, inline (an acquire and a release per claim): repeats are rare
+                return await run(keys=keys, args=args, client=client)
+            except Exception as exc:
+                return await repeat_after(exc, lambda _repeat: run(keys=keys, args=repeat_args or args, client=client),
+                                          retries=self._retries, client=client)
         except self._failures as exc:
-            raise self._target.unavailable(
-                LockStoreUnavailable,
-                f"Redis at {self.where} failed while {doing} {resource_id!r}; nothing was claimed or freed",
-                exc, store=f"Redis at {self.where}") from exc
+            raise self._error(f"{doing} {resource_id!r}", exc) from exc
+
+    def _error(self, doing: str, exc: BaseException) -> LockStoreUnavailable:
+        store = f"Redis at {self.where}"
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(LockStoreUnavailable, lost_text(
+                store, doing, exc, "nothing was claimed or freed (a claim an earlier attempt may have taken "
+                "lapses with its lease, a release it may have made stands)"), store=store)
+        return self._target.unavailable(
+            LockStoreUnavailable, f"{store} failed while {doing}; nothing was claimed or freed", exc, store=store)
 
     async def _do_acquire(self, resource_id: str, saga_id: str, lease: float) -> tuple[bool, str | None]:
         ok, holder = await self._eval("ACQUIRE", resource_id, [saga_id, max(1, int(lease * 1000))], "claiming")
@@ -127,16 +154,16 @@ return {0, holder or ''}
         return bool(int(await self._eval("RENEW", resource_id, [saga_id, max(1, int(lease * 1000))], "renewing")))
 
     async def _do_release(self, resource_id: str, saga_id: str) -> tuple[bool, str | None]:
-        ok, holder = await self._eval("RELEASE", resource_id, [saga_id], "releasing")
+        ok, holder = await self._eval("RELEASE", resource_id, [saga_id, "0"], "releasing", [saga_id, "1"])
         return bool(int(ok)), _text(holder)
 
     async def _do_holder(self, resource_id: str) -> str | None:
+        client = self._client()
         try:
-            return _text(await self._client().get(self.key(resource_id)))
+            return _text(await repeating(lambda _repeat: client.get(self.key(resource_id)),
+                                         retries=self._retries, client=client))
         except self._failures as exc:
-            raise self._target.unavailable(
-                LockStoreUnavailable, f"Redis at {self.where} failed while reading the holder of {resource_id!r}",
-                exc, store=f"Redis at {self.where}") from exc
+            raise self._error(f"reading the holder of {resource_id!r}", exc) from exc
 
     async def close(self) -> None:
         """Close this store's connections made on the running loop."""

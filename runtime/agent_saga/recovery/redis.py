@@ -12,6 +12,9 @@ Keys (``ns`` defaults to ``agent-saga``; the hash tag keeps them on one Cluster 
     {ns}:recovery:escalations            HASH    escalation id -> JSON Escalation
     {ns}:recovery:escalations:resolved   HASH    escalation id -> JSON {by, note, ts}
     {ns}:recovery:journal                STREAM  every entry, for audit (MAXLEN ~ bound)
+    {ns}:recovery:once:<write id>        STRING  the answers of a turn's ledger writes, PX =
+                                                 marker_ttl: what its repeat answers instead
+                                                 of writing
 
 Invariants:
 - A claim is ``SET NX PX``; renewal and release are Lua scripts that compare the token
@@ -23,25 +26,38 @@ Invariants:
   each caller still gets its own answer, after Redis gave it. With the claims in the
   ledger's server and namespace, a resolved saga's journal entry and its claim's
   release are one op of that script (``record_release``): the claim is released only
-  once the entry is written, and nothing runs between the two. Scripts are class constants run through redis-py's ``register_script``
-  (``agent_saga._redis``): EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its
-  script cache; the script did not run).
+  once the entry is written, and nothing runs between the two. Scripts are class
+  constants run through redis-py's ``register_script`` (``agent_saga._redis``):
+  EVALSHA, reloaded by redis-py on NOSCRIPT (the server lost its script cache; the
+  script did not run).
 - "Already compensated?" is one HMGET over the tokens of a saga: O(steps), never a scan.
   Nothing here expires or is trimmed except the audit stream: the done index must outlive
   any compaction of the WAL.
+- A request whose reply was lost (``agent_saga._repeat``: a Cluster client re-reading
+  the topology, a closed connection, a timeout) is sent again, at most ``retries`` times
+  (default 1; 3 on a Redis Cluster), and every request here is safe to repeat: a claim's
+  token is unique to its call, so a repeat that finds it knows the claim is its own;
+  renewals and releases compare the token; a run of ``APPLY`` that holds writes (done,
+  attempt, escalation, journal entry, journal entry and release) carries a write id and
+  leaves a marker under it holding their answers, so its repeat answers those and writes
+  (journals, counts) nothing twice, and a release repeated still frees only a claim
+  holding its token; reads change nothing.
 - Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
-  without its password; nothing is claimed or acted on.
+  without its password; nothing is claimed or acted on (after lost replies, a claim an
+  attempt took is never used and expires with its ttl).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import Collection
 from typing import Any
 
 from .._redis import Target, aclose, failures, import_redis, loop_client, script
+from .._repeat import ReplyLost, check_retries, lost_text, repeating
 from ..errors import ConfigurationError
 from .batch import TurnBatch
 from .claims import Claim, new_token
@@ -58,13 +74,16 @@ class _RedisBase:
     """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
 
     SCRIPTS: dict[str, str] = {}
+    #: What a refusal after lost replies adds (what was and was not done).
+    LOST_AFTER = "nothing was claimed or acted on, the next sweep retries"
 
-    def __init__(self, target: str | Any, namespace: str, socket_timeout: float) -> None:
+    def __init__(self, target: str | Any, namespace: str, socket_timeout: float, retries: int | None = None) -> None:
         redis = import_redis("recovery over Redis")
         if not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
         self._redis = redis
-        self._failures = failures(redis)
+        self._failures: tuple[type[BaseException], ...] = (*failures(redis), ReplyLost)
+        self._retries = check_retries(retries)
         self._ns = f"{{{namespace}}}:recovery"
         self._timeout = socket_timeout
         self._target = Target.of(target)
@@ -80,17 +99,28 @@ class _RedisBase:
         return loop_client(self._clients, self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
 
     def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(ClaimStoreUnavailable, lost_text(
+                f"Redis at {self.where}", doing, exc, self.LOST_AFTER), store=f"Redis at {self.where}")
         return self._target.unavailable(
             ClaimStoreUnavailable, f"Redis at {self.where} failed while {doing}: {self._target.error_text(exc)}; "
             f"nothing was claimed or acted on, the next sweep retries", store=f"Redis at {self.where}")
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT)."""
+        """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT), repeated
+        while its reply is lost (``_repeat``): every script here is safe to repeat."""
         client = self._client()
         run = self._scripts.get((id(client), name))
         if run is None:
             run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
-        return await run(keys=keys, args=args, client=client)
+        return await repeating(lambda _repeat: run(keys=keys, args=args, client=client),
+                               retries=self._retries, client=client)
+
+    async def _read(self, op: Any) -> Any:
+        """``await op(client)`` for a read (or an idempotent command), repeated while its
+        reply is lost."""
+        client = self._client()
+        return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -104,9 +134,13 @@ class RedisClaimLock(_RedisBase):
 
     ``target``: a ``redis://`` URL (its password never appears in a message) or a
     ``redis.asyncio.Redis`` client. ``owner`` prefixes the tokens (default: a random id).
+    ``retries``: how many times a request whose reply was lost is sent again (default 1;
+    3 on a Redis Cluster); every request here is safe to repeat (see the module doc).
     """
 
     shared = True
+    LOST_AFTER = ("nothing was claimed or acted on (a claim an earlier attempt may have taken is never used "
+                  "and expires with its ttl), the next sweep retries")
 
     # KEYS[1] the claim key. ARGV[1] our token, ARGV[2] the ttl in ms.
     # Extends the claim only if it is still ours; returns 1 if extended, 0 if not ours.
@@ -127,11 +161,16 @@ return 0
 """
 
     # KEYS[i] a claim key. ARGV[2i-1] its new token, ARGV[2i] its ttl in ms.
-    # SET NX PX each; returns 1 for each claim taken, 0 for each held by another.
+    # SET NX PX each; returns 1 for each claim taken, 0 for each held by another. A key
+    # that already holds the token is ours (tokens are unique per acquisition: an earlier
+    # attempt of this very call whose reply was lost took it): 1, its ttl restarted.
     ACQUIRE_MANY = """
 local out = {}
 for i = 1, #KEYS do
   if redis.call('SET', KEYS[i], ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i]) then
+    out[i] = 1
+  elseif redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
     out[i] = 1
   else
     out[i] = 0
@@ -173,8 +212,9 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         namespace: str = DEFAULT_NAMESPACE,
         owner: str | None = None,
         socket_timeout: float = 5.0,
+        retries: int | None = None,
     ) -> None:
-        super().__init__(target, namespace, socket_timeout)
+        super().__init__(target, namespace, socket_timeout, retries)
         self.owner = owner or new_token("daemon").split(":", 1)[1]
         self.description = f"{self.where} claims {self._ns}:claim:*"
         self._acquires: TurnBatch[tuple[str, str, int]] = TurnBatch(self._acquire_many)
@@ -226,15 +266,15 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         members (``recovery.shards``). Raises ``ClaimStoreUnavailable``."""
         try:
             out = await self._eval("MEMBERS", [f"{self._ns}:members"], [member, max(1, int(ttl * 1000))])
-        except self._redis.RedisError as exc:
+        except (self._redis.RedisError, ReplyLost) as exc:
             raise self._unavailable(exc, "renewing the recovery membership") from exc
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in out)
 
     async def leave(self, member: str) -> None:
         """Take ``member`` out of the membership now: its shard moves to the others at once."""
         try:
-            await self._client().zrem(f"{self._ns}:members", member)
-        except self._redis.RedisError as exc:
+            await self._read(lambda c: c.zrem(f"{self._ns}:members", member))  # ZREM: idempotent
+        except (self._redis.RedisError, ReplyLost) as exc:
             raise self._unavailable(exc, "leaving the recovery membership") from exc
 
     def __repr__(self) -> str:
@@ -245,21 +285,34 @@ class RedisLedger(_RedisBase):
     """The recovery ledger in Redis, shared by every replica (see the module doc).
 
     ``journal_maxlen`` bounds the audit stream (approximately); the done index and the
-    escalation queue are never trimmed.
+    escalation queue are never trimmed. ``retries``: how many times a request whose reply
+    was lost is sent again (default 1; 3 on a Redis Cluster): each request carrying writes
+    (one event-loop turn's) has a write id the server remembers for ``marker_ttl`` seconds
+    (a key of about 100 bytes plus a few per write; at least as long as the repeats can
+    take), so a repeat finds it written and writes nothing twice (see the module doc).
     """
 
     shared = True
+    LOST_AFTER = ("nothing was claimed or acted on (a write an earlier attempt may have made is kept, "
+                  "once), the next sweep retries")
 
     # KEYS[1] the escalations HASH, KEYS[2] the resolved HASH. ARGV[1] the id, ARGV[2] the
     # resolution JSON. Closes an escalation that exists and is open; returns 1, else 0.
+    # A resolution already holding this very JSON (it carries its time: an earlier attempt
+    # of this call whose reply was lost wrote it) answers 1 again.
     RESOLVE = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
-return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
+if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2]) == 1 then return 1 end
+if redis.call('HGET', KEYS[2], ARGV[1]) == ARGV[2] then return 1 end
+return 0
 """
 
     # KEYS[1] the done HASH, KEYS[2] the attempts HASH, KEYS[3] the escalations HASH,
-    # KEYS[4] the journal STREAM, KEYS[5..] the claim keys "r" ops name. ARGV[1] the
-    # journal's approximate bound, then the ops of one turn, each a code and its arguments:
+    # KEYS[4] the journal STREAM, KEYS[5] the turn's write marker ("{ns}:recovery:once:<write
+    # id>", when the turn holds writes), KEYS[6..] the claim keys "r" ops name: declared, so
+    # a cluster routes and migrates them with the rest. ARGV[1] the journal's approximate
+    # bound, ARGV[2] the marker's ttl in ms, ARGV[3] '1' if KEYS[5] is a marker, then the
+    # ops of one turn, each a code and its arguments:
     #   h n t1..tn     HMGET done t1..tn (1,000 at a time)             -> the values
     #   d t doc        HSET done t doc; journal doc                    -> HSET's reply
     #   a t doc        HINCRBY attempts t 1; journal doc               -> the count
@@ -269,17 +322,33 @@ return redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[2])
     #                  tok (a claim released with its saga's entry)    -> 1 if deleted
     # Every command runs under pcall: an op's answer is its first error, else its first
     # reply, and an error is that op's alone (as in a pipeline without MULTI). One reply
-    # per op, in order.
+    # per op, in order. A turn whose writes wrote anything leaves its marker holding their
+    # answers; run again with the marker there (an earlier attempt of this very request
+    # ran, its reply was lost), the script writes and journals nothing, answers each write
+    # as it was answered then and reads afresh; an "r" that did not delete then compares
+    # and deletes again (only a claim still holding tok, which it can never hold again).
     APPLY = """
 local out = {}
-local bound = ARGV[1]
+local bound, ttl = ARGV[1], ARGV[2]
 local function failed(r) return type(r) == 'table' and r.err ~= nil end
 local function journal(doc) return redis.pcall('XADD', KEYS[4], 'MAXLEN', '~', bound, '*', 'e', doc) end
 local function first(a, b) if failed(a) then return a end if failed(b) then return b end return a end
-local i, n = 2, 0
+local function release(key, tok)
+  local held = redis.pcall('GET', key)
+  if failed(held) then return held elseif held == tok then return redis.pcall('DEL', key) end
+  return 0
+end
+local kept, answers, wrote = nil, {}, false
+if ARGV[3] == '1' then
+  local prev = redis.pcall('GET', KEYS[5])
+  if failed(prev) then return prev end
+  if prev then kept = cjson.decode(prev) end
+end
+local i, n = 4, 0
 while i <= #ARGV do
   local op = ARGV[i]
   n = n + 1
+  local was = kept and kept[tostring(n)]
   if op == 'h' then
     -- In slices: unpack() of more values than Lua's C stack holds (~8,000) is an error
     -- of the whole script, which would fail every op of the turn, turn after turn.
@@ -294,32 +363,39 @@ while i <= #ARGV do
     end
     out[n] = vals
     i = i + 2 + k
-  elseif op == 'd' then
-    out[n] = first(redis.pcall('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 2]), journal(ARGV[i + 2]))
-    i = i + 3
-  elseif op == 'a' then
-    out[n] = first(redis.pcall('HINCRBY', KEYS[2], ARGV[i + 1], 1), journal(ARGV[i + 2]))
-    i = i + 3
-  elseif op == 'e' then
-    out[n] = first(redis.pcall('HSETNX', KEYS[3], ARGV[i + 1], ARGV[i + 2]), journal(ARGV[i + 2]))
-    i = i + 3
-  elseif op == 'j' then
-    out[n] = journal(ARGV[i + 1])
-    i = i + 2
   elseif op == 'r' then
-    local j = journal(ARGV[i + 3])
-    if failed(j) then
-      out[n] = j
+    local key, tok = KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2]
+    if kept then
+      out[n] = was == 1 and 1 or release(key, tok)
     else
-      local key = KEYS[tonumber(ARGV[i + 1])]
-      local held = redis.pcall('GET', key)
-      if failed(held) then out[n] = held
-      elseif held == ARGV[i + 2] then out[n] = redis.pcall('DEL', key)
-      else out[n] = 0 end
+      local j = journal(ARGV[i + 3])
+      if failed(j) then out[n] = j else out[n] = release(key, tok) wrote = true end
     end
     i = i + 4
+  elseif kept then
+    out[n] = was
+    i = i + (op == 'j' and 2 or 3)
+  elseif op == 'j' then
+    out[n] = journal(ARGV[i + 1])
+    wrote = wrote or not failed(out[n])
+    i = i + 2
   else
-    return redis.error_reply('unknown ledger op ' .. tostring(op))
+    local w
+    if op == 'd' then w = redis.pcall('HSET', KEYS[1], ARGV[i + 1], ARGV[i + 2])
+    elseif op == 'a' then w = redis.pcall('HINCRBY', KEYS[2], ARGV[i + 1], 1)
+    elseif op == 'e' then w = redis.pcall('HSETNX', KEYS[3], ARGV[i + 1], ARGV[i + 2])
+    else return redis.error_reply('unknown ledger op ' .. tostring(op)) end
+    local j = journal(ARGV[i + 2])
+    out[n] = first(w, j)
+    wrote = wrote or not (failed(w) and failed(j))
+    i = i + 3
+  end
+  if op ~= 'h' then answers[tostring(n)] = out[n] end
+end
+if wrote then
+  local s = redis.pcall('SET', KEYS[5], cjson.encode(answers), 'PX', ttl)
+  if failed(s) then
+    for k, _ in pairs(answers) do out[tonumber(k)] = first(out[tonumber(k)], s) end
   end
 end
 return out
@@ -334,8 +410,20 @@ return out
         namespace: str = DEFAULT_NAMESPACE,
         socket_timeout: float = 5.0,
         journal_maxlen: int = 1_000_000,
+        retries: int | None = None,
+        marker_ttl: float = 120.0,
     ) -> None:
-        super().__init__(target, namespace, socket_timeout)
+        super().__init__(target, namespace, socket_timeout, retries)
+        # A write's last repeat is sent at most (repeats + 1) round trips of up to the socket
+        # timeout (and a cluster's half-second TRYAGAIN) after its first attempt.
+        longest = ((3 if retries is None else retries) + 1) * (socket_timeout + 1.0)
+        if isinstance(marker_ttl, bool) or not isinstance(marker_ttl, int | float) or marker_ttl < longest:
+            raise ConfigurationError(
+                f"marker_ttl must be a number of seconds >= {longest:g} (the longest a write's repeats can take "
+                f"with socket_timeout={socket_timeout:g}), got {marker_ttl!r}: it is how long the server "
+                f"remembers a write so that its repeat finds it; raise it, or lower socket_timeout")
+        self._marker_ms = int(marker_ttl * 1000)
+        self._once = f"{self._ns}:once:"
         self.description = f"{self.where} ledger {self._ns}:*"
         self._done = f"{self._ns}:done"
         self._attempts = f"{self._ns}:attempts"
@@ -347,9 +435,13 @@ return out
 
     async def _apply(self, ops: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
         """Every op of one turn in one run of ``APPLY`` (one request, one reply to parse,
-        instead of a pipeline of two commands an op); each op's answer is its own."""
+        instead of a pipeline of two commands an op), repeated whole while its reply is
+        lost (the turn's write marker makes that safe); each op's answer is its own."""
         keys = [self._done, self._attempts, self._esc, self._journal]
-        args: list[Any] = [self._maxlen]
+        writes = any(kind != "hmget" for kind, _ in ops)
+        if writes:
+            keys.append(self._once + secrets.token_hex(12))  # the turn's write id
+        args: list[Any] = [self._maxlen, self._marker_ms, "1" if writes else "0"]
         for kind, a in ops:
             if kind == "hmget":
                 args += ["h", len(a), *a]
@@ -360,8 +452,7 @@ return out
                 args += ["j", a[1]]
             else:
                 args += [_OPS[kind], a[0], a[1]]
-        out = await self._eval("APPLY", keys, args)
-        return list(out)
+        return list(await self._eval("APPLY", keys, args))
 
     async def completed(self, tokens: Collection[str]) -> set[str]:
         """The recovery tokens among ``tokens`` already recorded as done (one HMGET)."""
@@ -377,7 +468,7 @@ return out
     async def attempts(self, token: str) -> int:
         """How many handler calls were started for ``token`` (diagnostics, tests)."""
         try:
-            v = await self._client().hget(self._attempts, token)
+            v = await self._read(lambda c: c.hget(self._attempts, token))
         except self._failures as exc:
             raise self._unavailable(exc, "reading attempts") from exc
         return int(v or 0)
@@ -406,11 +497,14 @@ return out
         ``claim`` of ``lock`` in one request: one run of a script (no other command runs
         between the two), which releases the claim only once the entry is written. True if
         the claim was still ours and is deleted now.
-        Needs ``releases_for(lock)``. Raises ``ClaimStoreUnavailable``: refused, the claim
-        is still held (and the entry not written, unless the claim's key was refused); its
-        reply lost, both may have been done
-        or neither. Either way the caller releases the claim on its own (a release that
-        finds it gone does nothing) or lets it expire."""
+        Needs ``releases_for(lock)``. A request whose reply was lost is repeated (see the
+        module doc): the repeat finds the turn's marker, journals nothing again, and
+        answers True if the first attempt deleted the claim (else it compares the token
+        and deletes again). Raises ``ClaimStoreUnavailable``: refused, the claim is still
+        held (and the entry not written, unless the claim's key was refused); every reply
+        lost, the entry may have been written once and the claim deleted, or neither.
+        Either way the caller releases the claim on its own (a release that finds it gone
+        does nothing) or lets it expire."""
         if entry.kind in (LedgerKind.DONE, LedgerKind.ATTEMPT):
             raise ConfigurationError(f"record_release journals an entry of the audit stream only, not {entry.kind.value!r}")
         if not self.releases_for(lock):
@@ -434,11 +528,14 @@ return out
 
     async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
         """The open escalations (all with ``include_resolved``)."""
-        try:
-            pipe = self._client().pipeline(transaction=False)
+        async def both(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
             pipe.hgetall(self._esc)
             pipe.hgetall(self._resolved)
-            raw, resolved = await pipe.execute()
+            return await pipe.execute()
+
+        try:
+            raw, resolved = await self._read(both)
         except self._failures as exc:
             raise self._unavailable(exc, "listing escalations") from exc
         out: list[Escalation] = []

@@ -24,6 +24,12 @@ Invariants:
   expired are trimmed by the next new request and by the operator.
 - Documents are kept for the request's lifetime plus ``retention`` (the WAL keeps the
   records for good).
+- A request whose reply was lost (``agent_saga._repeat``) is sent again, at most
+  ``retries`` times (default 1; 3 on a Redis Cluster), and only because each is safe to
+  repeat: reads; a compare-and-set, whose repeat finds the document it wrote (the swap
+  landed: success) or refuses as before; a decision, written once (a repeat answers the
+  decision stored, its own). After the last loss the call raises
+  ``ApprovalStoreUnavailable`` saying the connection was lost (the gateway denies).
 - ``redis`` is imported only when a client is made; a password never reaches a message.
 """
 
@@ -35,6 +41,7 @@ import threading
 from typing import Any
 
 from ..._redis import PLANE_FIX, Target, connect, script, tagged_on_cluster
+from ..._repeat import ReplyLost, check_retries, lost_text, repeating_sync
 from ...errors import ConfigurationError
 from ._model import ApprovalRequest, Decision
 from ._store import ApprovalStoreUnavailable, Change
@@ -46,7 +53,8 @@ DEFAULT_PREFIX = "agentsaga:v1"
 
 class RedisApprovalStore:
     """Requests in the policy plane, shared by every agent, the CLI and the operator
-    (see the module doc). Needs ``pip install agent-saga[redis]``."""
+    (see the module doc). ``retries``: how many times a request whose reply was lost is
+    sent again (default 1; 3 on a Redis Cluster). Needs ``pip install agent-saga[redis]``."""
 
     # KEYS[1] the request document, KEYS[2] the pending set, KEYS[3] the unmirrored set
     # ARGV[1] the document as the caller read it ('' : it must not exist yet)
@@ -94,9 +102,11 @@ return {1, doc}
         retention: float = 7 * 86_400,
         socket_timeout: float = 2.0,
         connect_timeout: float = 1.0,
+        retries: int | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
+        self._retries = check_retries(retries)
         tagged_on_cluster(url, prefix, "RedisApprovalStore", PLANE_FIX)
         self.url = url
         self.prefix = prefix
@@ -140,16 +150,27 @@ return {1, doc}
         return self._client
 
     def _unavailable(self, what: str, exc: BaseException) -> ApprovalStoreUnavailable:
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(ApprovalStoreUnavailable, lost_text(
+                self._name, what, exc, "the approval is denied; ask again once the store answers"), store=self._name)
         return self._target.unavailable(ApprovalStoreUnavailable, f"{self._name} failed during {what}", exc,
                                         store=self._name)
 
-    def _script(self, what: str, lua: str, keys: tuple[str, ...], args: tuple[str, ...]) -> Any:
+    def _script(self, what: str, lua: str, keys: tuple[str, ...], args: tuple[str, ...],
+                landed: Any = None) -> Any:
+        """Run ``lua``, sent again while its reply is lost; ``landed(reply)`` maps a
+        repeat's reply that shows the earlier attempt landed to that attempt's reply."""
         try:
             client = self._redis()
             run = self._scripts.get(lua)
             if run is None:
                 run = self._scripts[lua] = script(client, lua)
-            return run(keys=keys, args=args, client=client)
+
+            def send(repeat: bool) -> Any:
+                reply = run(keys=keys, args=args, client=client)
+                return landed(reply) if repeat and landed is not None else reply
+
+            return repeating_sync(send, retries=self._retries, client=client)
         except ConfigurationError:
             raise
         except Exception as exc:
@@ -162,7 +183,8 @@ return {1, doc}
     def _fetch(self, request_id: str) -> tuple[str | None, ApprovalRequest | None]:
         """The raw request document and the merged view (one round trip)."""
         try:
-            raw, raw_decision = self._redis().mget([self.request_key(request_id), self.decision_key(request_id)])
+            raw, raw_decision = self._read(lambda c: c.mget([self.request_key(request_id),
+                                                              self.decision_key(request_id)]))
         except Exception as exc:
             raise self._unavailable("read", exc) from exc
         if raw is None:
@@ -179,12 +201,24 @@ return {1, doc}
                                            store=self._name) from exc
         return request.with_decision(decision)
 
+    def _read(self, op: Any) -> Any:
+        """``op(client)``, a read: sent again while its reply is lost."""
+        client = self._redis()
+        return repeating_sync(lambda _repeat: op(client), retries=self._retries, client=client)
+
     def _cas(self, expected: str, new: ApprovalRequest) -> bool | str:
         keys = (self.request_key(new.id), self.pending_key, self.unmirrored_key)
+        doc = new.to_json()
         ttl_ms = self._ttl_ms(new)
-        args = (expected, new.to_json(), ttl_ms, new.id, repr(new.deadline), self.channel,
+        args = (expected, doc, ttl_ms, new.id, repr(new.deadline), self.channel,
                 repr(new.requested_at), repr(new.requested_at + int(ttl_ms) / 1000))
-        reply = self._script("write", self.LUA_CAS, keys, args)
+
+        def landed(reply: Any) -> Any:
+            # A repeat that finds our very document: the earlier attempt swapped it in.
+            text = reply.decode() if isinstance(reply, bytes) else reply
+            return 1 if text == doc else reply
+
+        reply = self._script("write", self.LUA_CAS, keys, args, landed)
         if reply == 1:
             return True
         return reply.decode() if isinstance(reply, bytes) else str(reply)
@@ -235,24 +269,29 @@ return {1, doc}
     def published_keys(self) -> dict[str, str]:
         """The trusted approver public keys the operator publishes (key id -> PEM)."""
         try:
-            raw = self._redis().hgetall(self.keys_key)
+            raw = self._read(lambda c: c.hgetall(self.keys_key))
         except Exception as exc:
             raise self._unavailable("read of the approver keys", exc) from exc
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
         """Requests, newest first (``pending_only``: those without a decision)."""
-        client = self._redis()
-        try:
+        def read(client: Any) -> tuple[Any, Any]:
             if pending_only:
                 ids = [i.decode() for i in client.zrange(self.pending_key, 0, -1)]
             else:
                 marker = f"{self.prefix}:approval:request:"
                 ids = sorted(k.decode()[len(marker):] for k in client.scan_iter(match=marker + "*", count=500))
             if not ids:
+                return [], []
+            return client.mget([self.request_key(i) for i in ids]), client.mget([self.decision_key(i) for i in ids])
+
+        try:
+            raws, decisions = self._read(read)
+            if not raws:
                 return []
-            raws = client.mget([self.request_key(i) for i in ids])
-            decisions = client.mget([self.decision_key(i) for i in ids])
+        except ConfigurationError:
+            raise
         except Exception as exc:
             raise self._unavailable("list", exc) from exc
         out = []

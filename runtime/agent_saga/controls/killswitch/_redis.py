@@ -25,8 +25,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..._repeat import lost_reply
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StoreUnavailable
 from .._policyplane import DEFAULT_PREFIX, PolicyPlaneReader
 from ._model import Lever, LeverUnreadable
 from ._store import SwitchStoreUnavailable, SwitchView, parse_levers, quarantined
@@ -64,7 +65,12 @@ class RedisSwitchStore(PolicyPlaneReader):
     silent loss is noticed after three missed ones). ``socket_timeout`` bounds one
     round trip. ``namespaces``: obey only levers of these Kubernetes namespaces (and
     those engaged with the CLI, namespace ``cli``); default: every namespace.
-    ``clock`` is the time seam (grace is measured on its monotonic clock).
+    ``clock`` is the time seam (grace is measured on its monotonic clock). ``retries``:
+    how many times a read whose reply was lost is sent again before it counts as a failed
+    read (default 1; 3 on a Redis Cluster, whose client closes the connections in use to
+    re-read the topology while slots move). Writes (``engage``, ``lift``) are sent once:
+    each counts a change (``rev``) and notifies every reader, which a repeat would do
+    twice, so a lost reply refuses the write (run it again: the lever ends the same).
     Needs ``pip install agent-saga[redis]``.
     """
 
@@ -121,13 +127,14 @@ return cur
         connect_timeout: float = 1.0,
         namespaces: Collection[str] | None = None,
         clock: ControlClock | None = None,
+        retries: int | None = None,
     ) -> None:
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace < math.inf:
             raise ConfigurationError(
                 f"grace must be a number of seconds >= 0 (0: fail closed at once), got {grace!r}"
             )
         super().__init__(url, namespaces=namespaces, prefix=prefix, heartbeat=heartbeat,
-                         socket_timeout=socket_timeout, connect_timeout=connect_timeout)
+                         socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries)
         if self.namespaces is not None:
             self.namespaces |= {"cli"}
         self.grace = float(grace)
@@ -244,6 +251,15 @@ return cur
         client = self._main_client()
         return self._script(client, lua)(keys=keys, args=args, client=client)
 
+    def _write_failed(self, message: str, exc: BaseException) -> StoreUnavailable:
+        """A write's refusal; after a lost reply it says the write may have landed (it is
+        sent once: a repeat would count the change twice)."""
+        why = lost_reply(exc)
+        if why is not None:
+            message += (f": the connection was lost before the reply came ({why}), so it may have been "
+                        f"written; a write is not repeated (it counts a change): read the levers, or run it again")
+        return self._unavailable(message, exc)
+
     def engage(self, lever: Lever) -> None:
         """Store ``lever`` with its index entry, rev, marker and notification (one script)."""
         doc = json.dumps(lever.to_doc(), separators=(",", ":"))
@@ -256,7 +272,7 @@ return cur
         try:
             self._write(self.LUA_PUT, keys, (lever.id, doc, ttl, self.channel, self.WRITER, self._stamp()))
         except Exception as exc:
-            raise self._unavailable(f"{self.describe()}: the lever {lever.id} could not be stored", exc) from exc
+            raise self._write_failed(f"{self.describe()}: the lever {lever.id} could not be stored", exc) from exc
         self._after_write()
 
     def lift(self, lever_id: str) -> Lever | None:
@@ -265,7 +281,7 @@ return cur
         try:
             raw = self._write(self.LUA_DELETE, keys, (lever_id, self.channel, self.WRITER, self._stamp()))
         except Exception as exc:
-            raise self._unavailable(f"{self.describe()}: the lever {lever_id} could not be lifted", exc) from exc
+            raise self._write_failed(f"{self.describe()}: the lever {lever_id} could not be lifted", exc) from exc
         self._after_write()
         if raw is None:
             return None

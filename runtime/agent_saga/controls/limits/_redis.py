@@ -30,8 +30,9 @@ Invariants:
 - Keys never expire: a log shrinks as calls (or ``agent-saga status``) trim it. Run
   the server with ``maxmemory-policy noeviction``: an evicted log would forget spend.
 - Every failure to reach the server raises ``LimitStoreUnavailable`` naming this store;
-  the gate refuses the call. The scripts are idempotent on the debit id, so the one
-  reconnect-and-retry the client makes cannot debit twice.
+  the gate refuses the call. The scripts are idempotent on the debit id, so a debit
+  repeated after a lost reply (``agent_saga._repeat``, flagged as a repeat) cannot debit
+  twice.
 - With ``min_replicas=N`` a debit is authorised only after ``WAIT N`` (sent with the
   script in one pipeline, on the connection that wrote it) says N replicas hold it: a
   failover to one of them cannot forget spend it authorised. Fewer acknowledgements
@@ -53,9 +54,9 @@ from ..._redis import (
     import_redis,
     is_cluster,
     is_timeout,
-    lost_connection,
     script,
 )
+from ..._repeat import ReplyLost, check_retries, repeat_after, repeating
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -247,8 +248,7 @@ return redis.call('HGETALL', KEYS[1])
                 "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
                 "redis.asyncio client (client=...)"
             )
-        if retries is not None and retries < 0:
-            raise ConfigurationError(f"retries must be >= 0 (or None for the default), got {retries}")
+        check_retries(retries)
         if min_replicas < 0 or wait_timeout_ms < 1:
             raise ConfigurationError(f"min_replicas must be >= 0 and wait_timeout_ms >= 1, got {min_replicas} "
                                      f"and {wait_timeout_ms}")
@@ -346,7 +346,7 @@ return redis.call('HGETALL', KEYS[1])
         wanted = await self.definitions() if specs is None else list(specs)
         if not wanted:
             return []
-        flat = await self._call("usage", self.LUA_USAGE, self._keys, ())
+        flat = await self._call("usage", self.LUA_USAGE, self._keys, (), retry_args=())  # trim + read: repeatable
         pairs = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
         rows: dict[str, list[tuple[str, int, float]]] = {}
         for fld, total in pairs.items():
@@ -427,41 +427,45 @@ return redis.call('HGETALL', KEYS[1])
     ) -> Any:
         """Run the script ``lua`` (EVALSHA; redis-py reloads it on NOSCRIPT).
 
-        A lost connection (``lost_connection``) is retried with ``retry_args`` (the debit
+        A lost reply (``agent_saga._repeat``) is repeated with ``retry_args`` (the debit
         script then checks whether an earlier attempt already landed), up to ``retries``
         times: by default once, and three times on a Redis Cluster, where each of the
         client's topology re-reads during a reshard closes every connection in use (so two
         losses in a row are expected under load, not a sign the store is gone). The client
         itself never retries: only this method knows that a repeat must be flagged as one.
+        A call without ``retry_args`` is sent once.
         """
-        redis = import_redis("RedisLimitStore")
         client, scripts = self._bound()
         run = scripts.get(lua)
         if run is None:
             run = scripts[lua] = script(client, lua)
-        attempt = 0
-        while True:
-            try:
-                async with self._queued():
-                    if self.min_replicas and lua is not self.LUA_USAGE:
-                        return await self._replicated(client, run, keys, args)
-                    return await run(keys=keys, args=args, client=client)
-            except lost_connection(redis) as exc:
-                if retry_args is not None and attempt < self._repeats(client):
-                    attempt += 1
-                    args = retry_args
-                    continue
-                raise self._unavailable(what, exc) from exc
-            except (LimitStoreUnavailable, ConfigurationError):
-                raise
-            except Exception as exc:
-                raise self._unavailable(what, exc) from exc
 
-    def _repeats(self, client: Any) -> int:
-        """How many times a call that lost its connection is sent again (``retries``)."""
-        if self._retries is not None:
-            return self._retries
-        return 3 if is_cluster(client) else 1
+        try:  # the first attempt, inline: the repeats below are the rare path
+            async with self._queued():
+                if self.min_replicas and lua is not self.LUA_USAGE:
+                    return await self._replicated(client, run, keys, args)
+                return await run(keys=keys, args=args, client=client)
+        except (LimitStoreUnavailable, ConfigurationError):
+            raise
+        except Exception as exc:
+            if retry_args is None:
+                raise self._unavailable(what, exc) from exc
+            first = exc
+
+        async def again(_repeat: bool) -> Any:
+            async with self._queued():
+                if self.min_replicas and lua is not self.LUA_USAGE:
+                    return await self._replicated(client, run, keys, retry_args)
+                return await run(keys=keys, args=retry_args, client=client)
+
+        try:
+            return await repeat_after(first, again, retries=self._retries, client=client)
+        except ReplyLost as lost:
+            raise self._unavailable(what, lost.error) from lost.error
+        except (LimitStoreUnavailable, ConfigurationError):
+            raise
+        except Exception as exc:
+            raise self._unavailable(what, exc) from exc
 
     async def _replicated(self, client: Any, run: Any, keys: Sequence[str], args: Sequence[str]) -> Any:
         """The script and ``WAIT min_replicas`` in one pipeline (one connection, one round
@@ -482,9 +486,13 @@ return redis.call('HGETALL', KEYS[1])
         return reply
 
     async def _io(self, what: str, op: Any) -> Any:
+        """``op(client)``: a read, or a write that is the same however often it lands
+        (``declare``'s HSET), so it is repeated while its reply is lost."""
         client = self._client()
         try:
-            return await op(client)
+            return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
+        except ReplyLost as lost:
+            raise self._unavailable(what, lost.error) from lost.error
         except Exception as exc:
             raise self._unavailable(what, exc) from exc
 
