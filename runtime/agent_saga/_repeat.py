@@ -21,7 +21,10 @@ script can check whether an earlier attempt landed (the limit store's debit does
 
 The bound is ``retries`` repeats (``repeat_bound``): by default 3 on a Redis Cluster,
 where every topology re-read during a reshard closes the connections in use again (two
-losses in a row are expected under load), and 1 elsewhere. Once the bound is spent the
+losses in a row are expected under load), and 1 elsewhere. The first repeat is sent at
+once (one closed connection is the usual case); each later one waits a little longer
+(``repeat_delay``: 50 ms, doubling, at most 250 ms), so the repeats of one call span the
+burst of re-reads a slot migration causes instead of all landing inside it. Once the bound is spent the
 call raises ``ReplyLost`` (what was lost, why, after how many attempts), which the store
 turns into its own ``StoreUnavailable`` with ``lost_text``: the store fails closed.
 
@@ -32,14 +35,16 @@ server``), which sent nothing (the store is unreachable, and says so).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._redis import is_cluster
 from .errors import ConfigurationError
 
-__all__ = ["ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeating",
-           "repeating_sync"]
+__all__ = ["ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeat_delay",
+           "repeating", "repeating_sync"]
 
 T = TypeVar("T")
 
@@ -93,6 +98,12 @@ def repeat_bound(retries: int | None, client: Any) -> int:
     return 3 if is_cluster(client) else 1
 
 
+def repeat_delay(attempt: int) -> float:
+    """Seconds to wait before repeat number ``attempt`` (1 for the first): none, then 50 ms
+    doubling up to 250 ms."""
+    return 0.0 if attempt <= 1 else min(0.25, 0.05 * 2 ** (attempt - 2))
+
+
 async def repeating(send: Callable[[bool], Awaitable[T]], *, retries: int | None, client: Any) -> T:
     """``await send(repeat)`` (``repeat`` is False the first time), sent again while its
     reply is lost, at most ``repeat_bound(retries, client)`` times; then ``ReplyLost``.
@@ -120,6 +131,9 @@ async def repeat_after(first: Exception, send: Callable[[bool], Awaitable[T]], *
         if attempt >= bound:
             raise ReplyLost(why, attempt + 1, exc) from exc
         attempt += 1
+        delay = repeat_delay(attempt)
+        if delay:
+            await asyncio.sleep(delay)
         try:
             return await send(True)
         except Exception as again:  # noqa: PERF203 - a repeat is the rare path
@@ -142,6 +156,9 @@ def repeating_sync(send: Callable[[bool], T], *, retries: int | None, client: An
             if attempt >= bound:
                 raise ReplyLost(why, attempt + 1, exc) from exc
             attempt += 1
+            delay = repeat_delay(attempt)
+            if delay:
+                time.sleep(delay)
 
 
 def lost_text(store: str, what: str, lost: ReplyLost, after: str) -> str:

@@ -374,9 +374,11 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
     counts = {"claims": 0, "attempts": 0, "locks": 0, "sagas": 0}
 
     async def run() -> None:
-        lock = RedisClaimLock(cluster.url, owner="m", namespace="mig")
-        ledger = RedisLedger(cluster.url, namespace="mig")
-        locks = RedisSemanticLocks(cluster.url, namespace="mig")
+        # A bound wide enough for ten callers on a loaded machine: every call must land here
+        # (the default bound, and what is refused past it, are tested above).
+        lock = RedisClaimLock(cluster.url, owner="m", namespace="mig", retries=8)
+        ledger = RedisLedger(cluster.url, namespace="mig", retries=8)
+        locks = RedisSemanticLocks(cluster.url, namespace="mig", retries=8)
         moved = asyncio.Event()
         from agent_saga._redis import key_slot
 

@@ -39,3 +39,9 @@ def test_the_default_bound_is_3_on_a_cluster_and_1_elsewhere_and_retries_wins() 
     for bad in (-1, 1.5, True, "3"):
         with pytest.raises(ConfigurationError, match=r"retries must be >= 0 \(or None for the default\)"):
             check_retries(bad)  # type: ignore[arg-type]
+
+
+def test_the_first_repeat_is_at_once_and_later_ones_wait_longer_up_to_a_cap() -> None:
+    from agent_saga._repeat import repeat_delay
+
+    assert [repeat_delay(n) for n in range(1, 7)] == [0.0, 0.05, 0.1, 0.2, 0.25, 0.25]
