@@ -56,7 +56,7 @@ def register(sub: Any) -> None:
                    help="seconds after the proxy's last sign of life before a recovery daemon may take its saga "
                    "over (default 30)")
     p.add_argument("--listen", metavar="ADDR", help="serve Streamable HTTP on ADDR (127.0.0.1:8931), in front of "
-                   "--upstream")
+                   "--upstream; port 0 takes a free port, named on stderr ('listening on HOST:PORT')")
     p.add_argument("--upstream", metavar="URL", help="with --listen: the Streamable HTTP server's MCP endpoint "
                    "(http://127.0.0.1:8000/mcp)")
     p.add_argument("--session-idle", type=float, default=300.0,

@@ -5,6 +5,7 @@ a DELETE commits, an abandoned session is rolled back by calling the inverse."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import mcp_support as ms
 import pytest
 from fixtures.polling import until
-from fixtures.procs import free_ports, port_open
+from fixtures.procs import port_open
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -27,10 +28,11 @@ def tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def urls(tmp: Path) -> Iterator[tuple[str, str]]:
-    # The server's socket is bound here and handed over (a port chosen free and then bound
-    # by the server could be taken in between by any other process on the machine).
+    # The server's socket is bound here and handed over, and the proxy binds port 0 and
+    # names its port (a port chosen free and then bound by another process could be taken
+    # in between by any other process on the machine).
     listening = socket.create_server(("127.0.0.1", 0))
-    up, (px,) = listening.getsockname()[1], free_ports(1)
+    up = listening.getsockname()[1]
     env = ms.proxy_env(tmp)
     with listening, open(tmp / "server.log", "w") as slog, open(tmp / "proxy.log", "w") as plog:
         server = subprocess.Popen([sys.executable, str(ms.SERVER), "--http-fd", str(listening.fileno())], env=env,
@@ -38,17 +40,24 @@ def urls(tmp: Path) -> Iterator[tuple[str, str]]:
                                   pass_fds=(listening.fileno(),))
         proxy = subprocess.Popen(
             [sys.executable, "-m", "agent_saga.cli", "mcp", "--policy", str(ms.write_policy(tmp / "p.json")),
-             "--wal", str(tmp / "proxy.wal"), "--name", "bank", "--listen", f"127.0.0.1:{px}",
+             "--wal", str(tmp / "proxy.wal"), "--name", "bank", "--listen", "127.0.0.1:0",
              "--upstream", f"http://127.0.0.1:{up}/mcp", "--session-idle", "1"],
             env=env, stdout=plog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
     try:
         until("the server answers", lambda: answers_http(up), proc=server)
-        until("the proxy listens", lambda: port_open(px), proc=proxy)
+        px = until("the proxy names its port", lambda: listening_port(tmp / "proxy.log"), proc=proxy)
+        assert port_open(px)
         yield f"http://127.0.0.1:{up}/mcp", f"http://127.0.0.1:{px}/mcp"
     finally:
         for p in (proxy, server):
             p.terminate()
             p.wait(timeout=30)
+
+
+def listening_port(log: Path) -> int | None:
+    """The port the proxy's ``--listen 127.0.0.1:0`` took, from its log (None: not yet)."""
+    found = re.search(r"listening on 127\.0\.0\.1:(\d+), upstream", log.read_text())
+    return int(found.group(1)) if found else None
 
 
 def answers_http(port: int) -> bool:
