@@ -92,7 +92,7 @@ async def run(mode: str, sagas: int, steps: int, backend: str = "file", redis_ur
         _ON[0] = False
     finally:
         sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
         wal.close(timeout=600)
         if proc is not None:
             proc.kill()

@@ -2,7 +2,7 @@
 and groups the tests for parallel workers.
 
 Fixtures it provides: kube, control_plane, redis_server, fresh_redis,
-redis_server_factory, postgres_server, postgres_db. See docs/control-plane.md.
+redis_server_factory, redis_cluster, postgres_server, postgres_db. See docs/control-plane.md.
 
 Parallel runs (``make test`` runs ``pytest -n 2``, pytest-xdist): every
 worker is a whole pytest session with its own session-scoped servers (its own

@@ -23,6 +23,7 @@ from agent_saga.errors import ConfigurationError
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from fixtures.redis_server import RedisServer
+from fixtures.reply_proxy import ReplyDroppingProxy
 
 C = ActionSemantics.COMPENSABLE
 DAY = 86_400
@@ -172,58 +173,21 @@ async def test_status_shows_each_limits_use_in_its_window(store, fresh_redis, ca
     assert "wire-ceiling" in out and "escalates to a human" in out and "(no use in the window)" in out
 
 
-class ReplyDroppingProxy:
-    """A TCP proxy in front of the real server that, while armed, forwards a script call
-    (``EVALSHA``) to it and then closes the client's connection instead of handing the
-    reply back: the debit ran, and the caller lost its connection."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
-        self.drops = 0  # how many script calls' replies to drop
-        self.dropped = 0
-        self._server: asyncio.base_events.Server | None = None
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/0"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        try:
-            while data := await reader.read(65536):
-                up_w.write(data)
-                await up_w.drain()
-                reply = await up_r.read(65536)
-                if b"EVALSHA" in data.upper() and self.dropped < self.drops:
-                    self.dropped += 1
-                    return  # the script ran; its reply never reaches the caller
-                writer.write(reply)
-                await writer.drain()
-        finally:
-            writer.close()
-            up_w.close()
-
-
 @pytest.mark.single_redis("a proxy in front of one server: a cluster client follows MOVED to the nodes' own addresses, past the proxy")
 async def test_a_debit_whose_reply_is_lost_is_repeated_up_to_retries_and_counted_once(fresh_redis: RedisServer):
     charges = [Charge("spend", "*", 5, 100, 60)]
     spec = [BudgetLimit("spend", arg="amount", max_total=100, window=60).spec()]
-    proxy = ReplyDroppingProxy(fresh_redis.port)
-    async with proxy as url:
-        twice = RedisLimitStore(url, namespace="twice", retries=2)
-        once = RedisLimitStore(url, namespace="once")  # the default: one repeat on a single server
+    with ReplyDroppingProxy(fresh_redis.port) as proxy:
+        twice = RedisLimitStore(proxy.url, namespace="twice", retries=2)
+        once = RedisLimitStore(proxy.url, namespace="once")  # the default: one repeat on a single server
         try:
             assert (await twice.debit(charges, "warm")).ok and (await once.debit(charges, "warm")).ok
-            proxy.drops, proxy.dropped = 2, 0
+            proxy.arm(2)  # the replies of the next two script calls (EVALSHA) are lost
             assert (await twice.debit(charges, "d-1")).ok, "two lost replies, two repeats: the third answers"
             assert proxy.dropped == 2
             await twice.declare(spec)
             assert await used(twice, "spend") == 10, "the debit ran on every attempt and was counted once"
-            proxy.drops, proxy.dropped = 2, 0
+            proxy.arm(2)
             with pytest.raises(LimitStoreUnavailable, match=r"RedisLimitStore\(redis://127.0.0.1:\d+/0\) is unreachable"):
                 await once.debit(charges, "d-1")
             assert proxy.dropped == 2

@@ -31,6 +31,7 @@ sys.path.insert(0, str(CHAOS))
 
 from chaos_bank import Bank  # noqa: E402
 from fixtures.redis_server import tagged  # noqa: E402
+from fixtures.reply_proxy import ReplyDroppingProxy  # noqa: E402
 from test_recovery_bounded_scan import CALLS, FUTURE, KEY, write_orphans  # noqa: E402
 from test_recoveryd_fleet import env, resolved  # noqa: E402 - recoveryd's environment, the log's statuses
 
@@ -213,65 +214,15 @@ async def test_a_refused_journal_and_release_leaves_the_saga_resolved_once_and_t
         admin.close()
 
 
-class ReplyDroppingProxy:
-    """A TCP proxy in front of the real server that, while armed, forwards the request
-    holding ``marker`` and then closes the client's connection instead of handing back
-    the server's next reply: the request ran, and the caller lost its connection."""
-
-    def __init__(self, upstream_port: int, marker: bytes) -> None:
-        self.upstream_port = upstream_port
-        self.marker = marker
-        self.armed = False
-        self.dropped = 0
-        self._server: asyncio.base_events.Server | None = None
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/0"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        drop = asyncio.Event()
-
-        async def down() -> None:  # server -> client
-            while data := await up_r.read(65536):
-                if drop.is_set():
-                    self.dropped += 1
-                    writer.close()  # the reply (the script ran) never reaches the caller
-                    return
-                writer.write(data)
-                await writer.drain()
-
-        pump = asyncio.ensure_future(down())
-        try:
-            while data := await reader.read(65536):
-                if self.armed and self.marker in data:
-                    self.armed = False
-                    drop.set()
-                up_w.write(data)
-                await up_w.drain()
-        except ConnectionError:
-            pass
-        finally:
-            pump.cancel()
-            writer.close()
-            up_w.close()
-
-
 @pytest.mark.single_redis("a proxy in front of one server: a cluster client follows MOVED to the nodes' own addresses, past the proxy")
 async def test_a_lost_reply_to_the_journal_and_release_leaves_both_done_once(fresh_redis: Any) -> None:
     CALLS.clear()
     write_orphans(fresh_redis.url, 1)
-    proxy = ReplyDroppingProxy(fresh_redis.port, b'"kind":"saga"')
-    async with proxy as url:
+    with ReplyDroppingProxy(fresh_redis.port) as proxy:
         # Not repeated (a repeat lands: tests/integration/test_redis_repeats.py): this test
         # is about the request that failed.
-        d = make_daemon(fresh_redis.url, url, ledger_retries=0)
-        proxy.armed = True
+        d = make_daemon(fresh_redis.url, proxy.url, ledger_retries=0)
+        proxy.arm(1, b'"kind":"saga"')  # the reply to the saga's journal-and-release is lost
         first, second = await sweep_all(d)
     assert proxy.dropped == 1
     assert first.recovered == 0 and first.error is not None and "releasing its claim" in first.error

@@ -19,7 +19,6 @@ import asyncio
 import os
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -42,20 +41,11 @@ PLANE = "{agentsaga}:v1"
 WAL_KEY = "{agent-saga}:wal"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
-    group = RedisClusterGroup(tmp_path_factory.mktemp("cluster")).start()
-    try:
-        yield group
-    finally:
-        group.close()
-
-
-def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified(cluster: RedisClusterGroup) -> None:
-    cluster.flush()
+def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified(redis_cluster: RedisClusterGroup) -> None:
+    redis_cluster.flush()
     slot = key_slot(WAL_KEY)
-    before = cluster.owner(slot)
-    wal = RedisWAL(cluster.url, key=WAL_KEY, writer="c-1", socket_timeout=2.0)
+    before = redis_cluster.owner(slot)
+    wal = RedisWAL(redis_cluster.url, key=WAL_KEY, writer="c-1", socket_timeout=2.0)
     acked: list[tuple[str, int]] = []
     moved = threading.Event()
 
@@ -69,7 +59,7 @@ def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified
     async def run() -> None:
         task = asyncio.gather(*(saga(i) for i in range(8)))
         await until_async("the writers to make progress", lambda: len(acked) >= 40, timeout=30)
-        await asyncio.to_thread(cluster.migrate_slot, slot)
+        await asyncio.to_thread(redis_cluster.migrate_slot, slot)
         moved.set()
         await asyncio.wait_for(task, 60)
 
@@ -77,8 +67,8 @@ def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified
         asyncio.run(run())
     finally:
         wal.close()
-    assert cluster.owner(slot) is not before, "the WAL's slot moved to another master mid-run"
-    reader = open_reader(f"{cluster.url}?key={WAL_KEY}")
+    assert redis_cluster.owner(slot) is not before, "the WAL's slot moved to another master mid-run"
+    reader = open_reader(f"{redis_cluster.url}?key={WAL_KEY}")
     try:
         present = [(r.saga, (r.payload or {})["k"]) for r in reader.records() if r.type == "STEP_COMMITTED"]
         assert sorted(present) == sorted(acked)
@@ -87,19 +77,19 @@ def test_the_wal_keeps_appending_while_its_slot_migrates_and_reads_back_verified
         reader.close()
 
 
-def test_a_wal_key_without_a_hash_tag_is_refused_naming_the_fix(cluster: RedisClusterGroup) -> None:
+def test_a_wal_key_without_a_hash_tag_is_refused_naming_the_fix(redis_cluster: RedisClusterGroup) -> None:
     with pytest.raises(ConfigurationError, match=r"give the key prefix one hash tag.*\{agent-saga\}:wal"):
-        RedisWAL(cluster.url, key="agent-saga:wal", writer="c-2")
+        RedisWAL(redis_cluster.url, key="agent-saga:wal", writer="c-2")
     with pytest.raises(ConfigurationError, match="not available on a Redis Cluster"):
-        RedisWAL(cluster.url, key=WAL_KEY, writer="c-3", wait_replicas=1)
+        RedisWAL(redis_cluster.url, key=WAL_KEY, writer="c-3", wait_replicas=1)
 
 
-def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(cluster: RedisClusterGroup) -> None:
-    cluster.flush()
-    store = RedisLimitStore(cluster.url, namespace="cluster-budget")
+def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(redis_cluster: RedisClusterGroup) -> None:
+    redis_cluster.flush()
+    store = RedisLimitStore(redis_cluster.url, namespace="cluster-budget")
     charge = [Charge("spend", "fleet", 1.0, 30.0, 3600.0)]
     slot = key_slot(store._keys[0])
-    before = cluster.owner(slot)
+    before = redis_cluster.owner(slot)
     verdicts: list[bool] = []
     moved = asyncio.Event()
 
@@ -112,7 +102,7 @@ def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(clus
     async def run() -> None:
         task = asyncio.gather(*(spender(i) for i in range(4)))
         await until_async("10 debits before the migration", lambda: len(verdicts) >= 10, timeout=30)
-        await asyncio.to_thread(cluster.migrate_slot, slot)
+        await asyncio.to_thread(redis_cluster.migrate_slot, slot)
         moved.set()
         try:
             await asyncio.wait_for(task, 60)
@@ -120,11 +110,11 @@ def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(clus
             await store.aclose()  # also when a spender failed: nothing leaks into the next test
 
     asyncio.run(run())
-    assert cluster.owner(slot) is not before, "the counters' slot moved to another master mid-run"
+    assert redis_cluster.owner(slot) is not before, "the counters' slot moved to another master mid-run"
     assert len(verdicts) > 30 and sum(verdicts) == 30, "exactly the budget: the counters moved with their slot"
 
     async def replicated() -> None:
-        s = RedisLimitStore(cluster.url, namespace="x", min_replicas=1)
+        s = RedisLimitStore(redis_cluster.url, namespace="x", min_replicas=1)
         try:
             with pytest.raises(ConfigurationError, match="not available on a Redis Cluster"):
                 await s.debit(charge, "d")
@@ -135,14 +125,14 @@ def test_a_budget_spent_by_concurrent_callers_holds_across_a_slot_migration(clus
 
 
 def test_a_budget_split_between_two_masters_by_a_multi_batch_reshard_is_refused_never_exceeded(
-        cluster: RedisClusterGroup) -> None:
+        redis_cluster: RedisClusterGroup) -> None:
     """A reshard moves the counters' keys one MIGRATE at a time: while the totals are on
     the new master and the log still on the old one, the debit script (both keys) gets
     TRYAGAIN from the cluster. redis-py sends it again a bounded number of times, then
     the debit is refused (``LimitStoreUnavailable``); once both keys moved, spending goes
     on and the budget is spent exactly."""
-    cluster.flush()
-    store = RedisLimitStore(cluster.url, namespace="cluster-split")
+    redis_cluster.flush()
+    store = RedisLimitStore(redis_cluster.url, namespace="cluster-split")
     charge = [Charge("spend", "fleet", 1.0, 30.0, 3600.0)]
     totals, log = store._keys
     slot = key_slot(totals)
@@ -165,12 +155,12 @@ def test_a_budget_split_between_two_masters_by_a_multi_batch_reshard_is_refused_
         task = asyncio.gather(*(spender(i) for i in range(4)))
         try:
             await until_async("4 debits before the reshard", lambda: len(outcomes) >= 4, timeout=30)
-            await asyncio.to_thread(cluster.begin_migration, slot)
-            await asyncio.to_thread(cluster.migrate_keys, slot, [totals])  # batch 1 of 2: the keys are split
+            await asyncio.to_thread(redis_cluster.begin_migration, slot)
+            await asyncio.to_thread(redis_cluster.migrate_keys, slot, [totals])  # batch 1 of 2: the keys are split
             await until_async("debits refused while the keys are split", lambda: outcomes.count("refused") >= 4,
                               timeout=30)
-            await asyncio.to_thread(cluster.migrate_keys, slot, [log])  # batch 2 of 2
-            await asyncio.to_thread(cluster.end_migration, slot)
+            await asyncio.to_thread(redis_cluster.migrate_keys, slot, [log])  # batch 2 of 2
+            await asyncio.to_thread(redis_cluster.end_migration, slot)
             moved.set()
             await asyncio.wait_for(task, 60)
         finally:
@@ -178,27 +168,27 @@ def test_a_budget_split_between_two_masters_by_a_multi_batch_reshard_is_refused_
             await asyncio.gather(task, return_exceptions=True)
             await store.aclose()  # also when something failed: nothing leaks into the next test
 
-    before = cluster.owner(slot)
+    before = redis_cluster.owner(slot)
     asyncio.run(run())
-    assert cluster.owner(slot) is not before, "the counters' slot moved to another master"
+    assert redis_cluster.owner(slot) is not before, "the counters' slot moved to another master"
     assert outcomes.count("ok") == 30, "the budget, never more, though debits were refused mid-reshard"
     assert set(outcomes) == {"ok", "over", "refused"}
 
 
 def test_the_operator_projects_limits_a_source_reads_on_a_cluster_and_refuses_an_untagged_prefix(
-        cluster: RedisClusterGroup) -> None:
+        redis_cluster: RedisClusterGroup) -> None:
     from agent_saga.controls import RedisLimitSource
     from agent_saga_operator.documents import Identity, budget_limit_doc
     from agent_saga_operator.models import BudgetLimitSpec
     from agent_saga_operator.projection import Projector
 
-    cluster.flush()
+    redis_cluster.flush()
     with pytest.raises(ConfigurationError, match=r"operator's projection.*needs a hash tag.*--key-prefix"):
-        Projector(cluster.url, prefix="agentsaga")
+        Projector(redis_cluster.url, prefix="agentsaga")
     who = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, tzinfo=UTC))
 
     async def project(max_total: int) -> None:
-        projector = Projector(cluster.url, prefix=PLANE.removesuffix(":v1"))
+        projector = Projector(redis_cluster.url, prefix=PLANE.removesuffix(":v1"))
         spec = BudgetLimitSpec.model_validate(
             {"kind": "Budget", "arg": "amount", "maxTotal": max_total, "window": "24h"})
         try:
@@ -209,7 +199,7 @@ def test_the_operator_projects_limits_a_source_reads_on_a_cluster_and_refuses_an
             await projector.aclose()
 
     asyncio.run(project(900))
-    source = RedisLimitSource(cluster.url, namespaces=["payments"], prefix=PLANE, heartbeat=0.2)
+    source = RedisLimitSource(redis_cluster.url, namespaces=["payments"], prefix=PLANE, heartbeat=0.2)
     try:
         source.start()
         assert [s.max_total for s in source.snapshot().specs] == [900]
@@ -221,9 +211,9 @@ def test_the_operator_projects_limits_a_source_reads_on_a_cluster_and_refuses_an
         source.close()
 
 
-def test_claims_are_exclusive_on_a_cluster(cluster: RedisClusterGroup) -> None:
+def test_claims_are_exclusive_on_a_cluster(redis_cluster: RedisClusterGroup) -> None:
     async def run() -> None:
-        a, b = RedisClaimLock(cluster.url, owner="a"), RedisClaimLock(cluster.url, owner="b")
+        a, b = RedisClaimLock(redis_cluster.url, owner="a"), RedisClaimLock(redis_cluster.url, owner="b")
         try:
             claim = await a.acquire("saga-1", 5.0)
             assert claim is not None
@@ -253,17 +243,17 @@ def sockets_to(ports: set[int]) -> int:
     return sum(1 for r in rows if r[9] in inodes and int(r[2].rsplit(":", 1)[1], 16) in ports)
 
 
-def test_a_store_closed_after_its_cluster_connections_failed_leaves_no_socket_open(cluster: RedisClusterGroup) -> None:
-    ports = {n.port for n in cluster.nodes}
+def test_a_store_closed_after_its_cluster_connections_failed_leaves_no_socket_open(redis_cluster: RedisClusterGroup) -> None:
+    ports = {n.port for n in redis_cluster.nodes}
 
     async def run() -> None:
         # retries=0: with repeats the claim is taken; this test is about the sockets of a failed store.
-        lock = RedisClaimLock(cluster.url, owner="leak", socket_timeout=2.0, retries=0)
+        lock = RedisClaimLock(redis_cluster.url, owner="leak", socket_timeout=2.0, retries=0)
         before = sockets_to(ports)
         try:
             assert await lock.acquire("leak-warm", 5.0) is not None
             assert sockets_to(ports) > before, "the client connected (the seed for the slot map, the claim's master)"
-            cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
+            redis_cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
             with pytest.raises(ClaimStoreUnavailable, match="nothing was claimed"):
                 await lock.acquire("leak-after", 5.0)
         finally:
@@ -273,9 +263,9 @@ def test_a_store_closed_after_its_cluster_connections_failed_leaves_no_socket_op
     asyncio.run(run())
 
 
-def test_the_kill_switch_and_approvals_on_a_cluster_policy_plane(cluster: RedisClusterGroup) -> None:
-    cluster.flush()
-    switch = RedisSwitchStore(cluster.url, grace=5, prefix=PLANE, socket_timeout=1.0)
+def test_the_kill_switch_and_approvals_on_a_cluster_policy_plane(redis_cluster: RedisClusterGroup) -> None:
+    redis_cluster.flush()
+    switch = RedisSwitchStore(redis_cluster.url, grace=5, prefix=PLANE, socket_timeout=1.0)
     try:
         lever = Lever.new("Halt", "tool:stripe.*", reason="incident", by="soc@corp", now=time.time(), ttl=600)
         switch.engage(lever)
@@ -284,7 +274,7 @@ def test_the_kill_switch_and_approvals_on_a_cluster_policy_plane(cluster: RedisC
         assert switch.levers() == []
     finally:
         switch.close()
-    approvals = RedisApprovalStore(cluster.url, prefix=PLANE)
+    approvals = RedisApprovalStore(redis_cluster.url, prefix=PLANE)
     try:
         now = time.time()
         req = ApprovalRequest("cd" * 16, "s", "s/0", "wire.send", "irreversible", "", "sha256:x", "1", now, now + 60)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -225,47 +225,53 @@ async def test_a_journal_and_release_whose_reply_is_lost_journals_the_saga_once_
 
 # ---------------------------------------------------------------------------- semantic locks
 
-@pytest.mark.single_redis(PROXY)
-async def test_semantic_lock_calls_whose_reply_is_lost_are_repeated_and_hold_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
+LockPair = tuple[RedisSemanticLocks, RedisSemanticLocks]
+
+
+@pytest.fixture
+async def semantic_locks(fresh_redis: RedisServer, proxy: ReplyDroppingProxy) -> AsyncIterator[LockPair]:
+    """``(locks, rival)``: one namespace's semantic locks through the proxy, and a rival's on
+    the server itself, past the proxy (both closed after the test)."""
     locks = RedisSemanticLocks(proxy.url, namespace="rep")
     rival = RedisSemanticLocks(fresh_redis.url, namespace="rep")
     try:
-        warm = await locks.acquire("warm", "saga-w", wait=0)  # the three scripts are loaded
-        assert await locks.renew(warm) and await locks.release("warm", "saga-w")
-        proxy.arm(1)
-        claim = await locks.acquire("account:1", "saga-1", wait=0)
-        assert proxy.dropped == 1 and await rival.holder("account:1") == "saga-1"
-        with pytest.raises(SemanticLockTimeout):
-            await rival.acquire("account:1", "saga-2", wait=0)
-        proxy.arm(1)
-        assert await locks.renew(claim) is True and proxy.dropped == 1
-        proxy.arm(1)
-        assert await locks.release("account:1", "saga-1") is True, "the repeat finds it freed by its first attempt"
-        assert proxy.dropped == 1 and await rival.holder("account:1") is None
-        assert await locks.release("account:1", "saga-1") is False, "a release not repeated still says: lapsed"
-        proxy.arm(1, b"GET")
-        assert await locks.holder("account:1") is None and proxy.dropped == 1
+        yield locks, rival
     finally:
         await locks.close()
         await rival.close()
+
+
+@pytest.mark.single_redis(PROXY)
+async def test_semantic_lock_calls_whose_reply_is_lost_are_repeated_and_hold_once(
+        proxy: ReplyDroppingProxy, semantic_locks: LockPair) -> None:
+    locks, rival = semantic_locks
+    warm = await locks.acquire("warm", "saga-w", wait=0)  # the three scripts are loaded
+    assert await locks.renew(warm) and await locks.release("warm", "saga-w")
+    proxy.arm(1)
+    claim = await locks.acquire("account:1", "saga-1", wait=0)
+    assert proxy.dropped == 1 and await rival.holder("account:1") == "saga-1"
+    with pytest.raises(SemanticLockTimeout):
+        await rival.acquire("account:1", "saga-2", wait=0)
+    proxy.arm(1)
+    assert await locks.renew(claim) is True and proxy.dropped == 1
+    proxy.arm(1)
+    assert await locks.release("account:1", "saga-1") is True, "the repeat finds it freed by its first attempt"
+    assert proxy.dropped == 1 and await rival.holder("account:1") is None
+    assert await locks.release("account:1", "saga-1") is False, "a release not repeated still says: lapsed"
+    proxy.arm(1, b"GET")
+    assert await locks.holder("account:1") is None and proxy.dropped == 1
 
 
 @pytest.mark.single_redis(PROXY)
 async def test_a_lock_acquire_whose_every_reply_is_lost_is_refused_holding_once(
-        fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
-    locks = RedisSemanticLocks(proxy.url, namespace="rep")
-    rival = RedisSemanticLocks(fresh_redis.url, namespace="rep")
-    try:
-        await locks.acquire("warm", "saga-w", wait=0)  # the script is loaded: the next call runs at once
-        proxy.arm(2)
-        with pytest.raises(LockStoreUnavailable, match=LOST) as err:
-            await locks.acquire("account:2", "saga-1", lease=5, wait=0)
-        assert "claiming 'account:2'" in str(err.value) and "lapses with its lease" in str(err.value)
-        assert await rival.holder("account:2") == "saga-1", "held once, by its saga, until its lease runs out"
-    finally:
-        await locks.close()
-        await rival.close()
+        proxy: ReplyDroppingProxy, semantic_locks: LockPair) -> None:
+    locks, rival = semantic_locks
+    await locks.acquire("warm", "saga-w", wait=0)  # the script is loaded: the next call runs at once
+    proxy.arm(2)
+    with pytest.raises(LockStoreUnavailable, match=LOST) as err:
+        await locks.acquire("account:2", "saga-1", lease=5, wait=0)
+    assert "claiming 'account:2'" in str(err.value) and "lapses with its lease" in str(err.value)
+    assert await rival.holder("account:2") == "saga-1", "held once, by its saga, until its lease runs out"
 
 
 # ---------------------------------------------------------------------------- kill switch
@@ -360,25 +366,16 @@ def test_an_approval_request_whose_every_reply_is_lost_is_refused_and_asked_once
 
 # ---------------------------------------------------------------------------- on a cluster
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterGroup]:
-    group = RedisClusterGroup(tmp_path_factory.mktemp("repeats-cluster")).start()
-    try:
-        yield group
-    finally:
-        group.close()
-
-
-def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(cluster: RedisClusterGroup) -> None:
-    cluster.flush()
+def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(redis_cluster: RedisClusterGroup) -> None:
+    redis_cluster.flush()
     counts = {"claims": 0, "attempts": 0, "locks": 0, "sagas": 0}
 
     async def run() -> None:
         # A bound wide enough for ten callers on a loaded machine: every call must land here
         # (the default bound, and what is refused past it, are tested above).
-        lock = RedisClaimLock(cluster.url, owner="m", namespace="mig", retries=8)
-        ledger = RedisLedger(cluster.url, namespace="mig", retries=8)
-        locks = RedisSemanticLocks(cluster.url, namespace="mig", retries=8)
+        lock = RedisClaimLock(redis_cluster.url, owner="m", namespace="mig", retries=8)
+        ledger = RedisLedger(redis_cluster.url, namespace="mig", retries=8)
+        locks = RedisSemanticLocks(redis_cluster.url, namespace="mig", retries=8)
         moved = asyncio.Event()
         from agent_saga._redis import key_slot
 
@@ -413,15 +410,15 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
         try:
             while counts["locks"] < 10:
                 await asyncio.sleep(0.01)
-            first = cluster.owner(slot)
+            first = redis_cluster.owner(slot)
             for _ in range(2):
-                await asyncio.to_thread(cluster.migrate_slot, slot)
-            assert cluster.owner(slot) is not first, "the slot moved (twice) while the calls ran"
+                await asyncio.to_thread(redis_cluster.migrate_slot, slot)
+            assert redis_cluster.owner(slot) is not first, "the slot moved (twice) while the calls ran"
             moved.set()
             await asyncio.wait_for(task, 120)
             total = sum([await ledger.attempts(f"t-{i}") for i in range(4)])
             assert total == counts["attempts"], "every attempt counted once, none twice"
-            with cluster.client() as direct, cluster.owner(slot).client() as owner:  # the namespace's one slot
+            with redis_cluster.client() as direct, redis_cluster.owner(slot).client() as owner:  # the namespace's one slot
                 journal = [json.loads(f[b"e"]) for _id, f in direct.xrange("{mig}:recovery:journal")]
                 assert len(journal) == counts["attempts"] + counts["sagas"], "journaled once each"
                 sagas = [e["saga"] for e in journal if e["kind"] == "saga"]
@@ -440,26 +437,26 @@ def test_claims_ledger_writes_and_locks_land_once_while_their_slot_migrates(clus
 
 
 def test_a_claim_on_a_cluster_whose_nodes_dropped_their_clients_is_repeated_or_refused_saying_so(
-        cluster: RedisClusterGroup) -> None:
-    ports = {n.port for n in cluster.nodes}
+        redis_cluster: RedisClusterGroup) -> None:
+    ports = {n.port for n in redis_cluster.nodes}
 
     async def run() -> None:
         before = open_tcp_to(ports)
-        lock = RedisClaimLock(cluster.url, owner="k", namespace="kill", retries=0)
+        lock = RedisClaimLock(redis_cluster.url, owner="k", namespace="kill", retries=0)
         try:
             assert await lock.acquire("warm", 5.0) is not None
-            cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
+            redis_cluster.command("CLIENT", "KILL", "TYPE", "normal")  # every node drops its clients
             with pytest.raises(ClaimStoreUnavailable, match=r"lost its connection during claiming s-1 .*1 attempt"):
                 await lock.acquire("s-1", 5.0)
         finally:
             await lock.close()
         assert open_tcp_to(ports) == before, "closed after the failure: no socket left open"
-        again = RedisClaimLock(cluster.url, owner="k", namespace="kill")
+        again = RedisClaimLock(redis_cluster.url, owner="k", namespace="kill")
         try:
-            cluster.command("CLIENT", "KILL", "TYPE", "normal")
+            redis_cluster.command("CLIENT", "KILL", "TYPE", "normal")
             claim = await again.acquire("s-2", 5.0)
             assert claim is not None, "by default the loss is repeated: claimed"
-            with cluster.client() as direct:
+            with redis_cluster.client() as direct:
                 assert direct.get(again.key("s-2")).decode() == claim.token
         finally:
             await again.close()
