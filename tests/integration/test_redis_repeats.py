@@ -175,6 +175,15 @@ async def test_a_ledger_write_whose_every_reply_is_lost_is_refused_and_written_o
         assert proxy.dropped == 3
         assert await ledger.attempts("tok-1") == 1, "three attempts ran, the first counted, the repeats found it"
         assert direct.xlen("{rep}:recovery:journal") == 2, "journaled once"
+        # A done entry, written after its compensation ran: the refusal says so, and what follows.
+        proxy.arm(3)
+        with pytest.raises(ClaimStoreUnavailable, match=r"lost its connection during journaling done of") as err:
+            await ledger.record(entry(LedgerKind.DONE, "tok-1"))
+        text = str(err.value)
+        assert "the compensation ran; its done entry may have been written (once) or not" in text
+        assert "if not, the next sweep calls it again, with the same idempotency key" in text
+        assert "nothing was" not in text
+        assert await ledger.completed(["tok-1"]) == {"tok-1"}, "here it was: the next sweep calls nothing again"
     finally:
         await ledger.close()
 

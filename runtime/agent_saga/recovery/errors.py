@@ -53,7 +53,11 @@ class LedgerCorrupt(RecoveryHalted):
 
 
 class ClaimStoreUnavailable(RecoveryError, StoreUnavailable):
-    """The store behind claims or the ledger cannot be reached; nothing was claimed or acted on."""
+    """The store behind claims or the ledger could not be reached, refused a request or
+    lost its reply. The message says what is true for that request: a claim or a read
+    that fails claimed or acted on nothing; a write made after acting says what ran and
+    was not recorded (a compensation whose done entry was not written is called again by
+    the next sweep, with the same idempotency key)."""
 
 
 class ClaimLost(RecoveryError):
@@ -64,7 +68,9 @@ class ClaimLost(RecoveryError):
 class LocationUnavailable(RecoveryError):
     """A file or directory recovery needs cannot be read or written (a read-only mount, a
     missing directory, a full disk). ``path`` names it; the message says how to fix it.
-    Not a halt: nothing was acted on for the saga at hand, and the next sweep tries again."""
+    Not a halt: the saga at hand stops where it is and the next sweep resumes it from the
+    log (a compensation that ran but whose done entry could not be written is called
+    again, with the same idempotency key)."""
 
     def __init__(self, message: str, *, path: str, **kw: Any) -> None:
         super().__init__(message, **kw)

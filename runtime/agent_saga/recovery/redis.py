@@ -43,8 +43,11 @@ Invariants:
   (journals, counts) nothing twice, and a release repeated still frees only a claim
   holding its token; reads change nothing.
 - Every failure to reach the server raises ``ClaimStoreUnavailable`` naming the server
-  without its password; nothing is claimed or acted on (after lost replies, a claim an
-  attempt took is never used and expires with its ttl).
+  without its password and saying what is true for that request (``_AFTER``): a claim
+  or a read that fails claimed or acted on nothing; a write the daemon makes after it
+  acted (a compensation's done entry, a saga's closing entry, a release) says what ran
+  and was not recorded, and what the next sweep does about it (a done entry not written:
+  the compensation is called again, with the same idempotency key).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ import json
 import secrets
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._redis import Target, aclose, failures, import_redis, loop_client, script
 from .._repeat import ReplyLost, check_retries, lost_text, repeating
@@ -70,12 +73,80 @@ DEFAULT_NAMESPACE = "agent-saga"
 _OPS = {"done": "d", "attempt": "a", "escalate": "e"}  # RedisLedger.APPLY's op codes
 
 
+class _After(NamedTuple):
+    """What is true once a request failed, and what happens next: ``refused`` when the
+    server refused it or could not be reached, ``lost`` when every attempt lost its reply
+    (it may have run, once: every request here is safe to repeat)."""
+
+    refused: str
+    lost: str
+
+
+_READ = "nothing was written or acted on"
+_RESOLVED = "the saga is resolved (its terminal record is in the log) and nothing of it runs again"
+_RELEASER = "the daemon releases the claim on its own, or it expires with its ttl"
+_RENEWAL = ("the saga in hand goes on while the last renewal lasts (the next is tried a third of the ttl "
+            "later) and stops before calling anything more once none was confirmed within 90% of the ttl")
+_TAKE_ALL = ("until a renewal succeeds it takes every orphan, not only its share (claims still keep two "
+             "daemons off one saga); the next renewal tries again")
+_SHARE = "it stays until it expires; this daemon's share of the orphans moves to the others then"
+_AGAIN = "the next sweep calls it again, with the same idempotency key (the recovery token)"
+_QUEUE = "the next sweep queues it from the log (by the same id: never twice)"
+
+#: Per request: what its ``ClaimStoreUnavailable`` says was and was not done, and what next.
+_AFTER: dict[str, _After] = {
+    "claim": _After(
+        "nothing was claimed or acted on, the next sweep retries",
+        "nothing was claimed or acted on (a claim an earlier attempt may have taken is never used and expires "
+        "with its ttl), the next sweep retries"),
+    "renew": _After(f"the claim was not extended: {_RENEWAL}",
+                    f"the claim may or may not have been extended: {_RENEWAL}"),
+    "release": _After(
+        "the claim is still held and expires with its ttl: what was done under it stands, and a saga left "
+        "unresolved is taken again once the claim has expired",
+        "the claim may have been released, or else it expires with its ttl: what was done under it stands, "
+        "and a saga left unresolved is taken again once the claim is gone"),
+    "members": _After(f"this daemon's membership was not renewed: {_TAKE_ALL}",
+                      f"this daemon's membership may or may not have been renewed: {_TAKE_ALL}"),
+    "leave": _After(f"this daemon's membership entry was not removed: {_SHARE}",
+                    f"this daemon's membership entry may have been removed; if not, {_SHARE}"),
+    "read": _After(_READ, _READ),
+    "done index": _After(
+        f"{_READ} (no compensation is called without this answer), the next sweep reads it again",
+        f"{_READ} (no compensation is called without this answer), the next sweep reads it again"),
+    "attempt": _After(
+        "the compensation was not called (its start is in the log): the next sweep resumes the saga and "
+        "calls it, with the same idempotency key (the recovery token)",
+        "the compensation was not called (its start is in the log; the attempt may have been counted, once): "
+        "the next sweep resumes the saga and calls it, with the same idempotency key (the recovery token)"),
+    "done": _After(
+        f"the compensation ran, but its done entry was not written: {_AGAIN}, unless the done index has the "
+        f"entry",
+        f"the compensation ran; its done entry may have been written (once) or not: if not, {_AGAIN}"),
+    "failed": _After(
+        "the compensation was called and did not succeed (its failure is in the log), but its failed entry "
+        "was not written: the next sweep calls nothing again and escalates the step to a human",
+        "the compensation was called and did not succeed (its failure is in the log); its failed entry may "
+        "have been written (once) or not: the next sweep calls nothing again and escalates the step to a human"),
+    "saga": _After(f"{_RESOLVED}; its journal entry was not written, the audit stream lacks it",
+                   f"{_RESOLVED}; its journal entry may have been written (once) or not"),
+    "saga and release": _After(
+        f"{_RESOLVED}; its journal entry was not written, or was and its claim is still held: {_RELEASER}",
+        f"{_RESOLVED}; its journal entry may have been written (once) and its claim released, or neither: "
+        f"{_RELEASER}"),
+    "escalate": _After(f"the escalation was not queued for a human: {_QUEUE}",
+                       f"the escalation may have been queued (once) or not: {_QUEUE}"),
+    "resolve": _After(
+        "the escalation was not resolved: resolve it again",
+        "the escalation may or may not have been resolved: list the escalations (a resolved one is no longer "
+        "open), or resolve it again"),
+}
+
+
 class _RedisBase:
     """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
 
     SCRIPTS: dict[str, str] = {}
-    #: What a refusal after lost replies adds (what was and was not done).
-    LOST_AFTER = "nothing was claimed or acted on, the next sweep retries"
 
     def __init__(self, target: str | Any, namespace: str, socket_timeout: float, retries: int | None = None) -> None:
         redis = import_redis("recovery over Redis")
@@ -98,13 +169,16 @@ class _RedisBase:
             return self._fixed
         return loop_client(self._clients, self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
 
-    def _unavailable(self, exc: BaseException, doing: str) -> ClaimStoreUnavailable:
+    def _unavailable(self, exc: BaseException, doing: str, request: str) -> ClaimStoreUnavailable:
+        """The error of ``doing`` failing with ``exc``; ``request`` names its ``_AFTER``:
+        what is true then, refused or with every reply lost."""
+        after = _AFTER[request]
         if isinstance(exc, ReplyLost):
             return self._target.unavailable(ClaimStoreUnavailable, lost_text(
-                f"Redis at {self.where}", doing, exc, self.LOST_AFTER), store=f"Redis at {self.where}")
+                f"Redis at {self.where}", doing, exc, after.lost), store=f"Redis at {self.where}")
         return self._target.unavailable(
             ClaimStoreUnavailable, f"Redis at {self.where} failed while {doing}: {self._target.error_text(exc)}; "
-            f"nothing was claimed or acted on, the next sweep retries", store=f"Redis at {self.where}")
+            f"{after.refused}", store=f"Redis at {self.where}")
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT), repeated
@@ -139,8 +213,6 @@ class RedisClaimLock(_RedisBase):
     """
 
     shared = True
-    LOST_AFTER = ("nothing was claimed or acted on (a claim an earlier attempt may have taken is never used "
-                  "and expires with its ttl), the next sweep retries")
 
     # KEYS[1] the claim key. ARGV[1] our token, ARGV[2] the ttl in ms.
     # Extends the claim only if it is still ours; returns 1 if extended, 0 if not ours.
@@ -232,7 +304,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         try:
             ok = await self._acquires.submit((self.key(name), token, max(1, int(ttl * 1000))))
         except self._failures as exc:
-            raise self._unavailable(exc, f"claiming {name}") from exc
+            raise self._unavailable(exc, f"claiming {name}", "claim") from exc
         return Claim(name, token, ttl) if ok else None
 
     async def _acquire_many(self, items: list[tuple[str, str, int]]) -> list[bool]:
@@ -247,7 +319,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         try:
             out = await self._eval("RENEW", [self.key(claim.name)], [claim.token, max(1, int(claim.ttl * 1000))])
         except self._failures as exc:
-            raise self._unavailable(exc, f"renewing the claim on {claim.name}") from exc
+            raise self._unavailable(exc, f"renewing the claim on {claim.name}", "renew") from exc
         return bool(out)
 
     async def release(self, claim: Claim) -> None:
@@ -255,7 +327,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         try:
             await self._releases.submit(claim)
         except self._failures as exc:
-            raise self._unavailable(exc, f"releasing the claim on {claim.name}") from exc
+            raise self._unavailable(exc, f"releasing the claim on {claim.name}", "release") from exc
 
     async def _release_many(self, claims: list[Claim]) -> list[None]:
         await self._eval("RELEASE_MANY", [self.key(c.name) for c in claims], [c.token for c in claims])
@@ -267,7 +339,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         try:
             out = await self._eval("MEMBERS", [f"{self._ns}:members"], [member, max(1, int(ttl * 1000))])
         except (self._redis.RedisError, ReplyLost) as exc:
-            raise self._unavailable(exc, "renewing the recovery membership") from exc
+            raise self._unavailable(exc, "renewing the recovery membership", "members") from exc
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in out)
 
     async def leave(self, member: str) -> None:
@@ -275,7 +347,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         try:
             await self._read(lambda c: c.zrem(f"{self._ns}:members", member))  # ZREM: idempotent
         except (self._redis.RedisError, ReplyLost) as exc:
-            raise self._unavailable(exc, "leaving the recovery membership") from exc
+            raise self._unavailable(exc, "leaving the recovery membership", "leave") from exc
 
     def __repr__(self) -> str:
         return f"<RedisClaimLock {self.description}>"
@@ -293,8 +365,6 @@ class RedisLedger(_RedisBase):
     """
 
     shared = True
-    LOST_AFTER = ("nothing was claimed or acted on (a write an earlier attempt may have made is kept, "
-                  "once), the next sweep retries")
 
     # KEYS[1] the escalations HASH, KEYS[2] the resolved HASH. ARGV[1] the id, ARGV[2] the
     # resolution JSON. Closes an escalation that exists and is open; returns 1, else 0.
@@ -462,7 +532,7 @@ return out
         try:
             vals = await self._writes.submit(("hmget", tuple(toks)))
         except self._failures as exc:
-            raise self._unavailable(exc, "reading the done index") from exc
+            raise self._unavailable(exc, "reading the done index", "done index") from exc
         return {t for t, v in zip(toks, vals, strict=True) if v is not None}
 
     async def attempts(self, token: str) -> int:
@@ -470,7 +540,7 @@ return out
         try:
             v = await self._read(lambda c: c.hget(self._attempts, token))
         except self._failures as exc:
-            raise self._unavailable(exc, "reading attempts") from exc
+            raise self._unavailable(exc, "reading attempts", "read") from exc
         return int(v or 0)
 
     async def record(self, entry: LedgerEntry) -> None:
@@ -480,7 +550,8 @@ return out
         try:
             await self._writes.submit((kind, (entry.token, doc)))
         except self._failures as exc:
-            raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}") from exc
+            raise self._unavailable(exc, f"journaling {entry.kind.value} of {entry.token[:12]}",
+                                    entry.kind.value) from exc
 
     def releases_for(self, lock: object) -> bool:
         """Can ``record_release`` free claims of ``lock``: a ``RedisClaimLock`` on the same
@@ -514,7 +585,7 @@ return out
             out = await self._writes.submit(("release", (lock.key(claim.name), claim.token, doc)))
         except self._failures as exc:
             raise self._unavailable(
-                exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim") from exc
+                exc, f"journaling {entry.kind.value} of {entry.token[:12]} and releasing its claim", "saga and release") from exc
         return bool(out)
 
     async def escalate(self, escalation: Escalation) -> bool:
@@ -523,7 +594,7 @@ return out
         try:
             new = await self._writes.submit(("escalate", (escalation.id, doc)))
         except self._failures as exc:
-            raise self._unavailable(exc, f"queueing escalation {escalation.id}") from exc
+            raise self._unavailable(exc, f"queueing escalation {escalation.id}", "escalate") from exc
         return bool(new)
 
     async def escalations(self, *, include_resolved: bool = False) -> list[Escalation]:
@@ -537,7 +608,7 @@ return out
         try:
             raw, resolved = await self._read(both)
         except self._failures as exc:
-            raise self._unavailable(exc, "listing escalations") from exc
+            raise self._unavailable(exc, "listing escalations", "read") from exc
         out: list[Escalation] = []
         for k, v in raw.items():
             esc = Escalation.from_json(json.loads(v))
@@ -555,7 +626,7 @@ return out
         try:
             out = await self._eval("RESOLVE", [self._esc, self._resolved], [escalation_id, doc])
         except self._failures as exc:
-            raise self._unavailable(exc, f"resolving escalation {escalation_id}") from exc
+            raise self._unavailable(exc, f"resolving escalation {escalation_id}", "resolve") from exc
         return bool(out)
 
     def __repr__(self) -> str:

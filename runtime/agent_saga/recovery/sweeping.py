@@ -317,7 +317,7 @@ class Sweeping(DaemonReads):
             return SagaResult(saga_id, "CLAIM_LOST", error=exc.message)
         except (WALError, RecoveryError) as exc:
             state.stop = f"saga {saga_id}: {exc.message}"
-            log.error("recovery of saga %s stopped, the next sweep resumes it: %s", saga_id, exc.message)
+            log.error("recovery of saga %s stopped: %s", saga_id, exc.message)  # the message says what holds and what next
             return SagaResult(saga_id, "FAILED", error=exc.message)
         except OSError as exc:
             # A file this sweep needed (journal, claims, log) failed under it: that saga
