@@ -338,7 +338,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         members (``recovery.shards``). Raises ``ClaimStoreUnavailable``."""
         try:
             out = await self._eval("MEMBERS", [f"{self._ns}:members"], [member, max(1, int(ttl * 1000))])
-        except (self._redis.RedisError, ReplyLost) as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, "renewing the recovery membership", "members") from exc
         return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in out)
 
@@ -346,7 +346,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
         """Take ``member`` out of the membership now: its shard moves to the others at once."""
         try:
             await self._read(lambda c: c.zrem(f"{self._ns}:members", member))  # ZREM: idempotent
-        except (self._redis.RedisError, ReplyLost) as exc:
+        except self._failures as exc:
             raise self._unavailable(exc, "leaving the recovery membership", "leave") from exc
 
     def __repr__(self) -> str:
