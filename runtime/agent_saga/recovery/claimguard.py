@@ -2,8 +2,16 @@
 
 ``ClaimGuard.check()`` raises ``ClaimLost`` once the claim is not certainly the daemon's:
 a renewal refused, or none confirmed within 90% of the claim's ttl. The resolver calls it
-before every handler call and every record it writes, so a daemon that lost its claim
-stops before acting.
+before every handler and reconciler call (once it has a call slot) and before every log
+record it writes (``Resolution._append``), so a daemon that lost its claim stops before
+its next call or record. Not checked: the ledger's ``attempt`` and ``done`` entries and the
+human-queue entry of an ESCALATED record already in the log (each records what was or is
+about to be done, and the done entry of a call that ran is what keeps the next holder
+from calling it again), nor the saga's journal entry, written once its terminal record is
+durable. What a check cannot close remains: a daemon paused past the ttl between the
+check and the call, or the record reaching the log, still makes that one call (the
+handler's idempotency key absorbs it) or that one record (the log does not compare
+claims).
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ class ClaimGuard:
         if self.lost is not None:
             raise ClaimLost(
                 f"the claim on saga {self.claim.name} was lost: {self.lost}; stopped before "
-                f"calling anything, the holder finishes it",
+                f"its next call or record, the holder finishes it",
                 saga_id=self.claim.name,
             )
 

@@ -86,7 +86,7 @@ _READ = "nothing was written or acted on"
 _RESOLVED = "the saga is resolved (its terminal record is in the log) and nothing of it runs again"
 _RELEASER = "the daemon releases the claim on its own, or it expires with its ttl"
 _RENEWAL = ("the saga in hand goes on while the last renewal lasts (the next is tried a third of the ttl "
-            "later) and stops before calling anything more once none was confirmed within 90% of the ttl")
+            "later) and stops before its next call or record once none was confirmed within 90% of the ttl")
 _TAKE_ALL = ("until a renewal succeeds it takes every orphan, not only its share (claims still keep two "
              "daemons off one saga); the next renewal tries again")
 _SHARE = "it stays until it expires; this daemon's share of the orphans moves to the others then"

@@ -14,6 +14,13 @@ A crash between 5 and 6 leaves the call in doubt: the next daemon calls the hand
 with the same key (which is what the key is for). A crash between 6 and 7 does not: the
 next daemon finds the ledger entry and only writes the record.
 
+The claim is checked before every log record too (``_append``: 1, 2 and 7 above, and
+every STEP_RECONCILED, COMPENSATION_SKIPPED, COMPENSATION_FAILED, ESCALATED and terminal
+record): a daemon that lost its claim stops there (``ClaimLost``) as if it had crashed
+there, and the new holder goes on from the log and the ledger. Ledger entries are not
+checked: ``attempt`` and ``done`` record a call that is about to happen or happened, and a
+human-queue entry repeats an ESCALATED record already in the log under a deterministic id.
+
 Then ESCALATED records and human-queue entries for every step not restored, and one
 terminal record (SAGA_ROLLED_BACK if every step is restored, else SAGA_ROLLBACK_PARTIAL)
 carrying the same report the engine writes, plus ``recovered_by``, durable before the
@@ -152,6 +159,12 @@ class Resolution:
     # ------------------------------------------------------------------ records
 
     def _append(self, type_: str, step: str | None, payload: dict[str, Any]) -> int:
+        # Every log record goes through here, so every one is preceded by the claim's
+        # check: a daemon that lost its claim raises ``ClaimLost`` instead of writing its
+        # records beside the new holder's (a second terminal record, an escalation the
+        # holder also writes). What must be kept whatever the claim says (the ledger's
+        # done entry of a call that ran) is written before the record that follows it.
+        self.check_claim()
         payload[RECOVERED_BY] = self.daemon_id
         return self.wal.append(type_, self.saga_id, step, payload)
 
@@ -350,6 +363,12 @@ class Resolution:
             fault_point("recovery.before_compensation")
             self.ran += 1
             _, failure = await self._call(fn, desc.get("kwargs") or {}, sp.key)
+        # A call that failed is recorded only while the claim is ours: a daemon that lost
+        # it stops at COMPENSATION_FAILED's append, and writes no failed entry either (that
+        # one follows the record, which the ledger's error messages count on). The holder
+        # then finds the call in doubt and calls it again with the same key, exactly as
+        # after a crash here; a failure recorded beside the holder's records could instead
+        # land after its outcome for the same step.
         if isinstance(failure, Expired):
             reason = f"compensation {handler} did not return within {self.timeout}s: it may or may not have run"
             seq = self._append(R.COMPENSATION_FAILED.value, sp.step_id, {**base, "error_type": "Expired", "message": reason})
@@ -367,6 +386,9 @@ class Resolution:
                 RollbackOutcome.FAILED, desc,
             )
         fault_point("recovery.after_compensation")
+        # The done entry comes before the claim is checked again (by COMPENSATION_DONE's
+        # append): the call ran whether or not the claim is still ours, and this entry is
+        # what keeps the next holder from calling it a second time.
         await self.ledger.record(self._entry(LedgerKind.DONE, sp, handler=handler))
         fault_point("recovery.after_ledger")
         self._append(R.COMPENSATION_DONE.value, sp.step_id, dict(base))
