@@ -19,22 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_saga import FileWAL, compensator, idempotency_key
+from agent_saga import compensator, idempotency_key
 from agent_saga.recovery import RecoveryDaemon, RedisClaimLock, RedisLedger
 from agent_saga.recovery.claims import Claim
 from fixtures.redis_server import RedisServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-from recovery_support import records  # noqa: E402
-from verified_support import write_orphan  # noqa: E402
+from recovery_support import FUTURE, records  # noqa: E402
+from verified_support import orphan_file  # noqa: E402
 
 HANDLER = "test.claimlost.refund"
 KEY = idempotency_key("s1", "s1/0", "compensate")
 CALLS: list[tuple[str, str]] = []
 TAKE: list[Any] = []  # (a client of the server, the claim's key): the handler hands the claim over
 REFUSED = threading.Event()  # set once a renewal finds the claim is not ours
-FUTURE = lambda: __import__("time").time() + 3600  # noqa: E731 - far past every lease
 
 
 class RenewalWatch(RedisClaimLock):
@@ -69,13 +68,7 @@ def direct(fresh_redis: RedisServer) -> Iterator[Any]:
 
 
 def orphan(tmp_path: Path) -> Path:
-    path = tmp_path / "agent.wal"
-    wal = FileWAL(path)
-    try:
-        write_orphan(wal, "s1", "ch_1", handler=HANDLER)
-    finally:
-        wal.close()
-    return path
+    return orphan_file(tmp_path / "agent.wal", handler=HANDLER)
 
 
 def daemon(path: Path, url: str, name: str) -> RecoveryDaemon:
@@ -83,6 +76,14 @@ def daemon(path: Path, url: str, name: str) -> RecoveryDaemon:
     return RecoveryDaemon(path, lock=RenewalWatch(url, owner=name, namespace="lost"),
                           ledger=RedisLedger(url, namespace="lost"), claim_ttl=0.6, clock=FUTURE,
                           daemon_id=name, compensation_timeout=None)
+
+
+async def swept(d: RecoveryDaemon) -> Any:
+    """One sweep of ``d``, which is closed after it."""
+    try:
+        return await d.sweep()
+    finally:
+        await d.close()
 
 
 def types(path: Path) -> list[str]:
@@ -94,11 +95,8 @@ async def test_a_daemon_whose_claim_is_taken_mid_call_writes_no_more_records_and
     path = orphan(tmp_path)
     first = daemon(path, fresh_redis.url, "d1")
     before = len(types(path))
-    try:
-        TAKE.append((direct, first.lock.key("s1")))
-        rep = await first.sweep()
-    finally:
-        await first.close()
+    TAKE.append((direct, first.lock.key("s1")))
+    rep = await swept(first)
     assert CALLS == [("ch_1", KEY)], "the compensation ran once"
     (result,) = rep.results
     assert result.status == "CLAIM_LOST" and rep.recovered == 0
@@ -113,11 +111,7 @@ async def test_a_daemon_whose_claim_is_taken_mid_call_writes_no_more_records_and
 
     TAKE.clear()
     direct.delete(first.lock.key("s1"))  # the other owner let its claim go
-    second = daemon(path, fresh_redis.url, "d2")
-    try:
-        rep = await second.sweep()
-    finally:
-        await second.close()
+    rep = await swept(daemon(path, fresh_redis.url, "d2"))
     assert rep.recovered == 1
     assert CALLS == [("ch_1", KEY)], "not called again: the done index has it"
     assert types(path).count("SAGA_ROLLED_BACK") == 1
@@ -128,12 +122,8 @@ async def test_a_daemon_whose_claim_is_taken_mid_call_writes_no_more_records_and
 async def test_a_resolution_whose_claim_holds_writes_all_its_records(
         fresh_redis: RedisServer, direct: Any, tmp_path: Path) -> None:
     path = orphan(tmp_path)
-    d = daemon(path, fresh_redis.url, "d1")
     before = len(types(path))
-    try:
-        rep = await d.sweep()
-    finally:
-        await d.close()
+    rep = await swept(daemon(path, fresh_redis.url, "d1"))
     assert rep.recovered == 1 and CALLS == [("ch_1", KEY)] and not REFUSED.is_set()
     written = types(path)[before:]
     assert written.count("COMPENSATION_DONE") == 1 and written[-1] == "SAGA_ROLLED_BACK", written

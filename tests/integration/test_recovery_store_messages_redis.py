@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_saga import FileWAL, compensator, idempotency_key
+from agent_saga import compensator, idempotency_key
 from agent_saga.recovery import (
     ClaimStoreUnavailable,
     LedgerEntry,
@@ -33,12 +33,12 @@ from fixtures.redis_server import RedisServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-from verified_support import write_orphan  # noqa: E402
+from recovery_support import FUTURE  # noqa: E402
+from verified_support import orphan_file  # noqa: E402
 
 HANDLER = "test.storemsg.refund"
 CALLS: list[tuple[str, str]] = []
 BREAK: list[Any] = []  # a client of the server: the handler makes it refuse writes once it ran
-FUTURE = lambda: __import__("time").time() + 3600  # noqa: E731 - far past every lease
 KEY = idempotency_key("s1", "s1/0", "compensate")
 NOREPLICAS = "CONFIG SET min-replicas-to-write on one server (a cluster's nodes each keep their own)"
 
@@ -65,13 +65,7 @@ def direct(fresh_redis: RedisServer) -> Iterator[Any]:
 
 
 def orphan(tmp_path: Path) -> Path:
-    path = tmp_path / "agent.wal"
-    wal = FileWAL(path)
-    try:
-        write_orphan(wal, "s1", "ch_1", handler=HANDLER)
-    finally:
-        wal.close()
-    return path
+    return orphan_file(tmp_path / "agent.wal", handler=HANDLER)
 
 
 def daemon(path: Path, url: str) -> RecoveryDaemon:
