@@ -23,6 +23,11 @@ Invariants:
   (written once) in ``reconcile_approval``, which also reflects one made elsewhere.
 - A request leaves the unmirrored set only once its Approval exists (created, or a 409),
   or its document has expired: a crash in between mirrors it again, as a 409.
+- What the Approval shows is rendered from the request's canonical arguments, escaped
+  (``agent_saga.controls.approvals._render``), after checking they hash to its digest; a
+  request that fails the check shows no action, only why, and is never approvable
+  (``reconcile_approval`` refuses to write an approval of it). A request found under an
+  agent's name is taken only if it is that agent's (``owner_problem``).
 - Requests in namespaces this operator does not watch are left alone (another operator,
   or nobody, answers them; the agent's deadline still denies), in both sets.
 """
@@ -53,6 +58,84 @@ def _clip(text: Any, n: int) -> str:
     return str(text or "")[:n]
 
 
+#: The display key that says what an Approval does not show (and how to see it).
+MORE_KEY = "(not shown)"
+#: The display key that says why an Approval's action cannot be shown nor approved.
+REFUSED_KEY = "(refused)"
+
+
+def approval_problem(request: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why this request cannot be approved from an Approval (reason, message), or ``None``.
+
+    ``ActionMismatch``: its arguments are missing or do not hash to its digest (what it
+    would show is not what the agent will do); ``NotAllShown``: its action has more than
+    an Approval can show (approve it with ``agent-saga approvals approve ID --show-all``)."""
+    from agent_saga.controls.approvals import ApprovalRequest
+
+    try:
+        view = ApprovalRequest.from_doc(request).action_view()
+    except ValueError as e:
+        return "ActionMismatch", str(e)
+    if view.truncated:
+        rid = str(request.get("requestId"))
+        return "NotAllShown", (f"the action has {len(view.fields)} fields, more than an Approval shows: see it with "
+                               f"agent-saga approvals show {rid[:8]} --show-all and approve it there with --show-all")
+    return None
+
+
+def _display(request: Mapping[str, Any]) -> dict[str, str]:
+    """The action as the Approval shows it: rendered from the canonical arguments,
+    escaped; what is left out (or why nothing is shown) is said in a field of its own."""
+    from agent_saga.controls.approvals import ApprovalRequest
+    from agent_saga.controls.approvals._render import FIELDS_SHOWN, VALUE_SHOWN
+
+    try:
+        view = ApprovalRequest.from_doc(request).action_view()
+    except ValueError as e:
+        return {REFUSED_KEY: _clip(f"not approvable: {e}", VALUE_SHOWN)}
+    out = {}
+    for k, v in view.fields[:FIELDS_SHOWN - 1]:
+        cut = f"... [{len(v)} characters: see agent-saga approvals show --show-all]"
+        out[_clip(k, 200)] = v if len(v) <= VALUE_SHOWN else v[:VALUE_SHOWN - len(cut)] + cut
+    problem = approval_problem(request)
+    if problem is not None:
+        out[MORE_KEY] = _clip(problem[1], VALUE_SHOWN)
+    elif len(view.fields) == FIELDS_SHOWN:
+        k, v = view.fields[-1]
+        out[_clip(k, 200)] = v
+    return out
+
+
+async def read_request(client: Any, prefix: str, request_id: str) -> dict[str, Any] | None:
+    """The request document ``request_id`` (``RedisApprovalStore``'s keys): kept under its
+    agent's name, and that agent's (``owner_problem``), else the shared-mode key."""
+    from agent_saga.controls.approvals import ApprovalRequest
+
+    marker = f"{prefix}:v1:approval:request:"
+    if not request_id or any(c in request_id for c in "*?[]\\/"):
+        return None
+    async for raw_key in client.scan_iter(match=f"{marker}*/{request_id}", count=1000):
+        key = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+        raw = await client.get(key)
+        if raw is None:
+            continue
+        try:
+            doc = json.loads(raw)
+            problem = ApprovalRequest.from_doc(doc).owner_problem(key[len(marker):].rsplit("/", 1)[0])
+        except (ValueError, TypeError):
+            continue
+        if problem is None:
+            return dict(doc)
+        log.warning("approval request %s: the document at %s is ignored: %s", request_id, key, problem)
+    raw = await client.get(marker + request_id)
+    if raw is None:
+        return None
+    doc = json.loads(raw)
+    if not isinstance(doc, dict) or doc.get("owner"):
+        raise ValueError("a request kept under the shared key names an agent: not that agent's")
+    return doc
+
+
 def approval_object(request: Mapping[str, Any]) -> dict[str, Any]:
     """The ``Approval`` resource mirroring one request document (docs/approvals.md)."""
     spec: dict[str, Any] = {
@@ -65,13 +148,15 @@ def approval_object(request: Mapping[str, Any]) -> dict[str, Any]:
         "requestedAt": request["requestedAt"],
         "deadline": request["deadline"],
     }
+    from agent_saga.controls.approvals._render import escape_text
+
     if request.get("reason"):
-        spec["reason"] = _clip(request["reason"], 500)
+        spec["reason"] = _clip(escape_text(str(request["reason"])), 500)
     if request.get("challenge"):  # approvals must be signed with a passkey: kubectl can only deny
         spec["passkeyRequired"] = True
-    display = request.get("display") or {}
+    display = _display(request)
     if display:
-        spec["display"] = {str(k): _clip(v, 1024) for k, v in list(display.items())[:32]}
+        spec["display"] = display
     labels = {}
     agent = "".join(c if c.isalnum() or c in "-_." else "-" for c in str(request.get("agent") or ""))[:63]
     if agent.strip("-_."):
@@ -109,10 +194,6 @@ class ApprovalBridge:
         """Does this operator mirror approval requests of ``namespace``?"""
         return self.ctx.config.clusterwide or namespace in self.ctx.config.namespaces
 
-    def request_key(self, request_id: str) -> str:
-        """The Redis key of the request ``request_id`` (the runtime's ``RedisApprovalStore`` key)."""
-        return f"{self.keys.prefix}:v1:approval:request:{request_id}"
-
     # ------------------------------------------------------------------ one pass
     async def sync(self) -> None:
         """Mirror every pending request not mirrored yet; reflect the ones decided since."""
@@ -141,12 +222,11 @@ class ApprovalBridge:
         from kubernetes.client.exceptions import ApiException
 
         client = self.ctx.projector.client
-        raw = await client.get(self.request_key(request_id))
-        if raw is None:
-            await client.zrem(self.keys.unmirrored, request_id)  # expired: nothing to mirror
-            return
         try:
-            request = json.loads(raw)
+            request = await read_request(client, self.keys.prefix, request_id)
+            if request is None:
+                await client.zrem(self.keys.unmirrored, request_id)  # expired: nothing to mirror
+                return
             obj = approval_object(request)
         except (ValueError, KeyError, TypeError) as e:
             log.warning("approval request %s is unreadable (%s): not mirrored", request_id, e)
@@ -196,8 +276,9 @@ class ApprovalBridge:
         elif kind == "ApprovalDecision" and request_id:
             namespace = self.mirrored.pop(request_id, None)
             if namespace is None:
-                raw = await self.ctx.projector.client.get(self.request_key(request_id))
-                namespace = (json.loads(raw).get("namespace") or "default") if raw else None
+                with contextlib.suppress(ValueError, TypeError):
+                    doc = await read_request(self.ctx.projector.client, self.keys.prefix, request_id)
+                    namespace = (doc.get("namespace") or "default") if doc else None
             if namespace is not None and self.watches(namespace):
                 await self._reflect(namespace, request_id)
 

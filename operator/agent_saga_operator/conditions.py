@@ -50,6 +50,8 @@ class Reason:
     APPROVED = "Approved"
     DENIED = "Denied"
     CONFLICT = "Conflict"                 # the policy plane holds a different decision
+    ACTION_MISMATCH = "ActionMismatch"    # Approval: what it would show is not what the agent will do
+    NOT_ALL_SHOWN = "NotAllShown"         # Approval: the action is larger than an Approval shows
     ACKNOWLEDGED = "Acknowledged"         # every agent it governs applies it
     LAGGING = "Lagging"                   # some agents it governs do not apply it (yet)
     NO_AGENTS = "NoAgents"                # no live agent reads its namespace

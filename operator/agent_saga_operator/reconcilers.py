@@ -247,6 +247,15 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     stored = await ctx.projector.get_decision(spec.request_id)
     if spec.decision is None and stored is not None:
         return _reflect_stored(spec, stored, now)
+    action, refusal = await _checked_action(ctx, spec)
+    if refusal is not None and now < spec.deadline and spec.decision != "Denied":
+        # never presented as approvable, and an approval of it is never written
+        tried = "" if spec.decision is None else f"the approval by {spec.approver} was not written: "
+        return Outcome(Cond(READY, "False", refusal[0], f"{tried}not approvable: {refusal[1]}; deny it, or let it "
+                                                        f"expire (expiry denies)"),
+                       Cond(SYNCED, "True" if spec.decision is None else "False", refusal[0],
+                            "nothing to write back" if spec.decision is None else "the approval was refused"),
+                       {"phase": "Pending"})
     if spec.decision is None and now < spec.deadline:
         how = (f"it needs the approver's passkey: agent-saga approvals sign {spec.request_id} "
                f"--approver you@corp --key your-key.pem (kubectl can only deny it)" if spec.passkey_required else
@@ -262,8 +271,8 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     decided_at = datetime.fromisoformat(prior) if isinstance(prior, str) else now
     expired = spec.decision is None or decided_at > spec.deadline
     doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired, authenticated=ctx.admission)
-    if ctx.signer is not None:  # the agent checks this signature before it acts on an approval
-        doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp())
+    if ctx.signer is not None and action is not None:  # the agent checks it before it acts on an approval
+        doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp(), tool=spec.tool, action_digest=action)
     try:
         rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
     except DecisionConflict as e:
@@ -289,6 +298,28 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
         Cond(READY, "False", Reason.DENIED, f"denied by {spec.approver}: the saga is refused"),
         _synced(rev, "the decision"), {**fields, "phase": "Denied"}, rev,
     )
+
+
+async def _checked_action(ctx: Context, spec: ApprovalSpec) -> tuple[str | None, tuple[str, str] | None]:
+    """The digest of the rendered action a signed decision covers, or why the request
+    behind this Approval cannot be approved (reason, message)."""
+    from agent_saga.controls.approvals import ApprovalRequest
+
+    from .bridge import approval_problem, read_request
+
+    try:
+        doc = await read_request(ctx.projector.client, ctx.projector.keys.prefix, spec.request_id)
+    except (ValueError, TypeError) as e:
+        return None, (Reason.ACTION_MISMATCH, f"its request in the policy plane cannot be read ({e})")
+    if doc is None:
+        return None, (Reason.ACTION_MISMATCH, "its request is no longer in the policy plane")
+    if doc.get("argumentsDigest") != spec.arguments_digest or doc.get("tool") != spec.tool:
+        return None, (Reason.ACTION_MISMATCH, "the request in the policy plane is not the action this Approval shows")
+    problem = approval_problem(doc)
+    if problem is not None and problem[0] == "ActionMismatch":
+        return None, (Reason.ACTION_MISMATCH, problem[1])
+    digest = ApprovalRequest.from_doc(doc).action_view().digest
+    return digest, None if problem is None else (Reason.NOT_ALL_SHOWN, problem[1])
 
 
 Reconciler = Callable[[Context, Any, Identity, Mapping[str, Any], datetime], Awaitable[Outcome]]

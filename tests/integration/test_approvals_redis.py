@@ -117,7 +117,8 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
         assert set(doc) == {
             "v", "kind", "requestId", "namespace", "agent", "tool", "semantics", "argumentsDigest", "display",
             "sagaId", "stepId", "rule", "reason", "requestedAt", "deadline", "policyVersion", "requestedBy",
-            "levels", "escalations", "consumedAt", "consumedBy"}
+            "levels", "escalations", "consumedAt", "consumedBy", "arguments"}
+        assert doc["arguments"] == {"amount": 80000, "to": "acct_9"}, "the exact arguments the digest covers"
         assert doc["kind"] == "ApprovalRequest" and doc["rule"] == "irreversible" and doc["tool"] == "wire.send"
         assert doc["namespace"] == "payments" and doc["semantics"] == "IRREVERSIBLE" and doc["consumedAt"] is None
         assert decision["rev"] == int(r.get(f"{P}:rev")) and decision["kind"] == "ApprovalDecision"

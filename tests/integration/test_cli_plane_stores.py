@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga.controls import RedisApprovalStore
-from agent_saga.controls.approvals import ApprovalRequest
+from agent_saga.controls.approvals import ApprovalRequest, action_digest
 from fixtures.redis_server import PLANE_ENV, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
 
@@ -33,8 +33,9 @@ def test_approvals_list_on_the_pods_settings_shows_the_request_pending_in_redis(
     store = RedisApprovalStore(fresh_redis.url, prefix=P)
     now = time.time()
     store.create(ApprovalRequest("af83c011" + "0" * 24, "saga-1", "saga-1/0", "wire.send", "rule:irreversible",
-                                 "Action cannot be undone", "sha256:" + "0" * 64, "v1", now, now + 600,
-                                 {"amount": "80000"}, namespace="payments", agent="payments-agent"))
+                                 "Action cannot be undone", action_digest("wire.send", {"amount": 80000}, "v1"),
+                                 "v1", now, now + 600, {"amount": "80000"}, namespace="payments",
+                                 agent="payments-agent", arguments={"amount": 80000}))
     store.close()
     out = cli(fresh_redis.url, tmp_path, "approvals", "list")
     assert out.returncode == 0, out.stderr

@@ -4,7 +4,14 @@
       [PENDING] wire.send -- Action cannot be undone (rule irreversible, 42s old, id af83c011)
             amount: 80000
             to: acct_9
+    agent-saga approvals show af83c011 --show-all        # every field, every character
     agent-saga approvals approve af83c011 --approver risk@corp --note "verified by phone"
+
+What is shown is rendered from the request's canonical arguments, escaped (no terminal
+control characters; bidi and zero-width characters shown as <U+XXXX>), after checking
+they hash to the request's digest: a request that fails the check is shown as NOT
+APPROVABLE and an approval of it is refused. A view that leaves fields out says so, and
+approving such a request needs ``--show-all`` (a human approves only what they could see).
 
 The store is ``--store``, else ``$AGENT_SAGA_APPROVAL_STORE``, else
 ``$AGENT_SAGA_REDIS_URL`` (the policy plane, as agents wired by it use), else the
@@ -58,6 +65,7 @@ from ..controls.approvals import (
     sign_challenge,
 )
 from ..controls.approvals._keyring import ENV_KEYRING
+from ..controls.approvals._render import escape_text
 from ..controls.approvals._signing import ENV_SIGNING_KEY
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
@@ -87,26 +95,36 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _line(r: ApprovalRequest, now: float) -> list[str]:
-    rule = r.rule.split(":", 1)[1] if r.rule.startswith("rule:") else r.rule
+def _action_lines(r: ApprovalRequest, show_all: bool) -> list[str]:
+    """The action, rendered from the request's canonical arguments (escaped), or why it
+    cannot be shown as approvable (its arguments do not hash to its digest)."""
+    try:
+        return r.action_view().lines(show_all=show_all, request_id=r.id)
+    except ValueError as exc:
+        return [f"NOT APPROVABLE: {exc}"]
+
+
+def _line(r: ApprovalRequest, now: float, show_all: bool = False) -> list[str]:
+    rule = escape_text(r.rule.split(":", 1)[1] if r.rule.startswith("rule:") else r.rule)
     state = r.state.upper()
     if r.state == "Pending" and now >= r.deadline:
         state = "EXPIRED (unanswered)"
     elif r.decided and r.approver:
-        state += f" by {r.approver}"
+        state += f" by {escape_text(r.approver)}"
     if r.break_glass:
         state += ", BREAK-GLASS"
     if r.consumed_at is not None:
         state += ", used"
     if r.challenge is not None:
         state += ", passkey required (approvals sign)"
-    head = (f"[{state}] {r.tool} -- {r.reason or 'approval required'} (rule {rule}, {_age(now - r.requested_at)} "
-            f"old, id {r.id[:8]})")
+    head = (f"[{state}] {escape_text(r.tool)} -- {escape_text(r.reason or 'approval required')} (rule {rule}, "
+            f"{_age(now - r.requested_at)} old, id {escape_text(r.id[:8])})")
     out = [head]
-    out += [f"      {k}: {v}" for k, v in sorted(r.display.items())]
-    out.append(f"      saga {r.saga_id}, step {r.step_id}, deadline {format_instant(r.deadline)}, id {r.id}")
+    out += [f"      {line}" for line in _action_lines(r, show_all)]
+    out.append(f"      saga {escape_text(r.saga_id)}, step {escape_text(r.step_id)}, deadline "
+               f"{format_instant(r.deadline)}, id {escape_text(r.id)}")
     if r.note:
-        out.append(f"      note: {r.note}")
+        out.append(f"      note: {escape_text(r.note)}")
     return out
 
 
@@ -132,6 +150,28 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_show(args: argparse.Namespace) -> int:
+    store, which = _store(args)
+    try:
+        r = store.get(resolve_id(store, args.request_id))
+    except ApprovalRefused as exc:
+        print(f"agent-saga approvals show: refused: {exc.message} ({which})", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if r is None:
+        print(f"agent-saga approvals show: no approval request {escape_text(args.request_id)!r} ({which})",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(r.view_doc(), indent=2))
+        return 0
+    print(which)
+    for line in _line(r, time.time(), args.show_all):
+        print("  " + line)
+    return 0
+
+
 def _decide(args: argparse.Namespace, approved: bool) -> int:
     if not (args.approver or "").strip():
         print(f"agent-saga approvals {'approve' if approved else 'deny'}: refused: --approver NAME is required "
@@ -142,7 +182,8 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     store, which = _store(args)
     try:
         r = decide_request(store, args.request_id, approved=approved, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=getattr(args, "break_glass", False), signer=signer)
+                           note=args.note, break_glass=getattr(args, "break_glass", False), signer=signer,
+                           show_all=getattr(args, "show_all", False))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -153,8 +194,12 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
     else:
         glass = " (BREAK-GLASS: flagged for review)" if r.break_glass else ""
         signed = f", signed by key {signer.key_id}" if signer is not None else ", unsigned"
-        print(f"{r.state.lower()} {r.id} ({r.tool}) by {r.approver}{glass}{signed}; the waiting agent sees it on "
-              f"its next read of {store.describe()}")
+        print(f"{r.state.lower()} {r.id} ({escape_text(r.tool)}) by {escape_text(r.approver or '')}{glass}{signed}; "
+              f"the waiting agent sees it on its next read of {store.describe()}")
+        if approved:
+            print("  the action approved:")
+            for line in _action_lines(r, True):
+                print("    " + line)
     return 0
 
 
@@ -247,7 +292,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     store, which = _store(args)
     try:
         r = decide_request(store, args.request_id, approved=True, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=args.break_glass,
+                           note=args.note, break_glass=args.break_glass, show_all=args.show_all,
                            passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals sign: refused: {exc.message} ({which})", file=sys.stderr)
@@ -332,6 +377,9 @@ def _register_passkeys(asub: Any, common: Any) -> None:
     q.add_argument("--signature", default=None, metavar="FILE",
                    help="a raw or base64 Ed25519 signature over the challenge digest, made by a hardware key")
     q.add_argument("--key-id", default=None, help="the enrolled key id that made --signature")
+    q.add_argument("--show-all", action="store_true",
+                   help="you have seen the whole action (approvals show ID --show-all): needed when it has more "
+                        "than the default view shows")
     q.add_argument("--break-glass", action="store_true",
                    help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note); "
                         "the passkey is still required")
@@ -381,6 +429,12 @@ def register(sub: Any) -> None:
     common(q)
     q.set_defaults(handler=cmd_list)
 
+    q = asub.add_parser("show", help="one request and the action it asks to run")
+    q.add_argument("request_id", metavar="ID", help="the request id (a unique prefix is enough)")
+    q.add_argument("--show-all", action="store_true", help="every field, every character (never cut)")
+    common(q)
+    q.set_defaults(handler=cmd_show)
+
     for name, handler, verb in (("approve", cmd_approve, "approve"), ("deny", cmd_deny, "deny")):
         q = asub.add_parser(name, help=f"{verb} a request (a named --approver is required)")
         q.add_argument("request_id", metavar="ID", help="the request id (a unique prefix is enough)")
@@ -392,6 +446,9 @@ def register(sub: Any) -> None:
         if name == "approve":
             q.add_argument("--break-glass", action="store_true",
                            help="emergency override: recorded as APPROVAL_BREAK_GLASS, flagged for review (needs --note)")
+            q.add_argument("--show-all", action="store_true",
+                           help="you have seen the whole action (approvals show ID --show-all): needed when it has "
+                                "more than the default view shows; the approval prints it in full")
         common(q)
         q.set_defaults(handler=handler)
     _register_passkeys(asub, common)

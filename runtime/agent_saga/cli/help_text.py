@@ -153,6 +153,13 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent-saga approvals list",
          "agent-saga approvals list --all --json --store redis://redis:6379/0"),
     ),
+    "approvals show": (
+        "One request and the action it asks to run, rendered from its exact arguments (escaped; checked "
+        "against its digest: a request that fails the check is shown as NOT APPROVABLE). --show-all prints "
+        "every field and every character: approving an action larger than the default view needs it.",
+        ("agent-saga approvals show af83c011",
+         "agent-saga approvals show af83c011 --show-all --store redis://redis:6379/0"),
+    ),
     "acl": (
         "Print the least-privilege Redis ACL user of a component (agent, approver, operator) as an "
         "ACL SETUSER command: key patterns and commands it may use, nothing more (what each credential can do: the threat model in the docs).",
@@ -163,7 +170,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "approvals approve": (
         "Approve one request, as a named approver. Refused once it is decided or past its deadline. "
         "With --signing-key (an approver key the operator publishes) agents accept the decision; "
-        "unsigned, it is ignored wherever approvals are signed.",
+        "unsigned, it is ignored wherever approvals are signed. An action larger than the default view "
+        "needs --show-all (see it first with approvals show ID --show-all); the approval prints it in full.",
         ("agent-saga approvals approve af83c011 --approver risk@corp --signing-key risk.pem --note 'verified by phone'",
          "agent-saga approvals approve af83c011 --approver cfo@corp --break-glass --note 'system down'"),
     ),

@@ -12,8 +12,11 @@ at startup and after the server lost its data.
 What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's hash tag):
 
     agent      its RedisWAL streams (append only, with ``wal_keys``);
-               P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
-               denial), :unmirrored (its new requests), P:v1:rev; its own heartbeat
+               its own approval requests P:v1:approval:request:<ns>/<pod>/* and the
+               record of their use :consumed:<ns>/<pod>/* (without ``agent``: every
+               agent's, and the shared-mode keys :request:<id>, :consumed:<id>);
+               :pending, :decision:* (expiry and denial), :unmirrored (its new
+               requests), P:v1:rev; its own heartbeat
                P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
                {L}:limits:totals, :log, :defs (debits); publish on P:v1:events and
                P:v1:agents:events. No DEL except its own heartbeat; no EVAL, SCRIPT,
@@ -61,8 +64,10 @@ def acl_rules(
 ) -> list[str]:
     """The ACL rules of ``role`` (``agent``, ``approver``, ``operator``) for the policy
     plane under ``prefix`` and the limit store ``limit_namespace``. ``agent`` (an agent
-    role only): ``<namespace>/<name>``, the only heartbeat and surface it may write;
-    ``None`` lets the credential write any agent's (one credential shared by a fleet).
+    role only): ``<namespace>/<pod>``, the only heartbeat, surface and approval requests
+    it may write (``RedisApprovalStore(owner=...)`` names the same pod); ``None`` lets the
+    credential write any agent's (one credential shared by a fleet: weaker, as any agent
+    could then rewrite the request a human reads for another agent's call).
     ``wal_keys``: the ``key`` of each RedisWAL the agent appends to (``agent-saga:wal``):
     it may append (``XADD``), never delete or trim a record."""
     if role not in ROLES:
@@ -91,10 +96,11 @@ def acl_rules(
                 f"({_keys(f'{p}:approval:decision:*', f'{p}:approval:pending', f'{p}:rev')} +set +incr +zrem)",
                 f"({_keys(f'{p}:killswitch:*', f'{p}:synced', f'{p}:rev')} +set +del +incr +sadd +srem +hset)"]
     beat, surface = ("*", "*") if agent is None else (f"{agent}.*", agent.split("/")[0] + "/*")
+    owned = "*" if agent is None else f"{agent}/*"
     return [
         *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
-        f"({_keys(f'{p}:approval:request:*', f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')}"
-        f" +set +zadd +zrem +incr)",
+        f"({_keys(f'{p}:approval:request:{owned}', f'{p}:approval:consumed:{owned}')} +set)",
+        f"({_keys(f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')} +set +zadd +zrem +incr)",
         f"({_keys(f'{p}:approval:unmirrored')} +zadd +zremrangebyscore)",
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",

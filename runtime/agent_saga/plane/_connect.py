@@ -37,6 +37,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -298,7 +300,9 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
     limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
     limit_store = RedisLimitStore(s.url)
-    approval_store = RedisApprovalStore(s.url, prefix=s.prefix)
+    # Requests kept under this pod's name: an agent ACL user with --agent <ns>/<pod> writes only these.
+    pod = (os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+    approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=f"{s.namespace}/{pod}")
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)
     for reader in (switch_store, policy, limit_source):

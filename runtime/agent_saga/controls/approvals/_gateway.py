@@ -42,11 +42,13 @@ from typing import Any
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
+from ...records import canonical_json
 from ...wal.base import BaseWAL
 from ._keyring import ApproverKeyring
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
 from ._notifiers import ApprovalNotice, Notifier
 from ._passkey import ActionChallenge, PasskeyRefused, PasskeyVerifier
+from ._render import render_action
 from ._signing import DecisionSigner, TrustedKeys
 from ._store import ApprovalStore, decide_request
 
@@ -188,6 +190,9 @@ class ApprovalGateway:
         if passkeys is not None and not isinstance(passkeys, PasskeyVerifier):
             passkeys = PasskeyVerifier(passkeys if isinstance(passkeys, ApproverKeyring) else os.fspath(passkeys))
         self.passkeys: PasskeyVerifier | None = passkeys
+        #: ``<namespace>/<pod>`` when the store keeps this agent's requests under its own
+        #: name (``RedisApprovalStore(owner=...)``); request ids are derived with it.
+        self.owner = str(getattr(store, "owner", "") or "")
 
     def __repr__(self) -> str:
         return f"ApprovalGateway({self.store.describe()}, timeout={self.policy.timeout:g})"
@@ -199,7 +204,7 @@ class ApprovalGateway:
         rule = verdict.decided_by or "approval"
         if rule.startswith("rule:"):
             rule = rule[len("rule:"):]  # as the Approval resource shows it: irreversible, limit:wire-ceiling
-        rid = request_id_for(request.saga_id, request.step_id, request.tool, rule)
+        rid = request_id_for(request.saga_id, request.step_id, request.tool, rule, self.owner)
         digest = action_digest(request.tool, request.policy_args, self.policy.version)
         try:
             return await self._run(request, verdict, rid, rule, digest)
@@ -228,6 +233,7 @@ class ApprovalGateway:
                 id=rid, saga_id=request.saga_id, step_id=request.step_id, tool=request.tool, rule=rule,
                 reason=verdict.reason[:1024], arguments_digest=digest, policy_version=self.policy.version,
                 requested_at=now, deadline=now + self.policy.timeout, display=_display(request.policy_args),
+                arguments=_canonical(request.policy_args), owner=self.owner,
                 requested_by=_HOST, namespace=self.namespace, agent=self.agent,
                 semantics=str(getattr(request.semantics, "value", request.semantics)),
                 levels=tuple((lv.targets, float(lv.after_seconds)) for lv in self.policy.levels),
@@ -267,7 +273,7 @@ class ApprovalGateway:
         while True:
             forged = None
             if current.state == "Approved":
-                forged, proof = await self._verify(current)
+                forged, proof = await self._verify(current, request)
                 if forged is None:
                     refused = self._check_passkey(current, proof)
                     if refused is not None:
@@ -342,7 +348,7 @@ class ApprovalGateway:
                 return await self._deny_in_store(request, current, why)
         return None
 
-    async def _verify(self, current: ApprovalRequest) -> tuple[str | None, dict[str, Any]]:
+    async def _verify(self, current: ApprovalRequest, request: StepRequest) -> tuple[str | None, dict[str, Any]]:
         """Is the stored approval proven? (why not, or ``None``; and what the WAL records)"""
         decision = current.decision
         assert decision is not None
@@ -355,8 +361,10 @@ class ApprovalGateway:
                 trust = self._trust = self._merged(texts)
         if trust is None:
             return None, {"signature": "not checked: no trusted approver keys are configured"}
+        # The tool and the rendering of THIS call's arguments, not what the store says.
+        view = render_action(request.tool, _canonical(request.policy_args))
         why = trust.problem(seal, request_id=current.id, arguments_digest=current.arguments_digest,
-                            deadline=current.deadline)
+                            deadline=current.deadline, tool=request.tool, action_digest=view.digest)
         if why is not None:
             return why, {}
         assert seal is not None
@@ -438,6 +446,12 @@ class ApprovalGateway:
                 f"({current.consumed_by}, {format_instant(current.consumed_at)}): an approval authorises one call, "
                 f"so a re-run of this step needs a new saga and a new approval"))
         now = self._clock.time()
+        prior = await asyncio.to_thread(self.store.mark_consumed, current, f"{_HOST} {request.step_id}", now)
+        if prior is not None:
+            return self._record(request, current, False, SYSTEM_APPROVER, (
+                f"the approval of request {current.id} by {decision.approver} was already used ({prior[:200]}): an "
+                f"approval authorises one call, whatever its request document says now, so a re-run of this step "
+                f"needs a new saga and a new approval"), extra={"replayed": True})
         made: list[ApprovalRequest] = []
 
         def consume(r: ApprovalRequest) -> ApprovalRequest | None:
@@ -542,6 +556,14 @@ def _display(args: Any) -> dict[str, str]:
         v = args[k]
         out[str(k)] = (v if isinstance(v, str) else _json(v))[:1024]
     return out
+
+
+def _canonical(args: Any) -> dict[str, Any]:
+    """The policy arguments as the request carries them (``arguments``): their canonical
+    JSON read back, so every reader renders and hashes the same values."""
+    import json
+
+    return dict(json.loads(canonical_json(dict(args))))
 
 
 def _json(v: Any) -> str:

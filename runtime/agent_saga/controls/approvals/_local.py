@@ -21,7 +21,8 @@ __all__ = ["FileApprovalStore"]
 
 class FileApprovalStore:
     """Requests and decisions as JSON files in a directory (default
-    ``./agent-saga-approvals``): ``<id>.json`` and ``<id>.decision.json``. One machine;
+    ``./agent-saga-approvals``): ``<id>.json``, ``<id>.decision.json`` and, once its
+    approval was used, ``<id>.consumed``. One machine;
     the CLI on that machine (``--store DIR``) can answer."""
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
@@ -124,6 +125,26 @@ class FileApprovalStore:
                 return current
             self._write(self._path(request_id, ".decision.json"), decision.to_doc(request_id, current.namespace))
             return current.with_decision(decision)
+
+    def mark_consumed(self, request: ApprovalRequest, by: str, now: float) -> str | None:
+        """Record, once, that ``request``'s approval was used (``<id>.consumed``): ``None``
+        when this call recorded it, else the earlier record."""
+        from ...clocks import format_instant
+
+        path = self._path(request.id, ".consumed")
+        mine = json.dumps({"requestId": request.id, "by": by, "at": format_instant(now)})
+        with self._locked():
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return self._load(path) or "(an empty record)"
+            except OSError as exc:
+                raise self._unavailable(exc) from exc
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(mine + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        return None
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
         """Requests, newest first (``pending_only``: those without a decision)."""

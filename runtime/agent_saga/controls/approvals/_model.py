@@ -7,7 +7,8 @@ Two documents per request, with two writers, so neither can overwrite the other:
 
     {"v": 1, "kind": "ApprovalRequest", "requestId": "af83c011...", "namespace": "payments",
      "agent": "payments-1", "tool": "wire.send", "semantics": "IRREVERSIBLE",
-     "argumentsDigest": "sha256:<64 hex>", "display": {"amount": "80000", "to": "acct_9"},
+     "argumentsDigest": "sha256:<64 hex>", "arguments": {"amount": 80000, "to": "acct_9"},
+     "owner": "payments/payments-1-7d9f", "display": {"amount": "80000", "to": "acct_9"},
      "sagaId": "saga-8f3c", "stepId": "saga-8f3c/3", "rule": "irreversible",
      "reason": "Action cannot be undone", "requestedAt": "<RFC 3339>", "deadline": "<RFC 3339>",
      "policyVersion": "1", "requestedBy": "host:pid",
@@ -43,7 +44,12 @@ Invariants:
   process finds its request (and its decision) instead of asking again. Lower-case hex,
   so it is a valid Kubernetes name (the operator mirrors it as ``Approval/<id>``).
 - An approval covers ``argumentsDigest`` (tool + exact policy arguments + policy
-  version) and nothing else.
+  version) and nothing else. ``arguments`` are those exact arguments: what a human is
+  shown is rendered from them (``action_view``), after checking they hash to the digest;
+  ``display`` is kept for older readers only and never shown by this version.
+- ``owner`` (``<namespace>/<pod>``) is the agent that wrote the request; its id is
+  derived with it, so a document another agent wrote under its own name cannot pass for
+  this one (``owner_problem``).
 - Readers ignore fields they do not know and refuse a ``v`` they do not know.
 """
 
@@ -58,6 +64,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ...clocks import format_instant, parse_instant
 from ...gates import GateDecision, StepRequest
 from ...records import canonical_json
+from ._render import ActionView, render_action
 from ._signing import SIGNED_FIELDS, Seal
 
 __all__ = [
@@ -76,9 +83,11 @@ ApprovalState = Literal["Pending", "Approved", "Denied", "Expired"]
 _STATES: dict[str, ApprovalState] = {"approved": "Approved", "denied": "Denied", "expired": "Expired"}
 
 
-def request_id_for(saga_id: str, step_id: str, tool: str, rule: str) -> str:
-    """The request id (32 lower-case hex) derived from (saga, step, tool, rule)."""
-    return hashlib.sha256(f"{saga_id}\n{step_id}\n{tool}\n{rule}".encode()).hexdigest()[:32]
+def request_id_for(saga_id: str, step_id: str, tool: str, rule: str, owner: str = "") -> str:
+    """The request id (32 lower-case hex) derived from (saga, step, tool, rule) and, for a
+    request kept under its agent's name, that ``owner``."""
+    text = f"{saga_id}\n{step_id}\n{tool}\n{rule}" + (f"\n{owner}" if owner else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def action_digest(tool: str, policy_args: Mapping[str, Any], policy_version: str) -> str:
@@ -181,6 +190,11 @@ class ApprovalRequest:
     #: The passkey challenge the approver's key must sign (``_passkey``), when the
     #: action needs a passkey approval.
     challenge: Mapping[str, Any] | None = None
+    #: The exact policy arguments ``arguments_digest`` covers (what a human is shown is
+    #: rendered from them); ``None`` in a request made by an older agent.
+    arguments: Mapping[str, Any] | None = field(default=None, hash=False)
+    #: ``<namespace>/<pod>`` of the agent that wrote the request ("" in shared mode).
+    owner: str = ""
     decision: Decision | None = None
 
     @property
@@ -213,6 +227,28 @@ class ApprovalRequest:
         """True for a break-glass approval."""
         return self.decision is not None and self.decision.break_glass
 
+    def action_view(self) -> ActionView:
+        """The action as a human is shown it, rendered from the canonical arguments after
+        checking they hash to ``arguments_digest``; raises ``ValueError`` saying why a
+        request cannot be shown as approvable."""
+        if self.arguments is None:
+            raise ValueError(f"approval request {self.id} carries no canonical arguments (it was made by an older "
+                             f"agent), so what it shows cannot be checked against its digest: it cannot be "
+                             f"approved; deny it, or let it expire and upgrade the agent")
+        if action_digest(self.tool, self.arguments, self.policy_version) != self.arguments_digest:
+            raise ValueError(f"approval request {self.id}: its arguments do not hash to its argumentsDigest "
+                             f"{self.arguments_digest[:19]}: the request was altered after the agent wrote it, and "
+                             f"it cannot be approved")
+        return render_action(self.tool, self.arguments)
+
+    def owner_problem(self, owner: str) -> str | None:
+        """Why this document, found under the name ``owner``, is not that agent's request."""
+        if self.owner != owner:
+            return f"it names the agent {self.owner[:80]!r}, but is kept under {owner[:80]!r}"
+        if owner and self.id != request_id_for(self.saga_id, self.step_id, self.tool, self.rule, owner):
+            return f"its id {self.id[:12]} is not the one agent {owner[:80]!r} derives for its saga, step and tool"
+        return None
+
     def escalated_to(self, level: int) -> bool:
         """Was escalation level ``level`` notified?"""
         return any(e[0] == level for e in self.escalations)
@@ -234,6 +270,8 @@ class ApprovalRequest:
             "escalations": [{"level": lv, "targets": list(tg), "at": _t(at)} for lv, tg, at in self.escalations],
             "consumedAt": _t(self.consumed_at), "consumedBy": self.consumed_by,
             **({"challenge": dict(self.challenge)} if self.challenge is not None else {}),
+            **({"arguments": dict(self.arguments)} if self.arguments is not None else {}),
+            **({"owner": self.owner} if self.owner else {}),
         }
 
     def to_json(self) -> str:
@@ -274,6 +312,8 @@ class ApprovalRequest:
                 ),
                 consumed_at=parse_instant(doc.get("consumedAt")), consumed_by=doc.get("consumedBy"),
                 challenge=dict(doc["challenge"]) if isinstance(doc.get("challenge"), Mapping) else None,
+                arguments=dict(doc["arguments"]) if isinstance(doc.get("arguments"), Mapping) else None,
+                owner=str(doc.get("owner") or ""),
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"approval request is missing or has a malformed field: {exc}") from exc

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ...clocks import format_instant
 from ...errors import ConfigurationError, SagaError
 from ._model import ApprovalRequest
+from ._render import escape_text
 
 __all__ = ["ApprovalNotice", "Notifier", "NotifierError", "WebhookNotifier"]
 
@@ -49,9 +50,13 @@ class ApprovalNotice:
         r = self.request
         who = " ".join(self.targets)
         head = "Escalated approval" if self.kind == "escalated" else "Approval needed"
-        args = ", ".join(f"{k}={v}" for k, v in sorted(r.display.items()))
+        try:  # rendered from the canonical arguments, escaped, and saying what it leaves out
+            args = ", ".join(r.action_view().lines(request_id=r.id))
+        except ValueError as exc:
+            args = f"NOT APPROVABLE: {exc}"
         return (
-            f"{who} {head}: {r.tool} ({args}) -- {r.reason} [rule {r.rule}, saga {r.saga_id}]. "
+            f"{who} {head}: {escape_text(r.tool)} ({args}) -- {escape_text(r.reason)} [rule {escape_text(r.rule)}, "
+            f"saga {escape_text(r.saga_id)}]. "
             f"Deadline {format_instant(r.deadline)} (no answer denies). "
             f"Answer: agent-saga approvals approve {r.id} --approver NAME [--note ...] | "
             f"agent-saga approvals deny {r.id} --approver NAME"

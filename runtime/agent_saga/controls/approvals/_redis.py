@@ -3,7 +3,15 @@
 Keys (``prefix`` default ``agentsaga:v1``, ``{agentsaga}:v1`` on a Redis Cluster; the
 schema of docs/policy-plane.md and docs/approvals.md, shared with the operator):
 
-    {prefix}:approval:request:<id>    STRING  the request (JSON), written by agents
+    {prefix}:approval:request:<ns>/<pod>/<id>
+                                      STRING  the request (JSON), written by the agent
+                                              <ns>/<pod> (``owner=``; its ACL lets it write
+                                              only under its own name); without an owner
+                                              (one credential shared by a fleet):
+                                              {prefix}:approval:request:<id>
+    {prefix}:approval:consumed:<ns>/<pod>/<id>
+                                      STRING  the approval was used (written once, by the
+                                              owner; ``...:consumed:<id>`` without an owner)
     {prefix}:approval:pending         ZSET    request id -> deadline (epoch seconds)
     {prefix}:approval:unmirrored      ZSET    request id -> when its document expires (epoch
                                               seconds), until an operator has mirrored it
@@ -15,6 +23,13 @@ schema of docs/policy-plane.md and docs/approvals.md, shared with the operator):
                                                "id": <request id>, "op": "put"}
 
 Invariants:
+- A reader without an owner (the CLI, the operator) finds a request by its id under any
+  agent's name, and takes a document only if it is that agent's (``owner_problem``: the
+  owner it names and the id derived with it): another agent cannot plant a request
+  under its own name that passes for this one.
+- Consumption is recorded in a key of its own, set once (``SET NX``) and never cleared:
+  rewriting the request document (``consumedAt`` back to null) does not make an
+  approval usable again.
 - Requests change by compare-and-set of the whole document (``LUA_CAS``); decisions are
   written only if none exists (``LUA_DECIDE``), which also takes the request out of the
   pending set: two deciders never both win, and nothing overwrites a decision.
@@ -42,6 +57,7 @@ from typing import Any
 
 from ..._redis import PLANE_FIX, Target, connect, script, tagged_on_cluster
 from ..._repeat import ReplyLost, check_retries, lost_text, repeating_sync
+from ...clocks import format_instant
 from ...errors import ConfigurationError
 from ._model import ApprovalRequest, Decision
 from ._store import ApprovalStoreUnavailable, Change
@@ -103,9 +119,18 @@ return {1, doc}
         socket_timeout: float = 2.0,
         connect_timeout: float = 1.0,
         retries: int | None = None,
+        owner: str | None = None,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
+        if owner is not None and (owner.count("/") != 1 or not all(owner.split("/"))
+                                  or any(c in owner for c in " *?[]\\")):
+            raise ConfigurationError(f"RedisApprovalStore owner {owner!r}: give <namespace>/<pod>, the agent's name "
+                                     f"as its ACL user's --agent (no glob characters)")
+        #: ``<namespace>/<pod>``: the agent whose requests this store writes ("" : a
+        #: reader, or an agent sharing one credential with its fleet).
+        self.owner = owner or ""
+        self._located: dict[str, str] = {}
         self._retries = check_retries(retries)
         tagged_on_cluster(url, prefix, "RedisApprovalStore", PLANE_FIX)
         self.url = url
@@ -124,9 +149,41 @@ return {1, doc}
         self._scripts: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def request_key(self, request_id: str) -> str:
-        """The key of the request document ``request_id``."""
-        return f"{self.prefix}:approval:request:{request_id}"
+    def request_key(self, request_id: str, owner: str | None = None) -> str:
+        """The key of the request document ``request_id`` of ``owner`` (default: this
+        store's; a reader finds it under any agent's name: ``_locate``)."""
+        o = self.owner if owner is None else owner
+        if not o and owner is None and request_id in self._located:
+            return self._located[request_id]
+        return f"{self.prefix}:approval:request:{o + '/' if o else ''}{request_id}"
+
+    def consumed_key(self, request: ApprovalRequest) -> str:
+        """The key that records that ``request``'s approval was used."""
+        return f"{self.prefix}:approval:consumed:{request.owner + '/' if request.owner else ''}{request.id}"
+
+    def _key_owner(self, key: str) -> str:
+        rest = key[len(f"{self.prefix}:approval:request:"):]
+        return rest.rsplit("/", 1)[0] if "/" in rest else ""
+
+    def _locate(self, client: Any, request_id: str) -> str:
+        """A reader's key of request ``request_id``: kept under its agent's name (the
+        first document that is that agent's), else the shared-mode key."""
+        if self.owner or request_id in self._located or any(c in request_id for c in "*?[]\\/"):
+            return self.request_key(request_id)
+        marker = f"{self.prefix}:approval:request:"
+        for raw_key in client.scan_iter(match=f"{marker}*/{request_id}", count=1000):
+            key = str(raw_key.decode())
+            raw = client.get(key)
+            if raw is None:
+                continue
+            try:
+                problem = ApprovalRequest.from_json(raw).owner_problem(self._key_owner(key))
+            except ValueError:
+                continue
+            if problem is None:
+                self._located[request_id] = key
+                return key
+        return self.request_key(request_id)
 
     def decision_key(self, request_id: str) -> str:
         """The key of the decision document ``request_id``."""
@@ -182,19 +239,26 @@ return {1, doc}
 
     def _fetch(self, request_id: str) -> tuple[str | None, ApprovalRequest | None]:
         """The raw request document and the merged view (one round trip)."""
+        def read(client: Any) -> tuple[str, Any, Any]:
+            key = self._locate(client, request_id)
+            raw, raw_decision = client.mget([key, self.decision_key(request_id)])
+            return key, raw, raw_decision
+
         try:
-            raw, raw_decision = self._read(lambda c: c.mget([self.request_key(request_id),
-                                                              self.decision_key(request_id)]))
+            key, raw, raw_decision = self._read(read)
         except Exception as exc:
             raise self._unavailable("read", exc) from exc
         if raw is None:
             return None, None
         text = raw.decode()
-        return text, self._merge(text, raw_decision)
+        return text, self._merge(text, raw_decision, self._key_owner(key))
 
-    def _merge(self, raw: str, raw_decision: bytes | None) -> ApprovalRequest:
+    def _merge(self, raw: str, raw_decision: bytes | None, owner: str) -> ApprovalRequest:
         try:
             request = ApprovalRequest.from_json(raw)
+            problem = request.owner_problem(owner)
+            if problem is not None:
+                raise ValueError(f"request {request.id[:12]} is not its agent's: {problem}")
             decision = None if raw_decision is None else Decision.from_doc(json.loads(raw_decision))
         except ValueError as exc:
             raise ApprovalStoreUnavailable(f"{self._name}: unreadable approval document ({exc})",
@@ -207,7 +271,9 @@ return {1, doc}
         return repeating_sync(lambda _repeat: op(client), retries=self._retries, client=client)
 
     def _cas(self, expected: str, new: ApprovalRequest) -> bool | str:
-        keys = (self.request_key(new.id), self.pending_key, self.unmirrored_key)
+        if self.owner and new.owner != self.owner:
+            raise ConfigurationError(f"{self._name} writes the requests of agent {self.owner!r}, not {new.owner!r}")
+        keys = (self.request_key(new.id, new.owner), self.pending_key, self.unmirrored_key)
         doc = new.to_json()
         ttl_ms = self._ttl_ms(new)
         args = (expected, doc, ttl_ms, new.id, repr(new.deadline), self.channel,
@@ -264,7 +330,27 @@ return {1, doc}
         keys = (self.decision_key(request_id), self.pending_key, self.rev_key)
         _, stored = self._script("decide", self.LUA_DECIDE, keys,
                                  (doc, request_id, self._ttl_ms(current), self.channel))
-        return self._merge(raw, stored)
+        return self._merge(raw, stored, current.owner)
+
+    def mark_consumed(self, request: ApprovalRequest, by: str, now: float) -> str | None:
+        """Record that ``request``'s approval was used (``by``, at ``now``), once: ``None``
+        when this call recorded it, else who had (the record is never cleared)."""
+        mine = json.dumps({"requestId": request.id, "by": by, "at": format_instant(now)}, separators=(",", ":"))
+        key = self.consumed_key(request)
+
+        def op(client: Any) -> Any:
+            if client.set(key, mine, nx=True, px=int(self._ttl_ms(request))):
+                return None
+            prior = client.get(key)
+            text = prior.decode() if isinstance(prior, bytes) else str(prior)
+            return None if text == mine else text  # a repeat that finds its own record landed
+
+        try:
+            return self._read(op)  # type: ignore[no-any-return]
+        except ConfigurationError:
+            raise
+        except Exception as exc:
+            raise self._unavailable("record of the approval's use", exc) from exc
 
     def published_keys(self) -> dict[str, str]:
         """The trusted approver public keys the operator publishes (key id -> PEM)."""
@@ -276,18 +362,20 @@ return {1, doc}
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
         """Requests, newest first (``pending_only``: those without a decision)."""
-        def read(client: Any) -> tuple[Any, Any]:
+        def read(client: Any) -> tuple[Any, Any, Any]:
+            marker = f"{self.prefix}:approval:request:"
+            mine = marker + (self.owner + "/" if self.owner else "")
+            keys = sorted(k.decode() for k in client.scan_iter(match=mine + "*", count=500))
             if pending_only:
-                ids = [i.decode() for i in client.zrange(self.pending_key, 0, -1)]
-            else:
-                marker = f"{self.prefix}:approval:request:"
-                ids = sorted(k.decode()[len(marker):] for k in client.scan_iter(match=marker + "*", count=500))
-            if not ids:
-                return [], []
-            return client.mget([self.request_key(i) for i in ids]), client.mget([self.decision_key(i) for i in ids])
+                waiting = {i.decode() for i in client.zrange(self.pending_key, 0, -1)}
+                keys = [k for k in keys if k[len(marker):].rsplit("/", 1)[-1] in waiting]
+            if not keys:
+                return [], [], []
+            ids = [k[len(marker):].rsplit("/", 1)[-1] for k in keys]
+            return keys, client.mget(keys), client.mget([self.decision_key(i) for i in ids])
 
         try:
-            raws, decisions = self._read(read)
+            keys, raws, decisions = self._read(read)
             if not raws:
                 return []
         except ConfigurationError:
@@ -295,11 +383,14 @@ return {1, doc}
         except Exception as exc:
             raise self._unavailable("list", exc) from exc
         out = []
-        for raw, raw_decision in zip(raws, decisions, strict=True):
+        for key, raw, raw_decision in zip(keys, raws, decisions, strict=True):
             if raw is None:
                 continue
             with contextlib.suppress(ApprovalStoreUnavailable):
-                out.append(self._merge(raw.decode(), raw_decision))
+                request = self._merge(raw.decode(), raw_decision, self._key_owner(key))
+                if not self.owner:
+                    self._located.setdefault(request.id, key)
+                out.append(request)
         if pending_only:
             out = [r for r in out if not r.decided]
         return sorted(out, key=lambda r: r.requested_at, reverse=True)

@@ -9,15 +9,20 @@ accepts ``approved`` only with a valid signature from a key it trusts::
      "expiresAt": "<the request's deadline>",
      "signature": {"alg": "Ed25519", "keyId": "3f2a9c...", "sig": "<base64>"}}
 
-The signed bytes are ``"agent-saga.approval-decision/v1\\n"`` followed by the canonical
-JSON of ``{requestId, argumentsDigest, decision, approver, authenticatedUser, decidedAt,
-expiresAt, breakGlass}`` exactly as the document carries them (an absent field is
-``null``), so any Ed25519 implementation can sign or check one. ``authenticatedUser`` is
-the user the Kubernetes API server authenticated for a decision made on an ``Approval``.
+The signed bytes are ``"agent-saga.approval-decision/v2\\n"`` followed by the canonical
+JSON of ``{requestId, argumentsDigest, tool, actionDigest, decision, approver,
+authenticatedUser, decidedAt, expiresAt, breakGlass}`` exactly as the document carries
+them (an absent field is ``null``), so any Ed25519 implementation can sign or check one.
+``authenticatedUser`` is the user the Kubernetes API server authenticated for a decision
+made on an ``Approval``; ``actionDigest`` is the digest of the complete rendering of the
+action the decider showed (``_render.ActionView.digest``), which the agent recomputes
+from its own call. The signature block names its format (``"format"``); a signature
+without one is the v1 format, which covered neither the tool nor the action shown, and
+is refused with a message saying to approve again.
 
 Invariants:
-- A signature binds the request id, the action digest, the decision, the approver and
-  the request's deadline: a signed decision copied onto another request (or onto a new
+- A signature binds the request id, the arguments digest, the tool, the rendered action,
+  the decision, the approver and the request's deadline: a signed decision copied onto another request (or onto a new
   request with the same id) does not verify for it.
 - A key's id is the first 16 hex of SHA-256 over its 32 raw public bytes (the same
   fingerprint as signed checkpoints).
@@ -50,10 +55,10 @@ __all__ = [
     "key_id",
 ]
 
-DECISION_FORMAT = "agent-saga.approval-decision/v1"
+DECISION_FORMAT = "agent-saga.approval-decision/v2"
 _DOMAIN = (DECISION_FORMAT + "\n").encode()
-_SIGNED = ("requestId", "argumentsDigest", "decision", "approver", "authenticatedUser", "decidedAt", "expiresAt",
-           "breakGlass")
+_SIGNED = ("requestId", "argumentsDigest", "tool", "actionDigest", "decision", "approver", "authenticatedUser",
+           "decidedAt", "expiresAt", "breakGlass")
 #: What a decision keeps of its document to check its signature later.
 SIGNED_FIELDS = (*_SIGNED, "signature")
 
@@ -102,6 +107,11 @@ class Seal:
     request_id: str
     arguments_digest: str
     expires_at: float | None
+    #: The signed format (``DECISION_FORMAT``; an older one is refused), the tool and
+    #: the digest of the rendered action it covers.
+    format: str = DECISION_FORMAT
+    tool: str = ""
+    action_digest: str = ""
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> Seal | None:
@@ -120,7 +130,8 @@ class Seal:
             expires = None
         alg_ok = sig.get("alg") == "Ed25519"
         return cls(str(sig.get("keyId") or "") if alg_ok else "", raw, decision_message(doc),
-                   str(doc.get("requestId") or ""), str(doc.get("argumentsDigest") or ""), expires)
+                   str(doc.get("requestId") or ""), str(doc.get("argumentsDigest") or ""), expires,
+                   str(sig.get("format") or _V1), str(doc.get("tool") or ""), str(doc.get("actionDigest") or ""))
 
 
 class DecisionSigner:
@@ -159,12 +170,19 @@ class DecisionSigner:
                                                          serialization.PublicFormat.SubjectPublicKeyInfo)
         return pem.decode()
 
-    def sign(self, doc: Mapping[str, Any], *, expires_at: float | str) -> dict[str, Any]:
-        """``doc`` with ``expiresAt`` (the request's deadline) and its ``signature``."""
+    def sign(self, doc: Mapping[str, Any], *, expires_at: float | str, tool: str, action_digest: str) -> dict[str, Any]:
+        """``doc`` with ``expiresAt`` (the request's deadline), the ``tool`` and the
+        ``actionDigest`` of the rendered action the decider showed (``_render``), and its
+        ``signature``."""
+        if not tool or not str(action_digest).startswith("sha256:"):
+            raise ConfigurationError("a decision is signed over the tool and the rendered action's digest "
+                                     "(ActionView.digest): give both")
         out = {k: v for k, v in doc.items() if k not in ("signature", "rev")}
         out["expiresAt"] = expires_at if isinstance(expires_at, str) else format_instant(expires_at)
+        out["tool"], out["actionDigest"] = tool, action_digest
         sig = self._key.sign(decision_message(out))
-        out["signature"] = {"alg": "Ed25519", "keyId": self.key_id, "sig": base64.b64encode(sig).decode()}
+        out["signature"] = {"alg": "Ed25519", "keyId": self.key_id, "format": DECISION_FORMAT,
+                            "sig": base64.b64encode(sig).decode()}
         return out
 
 
@@ -252,10 +270,15 @@ class TrustedKeys:
         path = os.environ.get(ENV_TRUSTED_KEYS, "").strip()
         return cls.from_path(path) if path else None
 
-    def problem(self, seal: Seal | None, *, request_id: str, arguments_digest: str, deadline: float) -> str | None:
-        """Why ``seal`` does not prove a decision on this request, or ``None`` if it does."""
+    def problem(self, seal: Seal | None, *, request_id: str, arguments_digest: str, deadline: float,
+                tool: str, action_digest: str) -> str | None:
+        """Why ``seal`` does not prove a decision on this request (``tool`` called as
+        rendered to ``action_digest``), or ``None`` if it does."""
         if seal is None:
             return "the decision is not signed"
+        old = _format_problem(seal)
+        if old is not None:
+            return old
         key = self._keys.get(seal.key_id)
         if key is None:
             return f"the decision is signed by key {seal.key_id or '(none)'}, which is not trusted"
@@ -271,7 +294,30 @@ class TrustedKeys:
         if seal.expires_at is None or abs(seal.expires_at - deadline) >= 1.0:
             return (f"the signature by key {seal.key_id} is for a request with another deadline: a replayed "
                     f"decision of an earlier request")
+        return _action_problem(seal, tool, action_digest)
+
+
+_V1 = "agent-saga.approval-decision/v1"
+
+
+def _format_problem(seal: Seal) -> str | None:
+    """A seal in a format this version does not accept (v1 did not cover the action shown)."""
+    if seal.format == DECISION_FORMAT:
         return None
+    if seal.format == _V1:
+        return (f"the decision by key {seal.key_id or '(none)'} is signed in the format {_V1}, which covers "
+                f"neither the tool nor the action the approver was shown; approve it again with a current "
+                f"agent-saga (CLI or operator), which signs {DECISION_FORMAT}")
+    return f"the decision is signed in an unknown format {seal.format[:64]!r} (this agent checks {DECISION_FORMAT})"
+
+
+def _action_problem(seal: Seal, tool: str, action_digest: str) -> str | None:
+    """Does the (verified) seal cover this tool and this rendered action?"""
+    if seal.tool != tool or seal.action_digest != action_digest:
+        return (f"the signature by key {seal.key_id} covers {seal.tool[:64]!r} rendered as "
+                f"{seal.action_digest[:19]}, not this call ({tool[:64]!r}, {action_digest[:19]}): the approver was "
+                f"shown another action")
+    return None
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:

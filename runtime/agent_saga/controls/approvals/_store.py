@@ -10,6 +10,8 @@ Invariants:
   overwritten, whoever tries (the CLI, the operator, an agent giving up).
 - ``update`` changes the request document by compare-and-set (a lock file on disk, a
   Lua script in Redis): two agents never both use one approval.
+- ``mark_consumed`` records an approval's use in a place of its own, written once and
+  never cleared: resetting the request document's ``consumedAt`` replays nothing.
 - A store that cannot be reached raises ``ApprovalStoreUnavailable`` naming it; the
   gateway then denies (approvals fail closed).
 """
@@ -23,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from ...clocks import format_instant
 from ...errors import SagaError, StoreUnavailable
 from ._model import ApprovalRequest, Decision
+from ._render import ActionView
 from ._signing import DecisionSigner
 
 __all__ = [
@@ -81,6 +84,11 @@ class ApprovalStore(Protocol):
         """Requests, newest first (``pending_only``: those without a decision)."""
         ...
 
+    def mark_consumed(self, request: ApprovalRequest, by: str, now: float) -> str | None:
+        """Record, once and for good, that ``request``'s approval was used: ``None`` when
+        this call recorded it, else the earlier record. Only the request's agent writes it."""
+        ...
+
     def close(self) -> None:
         """Release connections."""
 
@@ -97,6 +105,7 @@ def decide_request(
     source: str = "",
     signer: DecisionSigner | None = None,
     passkey: Callable[[ApprovalRequest], Mapping[str, Any]] | None = None,
+    show_all: bool = False,
 ) -> ApprovalRequest:
     """Record a human's decision on a pending request (the CLI, ``ApprovalGateway.decide``).
 
@@ -108,7 +117,12 @@ def decide_request(
     id, its action digest and its deadline): agents that trust keys accept an approval
     only when signed by one of them. Raises ``ApprovalRefused`` for no approver, an
     unknown or ambiguous id, a request already decided or past its deadline;
-    ``ApprovalStoreUnavailable`` if the store cannot be reached."""
+    ``ApprovalStoreUnavailable`` if the store cannot be reached.
+
+    An approval is refused for a request whose arguments do not hash to its digest (it
+    was altered: ``ApprovalRequest.action_view``), and for one whose default view leaves
+    fields out unless ``show_all`` says the complete action was shown; a signed approval
+    covers the tool and the rendered action (``_signing``). A denial needs neither."""
     approver = (approver or "").strip()
     if not approver:
         raise ApprovalRefused("an approval needs --approver NAME: an anonymous approval is an audit trail "
@@ -125,6 +139,7 @@ def decide_request(
     if now >= current.deadline:
         raise ApprovalRefused(f"approval request {full} expired at {format_instant(current.deadline)} (expiry "
                               f"denies); the agent must ask again")
+    view = _approvable(current, show_all) if approved else None
     assertion = None
     if passkey is not None:
         if current.challenge is None:
@@ -135,11 +150,26 @@ def decide_request(
                     (note or "").strip() or None, source or _source(), bool(break_glass and approved),
                     passkey=assertion)
     if signer is not None:
-        mine = Decision.from_doc(signer.sign(mine.to_doc(full, current.namespace), expires_at=current.deadline))
+        view = view or _approvable(current, True)
+        mine = Decision.from_doc(signer.sign(mine.to_doc(full, current.namespace), expires_at=current.deadline,
+                                             tool=current.tool, action_digest=view.digest))
     after = store.decide(full, mine)
     if after is None or not mine.same_as(after.decision):
         raise ApprovalRefused(_already(after or current))
     return after
+
+
+def _approvable(r: ApprovalRequest, show_all: bool) -> ActionView:
+    """The action a human approves; refused if it cannot be checked, or was not all shown."""
+    try:
+        view = r.action_view()
+    except ValueError as exc:
+        raise ApprovalRefused(str(exc)) from None
+    if view.truncated and not show_all:
+        raise ApprovalRefused(f"approval request {r.id} has more than the default view shows ({len(view.fields)} "
+                              f"fields): see the whole action with agent-saga approvals show {r.id[:8]} --show-all, "
+                              f"then approve with --show-all (a human approves only what they could see)")
+    return view
 
 
 def _already(r: ApprovalRequest) -> str:

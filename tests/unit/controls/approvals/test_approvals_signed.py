@@ -32,6 +32,11 @@ from engine_support import read, wal_fixture  # noqa: F401
 from test_approvals import kinds, wire
 
 
+def action(r) -> dict:
+    """What a decider signs besides the decision: the tool and the rendered action."""
+    return {"tool": r.tool, "action_digest": r.action_view().digest}
+
+
 def keypair(tmp_path: Path, name: str) -> tuple[DecisionSigner, str]:
     priv, pub = generate_signing_key(tmp_path / name)
     return DecisionSigner.from_file(priv), pub
@@ -101,11 +106,11 @@ async def test_an_unproven_approval_is_ignored_logged_as_forged_and_the_request_
         if attack == "unsigned":
             return unsigned_doc(r)
         if attack == "untrusted key":
-            return rogue.sign(unsigned_doc(r), expires_at=r.deadline)
+            return rogue.sign(unsigned_doc(r), expires_at=r.deadline, **action(r))
         if attack == "altered approver":
-            return {**signer.sign(unsigned_doc(r), expires_at=r.deadline), "approver": "ceo@corp"}
+            return {**signer.sign(unsigned_doc(r), expires_at=r.deadline, **action(r)), "approver": "ceo@corp"}
         other = {**unsigned_doc(r), "requestId": "0" * 32, "id": f"{r.namespace}/{'0' * 32}"}
-        return {**signer.sign(other, expires_at=r.deadline), "requestId": r.id}
+        return {**signer.sign(other, expires_at=r.deadline, **action(r)), "requestId": r.id}
 
     clock = ManualClock()
     gw = gateway(tmp_path, wal, write_raw(forged), trusted=TrustedKeys.from_path(pub), clock=clock)
@@ -128,7 +133,7 @@ async def test_a_signed_decision_replayed_onto_a_new_request_with_the_same_id_is
     old: dict = {}
 
     def replay(store, r):
-        earlier = signer.sign(unsigned_doc(r), expires_at=r.deadline - 86_400)
+        earlier = signer.sign(unsigned_doc(r), expires_at=r.deadline - 86_400, **action(r))
         old["doc"] = earlier
         store.decide(r.id, Decision.from_doc(earlier))
 
