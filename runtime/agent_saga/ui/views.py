@@ -151,7 +151,8 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
         elif kind in _GATE:
             step["gate"].append({"type": kind, "position": v["position"], **p})
         elif kind.startswith("APPROVAL_"):
-            step["approvals"].append({"type": kind, "position": v["position"], **p})
+            # what an approver was asked, as a human reads it: no control, bidi or zero-width characters
+            step["approvals"].append({"type": kind, "position": v["position"], **_escaped(p)})
         elif kind in _UNDO:
             run = {"type": kind, "position": v["position"], "step": step["step_id"], "tool": step["tool"], **p}
             step["undo"].append(run)
@@ -162,6 +163,19 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
         "steps": list(steps.values()), "undo": undo, "records": views,
         "damaged": index.damage is not None and index.damage.saga == entry.saga_id,
     }
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every string escaped for a human's eyes (``escape_text``)."""
+    from ..controls.approvals._render import escape_text
+
+    if isinstance(value, str):
+        return escape_text(value)
+    if isinstance(value, dict):
+        return {escape_text(str(k)): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def _plain(rec: Record, view: dict[str, Any]) -> Record:

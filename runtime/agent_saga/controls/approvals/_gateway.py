@@ -270,8 +270,17 @@ class ApprovalGateway:
 
     async def _wait(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
         rid = current.id
+        mine = action_digest(request.tool, request.policy_args, self.policy.version)
         while True:
             forged = None
+            if current.arguments_digest != mine or current.tool != request.tool:
+                # Checked on every read, against this call (not what the store says): a
+                # request rewritten while it waits is another action, whoever approves it.
+                return self._record(request, current, False, SYSTEM_APPROVER, (
+                    f"approval request {rid} in {self.store.describe()} now names another action "
+                    f"({current.tool[:64]!r}, {current.arguments_digest[:19]}) than this call ({request.tool!r}, "
+                    f"{mine[:19]}): it was rewritten after it was made, so no approval of it counts"),
+                    extra={"call_digest": mine})
             if current.state == "Approved":
                 forged, proof = await self._verify(current, request)
                 if forged is None:
