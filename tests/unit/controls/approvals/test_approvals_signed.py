@@ -6,6 +6,7 @@ keys is a configuration error naming the fix."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga.audit.checkpoints import generate_signing_key
+from agent_saga.clocks import format_instant
 from agent_saga.controls import (
     ApprovalGateway,
     ApprovalPolicy,
@@ -27,7 +29,9 @@ from agent_saga.controls.approvals import (
     TrustedKeys,
     decide_request,
 )
+from agent_saga.controls.approvals._render import render_action
 from agent_saga.errors import ConfigurationError, GateBlocked
+from agent_saga.records import canonical_json
 from engine_support import read, wal_fixture  # noqa: F401
 from test_approvals import kinds, wire
 
@@ -96,7 +100,8 @@ async def test_a_signed_approval_from_a_trusted_key_proceeds_and_the_wal_names_t
     assert doc["signature"]["keyId"] == signer.key_id and doc["expiresAt"]
 
 
-@pytest.mark.parametrize("attack", ["unsigned", "untrusted key", "altered approver", "copied from another request"])
+@pytest.mark.parametrize("attack", ["unsigned", "untrusted key", "altered approver", "copied from another request",
+                                    "another rendered action", "another tool", "format v1"])
 async def test_an_unproven_approval_is_ignored_logged_as_forged_and_the_request_expires(
         tmp_path, wal, caplog, attack):
     signer, pub = keypair(tmp_path, "operator")
@@ -109,6 +114,19 @@ async def test_an_unproven_approval_is_ignored_logged_as_forged_and_the_request_
             return rogue.sign(unsigned_doc(r), expires_at=r.deadline, **action(r))
         if attack == "altered approver":
             return {**signer.sign(unsigned_doc(r), expires_at=r.deadline, **action(r)), "approver": "ceo@corp"}
+        if attack == "another rendered action":  # the decider showed the human something else
+            return signer.sign(unsigned_doc(r), expires_at=r.deadline, tool=r.tool,
+                               action_digest=render_action(r.tool, {"amount": 80, "to": "acct_9"}).digest)
+        if attack == "another tool":
+            return signer.sign(unsigned_doc(r), expires_at=r.deadline, tool="crm.add_note",
+                               action_digest=action(r)["action_digest"])
+        if attack == "format v1":  # signed over the fields of v1, which covered neither
+            doc = {**unsigned_doc(r), "expiresAt": format_instant(r.deadline)}
+            body = {k: doc.get(k) for k in ("requestId", "argumentsDigest", "decision", "approver",
+                                            "authenticatedUser", "decidedAt", "expiresAt", "breakGlass")}
+            sig = signer._key.sign(b"agent-saga.approval-decision/v1\n" + canonical_json(body).encode())
+            return {**doc, "signature": {"alg": "Ed25519", "keyId": signer.key_id,
+                                         "sig": base64.b64encode(sig).decode()}}
         other = {**unsigned_doc(r), "requestId": "0" * 32, "id": f"{r.namespace}/{'0' * 32}"}
         return {**signer.sign(other, expires_at=r.deadline, **action(r)), "requestId": r.id}
 
@@ -124,6 +142,10 @@ async def test_an_unproven_approval_is_ignored_logged_as_forged_and_the_request_
     assert len(forged_logs) == 1, "logged once, not once per poll"
     assert "BEGIN" not in forged_logs[0] and "sig" not in forged_logs[0].split("forged:")[0]
     assert kinds(wal, "s-forged") == ["APPROVAL_REQUESTED", "APPROVAL_DECIDED"]
+    said = {"another rendered action": "the approver was shown another action",
+            "another tool": "covers 'crm.add_note'", "format v1": "signed in the format "
+            "agent-saga.approval-decision/v1, which covers neither the tool nor the action the approver was shown"}
+    assert said.get(attack, "") in d["forged"], d["forged"]
 
 
 async def test_a_signed_decision_replayed_onto_a_new_request_with_the_same_id_is_refused(tmp_path, wal):
