@@ -302,7 +302,8 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
 
 async def _checked_action(ctx: Context, spec: ApprovalSpec) -> tuple[str | None, tuple[str, str] | None]:
     """The digest of the rendered action a signed decision covers, or why the request
-    behind this Approval cannot be approved (reason, message)."""
+    behind this Approval cannot be approved (reason, message); neither when the policy
+    plane holds no request for it (no agent waits on it)."""
     from agent_saga.controls.approvals import ApprovalRequest
 
     from .bridge import approval_problem, read_request
@@ -311,8 +312,8 @@ async def _checked_action(ctx: Context, spec: ApprovalSpec) -> tuple[str | None,
         doc = await read_request(ctx.projector.client, ctx.projector.keys.prefix, spec.request_id)
     except (ValueError, TypeError) as e:
         return None, (Reason.ACTION_MISMATCH, f"its request in the policy plane cannot be read ({e})")
-    if doc is None:
-        return None, (Reason.ACTION_MISMATCH, "its request is no longer in the policy plane")
+    if doc is None:  # no agent waits on it: a decision is harmless, and is not signed (nothing to render)
+        return None, None
     if doc.get("argumentsDigest") != spec.arguments_digest or doc.get("tool") != spec.tool:
         return None, (Reason.ACTION_MISMATCH, "the request in the policy plane is not the action this Approval shows")
     problem = approval_problem(doc)

@@ -468,13 +468,15 @@ def _token_kubeconfig(kube: KubeCluster, ns: str, sa: str, path: Path) -> Path:
 def _request_approval(url: str, namespace: str) -> str:
     """An approval request as an agent's ApprovalGateway writes it (RedisApprovalStore)."""
     from agent_saga.controls import ApprovalRequest, RedisApprovalStore
+    from agent_saga.controls.approvals import action_digest
 
     store = RedisApprovalStore(url)
     now = time.time()
     request = ApprovalRequest(
         id=secrets.token_hex(16), saga_id="saga-chart", step_id="saga-chart/0", tool="wire.send",
-        rule="irreversible", reason="chart e2e", arguments_digest="sha256:" + "0" * 64, policy_version="1",
-        requested_at=now, deadline=now + 300, display={"amount": "5"}, namespace=namespace, agent="chart-e2e")
+        rule="irreversible", reason="chart e2e", arguments_digest=action_digest("wire.send", {"amount": 5}, "1"),
+        policy_version="1", requested_at=now, deadline=now + 300, display={"amount": "5"}, namespace=namespace,
+        agent="chart-e2e", arguments={"amount": 5})
     try:
         _, created = store.create(request)
         assert created
