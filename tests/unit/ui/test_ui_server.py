@@ -146,3 +146,22 @@ def test_a_deleted_record_is_found_at_the_gap(log: Path, tmp_path: Path) -> None
     index = _index(cut)
     assert index.damage is not None and index.damage.position == 2, index.damage
     assert "missing" in index.damage.reason
+
+
+def test_an_approval_record_is_shown_escaped(tmp_path: Path) -> None:
+    """What an approver was asked reaches the page without control, bidi or zero-width
+    characters (a model-chosen argument cannot reorder or hide what the auditor reads)."""
+    path = tmp_path / "a.wal"
+    wal = FileWAL(path, sync=False)
+    wal.append("SAGA_STARTED", "s-1", None, {"name": None, "tags": []})
+    wal.append("STEP_INTENT", "s-1", "s-1/0", {"tool": "wire.send", "semantics": "IRREVERSIBLE",
+                                                "policy_args": {"amount": 80000}})
+    wal.append("APPROVAL_DECIDED", "s-1", "s-1/0", {"decision": "Approved", "approver": "risk@corp",
+                                                    "policy_args": {"to": "acct_\u202e9\u200b\x1b[2K"}})
+    wal.barrier_sync()
+    wal.close()
+    index = _index(path)
+    detail = saga_detail(index, index.sagas["s-1"], None, None)
+    (approval,) = detail["steps"][0]["approvals"]
+    assert approval["policy_args"] == {"to": "acct_<U+202E>9<U+200B>\\x1b[2K"}
+    assert approval["approver"] == "risk@corp"
