@@ -3,7 +3,9 @@
     .venv/bin/python bench/bench_approvals.py [--n 2000] [--json]
 
 The agent reads a decision document, and with trusted keys checks its Ed25519 signature
-(``Decision.from_doc`` -> ``Decision.seal`` -> ``TrustedKeys.problem``) before it acts.
+(``Decision.from_doc`` -> ``Decision.seal`` -> ``TrustedKeys.problem``, against the digest
+of its own call's rendered action) before it acts. Rendering that action
+(``render_action``, once per request) is measured on a row of its own.
 Measured per decision: reading an unsigned decision (the baseline), reading and checking
 a signed one (the difference is what signing adds), and a bare Ed25519 verify of the same
 bytes (the primitive's own cost, measured in the same run: on a shared machine the ratio
@@ -26,10 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 import _common  # bench/_common.py (benchmarks run as scripts from bench/)
 from agent_saga.audit.checkpoints import generate_signing_key  # noqa: E402
 from agent_saga.controls.approvals import Decision, DecisionSigner, TrustedKeys  # noqa: E402
+from agent_saga.controls.approvals._render import render_action  # noqa: E402
 
 RID = "af83c011" * 4
 DIGEST = "sha256:" + "ab" * 32
 DEADLINE = 1_800_000_900.0
+TOOL, ARGS = "wire.send", {"amount": 80000, "to": "acct_9", "memo": "invoice 2026-07"}
 
 
 measure = _common.measure_us
@@ -45,14 +49,19 @@ def main() -> int:
         signer, trust = DecisionSigner.from_file(priv), TrustedKeys.from_path(pub)
     plain = Decision("Approved", "risk@corp", 1_800_000_010.0, DIGEST, "verified by phone", "cli:h:1").to_doc(
         RID, "payments")
-    signed = signer.sign(plain, expires_at=DEADLINE)
+    rendered = render_action(TOOL, ARGS).digest
+    signed = signer.sign(plain, expires_at=DEADLINE, tool=TOOL, action_digest=rendered)
 
     def unsigned_read() -> None:
         Decision.from_doc(plain)
 
     def signed_check() -> None:
         d = Decision.from_doc(signed)
-        assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE) is None
+        assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE, tool=TOOL,
+                             action_digest=rendered) is None
+
+    def render() -> None:
+        render_action(TOOL, ARGS).digest  # noqa: B018 - the work measured
 
     seal = Decision.from_doc(signed).seal
     assert seal is not None
@@ -61,11 +70,12 @@ def main() -> int:
     def bare_verify() -> None:
         key.verify(seal.signature, seal.message)
 
-    for fn in (unsigned_read, signed_check, bare_verify):
+    for fn in (unsigned_read, signed_check, bare_verify, render):
         measure(fn, 200)  # warm up
     rows = []
     for name, fn in (("unsigned decision: read", unsigned_read), ("signed decision: read + verify", signed_check),
-                     ("bare Ed25519 verify", bare_verify)):
+                     ("bare Ed25519 verify", bare_verify),
+                     ("the call's action rendered (once per request)", render)):
         s = measure(fn, args.n)
         rows.append(_common.latency_row(name, s))
     by = {r["name"]: r for r in rows}

@@ -271,6 +271,9 @@ class ApprovalGateway:
     async def _wait(self, request: StepRequest, current: ApprovalRequest) -> ApprovalOutcome:
         rid = current.id
         mine = action_digest(request.tool, request.policy_args, self.policy.version)
+        # The tool and the rendering of THIS call's arguments (not what the store says):
+        # what a signed approval must cover. Rendered once per request.
+        rendered = render_action(request.tool, _canonical(request.policy_args)).digest
         while True:
             forged = None
             if current.arguments_digest != mine or current.tool != request.tool:
@@ -282,7 +285,7 @@ class ApprovalGateway:
                     f"{mine[:19]}): it was rewritten after it was made, so no approval of it counts"),
                     extra={"call_digest": mine})
             if current.state == "Approved":
-                forged, proof = await self._verify(current, request)
+                forged, proof = await self._verify(current, request.tool, rendered)
                 if forged is None:
                     refused = self._check_passkey(current, proof)
                     if refused is not None:
@@ -357,7 +360,7 @@ class ApprovalGateway:
                 return await self._deny_in_store(request, current, why)
         return None
 
-    async def _verify(self, current: ApprovalRequest, request: StepRequest) -> tuple[str | None, dict[str, Any]]:
+    async def _verify(self, current: ApprovalRequest, tool: str, rendered: str) -> tuple[str | None, dict[str, Any]]:
         """Is the stored approval proven? (why not, or ``None``; and what the WAL records)"""
         decision = current.decision
         assert decision is not None
@@ -370,10 +373,8 @@ class ApprovalGateway:
                 trust = self._trust = self._merged(texts)
         if trust is None:
             return None, {"signature": "not checked: no trusted approver keys are configured"}
-        # The tool and the rendering of THIS call's arguments, not what the store says.
-        view = render_action(request.tool, _canonical(request.policy_args))
         why = trust.problem(seal, request_id=current.id, arguments_digest=current.arguments_digest,
-                            deadline=current.deadline, tool=request.tool, action_digest=view.digest)
+                            deadline=current.deadline, tool=tool, action_digest=rendered)
         if why is not None:
             return why, {}
         assert seal is not None
