@@ -323,3 +323,21 @@ async def test_the_webhook_notifier_posts_json_and_fails_loudly(tmp_path, wal, w
     assert "SECRETPATH" not in str(info.value) and "SECRETPATH" not in repr(n)
     with pytest.raises(NotifierError, match="could not be reached"):
         await WebhookNotifier("http://127.0.0.1:9/hook", timeout=1).notify(notice)
+
+
+async def test_resetting_consumed_at_does_not_make_a_used_approval_usable_again(tmp_path, wal):
+    """The record of an approval's use is kept apart from the request document (a file of
+    its own, created once): setting the document's consumedAt back to null replays nothing."""
+    store = FileApprovalStore(tmp_path / "approvals")
+    human = Human(store, answer=None)
+    policy = ApprovalPolicy(timeout=900, levels=(EscalationLevel(("@oncall",)),))
+    rid = await _crash_while_waiting(ApprovalGateway(store, human, wal, policy, poll=0.01), _request())
+    decide_request(store, rid, approved=True, approver="risk@corp", now=store.get(rid).requested_at + 5)
+    gw = ApprovalGateway(store, human, wal, policy, poll=0.01)
+    assert (await gw.request_approval(_request(), PENDING)).approved
+    path = tmp_path / "approvals" / f"{rid}.json"
+    doc = json.loads(path.read_text())
+    assert doc["consumedAt"] is not None and (tmp_path / "approvals" / f"{rid}.consumed").exists()
+    path.write_text(json.dumps({**doc, "consumedAt": None, "consumedBy": None}))
+    again = await gw.request_approval(_request(), PENDING)
+    assert not again.approved and "already used" in again.note and "whatever its request document says" in again.note
