@@ -204,6 +204,8 @@ def register(sub: Any, cluster_args: Any, fmt: Any) -> None:
         "  kubectl saga approvals deny af83c011 --note 'not this one' -n payments")
     asub = p.add_subparsers(dest="approvals_command", required=True, metavar="COMMAND")
     q = asub.add_parser("list", help="pending Approvals (--all: decided ones too)", formatter_class=fmt,
+                        description="The Approvals agents are waiting on: tool, reason, the fields shown to the "
+                        "approver, the deadline.",
                         epilog="examples:\n  kubectl saga approvals list -n payments\n"
                         "  kubectl saga approvals list -A --all")
     q.add_argument("--all", action="store_true", help="also the decided and expired ones")
