@@ -4,7 +4,8 @@ apply what, from the status the operator writes (docs/crds.md, "Acknowledgement"
 One section per kind: kill switches (action, scope, engaged, acknowledged/matched, the
 lagging agents by name), budget limits (used of max per window), saga policies (mode,
 acknowledged, the agents enforcing them), model routes (hosts, preferred, acknowledged)
-and approvals (pending first). An object whose ``Ready`` condition is not True shows
+and approvals (pending first). A kind the user may not list is named as such and the
+others are still shown (exit 1). An object whose ``Ready`` condition is not True shows
 the condition's reason and message: that sentence is the operator's explanation.
 """
 
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._approvals import phase, render_approval
-from ._cluster import PLURALS, connect
+from ._cluster import PLURALS, ClusterError, connect
 from ._switches import object_scope
 
 __all__ = ["KINDS", "register", "render"]
@@ -84,10 +85,15 @@ def _line(kind: str, obj: dict[str, Any], with_ns: bool) -> list[str]:
     return [head, *(f"    {d}" for d in detail)]
 
 
-def render(objects: dict[str, list[dict[str, Any]]], *, where: str, with_ns: bool, now: datetime) -> list[str]:
-    """The status report for ``objects`` (kind -> items)."""
+def render(objects: dict[str, list[dict[str, Any]]], *, where: str, with_ns: bool, now: datetime,
+           refused: dict[str, str] | None = None) -> list[str]:
+    """The status report for ``objects`` (kind -> items); ``refused``: kind -> why it
+    could not be read (that section says so, the others are shown)."""
     out = [f"agent-saga in {where}"]
     for kind, title in KINDS:
+        if refused and kind in refused:
+            out.append(f"\n{title}: cannot be read: {refused[kind]}")
+            continue
         items = objects.get(kind) or []
         if kind == "Approval":
             pending = [o for o in items if phase(o) == "Pending"]
@@ -105,14 +111,26 @@ def cmd_status(args: argparse.Namespace) -> int:
     """``status``."""
     cluster = connect(args)
     ns = cluster.scope_namespace()
-    objects = {kind: cluster.list(kind, ns) for kind, _ in KINDS}
+    objects: dict[str, list[dict[str, Any]]] = {}
+    refused: dict[str, str] = {}
+    for kind, _ in KINDS:
+        try:
+            objects[kind] = cluster.list(kind, ns)
+        except ClusterError as exc:
+            if exc.code != 1:
+                raise  # no cluster at all: nothing else would be readable either
+            refused[kind] = exc.message
     if args.json:
-        print(json.dumps({PLURALS[k]: v for k, v in objects.items()}, default=str))
-        return 0
-    where = "every namespace" if ns is None else f"namespace {ns}"
-    ctx = f" (context {cluster.context})" if cluster.context else ""
-    print("\n".join(render(objects, where=where + ctx, with_ns=ns is None, now=datetime.now(UTC))))
-    return 0
+        print(json.dumps({**{PLURALS[k]: v for k, v in objects.items()},
+                          **({"refused": {PLURALS[k]: v for k, v in refused.items()}} if refused else {})},
+                         default=str))
+    else:
+        where = "every namespace" if ns is None else f"namespace {ns}"
+        ctx = f" (context {cluster.context})" if cluster.context else ""
+        print("\n".join(render(objects, where=where + ctx, with_ns=ns is None, now=datetime.now(UTC),
+                               refused=refused)))
+    # Part of the picture is missing: say so in the exit code too.
+    return 1 if refused else 0
 
 
 def register(sub: Any, cluster_args: Any, fmt: Any) -> None:
