@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import ConfigurationError
-from ._cluster import GROUP, PLURALS, VERSION, Cluster, ClusterError, connect
+from ._cluster import GROUP, PLURALS, VERSION, Cluster, ClusterError, connect, network_errors
 
 __all__ = ["BREAK_GLASS", "decision_patch", "phase", "register", "render_approval"]
 
@@ -112,7 +112,7 @@ def _find(cluster: Cluster, ident: str) -> dict[str, Any]:
     except ApiException as e:
         if e.status != 404 or "could not find the requested resource" in (e.body or ""):
             raise cluster.explain(e, f"get approval {ident} in namespace {cluster.namespace}") from None
-    except Exception as e:  # noqa: BLE001 - connection failures
+    except network_errors() as e:
         raise cluster.unreachable(e) from None
     matches = [o for o in cluster.list("Approval", cluster.namespace) if o["metadata"]["name"].startswith(ident)]
     if len(matches) == 1:

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import ConfigurationError, SagaError
+from ..errors import SagaError
 
-__all__ = ["GROUP", "VERSION", "PLURALS", "Cluster", "ClusterError", "cluster_arguments", "connect"]
+__all__ = ["GROUP", "PLURALS", "VERSION", "Cluster", "ClusterError", "cluster_arguments", "connect",
+           "network_errors"]
 
 GROUP = "agentsaga.dev"
 VERSION = "v1alpha1"
@@ -92,7 +93,7 @@ class Cluster:
                 if e.status in (403, 404, 405):
                     return None
                 raise self.explain(e, "ask who you are (create selfsubjectreviews)") from None
-            except Exception as e:  # noqa: BLE001 - connection failures are translated
+            except network_errors() as e:
                 raise self.unreachable(e) from None
             info = review.status.user_info if review.status is not None else None
             self._user = (info.username if info is not None else None) or ""
@@ -114,9 +115,7 @@ class Cluster:
             return fn(*args, _request_timeout=self.timeout, **kw)
         except ApiException as e:
             raise self.explain(e, what) from None
-        except (ConfigurationError, ClusterError):
-            raise
-        except Exception as e:  # noqa: BLE001 - urllib3 and ssl errors: the cluster is not reachable
+        except network_errors() as e:
             raise self.unreachable(e) from None
 
     def list(self, kind: str, namespace: str | None = None, *, label_selector: str | None = None) -> list[dict[str, Any]]:
@@ -156,12 +155,12 @@ class Cluster:
         if status == 401:
             return ClusterError(f"the API server did not accept your credentials ({message}): log in again or "
                                 f"check the user of your kubeconfig context", code=2)
-        if status == 403 and _is_rbac(message):
+        if status == 403 and _is_admission(message):
+            return ClusterError(f"refused by the cluster's admission policy when trying to {what}: {message}")
+        if status == 403:
             return ClusterError(
                 f"forbidden: you cannot {what} ({message}). Ask a cluster admin for a RoleBinding that grants "
                 f"it (docs/kubectl-plugin.md, \"Permissions\"); check with kubectl auth can-i")
-        if status == 403:
-            return ClusterError(f"refused by the cluster's admission policy when trying to {what}: {message}")
         if status == 404 and "the server could not find the requested resource" in message:
             return ClusterError(
                 f"the agent-saga CustomResourceDefinitions are not installed in this cluster (cannot {what}): "
@@ -190,9 +189,19 @@ def _api_message(e: Any) -> str:
     return str(getattr(e, "reason", "") or e)
 
 
-def _is_rbac(message: str) -> bool:
-    # RBAC's refusal: 'approvals.agentsaga.dev "x" is forbidden: User "eve" cannot patch resource ...'
-    return " cannot " in message and "resource" in message
+def _is_admission(message: str) -> bool:
+    # A ValidatingAdmissionPolicy's refusal: '... is forbidden: ValidatingAdmissionPolicy 'p'
+    # with binding 'p' denied request: ...'; a webhook's: 'admission webhook "w" denied the
+    # request: ...'. RBAC's says 'User "eve" cannot patch resource ...'.
+    return "denied request" in message or "denied the request" in message or "admission" in message.lower()
+
+
+def network_errors() -> tuple[type[BaseException], ...]:
+    """What the client raises when the API server does not answer (refused, timed out,
+    TLS failed): urllib3's errors and ``OSError``."""
+    import urllib3.exceptions
+
+    return (OSError, urllib3.exceptions.HTTPError)
 
 
 def _short(exc: BaseException) -> str:

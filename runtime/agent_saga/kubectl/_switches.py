@@ -21,11 +21,12 @@ import hashlib
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from ..controls.killswitch import Lever, LeverAction, format_scope, parse_scope
 from ..errors import ConfigurationError
-from ._cluster import GROUP, PLURALS, VERSION, Cluster, connect
+from ._cluster import GROUP, PLURALS, VERSION, Cluster, ClusterError, connect, network_errors
 
 __all__ = ["MANAGED_BY", "killswitch_body", "object_scope", "parse_ttl", "register", "switch_name"]
 
@@ -71,7 +72,9 @@ def killswitch_body(action: LeverAction, scope: str, *, reason: str, by: str, tt
     """The KillSwitch ``action`` on ``scope`` (validated as the runtime validates a lever:
     ``ConfigurationError`` names a bad scope, combination, reason or requester)."""
     lever = Lever.new(action, scope, reason=reason, by=by, now=0.0, ttl=ttl, lever_id="kubectl/validate")
-    spec: dict[str, Any] = {"action": action.value.capitalize(), "reason": reason.strip(),
+    # The reason as the lever keeps it: a credential pasted into it is redacted before it
+    # is stored anywhere (etcd included).
+    spec: dict[str, Any] = {"action": action.value.capitalize(), "reason": lever.reason,
                             "requestedBy": lever.requested_by}
     scope_obj = _scope_object(lever.scope)
     if scope_obj is not None:
@@ -126,19 +129,26 @@ def _engage(args: argparse.Namespace, action: LeverAction, scope: str) -> int:
     api = cluster.custom()
     made: list[dict[str, Any]] = []
     already: list[dict[str, Any]] = []
+    refused: list[ClusterError] = []
+    name = body["metadata"]["name"]
     for ns in _namespaces(cluster):
-        name = body["metadata"]["name"]
         try:
-            obj = api.create_namespaced_custom_object(GROUP, VERSION, ns, _PLURAL, body,
-                                                      _request_timeout=cluster.timeout)
-            made.append(obj)
-        except ApiException as e:
-            if e.status != 409:
-                raise cluster.explain(e, f"create killswitches in namespace {ns}") from None
-            already.append(cluster.call(f"get killswitch {name} in namespace {ns}",
-                                        api.get_namespaced_custom_object, GROUP, VERSION, ns, _PLURAL, name))
-        except Exception as e:  # noqa: BLE001 - connection failures
-            raise cluster.unreachable(e) from None
+            try:
+                made.append(api.create_namespaced_custom_object(GROUP, VERSION, ns, _PLURAL, body,
+                                                                _request_timeout=cluster.timeout))
+            except ApiException as e:
+                if e.status != 409:
+                    raise cluster.explain(e, f"create killswitches in namespace {ns}") from None
+                already.append(cluster.call(f"get killswitch {name} in namespace {ns}",
+                                            api.get_namespaced_custom_object, GROUP, VERSION, ns, _PLURAL, name))
+            except network_errors() as e:
+                raise cluster.unreachable(e) from None
+        except ClusterError as exc:
+            if exc.code != 1 or not cluster.all_namespaces:
+                raise
+            refused.append(exc)  # -A: one namespace refusing does not stop the others
+    for err in refused:
+        print(f"kubectl saga: {err.message}", file=sys.stderr)
     if args.json:
         print(json.dumps({"engaged": made, "alreadyEngaged": already}, default=str))
     else:
@@ -149,7 +159,7 @@ def _engage(args: argparse.Namespace, action: LeverAction, scope: str) -> int:
         if made:
             ns_flag = "-A" if cluster.all_namespaces else f"-n {cluster.namespace}"
             print(f"  which agents obey: kubectl get killswitches {ns_flag} (ACKED), or kubectl saga status {ns_flag}")
-    return 0 if made else 1
+    return 0 if made and not refused else 1
 
 
 def cmd_halt(args: argparse.Namespace) -> int:
