@@ -267,3 +267,16 @@ def test_status_says_which_agents_apply_what() -> None:
     bare = "\n".join(render({"KillSwitch": [{**ks, "status": {}}]}, where="w", with_ns=True,
                             now=datetime.now(UTC)))
     assert "budget limits: none" in bare and "is the operator running" in bare and "payments/halt-wire" in bare
+
+
+def test_a_credential_pasted_into_the_reason_is_not_stored() -> None:
+    body = killswitch_body(LeverAction.HALT, "global", reason="key sk_live_4eC39HqLyjWDarjtT1zdp7dc leaked",
+                           by="soc@corp", ttl=None)
+    assert body["spec"]["reason"] == "key [REDACTED] leaked"
+
+
+def test_status_names_a_kind_it_may_not_read_and_shows_the_rest() -> None:
+    text = "\n".join(render({"Approval": []}, where="namespace payments", with_ns=False, now=datetime.now(UTC),
+                            refused={"KillSwitch": "forbidden: you cannot list killswitches"}))
+    assert "kill switches: cannot be read: forbidden: you cannot list killswitches" in text
+    assert "approvals: 0 pending" in text
