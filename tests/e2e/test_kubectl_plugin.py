@@ -4,8 +4,12 @@ what the console script does), and the plugin acts as the kubeconfig's user (`--
 impersonates, as kubectl's flag does), so RBAC and admission decide.
 
 - halt makes the KillSwitch the operator projects (its spec, then the real operator's
-  document in Redis and `status.engaged`); halting again finds it; resume deletes it, and
-  leaves one applied from a manifest alone, naming how to lift it.
+  document in Redis and `status.engaged`), a real agent process refuses the tool and
+  `status` shows it acknowledging; halting again finds it; resume deletes it, and leaves
+  one applied from a manifest alone, naming how to lift it; the agent runs again once
+  both are gone.
+- `-A` (on a control plane of its own: it writes into every namespace) halts in each
+  namespace and resume -A lifts them all.
 - quarantine and drain make the objects their flags say; a combination the kill switch
   refuses never reaches the cluster.
 - approvals: an approver (a Role like the chart's approver role) lists and approves as
@@ -28,14 +32,15 @@ from typing import Any
 import pytest
 import redis
 from agent_saga_operator.models import GROUP, VERSION
-from agent_saga_operator.testing import OperatorProcess, poll
+from agent_saga_operator.testing import OperatorProcess, install_crds, poll
 from fixtures.binaries import REPO_ROOT, require_asset
-from fixtures.controlplane import KubeCluster
+from fixtures.controlplane import ControlPlane, KubeCluster
 from fixtures.redis_server import RedisServer
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from test_approval_proof import POLICY, decide
 from test_approval_proof import admission as chart_admission
+from test_plane_agents import PlaneAgent, plane_env, until_call
 
 admission = chart_admission  # the chart's approver admission policy and roles, applied (a fixture)
 
@@ -47,6 +52,10 @@ DEADLINE = 20.0  # seconds: generous for a loaded 2-core machine
 @pytest.fixture
 def saga_env(crds: KubeCluster, tmp_path: Path) -> dict[str, str]:
     """PATH with the real kubectl and a `kubectl-saga` plugin; KUBECONFIG the cluster's."""
+    return plugin_env(crds, tmp_path)
+
+
+def plugin_env(kube: KubeCluster, tmp_path: Path) -> dict[str, str]:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     plugin = bindir / "kubectl-saga"
@@ -55,7 +64,7 @@ def saga_env(crds: KubeCluster, tmp_path: Path) -> dict[str, str]:
     kubectl = require_asset("kubectl")
     path = os.pathsep.join([str(bindir), str(kubectl.parent), os.environ.get("PATH", "")])
     pythonpath = os.pathsep.join([str(REPO_ROOT / "runtime"), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "PATH": path, "KUBECONFIG": str(crds.kubeconfig), "PYTHONPATH": pythonpath,
+    return {**os.environ, "PATH": path, "KUBECONFIG": str(kube.kubeconfig), "PYTHONPATH": pythonpath,
             "HOME": str(tmp_path)}
 
 
@@ -89,7 +98,7 @@ def whoami(kube: KubeCluster) -> str:
 def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
                          extra_args=["--standalone", "--resync-interval", "2", "--retry-delay", "0.5",
-                                     "--health-host", "127.0.0.1"])
+                                     "--ack-interval", "0.5", "--health-host", "127.0.0.1"])
     op.start()
     try:
         op.wait_ready()
@@ -113,11 +122,24 @@ def test_kubectl_finds_the_plugin_and_its_help_lists_commands_with_examples(saga
 
 
 # --------------------------------------------------------------------------- kill switch
+@pytest.fixture
+def agent(fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[PlaneAgent]:
+    """A real agent process wired by AGENT_SAGA_REDIS_URL for ``ns`` (no Kubernetes access),
+    keeping a heartbeat the operator counts."""
+    a = PlaneAgent(plane_env(fresh_redis.url, ns, "payments-agent", "pod-1"), tmp_path / "agent")
+    try:
+        yield a
+    finally:
+        a.close()
+
+
 def test_halt_makes_the_killswitch_the_operator_projects_and_resume_deletes_it(
     crds: KubeCluster, ns: str, saga_env: dict[str, str], operator: OperatorProcess, fresh_redis: RedisServer,
+    agent: PlaneAgent,
 ) -> None:
     r = redis.Redis.from_url(fresh_redis.url, decode_responses=True)
     try:
+        assert agent.call("wire.send")["ok"]
         run = saga(saga_env, "halt", "--scope", "tool:wire.send", "--reason", "fraud pattern", "--ttl", "10m",
                    "-n", ns)
         assert run.returncode == 0, run.stderr
@@ -134,6 +156,13 @@ def test_halt_makes_the_killswitch_the_operator_projects_and_resume_deletes_it(
                                                                                  whoami(crds), 600)
         poll(lambda: (co(crds).get_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", name)
                       .get("status") or {}).get("engaged"), timeout=DEADLINE, what="status.engaged")
+        # The agent obeys it, and status says so (from the agent's heartbeat, via the operator).
+        refused = until_call(agent, False, "wire.send")
+        assert "fraud pattern" in refused["error"], refused
+        assert agent.call("search_docs")["ok"]
+        acked = poll(lambda: (lambda out: out if "agents 1/1 acknowledged" in out else None)(
+            saga(saga_env, "status", "-n", ns).stdout), timeout=DEADLINE, what="status: the agent acknowledges")
+        assert f"{name}: HALT tool:wire.send engaged" in acked
 
         again = saga(saga_env, "halt", "--scope", "tool:wire.send", "--reason", "twice", "-n", ns)
         assert again.returncode == 1 and f"already engaged: HALT tool:wire.send in namespace {ns}" in again.stdout
@@ -157,9 +186,11 @@ def test_halt_makes_the_killswitch_the_operator_projects_and_resume_deletes_it(
              what="the lever removed from Redis")
         assert not gone(crds, ns, "killswitches", "from-git")
 
+        assert not agent.call("wire.send")["ok"]  # from-git still halts
         by_name = saga(saga_env, "resume", "--name", "from-git", "-n", ns)
         assert by_name.returncode == 0 and "lifted HALT tool:wire.send" in by_name.stdout, by_name.stderr
         poll(lambda: gone(crds, ns, "killswitches", "from-git"), timeout=DEADLINE, what="from-git deleted")
+        until_call(agent, True, "wire.send")
         nothing = saga(saga_env, "resume", "--scope", "tool:wire.send", "-n", ns)
         assert nothing.returncode == 1 and "no KillSwitch on scope tool:wire.send" in nothing.stdout
     finally:
@@ -187,6 +218,48 @@ def test_quarantine_and_drain_make_what_their_flags_say(crds: KubeCluster, ns: s
     lifted = saga(saga_env, "resume", "--scope", "saga:saga-8f3c", "-n", ns)
     assert lifted.returncode == 0 and "lifted QUARANTINE saga:saga-8f3c" in lifted.stdout, lifted.stderr
     assert [o["spec"]["action"] for o in items(crds, ns, "killswitches")] == ["Drain"]
+
+
+@pytest.fixture(scope="module")
+def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
+    """A control plane for `-A` alone: it writes into every namespace, which the shared
+    cluster's other tests must never see."""
+    cp = ControlPlane(tmp_path_factory.mktemp("kplug-all"))
+    try:
+        cp.start()
+        kube = cp.cluster()
+        install_crds(kube.kubectl, kube.api_client())
+        yield kube
+        kube.close()
+    finally:
+        cp.stop()
+
+
+def test_all_namespaces_halts_in_each_and_resume_lifts_them_all(own_cluster: KubeCluster, tmp_path: Path) -> None:
+    kube = own_cluster
+    for name in ("payments", "refunds"):
+        kube.kubectl("create", "namespace", name)
+    env = plugin_env(kube, tmp_path)
+    run = saga(env, "halt", "--scope", "tag:eu", "--reason", "EU bank outage", "-A")
+    assert run.returncode == 0, run.stderr
+    namespaces = {n.metadata.name for n in client.CoreV1Api(kube.api_client()).list_namespace().items}
+    assert {"payments", "refunds", "default"} <= namespaces
+
+    def everywhere() -> dict[str, dict[str, Any]]:
+        out = co(kube).list_cluster_custom_object(GROUP, VERSION, "killswitches")["items"]
+        return {o["metadata"]["namespace"]: o for o in out}
+    made = everywhere()
+    assert set(made) == namespaces
+    assert {(o["metadata"]["name"], json.dumps(o["spec"], sort_keys=True)) for o in made.values()} == {
+        (made["payments"]["metadata"]["name"], json.dumps({"action": "Halt", "scope": {"tag": "eu"},
+                                                          "reason": "EU bank outage", "requestedBy": whoami(kube)},
+                                                         sort_keys=True))}
+    status = saga(env, "status", "-A")
+    assert f"payments/{made['payments']['metadata']['name']}: HALT tag:eu" in status.stdout, status.stdout
+
+    lifted = saga(env, "resume", "--scope", "tag:eu", "-A")
+    assert lifted.returncode == 0 and lifted.stdout.count("lifted HALT tag:eu") == len(namespaces), lifted.stderr
+    assert everywhere() == {}
 
 
 def test_a_user_without_the_role_is_told_what_is_missing(crds: KubeCluster, ns: str,
