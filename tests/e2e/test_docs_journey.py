@@ -4,7 +4,7 @@ The commands are read from the two documents when the test runs (so the docs can
 drift from what works) and run with bash, in order, against a control plane of their own
 (kube-apiserver + etcd: the journey creates namespaces, installs and uninstalls the
 release and finally deletes the CRDs, which a shared cluster must not see), with the
-cluster's kubectl and helm on PATH, `KUBECONFIG` set, and `AGENT_SAGA_REDIS_URL` pointing
+cluster's kubectl and helm (and the `kubectl saga` plugin) on PATH, `KUBECONFIG` set, and `AGENT_SAGA_REDIS_URL` pointing
 at a real Redis. The working directory holds what the docs assume: the repository's
 `charts/`, `crds/` and `examples/`, and an `agent-saga.wal` written by a real saga.
 
@@ -160,6 +160,8 @@ def test_the_docs_are_read_whole() -> None:
     readme = readme_steps()
     assert any(s.command and s.command.startswith("agent-saga status ") for s in readme)
     assert any(s.command and s.command.startswith("kubectl apply -f examples/k8s/killswitch.yaml ") for s in readme)
+    assert any(s.command and s.command.startswith("kubectl saga halt ") and not s.skipped for s in readme)
+    assert any(c.startswith("kubectl saga status -n payments") for c in commands)
     assert len([s for s in readme if s.skipped]) == 8  # make demo, make test, recover x2, reconcile, approve, mcp, ui
     for step in steps + readme:
         if step.skipped:
@@ -197,9 +199,22 @@ def _workdir(tmp: Path) -> Path:
     return work
 
 
+def _plugin_fallback(home: Path) -> Path:
+    """A directory holding a `kubectl-saga` that runs this tree's plugin: on PATH after
+    `.venv/bin`, so the installed console script is used when the virtualenv has it (it
+    is created by `make install` from pyproject.toml) and this tree's module otherwise."""
+    bindir = home / "plugin-bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    plugin = bindir / "kubectl-saga"
+    plugin.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO_ROOT / "runtime"}" exec "{REPO_ROOT / ".venv" / "bin" / "python"}" '
+                      f'-m agent_saga.kubectl "$@"\n')
+    plugin.chmod(0o755)
+    return bindir
+
+
 def _env(cluster: KubeCluster, home: Path, redis_url: str) -> dict[str, str]:
     paths = [str(require_asset("kubectl").parent), str(require_asset("helm").parent),
-             str(REPO_ROOT / ".venv" / "bin"), "/usr/local/bin", "/usr/bin", "/bin"]
+             str(REPO_ROOT / ".venv" / "bin"), str(_plugin_fallback(home)), "/usr/local/bin", "/usr/bin", "/bin"]
     return {
         "PATH": os.pathsep.join(paths),
         "HOME": str(home),

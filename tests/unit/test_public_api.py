@@ -93,7 +93,8 @@ def test_importing_the_runtime_loads_only_the_standard_library() -> None:
     # setup_telemetry and setup_metrics, and must not load fastapi, starlette,
     # opentelemetry or prometheus_client to do so.
     code = (
-        "import sys; import agent_saga, agent_saga.cli, agent_saga.connectors, agent_saga.connectors.stripe, "
+        "import sys; import agent_saga, agent_saga.cli, agent_saga.kubectl, agent_saga.connectors, "
+        "agent_saga.connectors.stripe, "
         "agent_saga.connectors.salesforce; "
         "third = sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
         "- {'agent_saga', '__main__', '_virtualenv', '__editable___agent_saga_0_1_0_finder'}); "

@@ -2,7 +2,7 @@
 
 Covered: README.md, docs/, examples/, the Helm chart (every file), the generated CRDs
 (descriptions and validation messages: what `kubectl explain` and `kubectl apply` show),
-the help of `agent-saga` (every subcommand), `agent-saga-operator` and
+the help of `agent-saga` and `kubectl saga` (every subcommand), `agent-saga-operator` and
 `agent-saga-recoveryd`. Refused in all of them: "the brief", an issue or pull request
 number, the project's internal design notes (DESIGN.md, STYLE.md), and a repository path
 that does not exist. CRD descriptions and CLI help are plain text: no RST ``markup``.
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import yaml
 from agent_saga.cli import build_parser
+from agent_saga.kubectl import build_parser as kubectl_parser
 from agent_saga_operator import crdgen
 from agent_saga_operator.__main__ import build_parser as operator_parser
 from agent_saga_operator.models import KINDS
@@ -100,6 +101,7 @@ def _parsers() -> Iterator[tuple[str, argparse.ArgumentParser]]:
                     yield from walk(sub)
 
     yield from walk(build_parser())
+    yield from walk(kubectl_parser())
     yield "agent-saga-operator", operator_parser()
     yield "agent-saga-recoveryd", recoveryd_parser()
 
