@@ -24,7 +24,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
                ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
 
 Every role reads the whole policy plane, and the slot map of a Redis Cluster (so a
-cluster client can connect with it; create each user on every node of a cluster). Redis checks the caller's ACL for every command
+cluster client can connect with it; create each user on every node of a cluster). No role
+reaches another client's connection (``CONNECTION``: no CLIENT KILL, PAUSE, LIST, ...).
+Redis checks the caller's ACL for every command
 a script runs, so these rules hold inside scripts too: the scripts change nothing an agent
 could not do with single commands on the keys above (docs/threat-model.md says what that
 leaves a compromised agent).
@@ -37,17 +39,28 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
+__all__ = ["CONNECTION", "ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
 
 Role = Literal["agent", "approver", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
 
-_READS = ("+@connection", "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
+#: What a connection needs and nothing that reaches another connection: the handshake
+#: (HELLO, AUTH, SELECT, its own name and id), PING, COMMAND and ASKING / READONLY for a
+#: Cluster client, RESET, QUIT, WAIT (a write's replica acknowledgements). Not ``+@connection``:
+#: it holds CLIENT KILL, PAUSE, UNPAUSE, LIST, NO-EVICT, UNBLOCK and TRACKING, with which one
+#: credential could cut, freeze or spy on every other client, the admin's included. CLIENT
+#: SETINFO (Redis 7.2+; redis-py sends it on connect and ignores a refusal) is left out: Redis
+#: 7.0 does not know it and would refuse the whole user.
+CONNECTION = ("+hello", "+auth", "+select", "+ping", "+echo", "+quit", "+reset", "+command", "+asking",
+              "+readonly", "+readwrite", "+wait", "+client|id", "+client|getname", "+client|setname",
+              "+client|info")
+
+_READS = (*CONNECTION, "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
           "+hmget", "+hkeys", "+hexists", "+hlen", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+smembers",
           "+sismember", "+scard", "+strlen", "+xrange", "+xrevrange", "+xlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
-          "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists",
+          "+punsubscribe", "+evalsha", "+evalsha_ro", "+script|exists",
           # A Redis Cluster client reads the slot map (CLUSTER SLOTS or SHARDS) when it connects
-          # and after a MOVED; COMMAND and ASKING are in @connection. On one server: an error.
+          # and after a MOVED (COMMAND and ASKING are in CONNECTION). On one server: an error.
           "+cluster|slots", "+cluster|shards")
 
 
