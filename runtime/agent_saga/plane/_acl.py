@@ -15,7 +15,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
                P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
                denial), :unmirrored (its new requests), P:v1:rev; its own heartbeat
                P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
-               {L}:limits:totals, :log, :defs (debits); publish on P:v1:events and
+               its own part of the limit windows {L}:limits:part:<ns>/<pod>:* (debits; with
+               no --agent: every part and the shared {L}:limits:totals, :log), SADD on
+               {L}:limits:parts, HSET on {L}:limits:defs; publish on P:v1:events and
                P:v1:agents:events. No DEL except its own heartbeat; no EVAL, SCRIPT,
                FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
@@ -82,7 +84,7 @@ def acl_rules(
         raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
     if not prefix or any(c in prefix for c in " *?[]"):
         raise ConfigurationError(f"key prefix {prefix!r} must be non-empty without spaces or glob characters")
-    if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]")):
+    if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]{}:")):
         raise ConfigurationError(f"agent {agent!r}: give <namespace>/<pod> (no glob characters), agents only")
     p, lim = f"{prefix}:v1", f"{{{limit_namespace}}}:limits"
     # EVALSHA needs read-write access to the keys it declares, so it has a selector of its
@@ -104,6 +106,7 @@ def acl_rules(
                 f"({_keys(f'{p}:approval:decision:*', f'{p}:approval:pending', f'{p}:rev')} +set +incr +zrem)",
                 f"({_keys(f'{p}:killswitch:*', f'{p}:synced', f'{p}:rev')} +set +del +incr +sadd +srem +hset)"]
     beat, surface = ("*", "*") if agent is None else (f"{agent}.*", agent.split("/")[0] + "/*")
+    limit_parts = (f"{lim}:totals", f"{lim}:log", f"{lim}:part:*") if agent is None else (f"{lim}:part:{agent}:*",)
     return [
         *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
         f"({_keys(f'{p}:approval:request:*', f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')}"
@@ -111,7 +114,10 @@ def acl_rules(
         f"({_keys(f'{p}:approval:unmirrored')} +zadd +zremrangebyscore)",
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
-        f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        # Its own part of the limit windows (RedisLimitStore(part=...)): the debit script
+        # reads every part and writes this one, so another pod's spend is out of its reach.
+        f"({_keys(*limit_parts)} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        f"({_keys(f'{lim}:parts')} +sadd)", f"({_keys(f'{lim}:defs')} +hset)",
         *(rule for k in wal_keys for rule in wal_append_rules(k)),
     ]
 

@@ -44,6 +44,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 from ..heartbeat import AppliedRef, AppliedState, HeartbeatWriter, served_namespaces_key
+from ..heartbeat._writer import pod_name
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
 
 __all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env",
@@ -297,7 +298,8 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     switch = KillSwitch(switch_store, wal=default_wal)
     policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
     limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
-    limit_store = RedisLimitStore(s.url)
+    # This pod's own part of the limit windows: an agent's Redis user may write only its own.
+    limit_store = RedisLimitStore(s.url, part=f"{s.namespace}/{pod_name()}")
     approval_store = RedisApprovalStore(s.url, prefix=s.prefix)
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)
