@@ -156,8 +156,9 @@ local function others(own, index, shared_totals, shared_log, me, pfx)
 end
 
 -- what another part holds in the windows of fields (field -> true), read only (its owner
--- trims it): its totals while nothing in it has expired ("@next" still ahead), else the sum
--- of its log members still in their window. Returns field -> {total, count}.
+-- trims it): nothing without "@next" (an empty part: a debit always sets it), its totals
+-- while nothing in it has expired ("@next" still ahead), else the sum of its log members
+-- still in their window. Returns field -> {total, count}.
 local function live(totals, log, now, fields)
   local names, q = {}, {'@next'}
   for fld in pairs(fields) do
@@ -167,6 +168,7 @@ local function live(totals, log, now, fields)
   end
   local got = {}
   local v = redis.call('HMGET', totals, unpack(q))
+  if not v[1] then return got end
   if amt(v[1]) > now then
     for i, fld in ipairs(names) do got[fld] = {amt(v[2 * i]), amt(v[2 * i + 1])} end
     return got
@@ -240,6 +242,7 @@ if now >= nxt then
   nxt = tonumber(vals[1] or '0')
   if nxt == 0 then nxt = math.huge end
 end
+local empty = nxt == math.huge  -- this part held nothing: (re)enter it in the index
 local cnt, tots, over, rest = {}, {}, {}, {}
 local parts = others(totals, KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
 if #parts > 0 then
@@ -277,7 +280,7 @@ hs[4 * n + 1] = '@next'
 hs[4 * n + 2] = nxt
 redis.call('ZADD', log, unpack(z))
 redis.call('HSET', totals, unpack(hs))
-if ARGV[4] ~= '' then redis.call('SADD', KEYS[3], ARGV[4]) end
+if empty and ARGV[4] ~= '' then redis.call('SADD', KEYS[3], ARGV[4]) end
 return 1
 """
 
