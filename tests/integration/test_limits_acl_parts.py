@@ -169,3 +169,16 @@ def test_a_part_name_that_could_reach_other_keys_is_refused() -> None:
     for bad in ("", "payments/p-1:totals", "payments/*", "{other}", "a b"):
         with pytest.raises(ConfigurationError, match="part .* must be non-empty"):
             RedisLimitStore("redis://127.0.0.1:1/0", part=bad)
+
+
+async def test_a_store_opened_from_a_url_with_a_part_debits_into_that_part(fresh_redis: RedisServer) -> None:
+    from agent_saga.controls.limits import open_limit_store
+
+    store = open_limit_store(f"{fresh_redis.url}?part=payments/p-9")
+    assert isinstance(store, RedisLimitStore) and store.part == "payments/p-9"
+    assert (await store.debit(spend(10), "u-1")).ok
+    admin = fresh_redis.client()
+    assert admin.smembers(f"{LIM}:parts") == {b"payments/p-9"}
+    assert float(admin.hget(f"{LIM}:part:payments/p-9:totals", "daily:*")) == 10
+    await store.aclose()
+    admin.close()
