@@ -10,7 +10,10 @@ the same run, with the two measurements interleaved:
     in-process check-and-debit of 3 limits (InProcessLimitStore) p50 <= 5 us
 
 Also reported, not targeted: the whole gate decision (pricing the call, the store call,
-the default rule) on each store.
+the default rule) on each store, and (``--parts N``, default 8) the check-and-debit of a
+pod that debits into its own part of the windows (``RedisLimitStore(part=...)``, what an
+agent wired by ``AGENT_SAGA_REDIS_URL`` does) while N other pods' parts hold spend in the
+same windows: its ratio to the bare round trip too.
 """
 
 from __future__ import annotations
@@ -74,16 +77,26 @@ async def timed(fn: Callable[[], Awaitable[Any]], out: list[float]) -> None:
     out.append(time.perf_counter_ns() - t0)
 
 
-async def bench_redis(url: str, n: int) -> list[dict[str, Any]]:
+async def bench_redis(url: str, n: int, parts: int) -> list[dict[str, Any]]:
     import redis.asyncio as aioredis
 
-    store = RedisLimitStore(url, namespace=f"bench-{os.getpid()}")
+    ns = f"bench-{os.getpid()}"
+    store = RedisLimitStore(url, namespace=ns)
     gate = PreFlightGate(limits=LIMITS, store=store)
     client = store._client()  # the same connection pool: only the script differs
     bare_sha = await client.script_load("return 1")
     await store.debit(CHARGES, "warm-0")
     await gate.decide(REQUEST)
     counter = iter(range(1, 10**9))
+    # A fleet of its own (a namespace of its own): the shared-keys store above sees no parts.
+    pod = RedisLimitStore(url, namespace=f"{ns}-fleet", part="bench/pod-0")
+    for i in range(1, parts + 1):  # the other pods' spend in the same windows
+        other = RedisLimitStore(url, namespace=f"{ns}-fleet", part=f"bench/pod-{i}")
+        await other.debit(CHARGES, f"other-{i}")
+        await other.aclose()
+
+    async def own_part() -> Any:
+        return await pod.debit(CHARGES, f"p{next(counter)}")
 
     async def bare() -> Any:
         return await client.evalsha(bare_sha, 0)
@@ -94,26 +107,31 @@ async def bench_redis(url: str, n: int) -> list[dict[str, Any]]:
     async def decide() -> Any:
         return await gate.decide(REQUEST)
 
-    for _ in range(500):  # warm both paths
+    for _ in range(500):  # warm every path
         await bare()
         await debit()
+        await own_part()
     t_bare: list[float] = []
     t_debit: list[float] = []
     t_gate: list[float] = []
+    t_part: list[float] = []
     for _ in range(n):
         await timed(bare, t_bare)
         await timed(debit, t_debit)
         await timed(decide, t_gate)
+        await timed(own_part, t_part)
     await store.aclose()
+    await pod.aclose()
     cleanup = aioredis.Redis.from_url(url)
     try:
-        async for key in cleanup.scan_iter(match=f"{{bench-{os.getpid()}}}:*"):
+        async for key in cleanup.scan_iter(match=f"{{bench-{os.getpid()}*"):
             await cleanup.delete(key)
     finally:
         await cleanup.aclose()
     return [summary("redis: bare EVALSHA round trip", t_bare),
             summary("redis: check-and-debit, 3 limits", t_debit),
-            summary("redis: gate decision, 3 limits", t_gate)]
+            summary("redis: gate decision, 3 limits", t_gate),
+            summary(f"redis: check-and-debit, own part of {parts + 1}", t_part)]
 
 
 async def bench_inprocess(n: int) -> list[dict[str, Any]]:
@@ -142,6 +160,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--redis-url", help="an existing Redis (default: start a throwaway redis-server)")
     ap.add_argument("--n", type=int, default=20_000, help="samples per measurement")
+    ap.add_argument("--parts", type=int, default=8, help="other pods' parts in the windows (default 8)")
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args()
     os.environ.setdefault("AGENT_SAGA_SINGLE_PROCESS", "1")
@@ -151,7 +170,7 @@ def main() -> int:
     if url is None:
         url, proc, workdir = start_redis()
     try:
-        rows = asyncio.run(bench_redis(url, args.n))
+        rows = asyncio.run(bench_redis(url, args.n, args.parts))
     finally:
         if proc is not None:
             proc.terminate()
@@ -162,11 +181,15 @@ def main() -> int:
     by = {r["name"]: r for r in rows}
     ratio = by["redis: check-and-debit, 3 limits"]["p50_us"] / by["redis: bare EVALSHA round trip"]["p50_us"]
     inproc = by["in-process: check-and-debit, 3 limits"]["p50_us"]
+    part = by[f"redis: check-and-debit, own part of {args.parts + 1}"]["p50_us"] / by[
+        "redis: bare EVALSHA round trip"]["p50_us"]
     targets = {
         "redis_debit_p50_over_bare_evalsha_p50": {"value": round(ratio, 3), "target": 1.5, "ok": ratio <= 1.5},
         "inprocess_check_p50_us": {"value": inproc, "target": 5.0, "ok": inproc <= 5.0},
     }
-    result = {"bench": "limits", "python": sys.version.split()[0], "rows": rows, "targets": targets}
+    measured = {"redis_part_debit_p50_over_bare_evalsha_p50": round(part, 3)}
+    result = {"bench": "limits", "python": sys.version.split()[0], "rows": rows, "targets": targets,
+              "measured": measured}
     if not args.json:
         print(f"{'measurement':42} {'n':>7} {'p50 µs':>9} {'p95 µs':>9} {'p99 µs':>9}")
         for r in rows:

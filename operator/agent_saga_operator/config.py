@@ -160,7 +160,7 @@ class Context:
     def create(cls, config: OperatorConfig) -> Context:
         """The context of a running operator: its projector and limit store for ``config``."""
         projector = Projector(config.redis_url, prefix=config.key_prefix)
-        store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace)
+        store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace, compact=True)
         ctx = cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
         ctx.signer, ctx.published_keys = approval_keys(config)
         return ctx

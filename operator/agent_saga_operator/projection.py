@@ -28,18 +28,28 @@ Invariants:
   since it was found missing (``marker.SyncMarker``), never by a single put: documents
   without the marker are a partial state, which a reader that saw the marker before does
   not take for the whole truth (docs/policy-plane.md, "The synced marker").
+- A request whose reply was lost (a closed connection: a restart, a failover, a client
+  killing connections) is sent again at once, then with backoff, at most ``retries`` times
+  within ``deadline`` seconds (``agent_saga._repeat``), and each repeat is logged: every
+  write here is idempotent (an unchanged document, a missing one, a decision already
+  stored change nothing), so a KillSwitch lands in a storm of closed connections without
+  waiting for the handler's retry. The synced marker is the exception (sent once: its
+  repeat would ask for a new full projection).
 - Every Redis failure raises ``ProjectionUnavailable`` (the handler retries it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 from agent_saga._redis import PLANE_FIX, aclose, connect_async, script, tagged_on_cluster
+from agent_saga._repeat import ReplyLost, check_retries, lost_text, repeating
 from agent_saga.controls import BudgetLimit, RateLimit
 from agent_saga.controls.limits import limits_from_documents, scope_from_name
 
@@ -63,6 +73,8 @@ KIND_SLUGS: dict[str, KindSlug] = {
     "ModelRoute": "modelroute",
 }
 NOTIFICATION_VERSION = 1
+log = logging.getLogger("agent_saga_operator.projection")
+
 #: Seconds a decision outlives its deadline (RedisApprovalStore(retention=...) default).
 DECISION_RETENTION = 7 * 86_400.0
 
@@ -215,9 +227,14 @@ return rev
     WRITER = "operator"
 
     def __init__(self, url: str, *, prefix: str = "agentsaga", socket_timeout: float = 5.0,
-                 client: Any = None) -> None:
+                 client: Any = None, retries: int = 5, deadline: float = 10.0) -> None:
         if not prefix or any(c in prefix for c in " \n"):
             raise ValueError(f"key prefix {prefix!r} must be non-empty without spaces")
+        check_retries(retries)
+        if not 0 < deadline < float("inf"):
+            raise ValueError(f"deadline must be a positive number of seconds, got {deadline!r}")
+        self.retries = retries
+        self.deadline = deadline
         tagged_on_cluster(url, prefix, "the operator's projection", PLANE_FIX)
         self.url = url
         self.keys = Keys(prefix)
@@ -294,7 +311,7 @@ return rev
         its data since ``begin_sync`` (project again)."""
         keys = (self.keys.synced, self.keys.rev, self.keys.sync_pending(nonce))
         args = (self.WRITER, f"{now:.3f}", self.keys.channel, self._notification("PolicyPlane", self.WRITER, "synced"))
-        return int(await self._script("mark", self.LUA_MARK, keys, args))
+        return int(await self._script("mark", self.LUA_MARK, keys, args, repeat=False))
 
     async def is_synced(self) -> bool:
         """Does the policy plane carry this operator's synced marker?"""
@@ -354,20 +371,38 @@ return rev
         return await load_documents(self.client, kind, namespace=namespace, keys=self.keys)
 
     # ------------------------------------------------------------------ I/O
-    async def _script(self, name: str, lua: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+    async def _script(self, name: str, lua: str, keys: Sequence[str], args: Sequence[str], *,
+                      repeat: bool = True) -> Any:
         """Run ``lua`` through redis-py's ``register_script`` (EVALSHA, reloaded on NOSCRIPT)."""
         run = self._scripts.get(name)
         if run is None:
             run = self._scripts[name] = script(self.client, lua)
-        return await self._io(name, lambda: run(keys=keys, args=args, client=self.client))
+        what = f"{name} {keys[0]}"
+        return await self._io(what, lambda: run(keys=keys, args=args, client=self.client), repeat=repeat)
 
-    async def _io(self, what: str, op: Any) -> Any:
+    async def _io(self, what: str, op: Any, *, repeat: bool = True) -> Any:
+        """``await op()``, repeated while its reply is lost (see the module doc)."""
+        repeats: list[str] = []
+
+        def again(attempt: int, why: str) -> None:
+            repeats.append(why)
+            log.warning("policy plane %s: %s lost its reply (%s); sending it again (repeat %d of at most %d)",
+                        self.describe(), what, why, attempt, self.retries)
+
         try:
-            return await op()
+            result = await repeating(lambda _repeat: op(), retries=self.retries if repeat else 0, client=self.client,
+                                     deadline=time.monotonic() + self.deadline, on_repeat=again)
+        except ReplyLost as lost:
+            raise ProjectionUnavailable(lost_text(f"policy plane {self.describe()}", what, lost,
+                                                  "not projected (the handler retries)")) from lost.error
         except Exception as exc:
             raise ProjectionUnavailable(
                 f"policy plane {self.describe()} failed during {what} ({type(exc).__name__}: {exc})"
             ) from exc
+        if repeats:
+            log.warning("policy plane %s: %s landed after %d attempts (the connection was lost %d time(s))",
+                        self.describe(), what, len(repeats) + 1, len(repeats))
+        return result
 
 
 # ---------------------------------------------------------------------- readers

@@ -28,6 +28,11 @@ burst of re-reads a slot migration causes instead of all landing inside it. Once
 call raises ``ReplyLost`` (what was lost, why, after how many attempts), which the store
 turns into its own ``StoreUnavailable`` with ``lost_text``: the store fails closed.
 
+A caller that must get a write through a storm of closed connections (the CLI's
+``halt``, the operator's projection) passes a larger ``retries`` and a ``deadline`` (a
+``time.monotonic()`` instant after which no repeat is sent), and ``on_repeat`` to hear of
+each repeat, so it can say that the write needed them.
+
 Anything else is raised at once, never repeated: a server error, a configuration error,
 and a failure to connect (``Error 111 connecting to ...``, ``Timeout connecting to
 server``), which sent nothing (the store is unreachable, and says so).
@@ -43,7 +48,7 @@ from typing import Any, TypeVar
 from ._redis import is_cluster
 from .errors import ConfigurationError
 
-__all__ = ["ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeat_delay",
+__all__ = ["OnRepeat", "ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeat_delay",
            "repeating", "repeating_sync"]
 
 T = TypeVar("T")
@@ -104,18 +109,25 @@ def repeat_delay(attempt: int) -> float:
     return 0.0 if attempt <= 1 else min(0.25, 0.05 * 2 ** (attempt - 2))
 
 
-async def repeating(send: Callable[[bool], Awaitable[T]], *, retries: int | None, client: Any) -> T:
+#: ``on_repeat(attempt, why)``: told before repeat number ``attempt`` why the last was lost.
+OnRepeat = Callable[[int, str], None]
+
+
+async def repeating(send: Callable[[bool], Awaitable[T]], *, retries: int | None, client: Any,
+                    deadline: float | None = None, on_repeat: OnRepeat | None = None) -> T:
     """``await send(repeat)`` (``repeat`` is False the first time), sent again while its
-    reply is lost, at most ``repeat_bound(retries, client)`` times; then ``ReplyLost``.
-    Only for requests that are safe to repeat (see the module doc)."""
+    reply is lost, at most ``repeat_bound(retries, client)`` times and never after
+    ``deadline`` (``time.monotonic()``); then ``ReplyLost``. Only for requests that are
+    safe to repeat (see the module doc)."""
     try:
         return await send(False)
     except Exception as exc:
-        return await repeat_after(exc, send, retries=retries, client=client)
+        return await repeat_after(exc, send, retries=retries, client=client, deadline=deadline,
+                                  on_repeat=on_repeat)
 
 
 async def repeat_after(first: Exception, send: Callable[[bool], Awaitable[T]], *, retries: int | None,
-                       client: Any) -> T:
+                       client: Any, deadline: float | None = None, on_repeat: OnRepeat | None = None) -> T:
     """``repeating`` once the first attempt failed with ``first`` (a hot path sends its
     first attempt itself, without the wrapper): ``first`` is raised again unless it lost
     a reply; otherwise ``await send(True)`` up to the bound, then ``ReplyLost``."""
@@ -128,10 +140,12 @@ async def repeat_after(first: Exception, send: Callable[[bool], Awaitable[T]], *
             raise exc
         if bound < 0:
             bound = repeat_bound(retries, client)  # worked out only once a reply was lost
-        if attempt >= bound:
+        delay = repeat_delay(attempt + 1)
+        if attempt >= bound or _past(deadline, delay):
             raise ReplyLost(why, attempt + 1, exc) from exc
         attempt += 1
-        delay = repeat_delay(attempt)
+        if on_repeat is not None:
+            on_repeat(attempt, why)
         if delay:
             await asyncio.sleep(delay)
         try:
@@ -140,7 +154,8 @@ async def repeat_after(first: Exception, send: Callable[[bool], Awaitable[T]], *
             exc = again
 
 
-def repeating_sync(send: Callable[[bool], T], *, retries: int | None, client: Any) -> T:
+def repeating_sync(send: Callable[[bool], T], *, retries: int | None, client: Any, deadline: float | None = None,
+                   on_repeat: OnRepeat | None = None) -> T:
     """``repeating`` for a synchronous client."""
     attempt = 0
     bound = -1
@@ -153,12 +168,19 @@ def repeating_sync(send: Callable[[bool], T], *, retries: int | None, client: An
                 raise
             if bound < 0:
                 bound = repeat_bound(retries, client)
-            if attempt >= bound:
+            delay = repeat_delay(attempt + 1)
+            if attempt >= bound or _past(deadline, delay):
                 raise ReplyLost(why, attempt + 1, exc) from exc
             attempt += 1
-            delay = repeat_delay(attempt)
+            if on_repeat is not None:
+                on_repeat(attempt, why)
             if delay:
                 time.sleep(delay)
+
+
+def _past(deadline: float | None, delay: float) -> bool:
+    """Would a repeat sent after ``delay`` seconds start after ``deadline``?"""
+    return deadline is not None and time.monotonic() + delay >= deadline
 
 
 def lost_text(store: str, what: str, lost: ReplyLost, after: str) -> str:

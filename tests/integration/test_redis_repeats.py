@@ -7,7 +7,8 @@ lands exactly once (a claim taken once with its own token, a ledger entry journa
 once, a lock held once, a compare-and-set applied once, a lever read); replies lost on
 every allowed attempt refuse the call with a message that says the connection was lost
 and why, names the store without its password, and leaves no double effect. Kill-switch
-writes are not repeated (each counts a change): a lost reply refuses them, counted once.
+writes are repeated too (a lever already stored as written changes nothing), up to five
+times, and a change is counted once.
 
 On a 3-master cluster (its own, as ``test_redis_cluster.py``), claims, ledger writes (a
 resolved saga's journal entry with its claim's release among them) and semantic locks
@@ -286,7 +287,7 @@ async def test_a_lock_acquire_whose_every_reply_is_lost_is_refused_holding_once(
 # ---------------------------------------------------------------------------- kill switch
 
 @pytest.mark.single_redis(PROXY)
-def test_the_kill_switch_repeats_a_read_whose_reply_is_lost_and_never_a_write(
+def test_the_kill_switch_repeats_a_read_and_a_write_whose_reply_is_lost_and_counts_a_change_once(
         fresh_redis: RedisServer, proxy: ReplyDroppingProxy, direct: Any) -> None:
     prefix = "agentsaga:v1"
     writer = RedisSwitchStore(fresh_redis.url, grace=5, prefix=prefix)
@@ -297,17 +298,20 @@ def test_the_kill_switch_repeats_a_read_whose_reply_is_lost_and_never_a_write(
         assert [lv.id for lv in reader.levers()] == [lever.id]
         proxy.arm(1)
         assert [lv.id for lv in reader.levers()] == [lever.id] and proxy.dropped == 1, "the read was repeated"
-        proxy.arm(2)
+        proxy.arm(6)
         with pytest.raises(SwitchStoreUnavailable, match=r"RedisSwitchStore\(redis://127.0.0.1:\d+/0\) lost its "
-                                                         r"connection during a read.*2 attempt"):
+                                                         r"connection during a read.*6 attempt"):
             reader.levers()
         rev = int(direct.get(f"{prefix}:rev"))
         proxy.arm(1)
-        with pytest.raises(SwitchStoreUnavailable, match="could not be stored: the connection was lost before the "
-                                                         "reply came .*may have been written; a write is not repeated"):
-            reader.engage(Lever.new("Halt", "tool:wire.*", reason="x", by="soc@corp", now=time.time(), ttl=600))
-        assert proxy.dropped == 1
-        assert int(direct.get(f"{prefix}:rev")) == rev + 1, "a write is sent once: one change counted, not two"
+        reader.engage(Lever.new("Halt", "tool:wire.*", reason="x", by="soc@corp", now=time.time(), ttl=600))
+        assert proxy.dropped == 1 and len(reader.last_repeats) == 1
+        assert int(direct.get(f"{prefix}:rev")) == rev + 1, "the write ran twice: one change counted, not two"
+        proxy.arm(6)
+        with pytest.raises(SwitchStoreUnavailable, match="lost its connection during a write .*6 attempt.*could not "
+                                                         "be stored: it may have been written"):
+            reader.engage(Lever.new("Halt", "tool:mail.*", reason="x", by="soc@corp", now=time.time(), ttl=600))
+        assert int(direct.get(f"{prefix}:rev")) == rev + 2, "six attempts ran: one change counted"
     finally:
         writer.close()
         reader.close()

@@ -38,8 +38,9 @@ def register(sub: Any) -> None:
     p.add_argument("role", choices=list(ROLES), help="the component: " + ", ".join(ROLES))
     p.add_argument("--user", default=None, help="the ACL user name (default: agent-saga-ROLE)")
     p.add_argument("--agent", default=None, metavar="NAMESPACE/POD",
-                   help="agent only: the one pod whose heartbeat and approval requests this credential may write "
-                        "(default: any: one credential shared by a fleet, weaker)")
+                   help="agent only: the one pod whose heartbeat, approval requests and part of the limit "
+                        "windows this credential may write (default: any: every pod's, the fleet's windows "
+                        "included; weaker)")
     p.add_argument("--wal-key", action="append", default=None, metavar="KEY",
                    help="agent only: a RedisWAL key the agent appends to (agent-saga:wal; repeatable)")
     p.add_argument("--key-prefix", default="agentsaga", help="the policy plane's key prefix (default: agentsaga)")

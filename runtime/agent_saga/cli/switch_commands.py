@@ -18,6 +18,11 @@ sees it. With ``--wal-path`` / ``--wal-url`` the CLI also appends the change to 
 log (a fleet log, or a log of its own: never the live FileWAL of a running agent, which
 has exactly one writer). Exit codes: 0 done, 1 nothing to do / refused, 2 bad usage or
 an unreachable store.
+
+A write whose reply is lost (the connection closed: a restart, a failover, a client
+killing connections) is sent again, a few times within seconds (``RedisSwitchStore``:
+the writes are idempotent); the command says so ("landed after N attempts") and exits 2
+if every attempt was lost, saying the lever may or may not be stored.
 """
 
 from __future__ import annotations
@@ -134,19 +139,36 @@ def _describe(lv: Lever) -> str:
     return f"{lv.action.value.upper()} {lv.scope} by {lv.requested_by} at {when}{until}: {lv.reason} (id {lv.id})"
 
 
+def _repeats(store: SwitchStore) -> list[str]:
+    """Why each repeat of the store's last request was needed (none: answered at once)."""
+    return list(getattr(store, "last_repeats", ()))
+
+
+def _landed(repeats: list[str], what: str = "landed") -> str | None:
+    """``landed after N attempts (...)`` when a request needed repeats."""
+    if not repeats:
+        return None
+    return (f"{what} after {len(repeats) + 1} attempts: the connection was lost {len(repeats)} time(s) "
+            f"({repeats[-1]}) and the request was sent again")
+
+
 def _engage(args: argparse.Namespace, action: LeverAction, scope: str) -> int:
     lever = Lever.new(action, scope, reason=args.reason, by=args.by, now=_now(), ttl=args.ttl)
     store = _open_store(args)
     try:
         store.engage(lever)
+        repeats = _repeats(store)
     finally:
         store.close()
     recorded = _record(args, ENGAGED, {"lever": lever.describe(), "store": store.describe()})
     if args.json:
-        print(json.dumps({"engaged": lever.describe(), "store": store.describe(), "recorded": recorded}))
+        print(json.dumps({"engaged": lever.describe(), "store": store.describe(), "recorded": recorded,
+                          "attempts": len(repeats) + 1}))
         return 0
     print(f"engaged {_describe(lever)}")
     print(f"  in {store.describe()} (from {args.store_source})")
+    if landed := _landed(repeats):
+        print(f"  {landed}")
     if recorded:
         print(f"  {recorded}")
     if store.describe().startswith("FileSwitchStore"):
@@ -171,6 +193,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     store = _open_store(args)
     try:
         levers = store.levers()
+        read = _landed(_repeats(store), "read the levers")
         if args.id:
             chosen = [lv for lv in levers if lv.id == args.id]
         else:
@@ -179,7 +202,16 @@ def cmd_resume(args: argparse.Namespace) -> int:
             chosen = [lv for lv in levers if lv.scope == canonical]
         ours = [lv for lv in chosen if lv.id.startswith("cli/") or args.id]
         theirs = [lv for lv in chosen if lv not in ours]
-        lifted = [lv for lv in (store.lift(lv.id) for lv in ours) if lv is not None]
+        lifted, notes = [], []
+        for lv in ours:
+            gone = store.lift(lv.id)
+            repeats = _repeats(store)
+            if gone is None and repeats:
+                gone = lv  # a repeat found it gone: the first attempt, whose reply was lost, lifted it
+            if gone is not None:
+                lifted.append(gone)
+                if landed := _landed(repeats):
+                    notes.append(f"{gone.id}: {landed}")
     finally:
         store.close()
     for lv in lifted:
@@ -189,8 +221,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
         print(json.dumps({"lifted": [lv.describe() for lv in lifted],
                           "still_engaged": [lv.describe() for lv in theirs]}))
     else:
+        if read:
+            print(read)
         for lv in lifted:
             print(f"lifted {_describe(lv)}")
+        for note in notes:
+            print(f"  {note}")
         for lv in theirs:
             ns, _, name = lv.id.partition("/")
             print(f"still engaged (a KillSwitch resource; the operator would put it back): {_describe(lv)}\n"

@@ -74,7 +74,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
 from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
-from .._repeat import ReplyLost, check_retries, lost_text, repeating_sync
+from .._repeat import OnRepeat, ReplyLost, check_retries, lost_text, repeating_sync
 from ..errors import ConfigurationError, StoreUnavailable
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
@@ -290,22 +290,27 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
             s = self._scripts[k] = script(client, lua)
         return s
 
-    def _read(self, client: Any) -> tuple[Any, frozenset[str], list[tuple[str, Any]]]:
-        """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip."""
+    def _read(self, client: Any, *, retries: int | None = None, deadline: float | None = None,
+              on_repeat: OnRepeat | None = None) -> tuple[Any, frozenset[str], list[tuple[str, Any]]]:
+        """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip (repeated
+        at most ``retries`` times, default the reader's, and not after ``deadline``)."""
         args = [f"{self.prefix}:{self.SLUG}:", "0" if self.namespaces is None else "1",
                 *sorted(self.namespaces or ())]
         run = self._script(client, self.LUA_READ)
         rev, fields, ids, raws = self._repeated(
-            client, lambda: run(keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client))
+            client, lambda: run(keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client),
+            retries=retries, deadline=deadline, on_repeat=on_repeat)
         writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields or ())
         docs = sorted(zip((i.decode() if isinstance(i, bytes) else str(i) for i in ids or ()), raws or (),
                           strict=True))
         return rev, writers, docs
 
-    def _repeated(self, client: Any, read: Callable[[], Any]) -> Any:
+    def _repeated(self, client: Any, read: Callable[[], Any], *, retries: int | None = None,
+                  deadline: float | None = None, on_repeat: OnRepeat | None = None) -> Any:
         """``read()``, sent again while its reply is lost (a read is always safe to repeat);
-        ``ReplyLost`` once ``retries`` repeats lost theirs too."""
-        return repeating_sync(lambda _repeat: read(), retries=self._retries, client=client)
+        ``ReplyLost`` once ``retries`` (default the reader's) repeats lost theirs too."""
+        return repeating_sync(lambda _repeat: read(), retries=self._retries if retries is None else retries,
+                              client=client, deadline=deadline, on_repeat=on_repeat)
 
     def _unavailable(self, message: str, exc: BaseException | None = None) -> StoreUnavailable:
         if isinstance(exc, ReplyLost):

@@ -43,7 +43,7 @@ from ._model import (
     heartbeat_key,
 )
 
-__all__ = ["AppliedState", "HeartbeatWriter"]
+__all__ = ["AppliedState", "HeartbeatWriter", "pod_name"]
 
 log = logging.getLogger("agent_saga.heartbeat")
 
@@ -60,6 +60,13 @@ class AppliedState:
     policies: tuple[AppliedRef, ...] | None = None
     limits: tuple[AppliedRef, ...] | None = None
     routes: tuple[AppliedRef, ...] | None = None
+
+
+def pod_name(pod: str | None = None) -> str:
+    """This process's pod: ``pod``, else ``$POD_NAME``, else the host name (without "/").
+    With the namespace it is the agent's identity: its heartbeat, its part of the limit
+    windows, its Redis user (``agent-saga acl agent --agent <namespace>/<pod>``)."""
+    return (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
 
 
 def _runtime_version() -> str:
@@ -121,7 +128,7 @@ return 1
         self.ttl = float(ttl) if ttl is not None else 3 * self.interval
         if self.ttl <= self.interval:
             raise ConfigurationError(f"heartbeat ttl ({self.ttl}s) must exceed its interval ({self.interval}s)")
-        self.pod = (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+        self.pod = pod_name(pod)
         self.namespaces = namespaces or (namespace,)
         self._state = state
         self._socket_timeout = socket_timeout

@@ -18,7 +18,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
                :pending, :decision:* (expiry and denial), :unmirrored (its new
                requests), P:v1:rev; its own heartbeat
                P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
-               {L}:limits:totals, :log, :defs (debits); publish on P:v1:events and
+               its own part of the limit windows {L}:limits:part:<ns>/<pod>:* (debits; with
+               no --agent: every part and the shared {L}:limits:totals, :log), SADD on
+               {L}:limits:parts, HSET on {L}:limits:defs; publish on P:v1:events and
                P:v1:agents:events. No DEL except its own heartbeat; no EVAL, SCRIPT,
                FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
@@ -27,7 +29,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
                ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
 
 Every role reads the whole policy plane, and the slot map of a Redis Cluster (so a
-cluster client can connect with it; create each user on every node of a cluster). Redis checks the caller's ACL for every command
+cluster client can connect with it; create each user on every node of a cluster). No role
+reaches another client's connection (``CONNECTION``: no CLIENT KILL, PAUSE, LIST, ...).
+Redis checks the caller's ACL for every command
 a script runs, so these rules hold inside scripts too: the scripts change nothing an agent
 could not do with single commands on the keys above (docs/threat-model.md says what that
 leaves a compromised agent).
@@ -40,17 +44,28 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
+__all__ = ["CONNECTION", "ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
 
 Role = Literal["agent", "approver", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
 
-_READS = ("+@connection", "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
+#: What a connection needs and nothing that reaches another connection: the handshake
+#: (HELLO, AUTH, SELECT, its own name and id), PING, COMMAND and ASKING / READONLY for a
+#: Cluster client, RESET, QUIT, WAIT (a write's replica acknowledgements). Not ``+@connection``:
+#: it holds CLIENT KILL, PAUSE, UNPAUSE, LIST, NO-EVICT, UNBLOCK and TRACKING, with which one
+#: credential could cut, freeze or spy on every other client, the admin's included. CLIENT
+#: SETINFO (Redis 7.2+; redis-py sends it on connect and ignores a refusal) is left out: Redis
+#: 7.0 does not know it and would refuse the whole user.
+CONNECTION = ("+hello", "+auth", "+select", "+ping", "+echo", "+quit", "+reset", "+command", "+asking",
+              "+readonly", "+readwrite", "+wait", "+client|id", "+client|getname", "+client|setname",
+              "+client|info")
+
+_READS = (*CONNECTION, "+get", "+mget", "+exists", "+type", "+ttl", "+pttl", "+scan", "+hget", "+hgetall",
           "+hmget", "+hkeys", "+hexists", "+hlen", "+zrange", "+zrangebyscore", "+zscore", "+zcard", "+smembers",
           "+sismember", "+scard", "+strlen", "+xrange", "+xrevrange", "+xlen", "+time", "+subscribe", "+unsubscribe", "+psubscribe",
-          "+punsubscribe", "+ping", "+evalsha", "+evalsha_ro", "+script|exists",
+          "+punsubscribe", "+evalsha", "+evalsha_ro", "+script|exists",
           # A Redis Cluster client reads the slot map (CLUSTER SLOTS or SHARDS) when it connects
-          # and after a MOVED; COMMAND and ASKING are in @connection. On one server: an error.
+          # and after a MOVED (COMMAND and ASKING are in CONNECTION). On one server: an error.
           "+cluster|slots", "+cluster|shards")
 
 
@@ -74,7 +89,7 @@ def acl_rules(
         raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
     if not prefix or any(c in prefix for c in " *?[]"):
         raise ConfigurationError(f"key prefix {prefix!r} must be non-empty without spaces or glob characters")
-    if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]")):
+    if agent is not None and (role != "agent" or agent.count("/") != 1 or any(c in agent for c in " *?[]{}:")):
         raise ConfigurationError(f"agent {agent!r}: give <namespace>/<pod> (no glob characters), agents only")
     p, lim = f"{prefix}:v1", f"{{{limit_namespace}}}:limits"
     # EVALSHA needs read-write access to the keys it declares, so it has a selector of its
@@ -97,6 +112,7 @@ def acl_rules(
                 f"({_keys(f'{p}:killswitch:*', f'{p}:synced', f'{p}:rev')} +set +del +incr +sadd +srem +hset)"]
     beat, surface = ("*", "*") if agent is None else (f"{agent}.*", agent.split("/")[0] + "/*")
     owned = "*" if agent is None else f"{agent}/*"
+    limit_parts = (f"{lim}:totals", f"{lim}:log", f"{lim}:part:*") if agent is None else (f"{lim}:part:{agent}:*",)
     return [
         *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
         f"({_keys(f'{p}:approval:request:{owned}', f'{p}:approval:consumed:{owned}')} +set)",
@@ -104,7 +120,10 @@ def acl_rules(
         f"({_keys(f'{p}:approval:unmirrored')} +zadd +zremrangebyscore)",
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
-        f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        # Its own part of the limit windows (RedisLimitStore(part=...)): the debit script
+        # reads every part and writes this one, so another pod's spend is out of its reach.
+        f"({_keys(*limit_parts)} +hset +hdel +zadd +zrem +zremrangebyscore)",
+        f"({_keys(f'{lim}:parts')} +sadd)", f"({_keys(f'{lim}:defs')} +hset)",
         *(rule for k in wal_keys for rule in wal_append_rules(k)),
     ]
 

@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 from ..heartbeat import AppliedRef, AppliedState, HeartbeatWriter, served_namespaces_key
+from ..heartbeat._writer import pod_name
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
 
 __all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env",
@@ -299,9 +300,10 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     switch = KillSwitch(switch_store, wal=default_wal)
     policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
     limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
-    limit_store = RedisLimitStore(s.url)
-    # Requests kept under this pod's name: an agent ACL user with --agent <ns>/<pod> writes only these.
-    pod = (os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+    # This pod's own part of the limit windows and its own approval requests: an agent's
+    # Redis user with --agent <ns>/<pod> may write only these.
+    pod = pod_name()
+    limit_store = RedisLimitStore(s.url, part=f"{s.namespace}/{pod}")
     approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=f"{s.namespace}/{pod}")
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)

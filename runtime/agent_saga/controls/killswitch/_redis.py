@@ -21,11 +21,12 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..._repeat import lost_reply
+from ..._repeat import ReplyLost, check_retries, lost_text, repeating_sync
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, StoreUnavailable
 from .._policyplane import DEFAULT_PREFIX, PolicyPlaneReader
@@ -68,9 +69,14 @@ class RedisSwitchStore(PolicyPlaneReader):
     ``clock`` is the time seam (grace is measured on its monotonic clock). ``retries``:
     how many times a read whose reply was lost is sent again before it counts as a failed
     read (default 1; 3 on a Redis Cluster, whose client closes the connections in use to
-    re-read the topology while slots move). Writes (``engage``, ``lift``) are sent once:
-    each counts a change (``rev``) and notifies every reader, which a repeat would do
-    twice, so a lost reply refuses the write (run it again: the lever ends the same).
+    re-read the topology while slots move). Writes (``engage``, ``lift``) are idempotent (a
+    lever already stored as written, or already gone, changes nothing and notifies
+    nobody), so a write whose reply was lost is sent again: at most ``write_retries``
+    times within ``write_deadline`` seconds (``agent_saga._repeat``'s backoff), so a halt
+    gets through a storm of closed connections; ``levers()`` (the CLI's read before a lift)
+    is repeated the same way. ``last_repeats`` says why each repeat of the last of these
+    requests was needed (empty: it was answered at once); a write still lost after them
+    raises ``SwitchStoreUnavailable`` saying it may have landed.
     Needs ``pip install agent-saga[redis]``.
     """
 
@@ -80,8 +86,18 @@ class RedisSwitchStore(PolicyPlaneReader):
     # to live in ms ('' for none), ARGV[4] the change channel, ARGV[5] the marker field,
     # ARGV[6] the write's time (epoch seconds)
     # Document, index entry, counter, marker and notification change together (as the
-    # operator's LUA_PUT does); the document's first member is the new rev. Returns the rev.
+    # operator's LUA_PUT does); the document's first member is the new rev. Returns the rev,
+    # or 0 if the document is already stored as written (a repeat whose first attempt
+    # landed): nothing changes, nobody is notified.
     LUA_PUT = """
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local comma = string.find(cur, ',', 1, true)
+  if comma and string.sub(cur, comma + 1) == string.sub(ARGV[2], 2) then
+    redis.call('SADD', KEYS[2], ARGV[1])
+    return 0
+  end
+end
 local rev = redis.call('INCR', KEYS[3])
 local doc = '{"rev":' .. rev .. ',' .. string.sub(ARGV[2], 2)
 if ARGV[3] == '' then
@@ -97,11 +113,12 @@ return rev
 
     # KEYS as LUA_PUT; ARGV[1] the lever id, ARGV[2] the change channel, ARGV[3] the
     # marker field, ARGV[4] the write's time. Returns the document that was removed
-    # (false if there was none).
+    # (false if there was none: then nothing changes and nobody is notified).
     LUA_DELETE = """
 local cur = redis.call('GET', KEYS[1])
-redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], ARGV[1])
+if not cur then return false end
+redis.call('DEL', KEYS[1])
 local rev = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[4], ARGV[3], '{"v":1,"writer":"' .. ARGV[3] .. '","rev":' .. rev .. ',"ts":' .. ARGV[4] .. '}')
 redis.call('PUBLISH', ARGV[2], '{"rev":' .. rev .. ',"v":1,"kind":"KillSwitch","id":"' .. ARGV[1] .. '","op":"delete"}')
@@ -128,6 +145,8 @@ return cur
         namespaces: Collection[str] | None = None,
         clock: ControlClock | None = None,
         retries: int | None = None,
+        write_retries: int = 5,
+        write_deadline: float = 10.0,
     ) -> None:
         if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace < math.inf:
             raise ConfigurationError(
@@ -138,6 +157,14 @@ return cur
         if self.namespaces is not None:
             self.namespaces |= {"cli"}
         self.grace = float(grace)
+        check_retries(write_retries)
+        if isinstance(write_deadline, bool) or not isinstance(write_deadline, int | float) or not (
+                0 < write_deadline < math.inf):
+            raise ConfigurationError(f"write_deadline must be a positive number of seconds, got {write_deadline!r}")
+        self.write_retries = write_retries
+        self.write_deadline = float(write_deadline)
+        #: Why each repeat of the last ``levers``, ``engage`` or ``lift`` was sent (empty: none).
+        self.last_repeats: tuple[str, ...] = ()
         self._clock = clock or SYSTEM_CLOCK
         self._version = 0
         self._view = SwitchView(0, usable=False, problem=f"{self.describe()} has not been read yet")
@@ -235,9 +262,14 @@ return cur
 
     # ------------------------------------------------------------------ writing / reading
     def levers(self) -> list[Lever]:
-        """A fresh read of every stored lever; raises ``SwitchStoreUnavailable``."""
+        """A fresh read of every stored lever (repeated like a write: the CLI reads before it
+        lifts); raises ``SwitchStoreUnavailable``."""
+        repeats: list[str] = []
+        self.last_repeats = ()
         try:
-            _, _, docs = self._read(self._main_client())
+            _, _, docs = self._read(self._main_client(), retries=self.write_retries,
+                                    deadline=time.monotonic() + self.write_deadline,
+                                    on_repeat=self._noting(repeats, "a read of the levers"))
         except Exception as exc:
             raise self._unavailable(f"{self.describe()} could not be read", exc) from exc
         levers, bad = parse_levers(iter(docs))
@@ -248,16 +280,36 @@ return cur
         return list(levers)
 
     def _write(self, lua: str, keys: tuple[str, ...], args: tuple[str, ...]) -> Any:
+        """Run the write script ``lua``, repeated while its reply is lost (it is idempotent),
+        at most ``write_retries`` times within ``write_deadline`` seconds."""
         client = self._main_client()
-        return self._script(client, lua)(keys=keys, args=args, client=client)
+        run = self._script(client, lua)
+        repeats: list[str] = []
+        self.last_repeats = ()
+        try:
+            return repeating_sync(lambda _repeat: run(keys=keys, args=args, client=client),
+                                  retries=self.write_retries, client=client,
+                                  deadline=time.monotonic() + self.write_deadline,
+                                  on_repeat=self._noting(repeats, "a write"))
+        finally:
+            self.last_repeats = tuple(repeats)
+
+    def _noting(self, repeats: list[str], what: str) -> Callable[[int, str], None]:
+        """An ``on_repeat`` that notes why in ``repeats`` (and ``last_repeats``) and logs it."""
+        def again(attempt: int, why: str) -> None:
+            repeats.append(why)
+            self.last_repeats = tuple(repeats)
+            log.warning("%s: %s lost its reply (%s); sending it again (repeat %d of at most %d)",
+                        self.describe(), what, why, attempt, self.write_retries)
+        return again
 
     def _write_failed(self, message: str, exc: BaseException) -> StoreUnavailable:
-        """A write's refusal; after a lost reply it says the write may have landed (it is
-        sent once: a repeat would count the change twice)."""
-        why = lost_reply(exc)
-        if why is not None:
-            message += (f": the connection was lost before the reply came ({why}), so it may have been "
-                        f"written; a write is not repeated (it counts a change): read the levers, or run it again")
+        """A write's refusal; after lost replies it says the write may have landed."""
+        if isinstance(exc, ReplyLost):
+            return self._target.unavailable(self.UNAVAILABLE, lost_text(
+                self.describe(), "a write", exc, f"{message}: it may have been written; read the levers "
+                f"(agent-saga status), or run it again (a write already stored changes nothing)"),
+                store=self.describe())
         return self._unavailable(message, exc)
 
     def engage(self, lever: Lever) -> None:

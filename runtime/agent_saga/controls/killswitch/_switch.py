@@ -297,6 +297,8 @@ class KillSwitch(PreCheck):
         for lv in self._store.levers():
             if lv.scope == canonical:
                 gone = self._store.lift(lv.id)
+                if gone is None and bool(getattr(self._store, "last_repeats", None)):
+                    gone = lv  # a repeat found it gone: the first attempt, whose reply was lost, lifted it
                 if gone is not None:
                     lifted.append(gone)
                     self._record_lift(gone, "lifted", by)

@@ -87,11 +87,12 @@ def get_limit_source() -> Any:
     return _source
 
 
-@LIMIT_STORES.register(*REDIS_SCHEMES)
+@LIMIT_STORES.register(*REDIS_SCHEMES, options=("part",))
 def _redis(address: Address) -> LimitStore:
     from ._redis import RedisLimitStore
 
-    return RedisLimitStore(address.url)
+    # ?part=<namespace>/<pod>: this process's own part of the windows (RedisLimitStore).
+    return RedisLimitStore(address.url, part=address.options.get("part") or None)
 
 
 def open_limit_store(target: str) -> LimitStore:

@@ -16,7 +16,20 @@ Cluster keeps them on one shard and the multi-key script stays legal):
                                "<debit id>" + "\n<amount> <limit>:<scope key>" for each
                                charge, scored by the time (µs, server clock) at which
                                they leave their window
+    {ns}:limits:part:<part>:totals, :log   the same, for the debits of one process
+                               (``part``: ``<namespace>/<pod>``, as its heartbeat)
+    {ns}:limits:parts    SET   the parts in use (a debit adds its own)
     {ns}:limits:defs     HASH  limit name -> definition JSON (v = 1)
+
+Parts: a window's total is the sum of every part's. A store with a ``part`` debits into
+its own part's keys and reads the others (the shared ``totals`` / ``log`` and every part
+in ``parts``) inside the same script, so the check-and-debit stays one atomic step; an
+agent's Redis user (``agent-saga acl agent --agent <namespace>/<pod>``) may write only its
+own part, so a compromised pod can reset its own contribution, never the fleet's (another
+part's entry it could not rewrite counts whatever it does; what it writes into its own is
+read as a non-negative amount). A store without a ``part`` debits into the shared keys
+(one process, or a fleet sharing one credential). The operator's ``usage`` (``compact``)
+deletes parts with nothing left in their windows (pods that went away).
 
 Scoring a debit by its expiry rather than its creation lets one log serve windows of
 every length: every call trims it with one range query (``score <= now``), and a call
@@ -78,7 +91,10 @@ class RedisLimitStore:
     injects a ready ``redis.asyncio.Redis`` (used as is, bound to its event loop) instead
     of one created per event loop from ``url``. ``min_replicas`` (with ``wait_timeout_ms``)
     authorises a debit only once that many replicas acknowledged it (see the module doc);
-    not available on a Redis Cluster.
+    not available on a Redis Cluster. ``part`` (``<namespace>/<pod>``: what an agent's
+    Redis user may write, ``agent-saga acl agent --agent``) debits into this process's own
+    part of every window (see the module doc); ``None``, the shared keys. ``compact``
+    (the operator's store): ``usage`` deletes the parts with nothing left in their windows.
     """
 
     # Shared by the scripts below. ARGV[3] of a debit or refund is the call's charges,
@@ -121,6 +137,53 @@ local function take(totals, fld, k, sum)
   end
 end
 
+-- a number an untrusted part holds: not a number, negative or NaN counts as 0
+local function amt(x)
+  x = tonumber(x) or 0
+  if x ~= x or x < 0 then return 0 end
+  return x
+end
+
+-- the other parts: {totals, log, name} of the shared keys (unless they are the caller's)
+-- and of every part in the index but the caller's (ARGV: me, the parts' key prefix)
+local function others(own, index, shared_totals, shared_log, me, pfx)
+  local out = {}
+  if shared_totals ~= own then out[1] = {shared_totals, shared_log, nil} end
+  for _, p in ipairs(redis.call('SMEMBERS', index)) do
+    if p ~= me then out[#out + 1] = {pfx .. p .. ':totals', pfx .. p .. ':log', p} end
+  end
+  return out
+end
+
+-- what another part holds in the windows of fields (field -> true), read only (its owner
+-- trims it): nothing without "@next" (an empty part: a debit always sets it), its totals
+-- while nothing in it has expired ("@next" still ahead), else the sum of its log members
+-- still in their window. Returns field -> {total, count}.
+local function live(totals, log, now, fields)
+  local names, q = {}, {'@next'}
+  for fld in pairs(fields) do
+    names[#names + 1] = fld
+    q[#q + 1] = fld
+    q[#q + 1] = '#' .. fld
+  end
+  local got = {}
+  local v = redis.call('HMGET', totals, unpack(q))
+  if not v[1] then return got end
+  if amt(v[1]) > now then
+    for i, fld in ipairs(names) do got[fld] = {amt(v[2 * i]), amt(v[2 * i + 1])} end
+    return got
+  end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', log, string.format('(%.17g', now), '+inf')) do
+    for a, fld in string.gmatch(m, '\\n(%S+) ([^\\n]+)') do
+      if fields[fld] then
+        local g = got[fld] or {0, 0}
+        got[fld] = {g[1] + amt(a), g[2] + 1}
+      end
+    end
+  end
+  return got
+end
+
 local function trim(totals, log, now)
   local gone = redis.call('ZRANGEBYSCORE', log, '-inf', now)
   if #gone == 0 then return end
@@ -148,15 +211,18 @@ local function trim_all(totals, log, now)
 end
 """
 
-    # KEYS[1]  the totals: HASH, "<limit>:<scope key>" -> total, "#<limit>:..." -> entries
-    # KEYS[2]  the debit log: ZSET, members (see above) scored by their expiry (µs)
+    # KEYS[1]  the caller's totals: HASH, "<limit>:<scope key>" -> total, "#<limit>:..." -> entries
+    # KEYS[2]  the caller's debit log: ZSET, members (see above) scored by their expiry (µs)
+    # KEYS[3]  the parts index, KEYS[4] / KEYS[5] the shared totals / log
     # ARGV[1]  the debit id (unique per gate decision)
     # ARGV[2]  "1" when this call repeats one whose reply was lost (check the id first)
     # ARGV[3]  the charges (see above)
+    # ARGV[4]  the caller's part ('' : the shared keys), ARGV[5] the parts' key prefix
     # Returns 1 (debited), 2 (an earlier attempt already debited it), or the string
-    # "used_1,...,used_n|over,..." when nothing was debited (used: each window's total,
-    # %.17g; over: 0-based indices of the charges that did not fit). All-or-nothing:
-    # trimming is housekeeping and happens either way; debits only if every charge fits.
+    # "used_1,...,used_n|over,..." when nothing was debited (used: each window's total
+    # over every part, %.17g; over: 0-based indices of the charges that did not fit).
+    # All-or-nothing: trimming the caller's part is housekeeping and happens either way;
+    # debits only if every charge fits in its window's total over every part.
     LUA_DEBIT = _LUA_COMMON + """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -176,14 +242,25 @@ if now >= nxt then
   nxt = tonumber(vals[1] or '0')
   if nxt == 0 then nxt = math.huge end
 end
-local cnt, tots, over = {}, {}, {}
+local empty = nxt == math.huge  -- this part held nothing: (re)enter it in the index
+local cnt, tots, over, rest = {}, {}, {}, {}
+local parts = others(totals, KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+if #parts > 0 then
+  local fields = {}
+  for i = 1, n do fields[field[i]] = true end
+  for _, p in ipairs(parts) do
+    for fld, g in pairs(live(p[1], p[2], now, fields)) do rest[fld] = (rest[fld] or 0) + g[1] end
+  end
+end
 for i = 1, n do
   tots[i], cnt[i] = tonumber(vals[2 * i] or '0'), tonumber(vals[2 * i + 1] or '0')
-  if forced[i] ~= '1' and tots[i] + tonumber(amount[i]) > tonumber(maxv[i]) then over[#over + 1] = i - 1 end
+  if forced[i] ~= '1' and tots[i] + (rest[field[i]] or 0) + tonumber(amount[i]) > tonumber(maxv[i]) then
+    over[#over + 1] = i - 1
+  end
 end
 if #over > 0 then
   local used = {}
-  for i = 1, n do used[i] = string.format('%.17g', tots[i]) end
+  for i = 1, n do used[i] = string.format('%.17g', tots[i] + (rest[field[i]] or 0)) end
   return table.concat(used, ',') .. '|' .. table.concat(over, ',')
 end
 local z, hs = {}, {}
@@ -203,6 +280,7 @@ hs[4 * n + 1] = '@next'
 hs[4 * n + 2] = nxt
 redis.call('ZADD', log, unpack(z))
 redis.call('HSET', totals, unpack(hs))
+if empty and ARGV[4] ~= '' then redis.call('SADD', KEYS[3], ARGV[4]) end
 return 1
 """
 
@@ -221,12 +299,62 @@ end
 return 1
 """
 
-    # KEYS     as LUA_DEBIT
-    # Trims the log exactly as LUA_DEBIT does, then returns HGETALL of the totals.
+    # KEYS     as LUA_DEBIT; ARGV[1] "1": compact (delete the parts with nothing left in
+    # their windows, and their index entries: the operator's credential), ARGV[2] / [3]
+    # as ARGV[4] / [5] of LUA_DEBIT
+    # Trims the caller's log exactly as LUA_DEBIT does, then returns the windows summed over
+    # every part, flat as HGETALL: "<limit>:<scope key>", total, "#<limit>:...", count.
     LUA_USAGE = _LUA_COMMON + """
 local t = redis.call('TIME')
-trim_all(KEYS[1], KEYS[2], tonumber(t[1]) * 1000000 + tonumber(t[2]))
-return redis.call('HGETALL', KEYS[1])
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+trim_all(KEYS[1], KEYS[2], now)
+local sum, cnt, names = {}, {}, {}
+local function add(fld, total, count)
+  if sum[fld] == nil then
+    names[#names + 1] = fld
+    sum[fld], cnt[fld] = 0, 0
+  end
+  sum[fld], cnt[fld] = sum[fld] + total, cnt[fld] + count
+end
+local mine = redis.call('HGETALL', KEYS[1])
+for i = 1, #mine, 2 do
+  local f = mine[i]
+  local c = string.sub(f, 1, 1)
+  if c ~= '#' and c ~= '@' then add(f, tonumber(mine[i + 1]) or 0, 0) end
+  if c == '#' then add(string.sub(f, 2), 0, tonumber(mine[i + 1]) or 0) end
+end
+for _, p in ipairs(others(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])) do
+  local fields = {}
+  for _, f in ipairs(redis.call('HKEYS', p[1])) do
+    local c = string.sub(f, 1, 1)
+    if c ~= '#' and c ~= '@' then fields[f] = true end
+  end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', p[2], string.format('(%.17g', now), '+inf')) do
+    for _, fld in string.gmatch(m, '\\n(%S+) ([^\\n]+)') do fields[fld] = true end
+  end
+  local got = live(p[1], p[2], now, fields)
+  local any = false
+  for fld, g in pairs(got) do
+    if g[2] > 0 or g[1] > 0 then
+      any = true
+      add(fld, g[1], g[2])
+    end
+  end
+  if ARGV[1] == '1' and p[3] and not any and redis.call('ZCOUNT', p[2], string.format('(%.17g', now), '+inf') == 0 then
+    redis.call('DEL', p[1], p[2])
+    redis.call('SREM', KEYS[3], p[3])
+  end
+end
+local out = {}
+for _, fld in ipairs(names) do
+  if sum[fld] > 0 or cnt[fld] > 0 then
+    out[#out + 1] = fld
+    out[#out + 1] = string.format('%.17g', sum[fld])
+    out[#out + 1] = '#' .. fld
+    out[#out + 1] = tostring(cnt[fld])
+  end
+end
+return out
 """
 
     def __init__(
@@ -242,6 +370,8 @@ return redis.call('HGETALL', KEYS[1])
         client: Any = None,
         min_replicas: int = 0,
         wait_timeout_ms: int = 500,
+        part: str | None = None,
+        compact: bool = False,
     ) -> None:
         if client is None and not url:
             raise ConfigurationError(
@@ -268,7 +398,18 @@ return redis.call('HGETALL', KEYS[1])
         self._pool_timeout = pool_timeout
         self._fixed: tuple[Any, dict[str, Any]] | None = None if client is None else (client, {})
         self._heads: dict[tuple[float, float], tuple[int, str]] = {}
-        self._keys = (self._prefix + "totals", self._prefix + "log")
+        if part is not None and (not part or any(c in part for c in "{}*?[]:\n\r\t ")):
+            raise ConfigurationError(f"part {part!r} must be non-empty without braces, glob characters, colons or "
+                                     f"spaces: give <namespace>/<pod>, as the agent's Redis user (agent-saga acl "
+                                     f"agent --agent)")
+        self.part = part
+        self._compact = "1" if compact else "0"
+        own = self._prefix if part is None else f"{self._prefix}part:{part}:"
+        #: The keys of every script: this process's totals and log, the parts index, the
+        #: shared totals and log (the first two are the shared ones without a part).
+        self._keys = (own + "totals", own + "log", self._prefix + "parts", self._prefix + "totals",
+                      self._prefix + "log")
+        self._part_args = (part or "", self._prefix + "part:")
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
             weakref.WeakKeyDictionary())
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -307,8 +448,8 @@ return redis.call('HGETALL', KEYS[1])
         if not charges:
             return DebitResult(True, ())
         spec = self._charges_arg(charges, force)
-        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec),
-                                 retry_args=(debit_id, "1", spec))
+        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec, *self._part_args),
+                                 retry_args=(debit_id, "1", spec, *self._part_args))
         if reply == 1 or reply == 2:
             return DebitResult(True, (), (), reply == 2)
         used, over = reply.decode().split("|")
@@ -319,7 +460,7 @@ return redis.call('HGETALL', KEYS[1])
         if not charges:
             return
         args = (debit_id, "0", self._charges_arg(charges, frozenset()))
-        await self._call("refund", self.LUA_REFUND, self._keys, args, retry_args=args)
+        await self._call("refund", self.LUA_REFUND, self._keys[:2], args, retry_args=args)
 
     async def declare(self, specs: Sequence[LimitSpec]) -> None:
         """Record the limits' definitions for ``usage`` and ``agent-saga status``."""
@@ -346,7 +487,8 @@ return redis.call('HGETALL', KEYS[1])
         wanted = await self.definitions() if specs is None else list(specs)
         if not wanted:
             return []
-        flat = await self._call("usage", self.LUA_USAGE, self._keys, (), retry_args=())  # trim + read: repeatable
+        args = (self._compact, *self._part_args)
+        flat = await self._call("usage", self.LUA_USAGE, self._keys, args, retry_args=args)  # trim + read: repeatable
         pairs = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
         rows: dict[str, list[tuple[str, int, float]]] = {}
         for fld, total in pairs.items():
