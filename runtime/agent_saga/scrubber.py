@@ -32,7 +32,7 @@ What is a secret:
 - a mapping KEY that is itself a secret: one with a credential format
   (``{"sk_live_...": 1}``, an MCP argument named like a key), or a random-looking one under
   a key that names a credential or key material. The key becomes ``[REDACTED]``
-  (``[REDACTED]#2``... if a payload has several), and the error or warning that names its
+  (``[REDACTED-2]``... if a payload has several), and the error or warning that names its
   path never shows it.
 
 Invariants:
@@ -471,7 +471,7 @@ def _secret_tree(obj: Any, free: bool, shapes: bool) -> Any:
 
 def _renamed(d: Any, parent: object, inside: bool) -> Any:
     """The dict ``d`` with every key that is a secret (``key_secret``) renamed
-    ``[REDACTED]``, ``[REDACTED]#2``...: the same object if none is."""
+    ``[REDACTED]``, ``[REDACTED-2]``...: the same object if none is."""
     bad = [k for k in d if key_secret(k, parent, inside) is not None]
     if not bad:
         return d
@@ -480,10 +480,10 @@ def _renamed(d: Any, parent: object, inside: bool) -> Any:
     for k, v in d.items():
         if k in bad:
             n += 1
-            name = REDACTED if n == 1 else f"{REDACTED}#{n}"
+            name = REDACTED if n == 1 else f"[REDACTED-{n}]"
             while name in d or name in out:
                 n += 1
-                name = f"{REDACTED}#{n}"
+                name = f"[REDACTED-{n}]"
             out[name] = v
         else:
             out[k] = v
