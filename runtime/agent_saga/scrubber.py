@@ -330,7 +330,7 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
     t = obj.__class__
     if t is str:
         return _scrub_str(key, obj, free, shapes) if obj else obj
-    if key is not None and obj and isinstance(obj, dict | list | tuple) and _strong(key):
+    if (t is dict or t is list or t is tuple) and obj and key is not None and _strong(key):
         return _secret_tree(obj, free, shapes)  # everything under a credential's key is secret
     if t is dict:
         if not shapes:
@@ -424,12 +424,14 @@ def _walk_keys(obj: dict[Any, Any], free: bool) -> Any:
             else:
                 continue
         elif tv is dict:
-            cls = _key_class(k) if isinstance(k, str) else 0
-            if cls == 2:
+            action = actions.get(k)
+            if action is None:
+                action = _key_action(k)
+            if action == _STRONG:
                 sub = _secret_tree(v, free, False) if v else v
             else:
-                sub = _walk_keys(v, free or k in FREE_TEXT_KEYS)
-                if cls:
+                sub = _walk_keys(v, free or action == _FREE)
+                if action == _WEAK:
                     sub = _renamed(sub, k, False)
         elif tv is int or v is None or tv is float or tv is bool:
             continue
