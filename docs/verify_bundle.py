@@ -217,6 +217,56 @@ def record_facts(path):
 # ------------------------------------------------------------------ the bundle
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+class DuplicateKey(ValueError):
+    """A key repeated in one JSON object."""
+
+
+def unique_keys(pairs):
+    """A JSON object that refuses a key repeated in it (parsers disagree on which counts)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def duplicate_key(text, where):
+    """Why the JSON ``text`` repeats a key in one object, or None."""
+    try:
+        json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        return (f"{where} repeats the key {exc.args[0]!r} in one object: JSON parsers disagree on which "
+                f"value counts, so a reader could see a value other than the one verified")
+    except ValueError:
+        pass  # not JSON at all: the chain or manifest check says so
+    return None
+
+
+def form_problem(lines, name, json_lines=False, json_doc=False):
+    """Why a bundle file (its lines, read in binary) is not in the form an export writes:
+    a UTF-8 byte order mark, a CR (CRLF line endings), or a JSON key repeated in one object.
+    None if it is."""
+    doc = []
+    for i, raw in enumerate(lines, 1):
+        if raw.startswith(BOM):
+            return (f"{name} line {i} starts with a UTF-8 byte order mark (BOM): bundle files have none; "
+                    f"the file was re-saved or converted after export")
+        if b"\r" in raw:
+            return (f"{name} line {i} has a CR (CRLF line endings): bundle files end lines with LF only; "
+                    f"the file was converted after export")
+        if json_doc:
+            doc.append(raw)
+        elif json_lines and raw.strip():
+            why = duplicate_key(raw, f"{name} line {i}")
+            if why is not None:
+                return why
+    return duplicate_key(b"".join(doc), name) if json_doc else None
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -229,11 +279,23 @@ def verify_bundle(d):
     problems = []
     try:
         with open(os.path.join(d, "manifest.json"), "rb") as f:
-            manifest = json.loads(f.read())
+            raw = f.read()
+        why = form_problem(raw.splitlines(keepends=True), "manifest.json", json_doc=True)
+        if why is not None:
+            return {"ok": False, "labelled_broken": False, "problems": [why], "chain": None}
+        manifest = json.loads(raw)
         if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
             raise ValueError(f"format is not {FORMAT!r}")
     except (OSError, ValueError) as exc:
         return {"ok": False, "labelled_broken": False, "problems": [f"manifest.json is missing or unreadable: {exc}"], "chain": None}
+    for name, lines in (("SHA256SUMS", False), ("records.ndjson", True)):
+        try:
+            with open(os.path.join(d, name), "rb") as f:
+                why = form_problem(f, name, json_lines=lines)
+        except OSError:
+            continue  # missing: said below
+        if why is not None:
+            problems.append(why)
     listed = {}
     try:
         with open(os.path.join(d, "SHA256SUMS"), encoding="utf-8") as f:

@@ -31,7 +31,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import ConfigurationError, SecretDetected
-from .scrubber import key_looks_sensitive, redact_text, secret_kind, why_secret
+from .scrubber import (
+    key_is_reference,
+    key_looks_sensitive,
+    key_secret,
+    redact_text,
+    secret_kind,
+    shown_key,
+    why_secret,
+)
 
 __all__ = [
     "assert_no_secrets",
@@ -109,6 +117,21 @@ def check_value(key_path: str, key: object, value: object) -> None:
         raise _detected(key_path, why)
 
 
+def secret_under(key_path: str) -> SecretDetected:
+    """The error for a string inside a value whose key names a credential."""
+    return _detected(key_path, "it sits inside a value whose key names a credential: everything there is secret")
+
+
+def key_detected(key_path: str, why: str) -> SecretDetected:
+    """The error for a mapping key that is itself a secret (``key_path`` shows it redacted)."""
+    return SecretDetected(
+        f"{key_path} is a key that looks like a secret ({why}); keys bound for the WAL are "
+        f"fsynced in plaintext like values. Use a plain name as the key and pass the secret "
+        f"by reference (credential_ref='...', resolved inside the handler)",
+        key=key_path,
+    )
+
+
 def _detected(key_path: str, why: str) -> SecretDetected:
     return SecretDetected(
         f"{key_path} looks like a secret ({why}); values bound for the WAL are fsynced in "
@@ -123,22 +146,30 @@ def assert_no_secrets(obj: Any, path: str = "kwargs") -> None:
     """Raise ``SecretDetected`` naming the key path if anything in ``obj`` looks like a secret.
 
     Walks mappings, lists and tuples. Guarantee: returns only if no string in ``obj`` sits
-    under a credential-named key or matches a known credential format. The error names the
-    path (e.g. ``kwargs['auth']['token']``) and never the value.
+    under a credential-named key (at any depth: ``{"password": {"new": ...}}``, unless a
+    nearer key names a reference such as ``credential_ref``) or matches a known credential
+    format, and no mapping key is itself a secret. The error names the path (e.g.
+    ``kwargs['auth']['token']``) and never the value; a secret key shows as ``[REDACTED]``.
     """
-    _walk(obj, path, None)
+    _walk(obj, path, None, False)
 
 
-def _walk(obj: Any, path: str, key: object) -> None:
+def _walk(obj: Any, path: str, key: object, inside: bool) -> None:
     if isinstance(obj, str):
+        if inside and obj:
+            raise secret_under(path)
         check_value(path, key, obj)
     elif isinstance(obj, Mapping):
+        secret = inside or (isinstance(key, str) and key_looks_sensitive(key))
         for k, v in obj.items():
-            _walk(v, f"{path}[{k!r}]", k)
+            why = key_secret(k, key, secret)
+            if why is not None:
+                raise key_detected(f"{path}[{shown_key(k, key, secret)!r}]", why)
+            _walk(v, f"{path}[{k!r}]", k, secret and not (isinstance(k, str) and key_is_reference(k)))
     elif isinstance(obj, list | tuple):
         for i, v in enumerate(obj):
             # A list inherits its key: {"tokens": ["..."]} is still a list of tokens.
-            _walk(v, f"{path}[{i}]", key)
+            _walk(v, f"{path}[{i}]", key, inside)
 
 
 def redact_secrets(text: str) -> str:

@@ -23,9 +23,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .credentials import check_value, redact_secrets
+from .credentials import check_value, key_detected, redact_secrets, secret_under
 from .errors import NotSerializable
-from .scrubber import _MIN_SHAPE, _key_class, why_secret
+from .scrubber import _MIN_SHAPE, _key_class, key_is_reference, key_secret, shown_key, why_secret
 
 __all__ = ["describe_error", "error_text", "snapshot", "snapshot_mapping"]
 
@@ -62,7 +62,7 @@ def _flat_copy(value: dict[Any, Any]) -> dict[str, Any] | None:
     value, a subclass, a non-str key, a non-finite float or a secret, whose error
     ``_copy`` raises with its key path)."""
     for k, v in value.items():
-        if k.__class__ is not str:
+        if k.__class__ is not str or (len(k) >= _MIN_SHAPE and key_secret(k) is not None):
             return None
         t = v.__class__
         if t is str:
@@ -83,6 +83,9 @@ def snapshot(value: object, path: str) -> Any:
 # rendered as ``parent[key!r]`` by ``_render``.
 
 
+# A key that is itself a secret is rendered ``[REDACTED]``.
+
+
 def _render(path: Any) -> str:
     if path.__class__ is str:
         return str(path)
@@ -90,10 +93,14 @@ def _render(path: Any) -> str:
     return f"{_render(parent)}[{k!r}]"
 
 
-def _copy(value: Any, path: Any, key: object, depth: int) -> Any:
+def _copy(value: Any, path: Any, key: object, depth: int, inside: bool = False) -> Any:
+    """``snapshot``'s walk; ``inside``: ``value`` sits under a credential's key, where every
+    string is a secret (``agent_saga.scrubber``), except under a reference's key."""
     t = value.__class__
     if t is str:
-        if value and why_secret(key, value) is not None:
+        if value and (inside or why_secret(key, value) is not None):
+            if inside:
+                raise secret_under(_render(path))
             check_value(_render(path), key, value)  # raises, naming the path
         return value
     if value is None or value is True or value is False or t is int:
@@ -106,6 +113,7 @@ def _copy(value: Any, path: Any, key: object, depth: int) -> Any:
         raise _unserialisable(_render(path), value, f"nested more than {_MAX_DEPTH} levels deep")
     if t is dict or isinstance(value, Mapping):
         out: dict[str, Any] = {}
+        secret = inside or (isinstance(key, str) and _key_class(key) == 2)
         for k, v in value.items():
             if k.__class__ is not str and not isinstance(k, str):
                 sub = _render((path, k))
@@ -114,10 +122,13 @@ def _copy(value: Any, path: Any, key: object, depth: int) -> Any:
                     f"convert the key with str() before passing it",
                     key=sub,
                 )
-            out[str(k)] = _copy(v, (path, k), k, depth + 1)
+            why = key_secret(k, key, secret)
+            if why is not None:
+                raise key_detected(_render((path, shown_key(k, key, secret))), why)
+            out[str(k)] = _copy(v, (path, k), k, depth + 1, secret and not key_is_reference(k))
         return out
     if t is list or t is tuple or isinstance(value, list | tuple):
-        return [_copy(v, (path, i), key, depth + 1) for i, v in enumerate(value)]
+        return [_copy(v, (path, i), key, depth + 1, inside) for i, v in enumerate(value)]
     # Subclasses of the JSON scalars (str/int enums, numpy-free bool-likes) keep their value.
     if isinstance(value, bool):
         return bool(value)

@@ -25,7 +25,15 @@ What is a secret:
   ``auth_method``, ``password_hint``);
 - a random-looking string (``looks_random``) under a key with a WEAK word (key, session,
   sig, hmac): ``{"key": "customer-42"}`` is not a secret, ``{"key": "q8Zr...T1w"}`` is;
-- a string anywhere containing a well-known credential format (``VALUE_SHAPES``).
+- a string anywhere containing a well-known credential format (``VALUE_SHAPES``);
+- everything under a STRONG key: ``{"password": {"new": "..."}}`` or
+  ``{"tokens": [{"value": "..."}]}`` are secrets all the way down, except a string under a
+  key that itself names a reference or metadata (``{"auth": {"method": "oauth"}}``);
+- a mapping KEY that is itself a secret: one with a credential format
+  (``{"sk_live_...": 1}``, an MCP argument named like a key), or a random-looking one under
+  a key that names a credential or key material. The key becomes ``[REDACTED]``
+  (``[REDACTED-2]``... if a payload has several), and the error or warning that names its
+  path never shows it.
 
 Invariants:
 - Precise rather than greedy: idempotency keys, SHA-256 hex digests, UUIDs, charge ids,
@@ -48,12 +56,15 @@ from typing import Any
 __all__ = [
     "FREE_TEXT_KEYS",
     "REDACTED",
+    "key_is_reference",
     "key_looks_sensitive",
+    "key_secret",
     "looks_random",
     "redact_text",
     "scrub_id",
     "scrub_payload",
     "secret_kind",
+    "shown_key",
     "why_secret",
 ]
 
@@ -114,8 +125,14 @@ VALUE_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)")),
     ("a bearer token", re.compile(r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{16,}")),
     ("a basic-auth credential", re.compile(r"\b(?i:basic)\s+[A-Za-z0-9+/]{16,}={0,2}")),
-    ("a JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
-    ("a password in a URL", re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:[^\s@/]+@")),
+    # Starts only where a run of its segment alphabet starts (not just at a word boundary,
+    # which "-" also makes): otherwise "eyJ-eyJ-eyJ-..." starts a scan to the run's end at
+    # every "eyJ", quadratic in the run's length.
+    ("a JWT", re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
+    # Anchored on "://" with one scheme character before it (the scheme itself is not
+    # matched: a scan of "[A-Za-z0-9+.-]*" from every word start is quadratic on
+    # "a.a.a.a...").
+    ("a password in a URL", re.compile(r"(?<=[A-Za-z0-9+.-])://[^\s:/@]*:[^\s@/]+@")),
 )
 _ANY_SHAPE = re.compile("|".join(f"(?:{p.pattern})" for _, p in VALUE_SHAPES))
 # For substitution: a URL keeps all but its password (redacted by _URL_PASSWORD first).
@@ -134,7 +151,7 @@ _PHRASE = re.compile(
     r"access[_-]?key|private[_-]?key|auth(?:orization)?|credentials?|cvv|cvc|pin))"
     r"(\s*[:=]\s*)([\"']?)([^\s\"',;&]{3,})"
 )
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)([^\s@/]+)(@)")
+_URL_PASSWORD = re.compile(r"(?<=[A-Za-z0-9+.-])(://[^\s:/@]*:)([^\s@/]+)(@)")
 _TOKENISH = re.compile(r"[A-Za-z0-9+/=_.~-]+")
 _HEXISH = re.compile(r"[0-9a-fA-F-]+")
 
@@ -155,6 +172,48 @@ def _key_class(key: str) -> int:
 def key_looks_sensitive(key: str) -> bool:
     """True if a mapping key names a credential (see the module doc); references are not."""
     return _key_class(key) == 2
+
+
+@functools.lru_cache(maxsize=8192)
+def key_is_reference(key: str) -> bool:
+    """True if a mapping key names a reference to a credential or metadata about one (its
+    last word is in ``REFERENCE_SUFFIXES``: ``credential_ref``, ``type``, ``auth_method``)."""
+    words = [w for w in _WORD_SPLIT.split(key) if w]
+    return bool(words) and words[-1].lower() in REFERENCE_SUFFIXES
+
+
+def _strong(key: object) -> bool:
+    """Everything under ``key`` is secret (``key_looks_sensitive`` of a str key)."""
+    return isinstance(key, str) and _key_class(key) == 2
+
+
+def _under(key: object) -> bool:
+    """Is a value under mapping key ``key`` of a secret container still secret?"""
+    return not (isinstance(key, str) and key_is_reference(key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_shape(key: str) -> str | None:
+    return secret_kind(key)
+
+
+def key_secret(key: object, parent: object = None, inside: bool = False) -> str | None:
+    """Why the mapping key ``key`` is itself a secret, or ``None``: it has a credential
+    format, or it looks random under ``parent`` (the key of its mapping) naming a credential
+    or key material, or inside a secret container (``inside``)."""
+    if not isinstance(key, str) or len(key) < _MIN_SHAPE:
+        return None
+    kind = _key_shape(key) if len(key) <= 256 else secret_kind(key)
+    if kind is not None:
+        return f"the key itself looks like {kind}"
+    if (inside or (isinstance(parent, str) and _key_class(parent) > 0)) and looks_random(key):
+        return "the key itself looks random under a key that names a credential or key material"
+    return None
+
+
+def shown_key(key: object, parent: object = None, inside: bool = False) -> object:
+    """``key`` as an error message or a warning may show it: ``REDACTED`` if it is a secret."""
+    return REDACTED if key_secret(key, parent, inside) is not None else key
 
 
 def looks_random(value: str) -> bool:
@@ -271,9 +330,12 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
     t = obj.__class__
     if t is str:
         return _scrub_str(key, obj, free, shapes) if obj else obj
+    if (t is dict or t is list or t is tuple) and obj and key is not None and _strong(key):
+        return _secret_tree(obj, free, shapes)  # everything under a credential's key is secret
     if t is dict:
         if not shapes:
-            return _walk_keys(obj, free)
+            out = _walk_keys(obj, free)
+            return _renamed(out, key, False) if isinstance(key, str) and _key_class(key) else out
         new: dict[str, Any] | None = None
         for k, v in obj.items():
             tv = v.__class__
@@ -291,7 +353,7 @@ def _walk(obj: Any, key: object, free: bool, shapes: bool) -> Any:
                 if new is None:
                     new = dict(obj)
                 new[k] = sub
-        return obj if new is None else new
+        return _renamed(obj if new is None else new, key, False)
     if t is list or t is tuple:
         items: list[Any] | None = None
         # Strings that _scrub_str would return unchanged whatever they say (checked once).
@@ -362,7 +424,15 @@ def _walk_keys(obj: dict[Any, Any], free: bool) -> Any:
             else:
                 continue
         elif tv is dict:
-            sub = _walk_keys(v, free or k in FREE_TEXT_KEYS)
+            action = actions.get(k)
+            if action is None:
+                action = _key_action(k)
+            if action == _STRONG:
+                sub = _secret_tree(v, free, False) if v else v
+            else:
+                sub = _walk_keys(v, free or action == _FREE)
+                if action == _WEAK:
+                    sub = _renamed(sub, k, False)
         elif tv is int or v is None or tv is float or tv is bool:
             continue
         else:  # a list, a tuple, a subclass, anything else (``_walk`` sorts them out)
@@ -374,13 +444,64 @@ def _walk_keys(obj: dict[Any, Any], free: bool) -> Any:
     return obj if new is None else new
 
 
+def _secret_tree(obj: Any, free: bool, shapes: bool) -> Any:
+    """``obj``, a value under a credential's key, with every non-empty string and every
+    key that is a secret replaced, except under a key that names a reference or metadata
+    (``{"auth": {"method": "oauth"}}``: walked as usual). Numbers, booleans and None stay."""
+    if isinstance(obj, str):
+        return REDACTED if obj else obj
+    if isinstance(obj, dict):
+        new: dict[Any, Any] | None = None
+        for k, v in obj.items():
+            sub = _secret_tree(v, free, shapes) if _under(k) else _walk(v, k, free or k in FREE_TEXT_KEYS, shapes)
+            if sub is not v:
+                if new is None:
+                    new = dict(obj)
+                new[k] = sub
+        return _renamed(obj if new is None else new, None, True)
+    if isinstance(obj, list | tuple):
+        items: list[Any] | None = None
+        for i, v in enumerate(obj):
+            sub = _secret_tree(v, free, shapes)
+            if sub is not v:
+                if items is None:
+                    items = list(obj)
+                items[i] = sub
+        return obj if items is None else items
+    return obj
+
+
+def _renamed(d: Any, parent: object, inside: bool) -> Any:
+    """The dict ``d`` with every key that is a secret (``key_secret``) renamed
+    ``[REDACTED]``, ``[REDACTED-2]``...: the same object if none is."""
+    bad = [k for k in d if key_secret(k, parent, inside) is not None]
+    if not bad:
+        return d
+    out: dict[Any, Any] = {}
+    n = 0
+    for k, v in d.items():
+        if k in bad:
+            n += 1
+            name = REDACTED if n == 1 else f"[REDACTED-{n}]"
+            while name in d or name in out:
+                n += 1
+                name = f"[REDACTED-{n}]"
+            out[name] = v
+        else:
+            out[k] = v
+    return out
+
+
 def _changed_paths(old: Any, new: Any, path: str, out: list[str]) -> None:
-    """Where ``_walk`` replaced something (for the warning; only run when it did)."""
+    """Where ``_walk`` replaced something (for the warning; only run when it did). A key
+    that was renamed is named by its new name, never the secret."""
     if old is new:
         return
     if isinstance(old, dict) and isinstance(new, dict):
-        for k in old:
-            _changed_paths(old[k], new[k], f"{path}[{k!r}]", out)
+        for (k, a), (nk, b) in zip(old.items(), new.items(), strict=False):
+            if nk is not k and nk != k:
+                out.append(f"{path}[{nk!r}] (a key)")
+            _changed_paths(a, b, f"{path}[{nk!r}]", out)
     elif isinstance(old, list | tuple) and isinstance(new, list | tuple):
         for i, (a, b) in enumerate(zip(old, new, strict=False)):
             _changed_paths(a, b, f"{path}[{i}]", out)

@@ -300,17 +300,23 @@ def test_every_hint_sits_under_a_gate_it_contains():
         assert all(gate in h for h in group), gate
 
 
-def _one_by_one(obj: Any, key: object, free: bool) -> Any:
+def _one_by_one(obj: Any, key: object, free: bool, inside: bool = False) -> Any:
     """The key-name walk the long way: every string (by the value the scrubber reads) put
-    through ``_scrub_str`` under its governing key, no shortcut taken."""
+    through ``_scrub_str`` under its governing key, no shortcut taken; inside a value whose
+    key names a credential, every string is redacted unless a nearer key names a reference."""
     from agent_saga import scrubber
 
     if isinstance(obj, str):
+        if obj and inside:
+            return REDACTED
         return scrubber._scrub_str(key, str(obj), free, False) if obj else obj
     if isinstance(obj, dict):
-        return {k: _one_by_one(v, k, free or k in scrubber.FREE_TEXT_KEYS) for k, v in obj.items()}
+        secret = inside or (isinstance(key, str) and scrubber.key_looks_sensitive(key))
+        return {k: _one_by_one(v, k, free or k in scrubber.FREE_TEXT_KEYS,
+                               secret and not (isinstance(k, str) and scrubber.key_is_reference(k)))
+                for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_one_by_one(v, key, free) for v in obj]
+        return [_one_by_one(v, key, free, inside) for v in obj]
     return obj
 
 

@@ -241,6 +241,59 @@ def export_bundle(
     return manifest
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def form_problem(lines: Iterable[bytes], name: str, *, json_lines: bool = False, json_doc: bool = False) -> str | None:
+    """Why a bundle file (its lines, as read in binary) is not in the form an export
+    writes, or None: a UTF-8 byte order mark, a CR (CRLF line endings), or, for JSON
+    (``json_lines``: one document a line; ``json_doc``: the whole file), a key repeated in
+    one object. Each is refused, not tolerated: a file re-saved or converted is not the
+    file exported, and JSON parsers disagree on which of two values of one key counts (a
+    reader could be shown a value other than the one verified)."""
+    doc: list[bytes] = []
+    for i, raw in enumerate(lines, 1):
+        if raw.startswith(_BOM):
+            return (f"{name} line {i} starts with a UTF-8 byte order mark (BOM): bundle files have none; "
+                    f"the file was re-saved or converted after export")
+        if b"\r" in raw:
+            return (f"{name} line {i} has a CR (CRLF line endings): bundle files end lines with LF only; "
+                    f"the file was converted after export")
+        if json_doc:
+            doc.append(raw)
+        elif json_lines and raw.strip():
+            why = _duplicate_key(raw, f"{name} line {i}")
+            if why is not None:
+                return why
+    return _duplicate_key(b"".join(doc), name) if json_doc else None
+
+
+def _duplicate_key(text: bytes, where: str) -> str | None:
+    try:
+        json.loads(text, object_pairs_hook=_unique)
+    except _DuplicateKey as exc:
+        return (f"{where} repeats the key {exc.key!r} in one object: JSON parsers disagree on which value "
+                f"counts, so a reader could see a value other than the one verified")
+    except ValueError:
+        pass  # not JSON at all: the chain or manifest check says so
+    return None
+
+
 def verify_bundle(bundle_dir: str | os.PathLike[str]) -> BundleResult:
     """Re-check a bundle by the rule in its manifest: checksums, chain, manifest fields.
 
@@ -252,11 +305,23 @@ def verify_bundle(bundle_dir: str | os.PathLike[str]) -> BundleResult:
     problems: list[str] = []
     try:
         with open(os.path.join(d, MANIFEST), "rb") as f:
-            manifest = json.loads(f.read())
+            raw = f.read()
+        why = form_problem(raw.splitlines(keepends=True), MANIFEST, json_doc=True)
+        if why is not None:
+            return BundleResult(False, (why,), None)
+        manifest = json.loads(raw)
         if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
             raise ValueError(f"format is not {BUNDLE_FORMAT!r}")
     except (OSError, ValueError) as exc:
         return BundleResult(False, (f"{MANIFEST} is missing or unreadable: {exc}",), None)
+    for name, lines in ((SUMS, False), (RECORDS, True)):
+        try:
+            with open(os.path.join(d, name), "rb") as f:
+                why = form_problem(f, name, json_lines=lines)
+        except OSError:
+            continue  # missing: said below
+        if why is not None:
+            problems.append(why)
     listed: dict[str, str] = {}
     try:
         with open(os.path.join(d, SUMS), encoding="utf-8") as f:

@@ -9,9 +9,13 @@ writer cannot rewrite, it pins the log's length. Verifying a log against it chec
    checkpoint fails here);
 2. the whole chain (``chain.verify_records``);
 3. the log still reaches the checkpointed sequence (else: truncated);
-4. the checkpointed record is still the same: present with the signed hash, or removed by
-   an attested compaction (a run ending at it carries its hash, which must match; a record
-   removed mid-run is accepted on the attestation's word, and refused with ``strict``).
+4. the checkpointed record is still there with the signed hash;
+5. every record the checkpoint signed is still there, unchanged: the log's records up to
+   the checkpointed sequence are ``records`` in number and their Merkle root is ``root``.
+   A compaction attested after the checkpoint cannot explain a record inside it away: the
+   attestation is the writer's own, unsigned claim, so someone who can rewrite the log
+   could forge one to hide records (a denial, an unresolved saga). A compaction before
+   the checkpoint is part of what was signed.
 
 Redaction keeps every hash, so it never invalidates a checkpoint. The signed message is
 ``"agent-saga.checkpoint/v1\\n" + canonical_json(body)``: any Ed25519 implementation can
@@ -31,7 +35,7 @@ from typing import Any
 from ..chain import VerifyResult, is_attestation, parse_attestation, verify_records
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import Record, canonical_json
-from .merkle import audit_root
+from .merkle import MerkleTree, audit_root, leaf_hash
 
 CHECKPOINT_FORMAT = "agent-saga.checkpoint/v1"
 _DOMAIN = b"agent-saga.checkpoint/v1\n"
@@ -100,9 +104,8 @@ class Checkpoint:
 class CheckpointResult:
     """The outcome of ``verify_checkpoint``: ``ok`` only if every check passed.
 
-    ``head_status`` is ``"present"`` (the checkpointed record is in the log, same hash),
-    ``"attested"`` (removed by compaction at a run's end, hash compared) or
-    ``"attested-unchecked"`` (removed mid-run: taken on the attestation's word).
+    ``head_status`` is ``"present"`` when ``ok`` (the checkpointed record is in the log,
+    same hash, and so is every record before it that the checkpoint signed).
     """
 
     ok: bool
@@ -117,12 +120,9 @@ class CheckpointResult:
         cp = self.checkpoint
         if not self.ok:
             return f"FAILED against checkpoint seq {cp.seq} ({cp.head[:16]}…): {self.reason}"
-        how = {"present": "still in the log",
-               "attested": "removed by an attested compaction, hash matches",
-               "attested-unchecked": "removed mid-run by an attested compaction (hash not comparable)",
-               }.get(self.head_status or "", self.head_status)
         return (f"OK: the log extends checkpoint seq {cp.seq} ({cp.head[:16]}…, signed by "
-                f"{cp.key_id}); the checkpointed record is {how}; {self.appended} records since")
+                f"{cp.key_id}); the {cp.records} records it signed are all there, unchanged; "
+                f"{self.appended} records since")
 
 
 # ---------------------------------------------------------------------- keys
@@ -253,10 +253,13 @@ def verify_checkpoint(
 ) -> CheckpointResult:
     """Check that the log (``(location, record)`` pairs) extends ``checkpoint``.
 
-    See the module doc for the four checks. ``strict`` refuses a checkpointed record that
-    compaction removed mid-run. Never raises for a bad log or a bad signature: the result
-    says which check failed.
+    See the module doc for the checks. Every record the checkpoint signed must still be
+    there, unchanged: a compaction attested after the checkpoint cannot explain away a
+    record inside it (``strict`` is accepted for callers of earlier versions, where it
+    was optional; it changes nothing). Never raises for a bad log or a bad signature: the
+    result says which check failed.
     """
+    del strict  # always strict: see the docstring
     cp = checkpoint
 
     def fail(reason: str, chain: VerifyResult | None = None) -> CheckpointResult:
@@ -266,22 +269,22 @@ def verify_checkpoint(
     if why is not None:
         return fail(why)
 
-    at_seq: Record | None = None
-    runs: list[tuple[int, int, str]] = []
+    signed: list[tuple[int, str]] = []  # (seq, hash) of every record up to the checkpointed seq
+    late: list[tuple[int, list[tuple[int, int, str]]]] = []  # attestations written after it
     after = 0
 
     def watch(its: Iterable[tuple[str, Record | WALCorrupt]]) -> Iterator[tuple[str, Record | WALCorrupt]]:
-        nonlocal at_seq, after
+        nonlocal after
         for loc, item in its:
             if isinstance(item, Record):
                 if item.seq > cp.seq:
                     after += 1
-                elif item.seq == cp.seq:
-                    at_seq = item
-                if is_attestation(item):
-                    parsed = parse_attestation(item)
-                    if not isinstance(parsed, str):
-                        runs.extend(parsed)
+                    if is_attestation(item):
+                        parsed = parse_attestation(item)
+                        if not isinstance(parsed, str):
+                            late.append((item.seq, parsed))
+                else:
+                    signed.append((item.seq, item.hash))
             yield loc, item
 
     chain = verify_records(watch(items))
@@ -293,33 +296,64 @@ def verify_checkpoint(
             f"{cp.seq - chain.last_seq} or more records were cut off its end (truncated)",
             chain,
         )
-    status: str
-    if at_seq is not None:
-        if at_seq.hash != cp.head:
-            return fail(
-                f"record seq {cp.seq} is not the one checkpointed (hash {at_seq.hash[:16]}…, signed "
-                f"{cp.head[:16]}…): the log was rewritten from that point",
-                chain,
-            )
-        status = "present"
-    else:
-        run = next(((a, b, h) for a, b, h in runs if a <= cp.seq <= b), None)
-        if run is None:  # verify_records accepted the log, so this cannot be a plain gap
-            return fail(f"record seq {cp.seq} is missing and no attestation names it", chain)
-        if run[1] == cp.seq:
-            if run[2] != cp.head:
-                return fail(
-                    f"record seq {cp.seq} was attested removed with hash {run[2][:16]}…, but the "
-                    f"checkpoint signed {cp.head[:16]}…: the log was rewritten from that point",
-                    chain,
-                )
-            status = "attested"
-        else:
-            if strict:
-                return fail(
-                    f"record seq {cp.seq} was removed by compaction inside the run {run[0]}..{run[1]}; "
-                    f"its hash cannot be compared (strict). Take a checkpoint after each compaction",
-                    chain,
-                )
-            status = "attested-unchecked"
-    return CheckpointResult(True, None, cp, chain, status, after)
+    if not signed or signed[-1][0] != cp.seq:
+        return fail(
+            f"record seq {cp.seq}, the checkpointed head, is missing{_removed_by(late, cp.seq, cp.seq)}. "
+            f"{_PINNED}",
+            chain,
+        )
+    if signed[-1][1] != cp.head:
+        return fail(
+            f"record seq {cp.seq} is not the one checkpointed (hash {signed[-1][1][:16]}…, signed "
+            f"{cp.head[:16]}…): the log was rewritten from that point",
+            chain,
+        )
+    if len(signed) != cp.records or len(signed) != cp.tree_size:
+        gaps = _missing(signed)
+        missing = [g for g in gaps if _removed_by(late, *g)] or gaps
+        span = ", ".join(f"{a}..{b}" if a != b else str(a) for a, b in missing[:5]) or "?"
+        if len(missing) > 5:
+            span += f" and {len(missing) - 5} more runs"
+        return fail(
+            f"the log holds {len(signed)} records up to the checkpointed seq {cp.seq}, the "
+            f"checkpoint signed {cp.records}: records inside the signed range are missing "
+            f"(gaps at {span}){_removed_by(late, missing[0][0], missing[-1][1]) if missing else ''}. "
+            f"{_PINNED}",
+            chain,
+        )
+    root = MerkleTree([leaf_hash(h) for _, h in signed]).root.hex()
+    if root != cp.root:
+        return fail(
+            f"the records up to seq {cp.seq} are not the ones signed: their Merkle root is "
+            f"{root[:16]}…, the checkpoint signed {cp.root[:16]}… (records inside the signed range "
+            f"were replaced or removed)",
+            chain,
+        )
+    return CheckpointResult(True, None, cp, chain, "present", after)
+
+
+_PINNED = (
+    "A checkpoint pins every record it signed: a compaction attested after it cannot vouch "
+    "for them (the attestation is the writer's own, unsigned claim). If a compaction of "
+    "yours removed them, verify against a checkpoint taken after that compaction"
+)
+
+
+def _missing(signed: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """The runs of sequences absent from ``signed`` (ascending ``(seq, hash)`` pairs)."""
+    out: list[tuple[int, int]] = []
+    expected = 1
+    for seq, _ in signed:
+        if seq > expected:
+            out.append((expected, seq - 1))
+        expected = seq + 1
+    return out
+
+
+def _removed_by(late: list[tuple[int, list[tuple[int, int, str]]]], first: int, last: int) -> str:
+    """``" (removed by the compaction attested at seq N, after the checkpoint)"``, or ""."""
+    seqs = [at for at, runs in late if any(a <= last and b >= first for a, b, _ in runs)]
+    if not seqs:
+        return ""
+    which = ", ".join(map(str, seqs[:5]))
+    return f" (removed by the compaction attested at seq {which}, written after the checkpoint)"

@@ -84,7 +84,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         ("agent-saga checkpoint --wal-path ./agent-saga.wal --key ./checkpoint.key --out cp-0042.json",),
     ),
     "verify-checkpoint": (
-        "Check that a log still extends a signed checkpoint (nothing was cut off).",
+        "Check that a log still extends a signed checkpoint: nothing was cut off, and every record it "
+        "signed is still there, unchanged (a compaction after the checkpoint fails it: take a new one).",
         ("agent-saga verify-checkpoint --wal-path ./agent-saga.wal --checkpoint cp-0042.json "
          "--pubkey ./checkpoint.key.pub",),
     ),

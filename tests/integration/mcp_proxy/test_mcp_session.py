@@ -176,3 +176,23 @@ def test_garbage_from_the_server_is_answered_and_the_session_survives(held: ms.H
         "the upstream") >= 2 and (tmp / "proxy.log").read_text())
     assert "printed a line that is not JSON" in log and "sent an invalid message" in log
     assert held.run(lambda s: s.call_tool("search_docs", {"query": "still"})).content[0].text == "results for still"
+
+
+def test_an_argument_named_like_a_key_or_a_secret_nested_under_a_password_is_refused_unsent(
+    held: ms.HeldSession, tmp: Path
+) -> None:
+    """Arguments the model sends are policy arguments, bound for STEP_INTENT and GATE_VERDICT:
+    a secret as an argument's NAME, or nested under a credential's name, is refused before
+    anything is sent or written, and the refusal does not echo it."""
+    key_as_name = "sk_live_51HxYzAbCdEfGhIjKlMnOpQr"
+    nested = "n3w-Pa55-under-password"
+    for args, where in (({"query": "leak-1", key_as_name: True}, "['[REDACTED]']"),
+                        ({"query": "leak-2", "password": {"new": nested}}, "['password']['new']")):
+        with pytest.raises(MCPError) as err:
+            held.run(lambda s, a=args: s.call_tool("search_docs", a))
+        assert err.value.error.code == REFUSED, err.value.error
+        assert where in err.value.error.message and "looks like a secret" in err.value.error.message
+        assert key_as_name not in err.value.error.message and nested not in err.value.error.message
+    assert not [c for c in ms.calls(tmp, "search_docs") if c["args"]["query"].startswith("leak-")]
+    text = (tmp / "proxy.wal").read_text()
+    assert key_as_name not in text and nested not in text

@@ -1,5 +1,6 @@
-"""Signed checkpoints: truncation, rewrites and forged signatures are caught; redaction and
-attested compaction are not mistaken for tampering."""
+"""Signed checkpoints: truncation, rewrites and forged signatures are caught; redaction is not
+mistaken for tampering; a compaction after a checkpoint is refused for the records it signed
+(tests/unit/audit/test_audit_checkpoint_pinned.py has the forged-attestation attacks)."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_redaction_after_a_checkpoint_is_accepted(tmp_path: Path, keys: tuple) -
     assert res.ok and res.head_status == "present", res.describe()
 
 
-async def test_attested_compaction_after_a_checkpoint_is_accepted(tmp_path: Path, keys: tuple) -> None:
+async def test_compaction_after_a_checkpoint_is_refused_for_its_records(tmp_path: Path, keys: tuple) -> None:
     priv, pub = keys
     p = tmp_path / "a.wal"
     _append(p, ("s-1", False), ("s-2", True))
@@ -137,9 +138,11 @@ async def test_attested_compaction_after_a_checkpoint_is_accepted(tmp_path: Path
     wal = FileWAL(p)
     await wal.compact()  # removes s-2, whose last record is the checkpointed head
     wal.close()
-    res = _check(p, cp, pub)
-    assert res.ok and res.head_status == "attested", res.describe()
-    assert _check(p, cp, pub, strict=True).ok
+    for strict in (False, True):
+        res = _check(p, cp, pub, strict=strict)
+        assert not res.ok and "checkpointed head, is missing" in (res.reason or ""), res.describe()
+    newer = make_checkpoint(iter_file_records(p), priv, log_id="x")  # taken after the compaction
+    assert _check(p, newer, pub).ok
 
 
 async def test_checkpointed_record_removed_mid_run(tmp_path: Path, keys: tuple) -> None:
@@ -154,10 +157,9 @@ async def test_checkpointed_record_removed_mid_run(tmp_path: Path, keys: tuple) 
     wal.append("SAGA_COMPLETED", "s-1", None, {})  # the same saga continues past the checkpoint
     await wal.compact()  # run 1..2 removed: the checkpointed seq 1 is inside it
     wal.close()
-    res = _check(p, cp, pub)
-    assert res.ok and res.head_status == "attested-unchecked"
-    res = _check(p, cp, pub, strict=True)
-    assert not res.ok and "strict" in (res.reason or "")
+    for strict in (False, True):
+        res = _check(p, cp, pub, strict=strict)
+        assert not res.ok and "compaction attested at seq 3" in (res.reason or ""), res.describe()
 
 
 def test_broken_log_is_neither_signed_nor_accepted(tmp_path: Path, keys: tuple) -> None:

@@ -27,6 +27,7 @@ from typing import Literal, Protocol, runtime_checkable
 from ...errors import ConfigurationError
 from ...gates import StepRequest
 from ...semantics import ActionSemantics
+from ..limits._model import number_problem
 
 __all__ = [
     "DEFAULT_RULES",
@@ -136,8 +137,9 @@ class _ArgExceeds:
         if self.arg not in args:
             return None
         value = args[self.arg]
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise RuleUnreadable(f"policy argument {self.arg!r} is {value!r}, not a number")
+        why = number_problem(value) if not (isinstance(value, float) and math.isinf(value)) else None
+        if why is not None:
+            raise RuleUnreadable(f"policy argument {self.arg!r} {why}")
         if value > self.threshold:
             return RuleHit(self.verdict, f"{self.arg} {value:g} exceeds {self.threshold:g}")
         return None

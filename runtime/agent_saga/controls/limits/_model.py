@@ -23,6 +23,7 @@ import fnmatch
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -171,6 +172,28 @@ class LimitUsage:
         }
 
 
+def number_problem(value: Any) -> str | None:
+    """Why the policy argument ``value`` is not a number a limit or a rule can weigh (the
+    end of a sentence "policy argument 'amount' ..."), or None. An integer beyond the
+    largest float (about 1.8e308) is refused here, by its size, never converted (a raw
+    ``OverflowError``) or printed whole."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"is {_short(value)}, not a number"
+    if isinstance(value, int):
+        if abs(value) > sys.float_info.max:
+            return (f"is an integer of {value.bit_length()} bits, beyond the largest number a limit or "
+                    f"rule can weigh (about 1.8e308): pass the amount in a unit that keeps it smaller")
+        return None
+    if not math.isfinite(value):
+        return f"is {value!r}, not a finite number"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) else f"an integer of {value.bit_length()} bits"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def display_amount(amount: float) -> str:
     """An amount for a person: ``50,000``, ``12.50``, ``0.0001`` (never rounded to ``0.00``)."""
     x = float(amount)
@@ -275,10 +298,9 @@ class BudgetLimit:
         if arg not in args:
             raise LimitUnreadable(self.name, arg, f"policy argument {arg!r} is missing")
         amount: Any = args[arg]
-        if isinstance(amount, bool) or not isinstance(amount, int | float):
-            raise LimitUnreadable(self.name, arg, f"policy argument {arg!r} is {amount!r}, not a number")
-        if not math.isfinite(amount):
-            raise LimitUnreadable(self.name, arg, f"policy argument {arg!r} is {amount!r}, not a finite number")
+        why = number_problem(amount)
+        if why is not None:
+            raise LimitUnreadable(self.name, arg, f"policy argument {arg!r} {why}")
         if amount < 0:
             raise LimitUnreadable(self.name, arg, f"policy argument {arg!r} is negative ({amount!r}); a refund is not a charge")
         return Charge(

@@ -92,7 +92,7 @@ class _ByArg:
                 self.arg,
                 f"policy argument {self.arg!r} is {value!r}, not a string or integer id",
             )
-        text = str(value)
+        text = str(value) if not isinstance(value, int) or value.bit_length() <= 4 * _MAX_VALUE else ""
         if not text or len(text) > _MAX_VALUE or "\n" in text or "\r" in text:
             raise ScopeUnreadable(
                 self.arg,
