@@ -115,7 +115,8 @@ VALUE_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("a bearer token", re.compile(r"\b(?i:bearer)\s+[A-Za-z0-9._~+/=-]{16,}")),
     ("a basic-auth credential", re.compile(r"\b(?i:basic)\s+[A-Za-z0-9+/]{16,}={0,2}")),
     ("a JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
-    ("a password in a URL", re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:[^\s@/]+@")),
+    # Not "user:***@": that is this library's own masked address (``_redis.Target.where``).
+    ("a password in a URL", re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:(?!\*\*\*@)[^\s@/]+@")),
 )
 _ANY_SHAPE = re.compile("|".join(f"(?:{p.pattern})" for _, p in VALUE_SHAPES))
 # For substitution: a URL keeps all but its password (redacted by _URL_PASSWORD first).
@@ -134,7 +135,7 @@ _PHRASE = re.compile(
     r"access[_-]?key|private[_-]?key|auth(?:orization)?|credentials?|cvv|cvc|pin))"
     r"(\s*[:=]\s*)([\"']?)([^\s\"',;&]{3,})"
 )
-_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)([^\s@/]+)(@)")
+_URL_PASSWORD = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?!\*\*\*@)([^\s@/]+)(@)")
 _TOKENISH = re.compile(r"[A-Za-z0-9+/=_.~-]+")
 _HEXISH = re.compile(r"[0-9a-fA-F-]+")
 
