@@ -7,6 +7,9 @@ For each kind (``build_registry``):
                                      refreshes BudgetLimit use (every usage interval)
     daemon (KillSwitch ttl, Approval deadline)
                                      wakes at the instant it expires and reconciles
+    event (every watch event)        what the API server holds now, for the acknowledgement
+                                     tally (``AckAggregator.observe``): a status patch that
+                                     undid the tally's is corrected at once
     delete (finalizer)               remove the document (KillSwitch, BudgetLimit,
                                      SagaPolicy, ModelRoute); a decided Approval stays
     startup                          settings: finalizer, progress in annotations, watch
