@@ -1,6 +1,6 @@
 """Acknowledgement: how long until every agent applies a lever, as status reports it.
 
-    .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 30] [--kubeconfig PATH] [--json]
+    .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 100] [--kubeconfig PATH] [--json]
 
 Starts a throwaway redis-server, the local control plane (etcd + kube-apiserver built by
 hack/, as the e2e tests do; or --kubeconfig), the operator, and ``--agents`` agent
@@ -14,7 +14,9 @@ Targets (the policy plane governs):
 
 A trial applies the resource with kubectl and, from the moment kubectl returns, watches
 the object (a Kubernetes watch, no polling interval) until ``Acknowledged=True`` at the
-new generation with ``acknowledged == N``. What is measured is what an operator waiting
+new generation with ``acknowledged == N``. The operator runs with its resync timer off
+(``--resync-interval 3600``): a status only the timer would correct fails the run (a trial
+waits at most ``--timeout`` seconds), so no trial is rescued by a resync. What is measured is what an operator waiting
 with ``kubectl wait --for=condition=Acknowledged`` sees: projection, every agent's
 reader, every heartbeat, the operator's tally and its status patch. A bare ``kubectl
 get`` is reported for scale.
@@ -70,6 +72,10 @@ def acknowledged_by(obj: dict[str, Any], n: int, generation: int) -> bool:
     return False
 
 
+#: The operator's resync interval in the bench: longer than any run, so it never fires.
+RESYNC_OFF = 3600
+
+
 def wait_acked(api: Any, ns: str, plural: str, name: str, n: int, generation: int, timeout: float = 30) -> float:
     """Watch ``name`` until acknowledged by ``n`` agents at ``generation``: the wall time."""
     from agent_saga_operator.models import GROUP, VERSION
@@ -88,25 +94,28 @@ def wait_acked(api: Any, ns: str, plural: str, name: str, n: int, generation: in
             return time.time()
         if time.monotonic() > deadline:
             break
-    sys.exit(f"{plural}/{name} not acknowledged by {n} agents at generation {generation} within {timeout}s")
+    sys.exit(f"{plural}/{name} not acknowledged by {n} agents at generation {generation} within {timeout}s: "
+             f"only a resync (off in this bench) would have corrected its status; last: "
+             f"{json.dumps(api.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name).get('status') or {})}")
 
 
-def trial(cluster: Any, api: Any, ns: str, manifest: dict[str, Any], plural: str, n: int) -> float:
+def trial(cluster: Any, api: Any, ns: str, manifest: dict[str, Any], plural: str, n: int, timeout: float) -> float:
     from agent_saga_operator.models import GROUP, VERSION
 
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(manifest))
     returned = time.time()
     gen = int(api.get_namespaced_custom_object(GROUP, VERSION, ns, plural, manifest["metadata"]["name"])
               ["metadata"]["generation"])
-    return (wait_acked(api, ns, plural, manifest["metadata"]["name"], n, gen) - returned) * 1000
+    return (wait_acked(api, ns, plural, manifest["metadata"]["name"], n, gen, timeout) - returned) * 1000
 
 
 def summary(ms: list[float]) -> dict[str, Any]:
     return {"trials": len(ms), "p50_ms": round(_common.pct(ms, 0.5), 1), "p90_ms": round(_common.pct(ms, 0.9), 1),
-            "p99_ms": round(_common.pct(ms, 0.99), 1), "max_ms": round(max(ms), 1)}
+            "p99_ms": round(_common.pct(ms, 0.99), 1), "max_ms": round(max(ms), 1),
+            "over_1s": sum(1 for m in ms if m > 1000)}
 
 
-def run(cluster: Any, url: str, ns: str, n: int, trials: int, work: Path) -> dict[str, Any]:
+def run(cluster: Any, url: str, ns: str, n: int, trials: int, work: Path, timeout: float = 30) -> dict[str, Any]:
     from agent_saga_operator.models import API_VERSION
     from kubernetes import client
 
@@ -118,15 +127,15 @@ def run(cluster: Any, url: str, ns: str, n: int, trials: int, work: Path) -> dic
             ks = {"apiVersion": API_VERSION, "kind": "KillSwitch", "metadata": {"name": f"halt-{i}"},
                   "spec": {"action": "Halt", "scope": {"tool": "wire.send"}, "reason": "bench",
                            "requestedBy": "bench@corp"}}
-            ks_ms.append(trial(cluster, api, ns, ks, "killswitches", n))
+            ks_ms.append(trial(cluster, api, ns, ks, "killswitches", n, timeout))
             cluster.kubectl("delete", "-n", ns, "killswitch", f"halt-{i}", "--wait=false")
-        for i in range(trials):
+        for i in range(trials + 1):  # a create, then ``trials`` edits
             spec = {"mode": "Enforce", "undeclaredTools": "Allow",
                     "tools": {"search_docs": {"semantics": "REVERSIBLE"}},
                     "rules": [{"name": "big", "argExceeds": {"arg": "amount", "threshold": 1000 + i}}]}
             sp_ms.append(trial(cluster, api, ns, {"apiVersion": API_VERSION, "kind": "SagaPolicy",
                                                   "metadata": {"name": "bench-policy"}, "spec": spec},
-                               "sagapolicies", n))
+                               "sagapolicies", n, timeout))
         for _ in range(10):
             t = time.perf_counter()
             cluster.kubectl("get", "killswitches", "-n", ns)
@@ -144,7 +153,9 @@ def run(cluster: Any, url: str, ns: str, n: int, trials: int, work: Path) -> dic
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, default=10)
-    ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--trials", type=int, default=100, help="trials per kind (at least 100 for a p99)")
+    ap.add_argument("--timeout", type=float, default=30.0,
+                    help="seconds a trial may wait; longer fails the run (the resync timer is off)")
     ap.add_argument("--kubeconfig", help="an existing cluster (default: start the local control plane)")
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args()
@@ -168,10 +179,11 @@ def main() -> int:
         client.CoreV1Api(cluster.api_client()).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         op = OperatorProcess(cluster.kubeconfig, url, work / "operator.log", namespaces=[ns],
-                             extra_args=["--standalone", "--health-host", "127.0.0.1", "--log-level", "WARNING"])
+                             extra_args=["--standalone", "--health-host", "127.0.0.1", "--log-level", "WARNING",
+                                         "--resync-interval", str(RESYNC_OFF)])
         with op:
             op.wait_ready()
-            result = run(cluster, url, ns, args.agents, args.trials, work)
+            result = run(cluster, url, ns, args.agents, args.trials, work, args.timeout)
         client.CoreV1Api(cluster.api_client()).delete_namespace(ns)
         cluster.close()
     finally:
@@ -186,14 +198,15 @@ def main() -> int:
         "killswitch_acknowledged_by_all_p99_ms": {"value": ks["p99_ms"], "target": 1000.0, "ok": ks["p99_ms"] <= 1000},
         "sagapolicy_applied_by_all_p99_ms": {"value": sp["p99_ms"], "target": 1000.0, "ok": sp["p99_ms"] <= 1000},
     }
-    result = {"bench": "acks", "python": sys.version.split()[0], **result}
+    result = {"bench": "acks", "python": sys.version.split()[0], "resync_interval_s": RESYNC_OFF, **result}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{args.agents} agents{'':32} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    print(f"{args.agents} agents, resync off{'':20} {'n':>4} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+          f"{'max ms':>8} {'>1 s':>5}")
     for label, s in (("KillSwitch apply -> Acknowledged by all", ks), ("SagaPolicy edit -> applied by all", sp)):
         print(f"{label:42} {s['trials']:>4} {s['p50_ms']:>8.1f} {s['p90_ms']:>8.1f} {s['p99_ms']:>8.1f} "
-              f"{s['max_ms']:>8.1f}")
+              f"{s['max_ms']:>8.1f} {s['over_1s']:>5}")
     print(f"{'(scale: a bare kubectl get, p50)':42} {'':>4} {result['bare_kubectl_get_p50_ms']:>8.1f}")
     for name, t in result["targets"].items():
         print(f"target {name}: {t['value']} (goal {t['target']}){'  OK' if t['ok'] else '  MISSED'}")

@@ -104,7 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "requesting user; when it is in force, decisions record the approver as authenticated")
     p.add_argument("--log-level", default=_env("AGENT_SAGA_LOG_LEVEL", "INFO"),
                    help="DEBUG, INFO, WARNING (env AGENT_SAGA_LOG_LEVEL)")
+    p.add_argument("--access-log", action="store_true",
+                   default=(_env("AGENT_SAGA_ACCESS_LOG", "") or "").lower() in ("1", "true", "yes"),
+                   help="log every request to /healthz (the kubelet's probes; off by default: one line every "
+                        "few seconds says nothing) (env AGENT_SAGA_ACCESS_LOG=1)")
     return p
+
+
+#: Every line names the object it is about: kopf's ``[ns/name]`` prefix.
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(level: str, *, access_log: bool = False) -> None:
+    """The operator's logging: kopf's per-object prefix (``[ns/name]``) on every line
+    about an object, ``level`` for the rest, and no probe access log unless asked."""
+    import kopf
+
+    kopf.configure(log_format=LOG_FORMAT, log_prefix=True)  # type: ignore[arg-type]
+    logging.getLogger().setLevel(level.upper())
+    logging.getLogger("aiohttp.access").setLevel(logging.INFO if access_log else logging.WARNING)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -123,7 +141,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the operator until it is stopped; the exit status."""
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level, access_log=args.access_log)
 
     import kopf
 

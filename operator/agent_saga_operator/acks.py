@@ -1,24 +1,36 @@
 """Acknowledgement: which agents apply each lever, folded from their heartbeats into status.
 
 Every agent process keeps a heartbeat in the policy plane (``agent_saga.heartbeat``,
-docs/policy-plane.md "Agent heartbeats") listing the KillSwitches and SagaPolicies it has
-applied, by uid and generation. This module reads them and says, per resource:
+docs/policy-plane.md "Agent heartbeats") listing the KillSwitches, BudgetLimits,
+SagaPolicies and ModelRoutes (``routes``: only a process with a router) it has applied, by
+uid and generation. This module reads them and says, per resource:
 
     matched       the live agents the resource governs (they read its namespace; for a
-                  SagaPolicy, ``appliesTo`` also matches their name)
+                  SagaPolicy or ModelRoute, ``appliesTo`` also matches their name)
     acknowledged  those whose heartbeat lists this uid at this generation
     lagging       the others, by name (an agent that does not read that control at all
                   is lagging too, and says so: it does not obey)
 
-and turns that into the ``Acknowledged`` condition (KillSwitch, SagaPolicy), the ACKED
-column, a SagaPolicy's ``Ready`` (True only once an agent enforces it) and a ModelRoute's
-``Ready`` (True only once an agent's router routes by it: its heartbeat lists the route
-under ``routes``).
+and turns that into the same three answers on all four kinds (docs/crds.md, "READY,
+ACKED, Acknowledged"):
+
+    ACKED         ``acknowledged/matched``
+    Acknowledged  True when every agent it governs applies this generation (and at least one does)
+    Ready         True when it is projected and at least one agent it governs applies this
+                  generation: in force somewhere; False ``NoConsumer`` / ``NotApplied`` otherwise
+
+A message that says no agent matches names the namespaces the live agents do read.
 
 ``AckAggregator`` is one task per operator process: it subscribes to
 ``P:v1:agents:events`` (an agent notifies when what it applied changes), re-reads the
 heartbeats on every notification and every ``interval`` seconds anyway (an agent that
-died only stops beating), and patches the status of each resource whose tally changed.
+died only stops beating), and patches the status of each resource whose status on the
+API server differs from what the heartbeats justify. It is not the only writer of that
+status: a kopf handler's patch (computed from the heartbeats it had read, applied after
+it returns) can land after the tally's. So the tally compares with what the API server
+holds, as kopf's watch last showed it (``observe``: every watch event of a tracked object),
+never with a memory of what it wrote itself; a watch event showing a status the
+heartbeats do not justify is corrected at once.
 
 Invariants:
 - Status claims only what heartbeats show: no heartbeat read yet is ``Unknown``, no
@@ -27,6 +39,8 @@ Invariants:
   whether or not Redis expired it yet; expired index entries are removed.
 - Status patches carry the object's ``resourceVersion``: a conflicting write (a kopf
   reconcile in between) is re-read and recomputed, never overwritten blindly.
+- A later write that undoes the tally's (kopf's merge patch carries no
+  ``resourceVersion``) is seen in the watch and corrected: no status waits for a resync.
 """
 
 from __future__ import annotations
@@ -36,7 +50,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -51,7 +65,8 @@ from agent_saga.heartbeat import (
 
 from .conditions import READY, Cond, Reason, set_condition
 
-__all__ = ["ACKNOWLEDGED", "AckAggregator", "Fleet", "Tally", "Tracked", "desired_status", "read_fleet", "tally"]
+__all__ = ["ACKNOWLEDGED", "AckAggregator", "Fleet", "Observed", "Tally", "Tracked", "desired_status", "read_fleet",
+           "status_diff", "tally"]
 
 log = logging.getLogger("agent_saga_operator.acks")
 
@@ -79,12 +94,36 @@ class Tracked:
     generation: int
     engaged: bool = True
     applies_to: tuple[str, ...] | None = None
-    mode: str = "Enforce"
+    #: Ready=True's reason and the sentence saying what it does once applied.
+    reason: str = Reason.ENFORCED
+    text: str = ""
 
     @property
     def id(self) -> str:
         """``namespace/name``: the key heartbeats name the resource by."""
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """An object as the API server last showed it (a kopf watch event)."""
+
+    uid: str
+    generation: int
+    status: Mapping[str, Any]
+
+
+Desired = tuple[dict[str, Any], tuple[Cond, ...]]
+
+
+def status_diff(status: Mapping[str, Any], desired: Desired, generation: int, now: datetime) -> dict[str, Any]:
+    """The status fields to patch so that ``status`` says what ``desired`` says (empty:
+    it does). Conditions keep their transition time unless their status flips."""
+    fields, conds = desired
+    new_conds = status.get("conditions")
+    for c in conds:
+        new_conds = set_condition(new_conds, c, generation=generation, now=now)
+    return {k: v for k, v in {**fields, "conditions": new_conds}.items() if status.get(k) != v}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +143,8 @@ class Tally:
         return {"matched": self.matched, "acknowledged": self.acknowledged, "lagging": lagging}
 
 
-_CONTROL = {"KillSwitch": ("killswitches", "kill switch"), "SagaPolicy": ("policies", "SagaPolicy reader"),
-            "ModelRoute": ("routes", "router")}
+_CONTROL = {"KillSwitch": ("killswitches", "kill switch"), "BudgetLimit": ("limits", "limit reader"),
+            "SagaPolicy": ("policies", "SagaPolicy reader"), "ModelRoute": ("routes", "router")}
 
 
 def _labels(beats: Iterable[Heartbeat]) -> dict[str, str]:
@@ -137,62 +176,67 @@ def tally(fleet: Fleet, t: Tracked) -> Tally:
     return Tally(len(beats), len(acked), tuple(lagging), tuple(acked))
 
 
-def _who(t: Tracked) -> str:
+def _who(t: Tracked, fleet: Fleet) -> str:
     agents = f"matching {', '.join(t.applies_to)} " if t.applies_to else ""
-    return f"agent {agents}reads namespace {t.namespace}"
+    return f"no live agent {agents}reads namespace {t.namespace} ({_read_by(fleet)})"
+
+
+def _read_by(fleet: Fleet) -> str:
+    """Which namespaces the live agents read, with how many agents each."""
+    counts: dict[str, int] = {}
+    for b in fleet.beats:
+        for ns in b.namespaces or (b.namespace,):
+            counts[ns] = counts.get(ns, 0) + 1
+    if not counts:
+        return "no live agent heartbeat in the policy plane"
+    shown = sorted(counts.items())[:MAX_NAMES]
+    more = f" and {len(counts) - MAX_NAMES} more" if len(counts) > MAX_NAMES else ""
+    return "live agents read " + ", ".join(f"{ns} ({n})" for ns, n in shown) + more
 
 
 def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tuple[Cond, ...]]:
-    """The status fields and conditions the heartbeats justify for ``t``."""
+    """The status fields and the Acknowledged and Ready conditions the heartbeats justify
+    for ``t`` (a KillSwitch that is not engaged: Acknowledged only; its Ready says Expired)."""
+    engaged = not (t.kind == "KillSwitch" and not t.engaged)
     if fleet is None:
         unknown = "agent heartbeats have not been read yet"
         conds = [Cond(ACKNOWLEDGED, "Unknown", Reason.AGENTS_UNKNOWN, unknown)]
-        if t.kind in ("SagaPolicy", "ModelRoute"):
-            conds.append(Cond(READY, "Unknown", Reason.AGENTS_UNKNOWN, f"{unknown}: whether an agent enforces it "
-                              f"is not known"))
+        if engaged:
+            conds.append(Cond(READY, "Unknown", Reason.AGENTS_UNKNOWN,
+                              f"{t.text}; {unknown}: whether an agent applies it is not known"))
         return {}, tuple(conds)
     n = tally(fleet, t)
     fields: dict[str, Any] = {"agents": n.to_status(), "acked": f"{n.acknowledged}/{n.matched}"}
     lag = f"; lagging: {', '.join(n.lagging[:MAX_NAMES])}" if n.lagging else ""
-    if t.kind == "KillSwitch" and not t.engaged:
+    if not engaged:
         ack = Cond(ACKNOWLEDGED, "False", Reason.NOT_ENGAGED, "not in force: there is nothing to acknowledge")
     elif n.matched == 0:
-        ack = Cond(ACKNOWLEDGED, "False", Reason.NO_AGENTS,
-                   f"no {_who(t)} (no live agent heartbeat in the policy plane): nothing obeys it")
+        ack = Cond(ACKNOWLEDGED, "False", Reason.NO_AGENTS, f"{_who(t, fleet)}: nothing applies it")
     elif n.acknowledged == n.matched:
         ack = Cond(ACKNOWLEDGED, "True", Reason.ACKNOWLEDGED,
                    f"all {n.matched} agent(s) that read namespace {t.namespace} apply generation {t.generation}")
     else:
         ack = Cond(ACKNOWLEDGED, "False", Reason.LAGGING,
                    f"{n.acknowledged} of {n.matched} agent(s) apply generation {t.generation}{lag}")
-    if t.kind == "ModelRoute":
-        return fields, (ack, _route_ready(t, n, lag))
-    if t.kind != "SagaPolicy":
+    if not engaged:
         return fields, (ack,)
-    fields["enforcedBy"] = list(n.acked_by[:MAX_NAMES])
-    verb = "observed" if t.mode == "Observe" else "enforced"
+    if t.kind == "SagaPolicy":
+        fields["enforcedBy"] = list(n.acked_by[:MAX_NAMES])
     if n.acknowledged:
-        ready = Cond(READY, "True", Reason.OBSERVING if t.mode == "Observe" else Reason.ENFORCED,
-                     f"{verb} by {n.acknowledged} of {n.matched} agent(s): {', '.join(n.acked_by[:MAX_NAMES])}{lag}")
+        ready = Cond(READY, "True", t.reason, f"{t.text}; applied by {n.acknowledged} of {n.matched} agent(s): "
+                                              f"{', '.join(n.acked_by[:MAX_NAMES])}{lag}")
     elif n.matched == 0:
         ready = Cond(READY, "False", Reason.NO_CONSUMER,
-                     f"projected, but no {_who(t)}: nothing enforces this policy yet")
+                     f"{t.text}; projected, but {_who(t, fleet)}: nothing applies it yet")
     else:
         ready = Cond(READY, "False", Reason.NOT_APPLIED,
-                     f"{n.matched} agent(s) match, none has applied generation {t.generation} yet{lag}")
+                     f"{t.text}; {n.matched} agent(s) match, none applies generation {t.generation} yet"
+                     f"{_NOT_APPLIED.get(t.kind, '')}{lag}")
     return fields, (ack, ready)
 
 
-def _route_ready(t: Tracked, n: Tally, lag: str) -> Cond:
-    """A ModelRoute is Ready once a router routes by it (its heartbeat lists the route)."""
-    if n.acknowledged:
-        return Cond(READY, "True", Reason.ROUTED, f"routing {n.acknowledged} of {n.matched} agent(s): "
-                                                  f"{', '.join(n.acked_by[:MAX_NAMES])}{lag}")
-    if n.matched == 0:
-        return Cond(READY, "False", Reason.NO_CONSUMER, f"projected, but no {_who(t)}: no router routes by it yet")
-    return Cond(READY, "False", Reason.NOT_APPLIED,
-                f"{n.matched} agent(s) match, none routes by generation {t.generation} (an agent routes by one "
-                f"ModelRoute: the first by name that applies to it, once its router has read it){lag}")
+_NOT_APPLIED = {"ModelRoute": " (an agent routes by one ModelRoute: the first by name that applies to it, once its "
+                              "router has read it)"}
 
 
 async def read_fleet(client: Any, prefix: str, *, now: float | None = None) -> Fleet:
@@ -218,7 +262,6 @@ class AckAggregator:
     api_client: Any
     interval: float = 1.0
     patches: int = 0
-    _written: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -235,17 +278,43 @@ class AckAggregator:
         for p in fleet.problems:
             log.warning("unreadable agent heartbeat %s (skipped)", p)
         self.ctx.fleet = fleet
-        for key, t in list(self.ctx.tracked.items()):
-            desired = desired_status(t, fleet)
-            if self.ctx.acks_written.get(key) == desired:
-                continue
-            try:
-                await self._patch(t, desired)
-            except Exception as exc:  # noqa: BLE001 - one object failing must not stop the others
-                log.warning("could not update the status of %s %s (%s: %s); retrying", t.kind, t.id,
-                            type(exc).__name__, exc)
+        for key in list(self.ctx.tracked):
+            await self.check(key)
 
-    async def _patch(self, t: Tracked, desired: tuple[dict[str, Any], tuple[Cond, ...]]) -> None:
+    def stale(self, key: tuple[str, str]) -> Tracked | None:
+        """The tracked resource ``key`` if the API server may not show what the heartbeats
+        justify: its last watch event differs, or none was seen yet (None: it shows it)."""
+        t: Tracked | None = self.ctx.tracked.get(key)
+        if t is None or self.ctx.fleet is None:
+            return None
+        seen = self.ctx.observed.get(key)
+        if seen is None or seen.uid != t.uid or seen.generation != t.generation:
+            return t  # not seen at this generation yet: read it and see
+        desired = desired_status(t, self.ctx.fleet)
+        return t if status_diff(seen.status, desired, t.generation, datetime.now(UTC)) else None
+
+    async def check(self, key: tuple[str, str]) -> None:
+        """Patch ``key``'s status if the API server does not show what the heartbeats
+        justify (see ``stale``); a failure is logged and retried on the next step."""
+        t = self.stale(key)
+        if t is None:
+            return
+        try:
+            await self._patch(t, desired_status(t, self.ctx.fleet))
+        except Exception as exc:  # noqa: BLE001 - one object failing must not stop the others
+            log.warning("[%s] could not update the status of %s (%s: %s); retrying", t.id, t.kind,
+                        type(exc).__name__, exc)
+
+    async def observe(self, key: tuple[str, str], seen: Observed | None) -> None:
+        """A watch event of ``key`` (None: deleted): remember what the API server holds and
+        correct it at once if another writer undid the tally's status."""
+        if seen is None:
+            self.ctx.observed.pop(key, None)
+            return
+        self.ctx.observed[key] = seen
+        await self.check(key)
+
+    async def _patch(self, t: Tracked, desired: Desired) -> None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
@@ -267,14 +336,8 @@ class AckAggregator:
             if meta.get("uid") != t.uid or int(meta.get("generation") or 0) != t.generation:
                 return  # a newer generation: its reconciliation tracks it anew
             status = dict(obj.get("status") or {})
-            fields, conds = desired
-            now = datetime.now(UTC)
-            new_conds = status.get("conditions")
-            for c in conds:
-                new_conds = set_condition(new_conds, c, generation=t.generation, now=now)
-            diff = {k: v for k, v in {**fields, "conditions": new_conds}.items() if status.get(k) != v}
+            diff = status_diff(status, desired, t.generation, datetime.now(UTC))
             if not diff:
-                self.ctx.acks_written[(t.kind, t.id)] = desired
                 return
             body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": diff}
             try:
@@ -285,8 +348,7 @@ class AckAggregator:
                     continue  # written in between: read it again
                 raise
             self.patches += 1
-            self.ctx.acks_written[(t.kind, t.id)] = desired
-            _event(obj, status.get("conditions"), new_conds)
+            _event(obj, status.get("conditions"), diff.get("conditions", status.get("conditions")))
             return
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -318,7 +380,7 @@ class AckAggregator:
 
 def _event(obj: Mapping[str, Any], old: Any, new: Any) -> None:
     """An Event on a Ready transition this task made (as the kopf handlers post them)."""
-    from .conditions import changed, find
+    from .conditions import changed, event_type, find
 
     before, after = find(old, READY), find(new, READY)
     if after is None or not changed(before, after):
@@ -326,7 +388,7 @@ def _event(obj: Mapping[str, Any], old: Any, new: Any) -> None:
     try:
         import kopf
 
-        kopf.event(cast(Any, dict(obj)), type="Normal" if after["status"] == "True" else "Warning",
-                   reason=str(after["reason"]), message=str(after.get("message", "")))
+        kopf.event(cast(Any, dict(obj)), type=event_type(after), reason=str(after["reason"]),
+                   message=str(after.get("message", "")))
     except Exception as exc:  # noqa: BLE001 - an Event is a courtesy; status is the record
         log.debug("could not post an Event for %s: %s", (obj.get("metadata") or {}).get("name"), exc)

@@ -23,6 +23,7 @@ __all__ = [
     "Cond",
     "Reason",
     "changed",
+    "event_type",
     "find",
     "rfc3339",
     "set_condition",
@@ -54,9 +55,9 @@ class Reason:
     NOT_ALL_SHOWN = "NotAllShown"         # Approval: the action is larger than an Approval shows
     ACKNOWLEDGED = "Acknowledged"         # every agent it governs applies it
     LAGGING = "Lagging"                   # some agents it governs do not apply it (yet)
-    NO_AGENTS = "NoAgents"                # no live agent reads its namespace
-    NO_CONSUMER = "NoConsumer"            # SagaPolicy / ModelRoute: nothing applies it
-    NOT_APPLIED = "NotApplied"            # SagaPolicy: agents match, none applied it yet
+    NO_AGENTS = "NoAgents"                # Acknowledged: no live agent it governs
+    NO_CONSUMER = "NoConsumer"            # Ready: projected, no live agent it governs applies it
+    NOT_APPLIED = "NotApplied"            # Ready: agents match, none applied this generation yet
     NOT_ENGAGED = "NotEngaged"            # KillSwitch expired: nothing to acknowledge
     AGENTS_UNKNOWN = "AgentsUnknown"      # agent heartbeats not read yet
 
@@ -117,6 +118,16 @@ def _make(cond: Cond, generation: int | None, when: str) -> dict[str, Any]:
     if generation is not None:
         doc["observedGeneration"] = generation
     return doc
+
+
+#: Reasons that need a human: a Warning Event. Everything else (a pending Approval, a
+#: policy no agent applied yet, an expiry) is how the system works: a Normal Event.
+WARNING_REASONS = frozenset({Reason.INVALID, Reason.REDIS_UNAVAILABLE, Reason.CONFLICT})
+
+
+def event_type(cond: Mapping[str, Any]) -> str:
+    """``Warning`` for a condition whose reason is a real problem, else ``Normal``."""
+    return "Warning" if cond.get("reason") in WARNING_REASONS else "Normal"
 
 
 def changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:

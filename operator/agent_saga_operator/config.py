@@ -144,9 +144,10 @@ class Context:
     #: The agent heartbeats last read (``acks.Fleet``; None until the first read).
     fleet: Any = None
     #: (kind, "<ns>/<name>") -> ``acks.Tracked``: the resources whose status follows the
-    #: heartbeats (KillSwitch, SagaPolicy, ModelRoute), and the status last written for each.
+    #: heartbeats (KillSwitch, BudgetLimit, SagaPolicy, ModelRoute), and ``acks.Observed``:
+    #: each one as kopf's watch last showed it (what the API server holds).
     tracked: dict[tuple[str, str], Any] = field(default_factory=dict)
-    acks_written: dict[tuple[str, str], Any] = field(default_factory=dict)
+    observed: dict[tuple[str, str], Any] = field(default_factory=dict)
     #: Signs every decision the operator writes (``None``: unsigned; see docs/approvals.md).
     signer: DecisionSigner | None = None
     #: The approver public keys published for agents (key id -> PEM): the signer's and

@@ -7,6 +7,9 @@ For each kind (``build_registry``):
                                      refreshes BudgetLimit use (every usage interval)
     daemon (KillSwitch ttl, Approval deadline)
                                      wakes at the instant it expires and reconciles
+    event (every watch event)        what the API server holds now, for the acknowledgement
+                                     tally (``AckAggregator.observe``): a status patch that
+                                     undid the tally's is corrected at once
     delete (finalizer)               remove the document (KillSwitch, BudgetLimit,
                                      SagaPolicy, ModelRoute); a decided Approval stays
     startup                          settings: finalizer, progress in annotations, watch
@@ -25,8 +28,8 @@ Invariants:
   Synced follow ``conditions.set_condition`` (transition time kept unless the status
   flips); ``observedGeneration`` is the generation just reconciled.
 - An Event is posted on every Ready transition (status or reason changed), on a spec
-  edit that changes what Ready says (a new scope), Warning when Ready is not True, and on
-  deletion.
+  edit that changes what Ready says (a new scope), and on deletion; Warning only for a
+  real problem (``conditions.WARNING_REASONS``: Invalid, RedisUnavailable, Conflict).
 - A Redis failure sets Synced=False/RedisUnavailable and raises ``TemporaryError`` so
   kopf retries; an unenforceable spec sets Ready=False/Invalid and is not retried.
 """
@@ -45,9 +48,9 @@ import kopf
 from pydantic import ValidationError
 
 from . import metrics
-from .acks import AckAggregator
+from .acks import AckAggregator, Observed
 from .bridge import ApprovalBridge
-from .conditions import READY, SYNCED, Cond, Reason, changed, find, set_condition
+from .conditions import READY, SYNCED, Cond, Reason, changed, event_type, find, set_condition
 from .config import Context, OperatorConfig, check_admission
 from .documents import Identity, InvalidSpec, killswitch_expiry, runtime_limit
 from .janitor import ApprovalJanitor
@@ -93,8 +96,7 @@ def _emit(body: kopf.Body, old: Mapping[str, Any] | None, new: Mapping[str, Any]
     if new is None or not (changed(old, new) or (edited and old is not None and old.get("message") != new.get(
             "message"))):
         return
-    kopf.event(body, type="Normal" if new["status"] == "True" else "Warning",
-               reason=str(new["reason"]), message=str(new.get("message", "")))
+    kopf.event(body, type=event_type(new), reason=str(new["reason"]), message=str(new.get("message", "")))
 
 
 async def reconcile(
@@ -183,7 +185,7 @@ async def remove(kind: str, *, body: kopf.Body, meta: Mapping[str, Any], spec: M
         kopf.event(body, type="Normal", reason="Removed", message=f"removed from the policy plane ({kind} {id_})")
         ctx.managed.get(kind, set()).discard(id_)
         ctx.tracked.pop((kind, id_), None)
-        ctx.acks_written.pop((kind, id_), None)
+        ctx.observed.pop((kind, id_), None)
         if kind == "KillSwitch":
             ctx.engaged.discard(id_)
         metrics.OBJECTS.labels(kind).set(len(ctx.managed.get(kind, ())))
@@ -232,7 +234,7 @@ async def reflect_approval(ctx: Context, api: Any, namespace: str, name: str) ->
 
 def post_event(api_client: Any, obj: Mapping[str, Any], cond: Mapping[str, Any]) -> None:
     """A core/v1 Event about ``obj`` for condition ``cond``, as kopf.event posts them
-    (Normal when the condition is True, else Warning; reported by the operator)."""
+    (``conditions.event_type``; reported by the operator)."""
     from kubernetes import client
 
     meta = obj["metadata"]
@@ -242,7 +244,7 @@ def post_event(api_client: Any, obj: Mapping[str, Any], cond: Mapping[str, Any])
         involved_object=client.V1ObjectReference(
             api_version=obj.get("apiVersion"), kind=obj.get("kind"), name=meta["name"],
             namespace=meta["namespace"], uid=meta.get("uid"), resource_version=meta.get("resourceVersion")),
-        type="Normal" if cond["status"] == "True" else "Warning",
+        type=event_type(cond),
         reason=str(cond["reason"]), message=str(cond.get("message", ""))[:1024],
         source=client.V1EventSource(component=REPORTING_COMPONENT),
         reporting_component=REPORTING_COMPONENT, reporting_instance=REPORTING_COMPONENT,
@@ -345,6 +347,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         marker = SyncMarker(ctx, api_client, interval=config.marker_interval)
         memo["marker"] = asyncio.create_task(marker.run(stop), name="synced-marker")
         acks = AckAggregator(ctx, api_client, interval=config.ack_interval)
+        memo["aggregator"] = acks
         memo["acks"] = asyncio.create_task(acks.run(stop), name="acknowledgements")
         if config.approval_ttl_after_finished > 0:
             janitor = ApprovalJanitor(api_client, config.approval_ttl_after_finished, config.namespaces)
@@ -392,6 +395,22 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
             handler.__name__ = f"{kind.lower()}_{trigger}"
             return handler
 
+        def make_observe(kind: str) -> Any:
+            async def observe(type: str | None, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo,
+                              **_: Any) -> None:
+                acks = memo.get("aggregator")
+                if not isinstance(acks, AckAggregator):
+                    return
+                key = (kind, f"{meta.get('namespace')}/{meta.get('name')}")
+                seen = None if type == "DELETED" else Observed(
+                    str(meta.get("uid") or ""), int(meta.get("generation") or 0), dict(status or {}))
+                await acks.observe(key, seen)
+            observe.__name__ = f"{kind.lower()}_observe"
+            return observe
+
+        # Every watch event: what the API server holds, so a status patch that undid the
+        # acknowledgement tally's is corrected at once (``acks`` module doc).
+        kopf.on.event(*res, id="observe", registry=registry)(make_observe(kind))
         kopf.on.resume(*res, id="reconcile", registry=registry)(make(kind, "resume"))
         kopf.on.create(*res, id="reconcile", registry=registry)(make(kind, "create"))
         kopf.on.update(*res, id="reconcile", field="spec", registry=registry)(make(kind, "update"))

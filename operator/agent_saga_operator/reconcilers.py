@@ -65,11 +65,8 @@ def _fmt(x: float) -> str:
 def _follow(ctx: Context, t: Tracked) -> tuple[dict[str, Any], tuple[Cond, ...]]:
     """Track ``t`` (its status follows the agents' heartbeats from now on) and return the
     status the heartbeats read so far justify (``acks.desired_status``)."""
-    key = (t.kind, t.id)
-    ctx.tracked[key] = t
-    desired = desired_status(t, ctx.fleet)
-    ctx.acks_written[key] = desired
-    return desired
+    ctx.tracked[(t.kind, t.id)] = t
+    return desired_status(t, ctx.fleet)
 
 
 def _split(conds: tuple[Cond, ...]) -> tuple[Cond | None, tuple[Cond, ...]]:
@@ -111,12 +108,13 @@ async def reconcile_killswitch(ctx: Context, spec: KillSwitchSpec, who: Identity
     fields["engaged"] = True
     text = _ACTION_TEXT[spec.action].format(scope=scope, saga=scope.removeprefix("saga:"))
     until = f" until {rfc3339(expires)}" if expires is not None else ""
-    acks, conds = _follow(ctx, Tracked("KillSwitch", who.namespace, who.name, who.uid, who.generation))
-    return Outcome(
-        Cond(READY, "True", Reason.ENGAGED, f"{spec.action}: {text}{until} (by {spec.requested_by}: {redact_text(spec.reason)}); "
-             f"which agents obey it: the Acknowledged condition"),
-        _synced(rev, "the switch"), {**fields, **acks}, rev, engaged=True, extra=conds,
-    )
+    acks, conds = _follow(ctx, Tracked("KillSwitch", who.namespace, who.name, who.uid, who.generation,
+                                       reason=Reason.ENGAGED,
+                                       text=f"{spec.action}: {text}{until} (by {spec.requested_by}: "
+                                            f"{redact_text(spec.reason)})"))
+    ready, extra = _split(conds)
+    assert ready is not None
+    return Outcome(ready, _synced(rev, "the switch"), {**fields, **acks}, rev, engaged=True, extra=extra)
 
 
 # ------------------------------------------------------------------ BudgetLimit
@@ -142,12 +140,12 @@ async def reconcile_budget_limit(ctx: Context, spec: BudgetLimitSpec, who: Ident
     scope = "" if lspec.scope == "global" else f" per {lspec.scope}"
     tools = f" on {', '.join(spec.tools)}" if spec.tools else ""
     over = " (over budget asks a human)" if spec.escalate_to_human else ""
-    return Outcome(
-        Cond(READY, "True", Reason.ENFORCED,
-             f"at most {what} per {spec.window}{scope}{tools}{over}; {_fmt(used)} used in the fullest window "
-             f"(limit {lspec.name})"),
-        _synced(rev, "the limit"), fields, rev,
-    )
+    acks, conds = _follow(ctx, Tracked("BudgetLimit", who.namespace, who.name, who.uid, who.generation,
+                                       text=f"at most {what} per {spec.window}{scope}{tools}{over}; {_fmt(used)} "
+                                            f"used in the fullest window (limit {lspec.name})"))
+    ready, extra = _split(conds)
+    assert ready is not None
+    return Outcome(ready, _synced(rev, "the limit"), {**fields, **acks}, rev, extra=extra)
 
 
 # ------------------------------------------------------------------ SagaPolicy
@@ -158,7 +156,9 @@ async def reconcile_saga_policy(ctx: Context, spec: SagaPolicySpec, who: Identit
     n_tools, n_rules = len(spec.tools), len(spec.rules or ())
     acks, conds = _follow(ctx, Tracked("SagaPolicy", who.namespace, who.name, who.uid, who.generation,
                                        applies_to=tuple(spec.applies_to.agents) if spec.applies_to else None,
-                                       mode=spec.mode))
+                                       reason=Reason.OBSERVING if spec.mode == "Observe" else Reason.ENFORCED,
+                                       text=f"{spec.mode}: {n_tools} tool(s), {n_rules} rule(s), undeclared tools "
+                                            f"{spec.undeclared_tools}"))
     ready, extra = _split(conds)
     assert ready is not None
     return Outcome(ready, _synced(rev, "the policy"), {"tools": n_tools, "rules": n_rules, **acks}, rev, extra=extra)
@@ -172,7 +172,8 @@ async def reconcile_model_route(ctx: Context, spec: ModelRouteSpec, who: Identit
     rev = await ctx.projector.put("ModelRoute", who.id, doc)
     preferred = doc["preference"][0]
     acks, conds = _follow(ctx, Tracked("ModelRoute", who.namespace, who.name, who.uid, who.generation,
-                                       applies_to=tuple(spec.applies_to.agents) if spec.applies_to else None))
+                                       applies_to=tuple(spec.applies_to.agents) if spec.applies_to else None,
+                                       reason=Reason.ROUTED, text=f"routes to {preferred} first"))
     ready, extra = _split(conds)
     assert ready is not None
     return Outcome(ready, _synced(rev, "the route"), {"hosts": len(spec.hosts), "preferred": preferred, **acks},

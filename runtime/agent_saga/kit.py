@@ -262,6 +262,8 @@ class AgentKit:
                 "appended_seq": st.appended_seq, "durable_seq": st.durable_seq,
                 "pending": st.pending, "failed": st.failed,
             }
+            if not healthy:
+                signals["wal"]["recovery"] = _wal_recovery(self._wal)
             ok = ok and healthy
         except Exception as exc:  # noqa: BLE001 - unreadable signal: report, fail closed
             signals["wal"] = {"ok": False, "error": f"unreadable: {type(exc).__name__}: {exc}"}
@@ -308,6 +310,18 @@ class AgentKit:
             signals[f"check:{name}"] = {"ok": healthy, "detail": detail}
             ok = ok and healthy
         return {"ok": ok, "agent": self.name, "signals": signals, "guarantees": GUARANTEES_VERSION}
+
+
+def _wal_recovery(given: BaseWAL | None) -> str:
+    """What happens next to a failed WAL: the policy plane replaces its RedisWAL once
+    Redis is back and nothing is in doubt; any other WAL stays failed (fail-stop)."""
+    if given is None:
+        from .plane import get_plane
+
+        plane = get_plane()
+        if plane is not None and plane.wal is not None:
+            return plane.wal_recovery or "reopened at the next heartbeat"
+    return "fail-stop: open a new WAL (pass it to this kit) to continue"
 
 
 def _g(id_: str, active: bool, statement: str) -> dict[str, Any]:

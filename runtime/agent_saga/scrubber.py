@@ -132,7 +132,8 @@ VALUE_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # Anchored on "://" with one scheme character before it (the scheme itself is not
     # matched: a scan of "[A-Za-z0-9+.-]*" from every word start is quadratic on
     # "a.a.a.a...").
-    ("a password in a URL", re.compile(r"(?<=[A-Za-z0-9+.-])://[^\s:/@]*:[^\s@/]+@")),
+    # Not "user:***@" either: that is this library's own masked address (``_redis.Target.where``).
+    ("a password in a URL", re.compile(r"(?<=[A-Za-z0-9+.-])://[^\s:/@]*:(?!\*\*\*@)[^\s@/]+@")),
 )
 _ANY_SHAPE = re.compile("|".join(f"(?:{p.pattern})" for _, p in VALUE_SHAPES))
 # For substitution: a URL keeps all but its password (redacted by _URL_PASSWORD first).
@@ -151,7 +152,7 @@ _PHRASE = re.compile(
     r"access[_-]?key|private[_-]?key|auth(?:orization)?|credentials?|cvv|cvc|pin))"
     r"(\s*[:=]\s*)([\"']?)([^\s\"',;&]{3,})"
 )
-_URL_PASSWORD = re.compile(r"(?<=[A-Za-z0-9+.-])(://[^\s:/@]*:)([^\s@/]+)(@)")
+_URL_PASSWORD = re.compile(r"(?<=[A-Za-z0-9+.-])(://[^\s:/@]*:)(?!\*\*\*@)([^\s@/]+)(@)")
 _TOKENISH = re.compile(r"[A-Za-z0-9+/=_.~-]+")
 _HEXISH = re.compile(r"[0-9a-fA-F-]+")
 

@@ -546,17 +546,18 @@ def test_operator_with_the_chart_service_account_reconciles_a_killswitch(
         def ready(name: str) -> dict[str, Any] | None:
             obj = custom.get_namespaced_custom_object("agentsaga.dev", "v1alpha1", demo, "killswitches", name)
             conds = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
-            return obj if conds.get("Ready", {}).get("status") == "True" else None
+            # Projected; no agent runs here, so nothing applies it: Ready=False, NoConsumer.
+            return obj if conds.get("Ready", {}).get("reason") == "NoConsumer" else None
 
         try:
-            obj = poll(lambda: ready("halt-wires"), timeout=DEADLINE, what="KillSwitch Ready=True")
+            obj = poll(lambda: ready("halt-wires"), timeout=DEADLINE, what="KillSwitch projected, NoConsumer")
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- leader log ---\n{leader.log()}") from None
         assert obj["status"]["engaged"] is True and obj["status"]["observedGeneration"] == 1
         key = f"agentsaga:v1:killswitch:{demo}/halt-wires"
         assert json.loads(r.get(key))["scope"] == "tool:wire.send"  # type: ignore[arg-type]
         events = core.list_namespaced_event(demo, field_selector="involvedObject.name=halt-wires").items
-        assert ("Normal", "Engaged") in {(e.type, e.reason) for e in events}
+        assert ("Normal", "NoConsumer") in {(e.type, e.reason) for e in events}
 
         # The approval bridge: a request an agent wrote to Redis becomes an Approval (create),
         # and a decision made with the CLI shows on it (get + status patch).

@@ -95,8 +95,8 @@ def test_killswitch_is_projected_updated_and_removed(
 ) -> None:
     a = api(crds)
     a.create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
-    obj = wait_status(crds, ns, "killswitches", "halt-wires", "KillSwitch Ready=True", operator,
-                      ready_is("True", "Engaged", generation=1))
+    obj = wait_status(crds, ns, "killswitches", "halt-wires", "KillSwitch engaged, no agent", operator,
+                      ready_is("False", "NoConsumer", generation=1))
     st = obj["status"]
     assert st["engaged"] is True and st["scope"] == "tool:wire.send" and st["observedGeneration"] == 1
     assert condition(obj, "Synced")["reason"] == "Projected"  # type: ignore[index]
@@ -110,8 +110,11 @@ def test_killswitch_is_projected_updated_and_removed(
         "ttl": None, "expiresAt": None}
     assert doc["engagedAt"] == obj["metadata"]["creationTimestamp"]
     assert r.smembers("agentsaga:v1:killswitch:index") == {f"{ns}/halt-wires"}
-    poll(lambda: ("Normal", "Engaged") in {(t, rs) for t, rs, _ in events_for(crds, ns, "halt-wires")},
-         timeout=DEADLINE, what="an Engaged event")
+    # No agent runs here: engaged in the policy plane, not Ready (nothing applies it), and
+    # a Normal Event says so (not a Warning: no agent yet is not a fault).
+    assert "Halt: agents refuse new side effects for tool:wire.send" in condition(obj, "Ready")["message"]  # type: ignore[index]
+    poll(lambda: ("Normal", "NoConsumer") in {(t, rs) for t, rs, _ in events_for(crds, ns, "halt-wires")},
+         timeout=DEADLINE, what="a NoConsumer event")
 
     # An edit is projected (new generation, new revision) and announced on the channel.
     sub = r.pubsub()
@@ -120,7 +123,7 @@ def test_killswitch_is_projected_updated_and_removed(
     a.patch_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", "halt-wires",
                                      {"spec": {"scope": {"tool": "stripe.*"}}})
     obj = wait_status(crds, ns, "killswitches", "halt-wires", "generation 2 reconciled", operator,
-                      ready_is("True", "Engaged", generation=2))
+                      ready_is("False", "NoConsumer", generation=2))
     assert obj["status"]["scope"] == "tool:stripe.*" and obj["status"]["revision"] > st["revision"]
     assert json.loads(r.get(key))["scope"] == "tool:stripe.*"  # type: ignore[arg-type]
     note = poll(lambda: (m := sub.get_message(timeout=0.2)) and m["type"] == "message" and json.loads(m["data"]),
@@ -128,8 +131,8 @@ def test_killswitch_is_projected_updated_and_removed(
     assert note == {"rev": obj["status"]["revision"], "v": 1, "kind": "KillSwitch",
                     "id": f"{ns}/halt-wires", "op": "put"}
     sub.close()
-    # The edit posts an Event too (still Engaged, now for the new scope).
-    poll(lambda: [m for t, rs, m in events_for(crds, ns, "halt-wires") if rs == "Engaged" and "stripe.*" in m],
+    # The edit posts an Event too (still NoConsumer, now for the new scope).
+    poll(lambda: [m for t, rs, m in events_for(crds, ns, "halt-wires") if rs == "NoConsumer" and "stripe.*" in m],
          timeout=DEADLINE, what="an Event for the new scope")
 
     # The periodic resync writes nothing when nothing changed (the revision stays).
@@ -161,14 +164,14 @@ def test_ttl_expiry_lifts_the_switch_and_shows_it(
     body["metadata"]["name"] = "drain"
     body["spec"] = {"action": "Drain", "reason": "deploying", "requestedBy": "ci@corp", "ttlSeconds": 3}
     api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", body)
-    obj = wait_status(crds, ns, "killswitches", "drain", "engaged", operator, ready_is("True", "Engaged"))
+    obj = wait_status(crds, ns, "killswitches", "drain", "engaged", operator, ready_is("False", "NoConsumer"))
     assert obj["status"]["expiresAt"] and r.exists(f"agentsaga:v1:killswitch:{ns}/drain")
     obj = wait_status(crds, ns, "killswitches", "drain", "expired", operator, ready_is("False", "Expired"),
                       timeout=3 + DEADLINE)
     assert obj["status"]["engaged"] is False
     assert condition(obj, "Synced")["reason"] == "Removed"  # type: ignore[index]
     assert not r.exists(f"agentsaga:v1:killswitch:{ns}/drain")
-    poll(lambda: ("Warning", "Expired") in {(t, rs) for t, rs, _ in events_for(crds, ns, "drain")},
+    poll(lambda: ("Normal", "Expired") in {(t, rs) for t, rs, _ in events_for(crds, ns, "drain")},
          timeout=DEADLINE, what="an Expired event")
 
 
@@ -176,7 +179,7 @@ def test_resync_restores_a_flushed_policy_plane(
     crds: KubeCluster, ns: str, operator: OperatorProcess, fresh_redis: RedisServer, r: redis.Redis
 ) -> None:
     api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
-    wait_status(crds, ns, "killswitches", "halt-wires", "engaged", operator, ready_is("True", "Engaged"))
+    wait_status(crds, ns, "killswitches", "halt-wires", "engaged", operator, ready_is("False", "NoConsumer"))
     key = f"agentsaga:v1:killswitch:{ns}/halt-wires"
     before = json.loads(r.get(key))  # type: ignore[arg-type]
     r.flushall()
@@ -195,7 +198,7 @@ def test_the_synced_marker_comes_back_with_the_resync_and_agents_hold_the_halt_m
     marker = "agentsaga:v1:synced"
     poll(lambda: r.hexists(marker, "operator"), timeout=DEADLINE, what="the marker after start-up")
     api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
-    wait_status(crds, ns, "killswitches", "halt-wires", "engaged", operator, ready_is("True", "Engaged"))
+    wait_status(crds, ns, "killswitches", "halt-wires", "engaged", operator, ready_is("False", "NoConsumer"))
     with RedisSwitchStore(fresh_redis.url, grace=60, heartbeat=0.1, namespaces=[ns]) as agent:
         agent.start()
         assert [lv.scope for lv in agent.view().levers] == ["tool:wire.send"]
@@ -215,9 +218,9 @@ def test_the_synced_marker_comes_back_with_the_resync_and_agents_hold_the_halt_m
 
 
 
-#: With no agent running, what each example's status honestly says: a SagaPolicy nothing
-#: enforces and a ModelRoute nothing routes by are not Ready (they are Synced).
-NO_AGENT_READY = {"sagapolicy": ("False", "NoConsumer"), "modelroute": ("False", "NoConsumer")}
+#: With no agent running, what each example's status honestly says: nothing applies any of
+#: them, so none is Ready (each is Synced: in the policy plane).
+NO_AGENT_READY = ("False", "NoConsumer")
 
 
 def test_examples_apply_cleanly_and_become_ready(crds: KubeCluster, ns: str, operator: OperatorProcess,
@@ -231,7 +234,7 @@ def test_examples_apply_cleanly_and_become_ready(crds: KubeCluster, ns: str, ope
         kind_singular, name = ref.split("/")
         singular = kind_singular.split(".")[0]
         plural = {m.info.singular: m.info.plural for m in KINDS}[singular]
-        status, reason = NO_AGENT_READY.get(singular, ("True", None))
+        status, reason = NO_AGENT_READY
         obj = wait_status(crds, ns, plural, name, f"{ref} Ready={status}", operator, ready_is(status, reason))
         synced = condition(obj, "Synced")
         assert synced is not None and synced["status"] == "True", obj
@@ -259,8 +262,8 @@ def test_redis_outage_is_reported_and_retried(
     obj = wait_status(crds, ns, "killswitches", "halt-wires", "Synced=False RedisUnavailable", operator, synced_false)
     assert condition(obj, "Ready")["status"] == "Unknown"  # type: ignore[index]
     fresh_redis.start()
-    wait_status(crds, ns, "killswitches", "halt-wires", "Ready=True once Redis is back", operator,
-                ready_is("True", "Engaged"))
+    wait_status(crds, ns, "killswitches", "halt-wires", "projected once Redis is back", operator,
+                ready_is("False", "NoConsumer"))
     assert 'agentsaga_operator_redis_errors_total{kind="KillSwitch"}' in operator.metrics()
 
 
@@ -288,7 +291,7 @@ def test_a_standby_replica_does_not_double_process(
         paused = f"Pausing the watch-stream for killswitches.{VERSION}.{GROUP} in {ns!r}"
         poll(lambda: paused in standby.log(100_000), timeout=DEADLINE, what="the standby's KillSwitch stream pauses")
         api(crds).create_namespaced_custom_object(GROUP, VERSION, ns, "killswitches", KS)
-        wait_status(crds, ns, "killswitches", "halt-wires", "Ready=True", active, ready_is("True", "Engaged"))
+        wait_status(crds, ns, "killswitches", "halt-wires", "projected", active, ready_is("False", "NoConsumer"))
         assert 'kind="KillSwitch",result="ok",trigger="create"} 1.0' in active.metrics()
         assert 'kind="KillSwitch"' not in standby.metrics()
     assert active.proc is not None and active.proc.poll() is not None

@@ -195,6 +195,7 @@ def test_an_agent_configured_as_the_notes_say_obeys_every_lever(
                      "spec": {"kind": "Budget", "arg": "amount", "maxTotal": 100, "window": "1h",
                               "tools": ["wire.*"]}})
     until_call(agent, False, "wire.send", 1000)  # the definition arrived (a refusal debits nothing)
+    wait_for(crds, ns, "budgetlimits", "wires", "Acknowledged 1/1", acked("True", 1), operator)
     assert agent.call("wire.send", 60)["ok"]
     over = agent.call("wire.send", 60)
     assert not over["ok"] and f"{ns}.wires" in over["error"], over
@@ -282,7 +283,7 @@ def test_acknowledgement_counts_follow_agents_as_they_start_die_and_lag(
     apply(crds, ns, killswitch("halt-wire-send", "wire.send"))
     obj = wait_for(crds, ns, "killswitches", "halt-wire-send", "NoAgents",
                    lambda o: (condition(o, "Acknowledged") or {}).get("reason") == "NoAgents", operator)
-    assert f"no agent reads namespace {ns}" in condition(obj, "Acknowledged")["message"]  # type: ignore[index]
+    assert f"no live agent reads namespace {ns}" in condition(obj, "Acknowledged")["message"]  # type: ignore[index]
     assert obj["status"]["acked"] == "0/0"
 
     a = spawn(plane_env(fresh_redis.url, ns, "payments-agent", "pod-a"), "a")

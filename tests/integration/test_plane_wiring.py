@@ -200,33 +200,3 @@ def test_an_agent_on_a_read_only_root_filesystem_connects_and_names_the_wal_sett
     r = fresh_redis.client()
     writers = r.smembers(f"{WAL_KEY}:writers")
     assert writers and sum(r.xlen(f"{WAL_KEY}:w:".encode() + w) for w in writers) > 0
-
-
-def test_a_failed_wal_makes_the_heartbeat_report_the_process_closed(fresh_redis: RedisServer) -> None:
-    import asyncio
-
-    from agent_saga.errors import WALError
-    from agent_saga.plane import PlaneSettings, connect_policy_plane, disconnect_policy_plane
-
-    conn = connect_policy_plane(settings=PlaneSettings(
-        fresh_redis.url, "payments", "payments-agent", key_prefix=P.removesuffix(":v1"), wal_key=WAL_KEY))
-    r = fresh_redis.client()
-    try:
-        assert conn.heartbeat is not None and conn.wal is not None
-        wal = conn.wal
-
-        def posture() -> str:
-            conn.heartbeat.beat()  # what the writer's thread writes at its next tick
-            return Heartbeat.from_doc(json.loads(r.get(f"{P}:agent:{conn.heartbeat.id}"))).posture
-
-        assert posture() == "ok"
-        asyncio.run(wal.barrier(wal.append("STEP_COMMITTED", "s-1")))
-        r.delete(f"{WAL_KEY}:w:{wal.writer}")  # Redis lost what the WAL had acknowledged
-        with pytest.raises(WALError, match="Redis lost acknowledged entries"):
-            asyncio.run(wal.barrier(wal.append("STEP_COMMITTED", "s-2")))
-        assert wal.stats().failed
-        assert posture() == "closed", "a process whose WAL failed refuses every saga: not ok"
-        with pytest.raises(WALError):
-            wal.close()  # it stays failed: closing names the failure
-    finally:
-        disconnect_policy_plane()

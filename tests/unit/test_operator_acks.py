@@ -1,9 +1,10 @@
 """Honest status from agent heartbeats: each test named after a sentence of the spec.
 
-KillSwitch ``status.agents`` (matched, acknowledged, the names still lagging), the ACKED
-column and an ``Acknowledged`` condition; a SagaPolicy is Ready only when a consumer
-applied it; a ModelRoute is Ready only when an agent's router routes by it; a KillSwitch in a
-namespace no agent reads says so.
+``status.agents`` (matched, acknowledged, the names still lagging), the ACKED column and
+an ``Acknowledged`` condition on KillSwitch, BudgetLimit, SagaPolicy and ModelRoute; each
+is Ready only when an agent it governs applies it (a ModelRoute: an agent's router routes
+by it); an object in a namespace no agent reads says so, and names the namespaces the
+live agents read.
 """
 
 from __future__ import annotations
@@ -12,14 +13,15 @@ from agent_saga.heartbeat import AppliedRef, Heartbeat
 from agent_saga_operator.acks import ACKNOWLEDGED, Fleet, Tracked, desired_status, tally
 from agent_saga_operator.conditions import READY
 
-KS = Tracked("KillSwitch", "payments", "halt-wires", "uid-1", 2)
-SP = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, applies_to=("payments-*",))
+KS = Tracked("KillSwitch", "payments", "halt-wires", "uid-1", 2, reason="Engaged", text="Halt: tool:wire.send")
+SP = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, applies_to=("payments-*",), text="Enforce")
 
 
 def beat(agent: str, pod: str, *, ks: tuple[AppliedRef, ...] | None = (), policies: tuple[AppliedRef, ...] | None = (),
-         ns: str = "payments", pid: int = 1, routes: tuple[AppliedRef, ...] | None = None) -> Heartbeat:
+         ns: str = "payments", pid: int = 1, routes: tuple[AppliedRef, ...] | None = None,
+         limits: tuple[AppliedRef, ...] | None = ()) -> Heartbeat:
     return Heartbeat(ns, agent, pod, pid, ts=1000.0, ttl=6.0, namespaces=(ns,), killswitches=ks, policies=policies,
-                     routes=routes)
+                     routes=routes, limits=limits)
 
 
 HALT = AppliedRef("payments/halt-wires", "uid-1", 2)
@@ -62,11 +64,33 @@ def test_an_agent_without_a_kill_switch_does_not_obey_and_says_so() -> None:
     assert conds(KS, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
 
 
-def test_a_killswitch_in_a_namespace_no_agent_reads_says_so() -> None:
-    fleet = Fleet((beat("billing-agent", "b-1", ns="billing"),), 1000.0)
+def test_a_killswitch_in_a_namespace_no_agent_reads_says_so_and_names_the_namespaces_agents_read() -> None:
+    fleet = Fleet((beat("billing-agent", "b-1", ns="billing"), beat("billing-agent", "b-2", ns="billing"),
+                   beat("ops-agent", "o-1", ns="ops")), 1000.0)
     status, reason, message = conds(KS, fleet)[ACKNOWLEDGED]
     assert (status, reason) == ("False", "NoAgents")
-    assert "no agent reads namespace payments" in message and "nothing obeys it" in message
+    assert "no live agent reads namespace payments (live agents read billing (2), ops (1))" in message
+    assert "nothing applies it" in message
+
+
+def test_a_killswitch_no_agent_applies_is_not_ready_whatever_the_policy_plane_holds() -> None:
+    ready = conds(KS, Fleet((), 1000.0))[READY]
+    assert ready[:2] == ("False", "NoConsumer") and "no live agent heartbeat in the policy plane" in ready[2]
+    assert desired_status(KS, Fleet((), 1000.0))[0]["acked"] == "0/0"
+    fleet = Fleet((beat("payments-agent", "p-1", ks=(HALT,)), beat("payments-agent", "p-2")), 1000.0)
+    ready = conds(KS, fleet)[READY]
+    assert ready[:2] == ("True", "Engaged")
+    assert ready[2].startswith("Halt: tool:wire.send; applied by 1 of 2 agent(s): payments-agent@p-1")
+
+
+def test_a_budgetlimit_is_acknowledged_like_every_other_lever() -> None:
+    bl = Tracked("BudgetLimit", "payments", "daily", "uid-5", 3, text="at most 50 of amount per 1d")
+    ref = AppliedRef("payments/daily", "uid-5", 3)
+    fleet = Fleet((beat("payments-agent", "p-1", limits=(ref,)), beat("payments-agent", "p-2", limits=None)), 1000.0)
+    fields, _ = desired_status(bl, fleet)
+    assert fields["acked"] == "1/2" and fields["agents"]["lagging"] == ["payments-agent@p-2 (no limit reader)"]
+    assert conds(bl, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
+    assert conds(bl, fleet)[READY][:2] == ("True", "Enforced")
 
 
 def test_before_any_heartbeat_is_read_acknowledgement_is_unknown() -> None:
@@ -90,7 +114,7 @@ def test_a_sagapolicy_is_ready_only_when_an_agent_enforces_it() -> None:
     assert fields["enforcedBy"] == ["payments-agent@p-1"] and fields["acked"] == "1/2"
     status, reason, message = conds(SP, fleet)[READY]
     assert (status, reason) == ("True", "Enforced")
-    assert message.startswith("enforced by 1 of 2 agent(s): payments-agent@p-1; lagging: payments-agent@p-2")
+    assert message.startswith("Enforce; applied by 1 of 2 agent(s): payments-agent@p-1; lagging: payments-agent@p-2")
     assert conds(SP, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
 
 
@@ -103,24 +127,25 @@ def test_a_sagapolicy_whose_applies_to_matches_no_live_agent_has_no_consumer() -
     fleet = Fleet((beat("billing-agent", "b-1", policies=(POLICY,)),), 1000.0)
     status, reason, message = conds(SP, fleet)[READY]
     assert (status, reason) == ("False", "NoConsumer")
-    assert "no agent matching payments-* reads namespace payments" in message
+    assert "no live agent matching payments-* reads namespace payments (live agents read payments (1))" in message
 
 
 def test_an_observe_mode_policy_is_observed_not_enforced() -> None:
-    t = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, mode="Observe")
+    t = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, reason="Observing")
     fleet = Fleet((beat("x", "p-1", policies=(POLICY,)),), 1000.0)
     assert conds(t, fleet)[READY][:2] == ("True", "Observing")
 
 
 ROUTE = AppliedRef("payments/default", "uid-3", 1)
-MR = Tracked("ModelRoute", "payments", "default", "uid-3", 1)
+MR = Tracked("ModelRoute", "payments", "default", "uid-3", 1, reason="Routed", text="routes to local-7b first")
 
 
 def test_a_modelroute_is_ready_once_a_router_routes_by_it() -> None:
     fleet = Fleet((beat("payments-agent", "p-1", routes=(ROUTE,)), beat("payments-agent", "p-2", routes=())), 1000.0)
     status, reason, message = conds(MR, fleet)[READY]
     assert (status, reason) == ("True", "Routed")
-    assert message == "routing 1 of 2 agent(s): payments-agent@p-1; lagging: payments-agent@p-2"
+    assert message == ("routes to local-7b first; applied by 1 of 2 agent(s): payments-agent@p-1; "
+                       "lagging: payments-agent@p-2")
     assert desired_status(MR, fleet)[0]["acked"] == "1/2"
 
 
@@ -128,14 +153,14 @@ def test_a_modelroute_no_router_reads_is_not_ready() -> None:
     fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0)  # routes None: this process has no router
     status, reason, message = conds(MR, fleet)[READY]
     assert (status, reason) == ("False", "NotApplied")
-    assert "none routes by generation 1" in message
+    assert "none applies generation 1 yet (an agent routes by one ModelRoute" in message
     assert conds(MR, fleet)[ACKNOWLEDGED][:2] == ("False", "Lagging")
     assert "payments-agent@p-1 (no router)" in conds(MR, fleet)[ACKNOWLEDGED][2]
 
 
 def test_a_modelroute_with_no_live_agent_has_no_consumer() -> None:
     status, reason, message = conds(MR, Fleet((), 1000.0))[READY]
-    assert (status, reason) == ("False", "NoConsumer") and "no router routes by it" in message
+    assert (status, reason) == ("False", "NoConsumer") and "nothing applies it yet" in message
 
 
 def test_a_modelroute_before_any_heartbeat_is_read_is_unknown() -> None:

@@ -79,6 +79,17 @@ def test_a_password_in_a_url_is_refused_and_redacted_keeping_the_rest() -> None:
     assert redact_text("postgres://app:s3cr3t-pw@db:5432/pay") == f"postgres://app:{REDACTED}@db:5432/pay"
 
 
+def test_an_address_the_library_already_masked_is_not_a_secret_and_warns_nothing(caplog) -> None:
+    masked = {"store": "RedisSwitchStore(redis://agent:***@redis.svc:6379/0)"}
+    with caplog.at_level(logging.WARNING):
+        assert scrub_payload(masked, "KILL_SWITCH_ENGAGED", "wal") is masked
+    assert caplog.records == []
+    assert_no_secrets(masked)
+    assert redact_text("redis://agent:***x@redis.svc:6379/0") == f"redis://agent:{REDACTED}@redis.svc:6379/0"
+    with pytest.raises(SecretDetected, match="password in a URL"):
+        assert_no_secrets({"store": "redis://agent:****@redis.svc:6379/0"})
+
+
 def test_random_key_material_under_a_weak_key_is_refused_an_ordinary_value_is_not() -> None:
     material = "q8ZrT1wX9pLm2NvB7cKd4HsYe"
     assert looks_random(material)

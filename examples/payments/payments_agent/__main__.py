@@ -19,7 +19,11 @@ Environment (examples/payments/deployment.yaml sets it, as the chart's NOTES pri
   PAYMENTS_LEASE_SECONDS    an orphaned saga is taken over this long after its agent died (10)
 
 HTTP (JSON bodies and answers):
-  GET  /healthz   200 once the WAL and the bank answer
+  GET  /healthz   200 while the process serves HTTP (liveness)
+  GET  /readyz    200 while the WAL accepts records (``AgentKit.status()``) and the bank
+                  answers, else 503 with the reason: the readiness probe. A WAL that
+                  failed (Redis restarted) is reopened once Redis is back and no record
+                  is in doubt; the pod is not Ready meanwhile
   GET  /stats     {"ok": n, "refused": n, "failed": n, "last": {...}}: the payments so far
   POST /pay       {"amount": 5, "hold": false} -> {"saga", "ok", "error", "kind", "refund_key"}
                   hold=true answers once the charge is committed and leaves the saga open:
@@ -45,6 +49,7 @@ from typing import Any
 import payments_compensators as books
 from agent_saga import (
     ActionSemantics,
+    AgentKit,
     Compensation,
     PreFlightGate,
     RedisWAL,
@@ -76,7 +81,7 @@ class Agent:
         # Every control from the environment (the policy plane); the process-wide WAL is
         # the plane's RedisWAL (AGENT_SAGA_WAL_STREAM), which the approval records share.
         self.gate = PreFlightGate()
-        self.wal = get_default_wal()
+        self.kit = AgentKit("payments-agent", gate=self.gate)
         if not isinstance(self.wal, RedisWAL):
             raise SystemExit("set AGENT_SAGA_WAL_STREAM (agent-saga:wal): recoveryd sweeps that stream, and the "
                              "root filesystem is read-only")
@@ -86,6 +91,12 @@ class Agent:
         self.held: list[asyncio.Future[None]] = []
         self.tasks: set[asyncio.Task[Any]] = set()
         self.loop = asyncio.new_event_loop()
+
+    @property
+    def wal(self) -> Any:
+        """The process-wide WAL, looked up per saga: a RedisWAL that failed is replaced
+        by a new writer once Redis is back, and the next saga writes to that one."""
+        return get_default_wal()
 
     # ------------------------------------------------------------------ sagas
     async def pay(self, amount: int, hold: bool = False, ready: asyncio.Future[dict[str, Any]] | None = None
@@ -184,11 +195,15 @@ class Agent:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    def healthy(self) -> bool:
+    def ready(self) -> tuple[bool, str]:
+        """(ready, why not): the WAL accepts records and the bank answers."""
+        wal = self.kit.status()["signals"]["wal"]
+        if not wal["ok"]:
+            return False, f"WAL failed: {wal.get('failed') or wal.get('error')}; {wal.get('recovery', '')}"
         try:
-            return bool(books.bank().ping())
-        except Exception:  # noqa: BLE001
-            return False
+            return (True, "") if books.bank().ping() else (False, "the bank does not answer")
+        except Exception as e:  # noqa: BLE001
+            return False, f"the bank does not answer: {type(e).__name__}"
 
 
 def handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
@@ -214,8 +229,10 @@ def handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             if self.path == "/healthz":
-                ok = agent.healthy()
-                self._send(200 if ok else 503, {"ok": ok})
+                self._send(200, {"ok": True})
+            elif self.path == "/readyz":
+                ok, why = agent.ready()
+                self._send(200 if ok else 503, {"ok": ok, "reason": why})
             elif self.path == "/stats":
                 self._send(200, {**{k: agent.stats[k] for k in ("ok", "refused", "failed")}, "last": agent.last})
             elif self.path == "/payouts":

@@ -239,11 +239,14 @@ class PrinterColumn:
     priority: int = 0
 
 
-def ready_columns() -> tuple[PrinterColumn, ...]:
+#: What READY says on every kind agents apply (docs/crds.md, "READY, ACKED, Acknowledged").
+READY_MEANS = "True: in force and applied by at least one agent it governs (ACKED: how many of them)"
+
+
+def ready_columns(means: str = READY_MEANS) -> tuple[PrinterColumn, ...]:
     """Ready / Status / Age, as cert-manager prints them."""
     return (
-        PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status',
-                      "Whether the policy is in force"),
+        PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', means),
         PrinterColumn("Status", "string", '.status.conditions[?(@.type=="Ready")].message',
                       "Why (the Ready condition's message)", priority=1),
         PrinterColumn("Age", "date", ".metadata.creationTimestamp"),

@@ -156,7 +156,7 @@ class Approval(Resource):
             PrinterColumn("Approver", "string", ".status.approver"),
             PrinterColumn("Deadline", "string", ".spec.deadline", "No answer by then denies it (UTC)"),
             PrinterColumn("Rule", "string", ".spec.rule", priority=1),
-            *ready_columns(),
+            *ready_columns("True: approved, the saga may proceed (an Approval is answered, not applied: no ACKED)"),
         ),
     )
 

@@ -21,6 +21,7 @@ from pydantic import Field, StringConstraints
 from ._base import (
     DURATION_EXPECTED,
     DURATION_PATTERN,
+    AgentsStatus,
     ArgName,
     BaseStatus,
     CRDModel,
@@ -112,6 +113,8 @@ class BudgetLimitStatus(BaseStatus):
     remaining: float | None = Field(default=None, description="What the fullest window still admits.")
     windows: int | None = Field(default=None, ge=0, description="Non-empty windows (scope keys) now.")
     usage_updated_at: datetime | None = Field(default=None, description="When used/remaining were read.")
+    agents: AgentsStatus | None = Field(default=None, description="Which agents apply it (their heartbeats).")
+    acked: str | None = Field(default=None, max_length=32, description="acknowledged/matched, e.g. 3/3.")
 
 
 class BudgetLimit(Resource):
@@ -128,6 +131,7 @@ class BudgetLimit(Resource):
             PrinterColumn("Used", "number", ".status.used"),
             PrinterColumn("Remaining", "number", ".status.remaining", "What the fullest window still admits"),
             PrinterColumn("Window", "string", ".spec.window"),
+            PrinterColumn("Acked", "string", ".status.acked", "Agents applying it / agents it governs"),
             PrinterColumn("Arg", "string", ".spec.arg", priority=1),
             PrinterColumn("Escalate", "boolean", ".spec.escalateToHuman", priority=1),
             *ready_columns(),

@@ -30,6 +30,10 @@ Invariants:
   ``Acknowledged`` follows within milliseconds.
 - The heartbeat's posture is ``closed`` while the kill switch or the SagaPolicy reader
   refuses everything, or while the process's WAL has failed (every saga is refused then).
+- A failed RedisWAL is replaced, once Redis answers again, by a new writer (a new chain
+  in the same log, as recoveryd does), and only when every record's outcome is known
+  (``RedisWAL.settle``: the batch in doubt is read back). Sagas that held the failed
+  writer stay failed; the next saga writes to the new one. Checked at every heartbeat.
 """
 
 from __future__ import annotations
@@ -74,12 +78,17 @@ class PlaneConnection:
     wal: Any = None
     routes: Any = None
     _previous: dict[str, Any] = field(default_factory=dict)
+    #: Why the failed WAL is not replaced yet (None: it is healthy, or was replaced).
+    wal_recovery: str | None = None
+    _wal_unsettled: str | None = None
+    _reopening: threading.Lock = field(default_factory=threading.Lock)
 
     def describe(self) -> str:
         return self.settings.describe()
 
     def state(self) -> AppliedState:
         """What this process enforces now (its heartbeat)."""
+        self.reopen_wal()
         now = time.time()
         sv = self.switch_store.view()
         pv = self.policy.view()
@@ -110,6 +119,58 @@ class PlaneConnection:
             return wal is not None and wal.stats().failed is not None
         except Exception:  # noqa: BLE001 - an unreadable WAL is not a healthy one
             return True
+
+    def reopen_wal(self) -> bool:
+        """Replace the connection's failed RedisWAL with a new writer once Redis answers
+        and every record's outcome is known (see the module doc); True if it did. Sets
+        ``wal_recovery`` to why not while it cannot; never raises."""
+        if not self._reopening.acquire(blocking=False):
+            return False  # another thread is at it (the heartbeat's, a status read)
+        try:
+            return self._reopen_wal()
+        finally:
+            self._reopening.release()
+
+    def _reopen_wal(self) -> bool:
+        old = self.wal
+        if old is None or old.stats().failed is None:
+            self.wal_recovery = None
+            return False
+        from ..errors import SagaError
+        from ..wal import set_default_wal
+        from ..wal.default import made_default_wal
+        from ..wal.redis import RedisWAL
+
+        try:
+            why = old.settle()
+        except SagaError as exc:
+            self.wal_recovery = f"waiting for Redis: {exc}"
+            return False
+        if why is not None:
+            self.wal_recovery = f"fail-stop: a record is in doubt: {why}"
+            if why != self._wal_unsettled:
+                log.error("WAL %s stays failed: %s", old.name, why)
+                self._wal_unsettled = why
+            return False
+        s = self.settings
+        if not s.wal_key:
+            return False
+        try:
+            new = RedisWAL(s.url, key=s.wal_key, wait_replicas=s.wal_min_replicas)
+        except SagaError as exc:
+            self.wal_recovery = f"waiting for Redis: {exc}"
+            return False
+        with _lock:
+            self.wal = new
+            if made_default_wal() is old:
+                set_default_wal(new)
+        with contextlib.suppress(Exception):
+            old.close(timeout=0)  # failed: it raises what it failed with
+        log.warning("WAL %s had failed (%s); every record's outcome is known: sagas now write to %s",
+                    old.name, old.stats().failed, new.name)
+        self.wal_recovery = None
+        self._wal_unsettled = None
+        return True
 
     def route_source(self, *, timeout: float = 60.0, stream: bool = False, stall_timeout: float = 10.0) -> Any:
         """The ``RedisRouteSource`` of this agent (made and started on first use; later

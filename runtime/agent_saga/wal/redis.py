@@ -30,6 +30,10 @@ Invariants:
   holds. No acknowledged record is dropped; no unacknowledged record is ever reported
   durable. redis-py's own retries are disabled on clients this class creates, so a batch
   is never re-sent behind the writer's back.
+- In doubt, settled by reading back: ``settle()`` reads the stream's tail once Redis
+  answers again and says whether the failed batch landed, did not land, or cannot be
+  told (another process wrote with this writer id; a write still in flight). Only a
+  settled writer may be replaced by a new one (``plane`` does so for an agent's WAL).
 
 Durability class: ``barrier`` means Redis acknowledged the batch, which is weaker than
 fsync: the entry is in the server's memory, on disk only per its AOF setting
@@ -390,6 +394,10 @@ return g
             fault_hook=fault_hook,
         )
         self._flush_client: Any = None
+        # The batch the flusher is writing: (entry id before it, its last seq and hash).
+        # Left set when the write fails: that batch is in doubt until ``settle``.
+        self._in_doubt: tuple[str, int, str] | None = None
+        self._writing = False
         try:
             last_id, tail = self._log.tail(self.writer)
             self.durability = self._probe_durability()
@@ -511,8 +519,51 @@ return g
             data = "\n".join(sealed.lines).encode()
         else:
             data = b"".join([encode_line(rec, canonical) for rec, canonical in sealed])[:-1]
-        top = self._call("APPEND", [self.writer, self._last_id, data])
+        last = sealed[-1][0]
+        top = self._doubtful("APPEND", [self.writer, self._last_id, data], last.seq, last.hash)
         self._last_id = f"{int(top)}-0"
+
+    def _doubtful(self, name: str, args: list[Any], seq: int, hash_: str) -> Any:
+        """``_call`` for a write whose last record is ``(seq, hash_)``: in doubt until it returns."""
+        self._in_doubt, self._writing = (self._last_id, seq, hash_), True
+        try:
+            out = self._call(name, args)
+        finally:
+            self._writing = False
+        self._in_doubt = None
+        return out
+
+    def settle(self) -> str | None:
+        """After the writer failed, read the stream's tail back and say whether every
+        record's outcome is known: ``None`` when it is (nothing was in doubt, the batch in
+        doubt landed whole, or it did not land), else why not. Redis losing entries it had
+        acknowledged (a restart without AOF) is known too, and logged as an error: the
+        stream ends before this writer's last write, so nothing after it is in the log.
+
+        Raises ``WALError`` when Redis cannot be read (not back yet)."""
+        if self._writing:
+            return "a write is still in flight (the writer stalled in it): its outcome is not known yet"
+        doubt = self._in_doubt
+        if doubt is None:
+            return None
+        before, seq, hash_ = doubt
+        try:
+            last_id, tail = self._log.tail(self.writer)
+        except self._redis_errors as exc:
+            raise WALError(f"WAL {self.name}: cannot read the stream back: "
+                           f"{self._scrub(f'{type(exc).__name__}: {exc}')}") from exc
+        if last_id == before:
+            return None  # the batch did not land
+        item = None if tail is None else tail[1]
+        if isinstance(item, Record) and item.seq == seq and item.hash == hash_:
+            return None  # it landed whole (a batch is one script: all or nothing)
+        if tail is None or _gseq_of(last_id) < _gseq_of(before):
+            log.error("WAL %s: Redis lost entries it had acknowledged (the stream ends at %s, this writer last "
+                      "wrote %s): a restart without AOF; the records after it are not in the log", self.name,
+                      last_id, before)
+            return None
+        return (f"the stream ends at entry {last_id}, which this writer did not write (it last wrote {before}, "
+                f"then seq {seq}): another process writes with writer id {self.writer!r}")
 
     def _compact_now(self, req: CompactionRequest, prev: str) -> tuple[CompactionReport, str]:
         try:
@@ -543,7 +594,7 @@ return g
             ) from exc
         if not plan.removed:
             minid = ""
-        g = self._call("COMPACT", [self.writer, self._last_id, minid, line, *dels])
+        g = self._doubtful("COMPACT", [self.writer, self._last_id, minid, line, *dels], rec.seq, rec.hash)
         self._last_id = f"{int(g)}-0"
         return plan.report(req.seq), rec.hash
 

@@ -310,6 +310,9 @@ class PreFlightGate:
         decision = await self._decide(request)
         if self._wal is not None:
             write_verdict(self._wal, request, decision)
+        if not decision.allowed and decision.verdict == "BLOCK":
+            log.info("refused %s in saga %s: %s %s: %s", request.tool, request.saga_id,
+                     decision.stage.replace("_", " "), _refused_by(decision), decision.reason)
         return decision
 
     async def _decide(self, request: StepRequest) -> PreFlightDecision:
@@ -580,6 +583,15 @@ def _names(gate: PreFlightGate) -> list[str] | str:
         return [f"{c.stage}:{c.name}" for c in gate.checks]
     except Exception as exc:  # noqa: BLE001 - status must say what is wrong, not raise
         return f"unavailable ({type(exc).__name__}: {exc})"
+
+
+def _refused_by(decision: PreFlightDecision) -> str:
+    """The object that refused: the kill switch's ``ns/name``, else who decided
+    (``policy:<ns>/<name>``, ``limit:<name>``)."""
+    lever = decision.detail.get("lever")
+    if isinstance(lever, Mapping) and lever.get("id"):
+        return str(lever["id"])
+    return decision.decided_by
 
 
 def _block(stage: Stage, decided_by: str, reason: str, detail: dict[str, Any]) -> PreFlightDecision:

@@ -307,6 +307,8 @@ class KillSwitch(PreCheck):
     def _engage(self, action: LeverAction, scope: str, reason: str, by: str, ttl: float | None) -> Lever:
         lever = Lever.new(action, scope, reason=reason, by=by, now=self._clock.time(), ttl=ttl)
         self._store.engage(lever)
+        log.info("kill switch %s engaged: %s %s (by %s)%s", lever.id, lever.action.value, lever.scope, by,
+                 _until(lever))
         self._append(ENGAGED, {"lever": lever.describe(), "source": "api", "seen_by": _HOST,
                                "store": self._store.describe()})
         with self._lock:
@@ -322,6 +324,8 @@ class KillSwitch(PreCheck):
                                    "store": self._store.describe()}
         if by is not None:
             payload["by"] = by
+        log.info("kill switch %s %s%s: %s %s no longer refused", lever.id, how, f" by {by}" if by else "",
+                 lever.action.value, lever.scope)
         self._append(LIFTED, payload)
 
     # ------------------------------------------------------------------ view changes
@@ -358,9 +362,12 @@ class KillSwitch(PreCheck):
             else:
                 self._append(RESTORED, {"store": store, "was": old_posture, "seen_by": _HOST})
         for lv in engaged:
+            log.info("kill switch %s engaged: %s %s (by %s)%s", lv.id, lv.action.value, lv.scope, lv.requested_by,
+                     _until(lv))
             self._append(ENGAGED, {"lever": lv.describe(), "source": "observed", "seen_by": _HOST, "store": store})
         for lv in gone:
             how = "expired" if lv.expired(now) else "lifted"
+            log.info("kill switch %s %s: %s %s no longer refused", lv.id, how, lv.action.value, lv.scope)
             self._append(LIFTED, {"id": lv.id, "how": how, "lever": lv.describe(), "seen_by": _HOST, "store": store})
 
     def _append(self, type_: str, payload: dict[str, Any]) -> None:
