@@ -8,6 +8,10 @@ event (``sse_events``), each kept as the bytes that arrived so it can be relayed
 Invariants:
 - A request the parser cannot read is answered 400 by the caller, never guessed at.
 - Header names compare case-insensitively; values are kept as sent.
+- Every body and event is bounded (``limit``, ``MAX_BODY`` by default), however it is
+  framed (a length, chunks, until the close, one SSE event): over it, ``TooLarge``.
+- An SSE event whose data the proxy refuses to read comes with ``_wire.Unreadable`` for
+  its document, never an exception that ends the stream.
 """
 
 from __future__ import annotations
@@ -19,16 +23,22 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from ._wire import Unreadable, parse
+
 __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
            "sse_events", "write_head"]
 
 MAX_HEAD = 64 * 1024
-MAX_BODY = 256 * 1024 * 1024
+MAX_BODY = 64 * 1024 * 1024
 Headers = list[tuple[str, str]]
 
 
 class HttpError(Exception):
     """A message that is not the HTTP this module reads."""
+
+
+class TooLarge(HttpError):
+    """A body (or one event) over the limit."""
 
 
 @dataclass
@@ -58,17 +68,12 @@ class HttpResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
-        async for c in _body(self.reader, self.headers):
+        async for c in _body(self.reader, self.headers, None):
             yield c
 
-    async def body(self) -> bytes:
-        """The whole body."""
-        out = bytearray()
-        async for c in self.chunks():
-            out += c
-            if len(out) > MAX_BODY:
-                raise HttpError(f"a body over {MAX_BODY} bytes")
-        return bytes(out)
+    async def body(self, limit: int = MAX_BODY) -> bytes:
+        """The whole body (``TooLarge`` over ``limit`` bytes)."""
+        return b"".join([c async for c in _body(self.reader, self.headers, limit)])
 
     def close(self) -> None:
         """Close the connection."""
@@ -105,8 +110,9 @@ async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
     return lines[0], headers
 
 
-async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
-    """The next request on ``reader`` (None: the connection closed first)."""
+async def read_request(reader: asyncio.StreamReader, limit: int = MAX_BODY) -> HttpRequest | None:
+    """The next request on ``reader`` (None: the connection closed first); ``TooLarge``
+    for a body over ``limit`` bytes."""
     head = await _head(reader)
     if head is None:
         return None
@@ -116,11 +122,22 @@ async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
         raise HttpError(f"not an HTTP/1.x request line: {first[:80]!r}")
     body = b""
     if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
-        body = b"".join([c async for c in _body(reader, headers)])
+        body = b"".join([c async for c in _body(reader, headers, limit)])
     return HttpRequest(parts[0].upper(), parts[1], headers, body)
 
 
-async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator[bytes]:
+async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
+    """The body's chunks; ``TooLarge`` once they add up to over ``limit`` (None: no limit,
+    for a stream the caller bounds itself)."""
+    total = 0
+    async for c in _framed(reader, headers, limit):
+        total += len(c)
+        if limit is not None and total > limit:
+            raise TooLarge(f"a body over {limit} bytes")
+        yield c
+
+
+async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
     length = header(headers, "content-length")
     if "chunked" in (header(headers, "transfer-encoding") or "").lower():
         while True:
@@ -128,6 +145,8 @@ async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator
             if not size_line:
                 return  # the peer closed mid-body: the caller sees a short body
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if limit is not None and size > limit:
+                raise TooLarge(f"a body over {limit} bytes")
             if size == 0:
                 await reader.readline()
                 return
@@ -136,8 +155,8 @@ async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator
             yield data
     elif length is not None:
         left = int(length)
-        if left > MAX_BODY:
-            raise HttpError(f"a body over {MAX_BODY} bytes")
+        if limit is not None and left > limit:
+            raise TooLarge(f"a body over {limit} bytes")
         while left > 0:
             data = await reader.read(min(left, 65536))
             if not data:
@@ -193,8 +212,9 @@ async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None) -> None:
     """Write a response head (``Connection: close``; no length: the body ends at close)."""
-    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-              500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
+    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+              405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
+              421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
     skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
     lines = [f"HTTP/1.1 {status} {reason}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
@@ -203,9 +223,10 @@ def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, leng
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 
 
-async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, Any]]:
+async def sse_events(chunks: AsyncIterator[bytes], limit: int = MAX_BODY) -> AsyncIterator[tuple[bytes, Any]]:
     """Each event of a text/event-stream: its raw bytes (blank line included) and its
-    ``data`` parsed as JSON (None when it has none or it is not JSON)."""
+    ``data`` parsed (``_wire.parse``): None when it has none, an ``Unreadable`` when the
+    proxy refuses it. ``TooLarge`` for an event over ``limit`` bytes."""
     buf = b""
     async for c in chunks:
         buf += c.replace(b"\r\n", b"\n")
@@ -215,10 +236,12 @@ async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes,
             doc: Any = None
             if data:
                 try:
-                    doc = json.loads(data)
-                except ValueError:
-                    doc = None
+                    doc = parse(data)
+                except Unreadable as exc:
+                    doc = exc
             yield raw + b"\n\n", doc
+        if len(buf) > limit:
+            raise TooLarge(f"an event over {limit} bytes")
 
 
 def sse_event(msg: Any) -> bytes:

@@ -17,8 +17,16 @@ stopped (SIGTERM / SIGINT): rolled back, each inverse called on a fresh session 
 upstream.
 
 Invariants:
-- A body that is not JSON, or not JSON-RPC, is answered 400 with a JSON-RPC error; the
-  session goes on.
+- A request is answered only when its ``Host`` is a loopback name or one the proxy was
+  told to serve (``--allow-host``; ``agent_saga.hosts``, the debugger UI's rule) — else
+  421 — and its ``Origin``, if any, names such a host — else 403: a web page cannot
+  drive tool calls through DNS rebinding. A POST whose body is not ``application/json``
+  is 415, one over the size limit 413.
+- A body that is not JSON, or not JSON-RPC, or that the proxy refuses to read
+  (``_wire.parse``), is answered 400 with a JSON-RPC error; the session goes on. A
+  request whose id is still in flight in its session is refused the same way.
+- An answer of the server's the proxy refuses to read fails the call it answers
+  (OUTCOME_UNKNOWN): never relayed, never waited for.
 - A call whose response never arrives (the upstream dropped the connection, the client
   cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
 """
@@ -27,27 +35,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import hosts
 from . import _http as http
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import PROTOCOL_VERSION, UpstreamGone, tool_result
 from ._wire import (
     INVALID_REQUEST,
-    PARSE_ERROR,
     UPSTREAM_UNAVAILABLE,
+    Unreadable,
     batch_refusal,
     cancelled_key,
     classify,
     encode,
     error,
+    excerpt,
     key,
+    parse,
     usable_id,
 )
 
@@ -67,6 +77,7 @@ class _Session:
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     sent: set[str] = field(default_factory=set)
     cancelled: set[str] = field(default_factory=set)
+    relayed: set[str] = field(default_factory=set)  # requests relayed, not answered yet
 
 
 class HttpProxy:
@@ -76,8 +87,11 @@ class HttpProxy:
     def __init__(self, upstream: str, *, new_session: Callable[[], ToolSession] | None,
                  inject_boundary_tools: bool = False, session_idle: float = 300.0,
                  on_tools: Callable[[list[Any]], None] | None = None,
-                 on_call: Callable[[str], None] | None = None) -> None:
+                 on_call: Callable[[str], None] | None = None, allowed_hosts: Collection[str] = (),
+                 max_message: int = http.MAX_BODY) -> None:
         self.upstream = upstream
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.max_message = max_message
         self._new = new_session
         self._inject = inject_boundary_tools
         self._idle = session_idle
@@ -91,6 +105,8 @@ class HttpProxy:
     # ------------------------------------------------------------------ running
     async def serve(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> int:
         """Serve until SIGTERM / SIGINT (or ``stop``); open sessions are then dropped."""
+        if host not in ("0.0.0.0", "::", ""):  # the address it listens on is a name it serves
+            self.allowed_hosts |= {hosts.host_name(host if ":" not in host else f"[{host}]").lower()}
         server = await asyncio.start_server(self._connection, host, port, limit=http.MAX_HEAD * 4)
         self.port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
@@ -156,11 +172,20 @@ class HttpProxy:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                req = await http.read_request(reader)
+                req = await http.read_request(reader, self.max_message)
+            except http.TooLarge as exc:
+                await _reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
+                                                "proxy refuses"))
+                return
             except (http.HttpError, ValueError) as exc:
                 await _reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
                 return
             if req is None:
+                return
+            refused = self._refused(req)
+            if refused is not None:
+                log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
+                await _reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
                 return
             sid = http.header(req.headers, "mcp-session-id") or ""
             if req.method == "POST":
@@ -190,26 +215,55 @@ class HttpProxy:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    def _refused(self, req: http.HttpRequest) -> tuple[int, str] | None:
+        """Why the proxy does not answer ``req`` (the status and a sentence), or None."""
+        host = http.header(req.headers, "host") or ""
+        if not hosts.host_allowed(host, self.allowed_hosts):
+            return 421, (f"Host {host[:100]!r} is not a name this proxy serves (a loopback name, the address it "
+                         f"listens on, or one given with --allow-host)")
+        origin = http.header(req.headers, "origin")
+        if origin is not None and not hosts.origin_allowed(origin, self.allowed_hosts):
+            return 403, (f"Origin {origin[:100]!r} is not allowed: a web page may reach this proxy only from a host it "
+                         f"serves (--allow-host)")
+        if req.method == "POST":
+            ctype = (http.header(req.headers, "content-type") or "").split(";")[0].strip().lower()
+            if ctype != "application/json":
+                return 415, f"Content-Type {ctype or 'none'!r}: a JSON-RPC message is POSTed as application/json"
+        return None
+
     async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> None:
         try:
-            msg = json.loads(req.body)
-        except ValueError as exc:
-            await _reply(writer, 400, error(None, PARSE_ERROR, f"Parse error: the body is not JSON ({exc})"))
+            msg = parse(req.body)
+        except Unreadable as exc:
+            log.warning("agent-saga mcp: refused a message from the client (%s): %s", exc.message, excerpt(req.body))
+            await _reply(writer, 400, error(exc.id, exc.code, exc.message))
             return
+        s = self.sessions.get(sid)
         if isinstance(msg, list):
             refusal = batch_refusal(msg)
+            if refusal is None and s is not None and {key(m["id"]) for m in msg if "id" in m} & (set(s.tasks)
+                                                                                               | s.relayed):
+                refusal = [error(None, INVALID_REQUEST, "Invalid Request: a request id of the batch is still in flight")]
             if refusal is not None:
+                log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
                 await _reply(writer, 400, refusal)
                 return
             await self._relay(req, writer)
             return
         kind, why = classify(msg)
         if kind == "invalid":
+            if msg.get("method") == "tools/call":
+                log.warning("agent-saga mcp: refused a tools/call without an id (never forwarded)")
             await _reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
             return
-        s = self.sessions.get(sid)
         if s is not None:
             s.last = time.monotonic()
+            if kind == "request" and (key(msg["id"]) in s.tasks or key(msg["id"]) in s.relayed):
+                log.warning("agent-saga mcp: refused a %s whose id is still in flight", msg["method"])
+                await _reply(writer, 400, error(msg["id"], INVALID_REQUEST, (
+                    f"Invalid Request: a request with the id {key(msg['id'])} is still in flight; give each request an "
+                    f"id of its own (this {msg['method']} was not sent)")))
+                return
         if kind == "request" and msg["method"] == "tools/call":
             session = self._session(sid)
             if session is not None:
@@ -220,10 +274,15 @@ class HttpProxy:
                 self._on_call(params["name"])
         if kind == "notification" and msg["method"] == "notifications/cancelled" and s is not None:
             self._cancelled(s, msg)
-        if kind == "request" and msg["method"] == "tools/list":
-            await self._relay(req, writer, rewrite=msg["id"])
-            return
-        await self._relay(req, writer)
+        relayed = key(msg["id"]) if kind == "request" and s is not None else None
+        if relayed is not None and s is not None:
+            s.relayed.add(relayed)
+        try:
+            await self._relay(req, writer, rewrite=msg["id"] if kind == "request" and msg["method"] == "tools/list"
+                              else None)
+        finally:
+            if relayed is not None and s is not None:
+                s.relayed.discard(relayed)
 
     def _cancelled(self, s: _Session, msg: dict[str, Any]) -> None:
         k = cancelled_key(msg)
@@ -295,18 +354,27 @@ class HttpProxy:
             await up.drain()
             resp = await http.read_response(reader, up)
             if resp.content_type == "text/event-stream":
-                async for raw, doc in http.sse_events(resp.chunks()):
+                async for raw, doc in http.sse_events(resp.chunks(), self.max_message):
+                    if isinstance(doc, Unreadable):
+                        log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
+                                  excerpt(raw))
+                        if doc.id == m["id"]:
+                            raise OutcomeUnknown(f"the server's answer was refused by the agent-saga proxy: "
+                                                 f"{doc.message}")
+                        continue  # never relayed
                     if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
                         return doc
                     if relay is not None:
                         relay.write(raw)
                         await relay.drain()
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
-            data = await resp.body()
+            data = await resp.body(self.max_message)
             try:
-                doc = json.loads(data)
-            except ValueError:
-                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without a JSON-RPC response") from None
+                doc = parse(data)
+            except Unreadable as exc:
+                log.error("agent-saga mcp: refused a message from the upstream (%s): %s", exc.message, excerpt(data))
+                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
+                                     f"refuses: {exc.message}") from None
             if isinstance(doc, dict) and doc.get("id") == m["id"]:
                 return doc
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
@@ -340,17 +408,17 @@ class HttpProxy:
             return 502
         try:
             if rewrite is not None and resp.status == 200:
-                body = await resp.body()
+                body = await resp.body(self.max_message)
                 if resp.content_type == "text/event-stream":
                     out = bytearray()
-                    async for raw, doc in http.sse_events(_once(body)):
+                    async for raw, doc in http.sse_events(_once(body), self.max_message):
                         if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc:
                             raw = http.sse_event(self._tools_listed(doc))
                         out += raw
                     body = bytes(out)
                 elif resp.content_type == "application/json":
-                    with contextlib.suppress(ValueError):
-                        doc = json.loads(body)
+                    with contextlib.suppress(Unreadable):
+                        doc = parse(body)
                         if isinstance(doc, dict) and "result" in doc:
                             body = encode(self._tools_listed(doc))
                 http.write_head(writer, resp.status, resp.headers, len(body))
@@ -418,10 +486,15 @@ async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = N
             return None, new_sid
         if resp.content_type == "text/event-stream":
             async for _, doc in http.sse_events(resp.chunks()):
+                if isinstance(doc, Unreadable) and doc.id == want:
+                    raise RuntimeError(f"{url} answered with a message agent-saga refuses: {doc.message}")
                 if isinstance(doc, dict) and "method" not in doc and doc.get("id") == want:
                     return doc, new_sid
             raise UpstreamGone(f"{url} closed its event stream before answering")
-        return json.loads(await resp.body()), new_sid
+        try:
+            return parse(await resp.body()), new_sid
+        except Unreadable as exc:
+            raise RuntimeError(f"{url} answered with a message agent-saga refuses: {exc.message}") from None
     finally:
         resp.close()
 

@@ -28,7 +28,7 @@ from ._observe import Surface
 from ._plane import plane_policy
 from ._proxy import McpProxy, stdio_client_channel
 from ._session import Boundary, ToolSession
-from ._stdio import StdioUpstream
+from ._stdio import MAX_LINE, StdioUpstream
 from .upstreams import UpstreamSpec, check_name
 
 __all__ = ["ProxyOptions", "run_proxy"]
@@ -57,6 +57,8 @@ class ProxyOptions:
     listen: str | None = None
     upstream: str | None = None
     session_idle: float = 300.0
+    allow_hosts: Sequence[str] = ()
+    max_message: int = MAX_LINE
     policy_source: PolicySource | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -75,6 +77,14 @@ class ProxyOptions:
         elif not self.command:
             raise ConfigurationError("name the upstream MCP server after --: agent-saga mcp --policy FILE -- python "
                                      "-m my_mcp_server (or --listen ADDR --upstream URL for an HTTP server)")
+        if self.allow_hosts and self.listen is None:
+            raise ConfigurationError("--allow-host names a Host the --listen proxy answers: it goes with --listen")
+        for h in self.allow_hosts:
+            if not h or any(c in h for c in "/:@ ") and not h.startswith("["):
+                raise ConfigurationError(f"--allow-host {h!r}: a host name or address as clients write it in the "
+                                         f"Host header, without a port (mcp.payments.svc, 10.0.0.5, [fd00::5])")
+        if self.max_message < 1024:
+            raise ConfigurationError(f"--max-message-bytes {self.max_message}: at least 1024 (default {MAX_LINE})")
         if self.boundary not in BOUNDARIES:
             raise ConfigurationError(f"--boundary {self.boundary!r}: choose session, explicit or none")
         check_name(self.name, "--name")
@@ -122,13 +132,13 @@ async def run_proxy(opts: ProxyOptions) -> int:
     opts.check()
     if opts.listen is not None:
         return await _run_http(opts)
-    upstream = StdioUpstream(opts.command)
+    upstream = StdioUpstream(opts.command, limit=opts.max_message)
     spec = UpstreamSpec(opts.name, tuple(opts.command))
     if opts.observe:
         surface = Surface()
         proxy = McpProxy(upstream, on_tools=surface.listed, on_call=surface.called)
         try:
-            return await proxy.serve(await stdio_client_channel())
+            return await proxy.serve(await stdio_client_channel(opts.max_message))
         finally:
             assert opts.emit_policy is not None
             written = surface.write(opts.emit_policy, name=opts.name, source=" ".join(opts.command))
@@ -142,7 +152,7 @@ async def run_proxy(opts: ProxyOptions) -> int:
                                 upstream=upstream, spec=spec, forward=proxy.forward_call,
                                 lease_seconds=opts.lease_seconds, agent=opts.agent)
     try:
-        return await proxy.serve(await stdio_client_channel())
+        return await proxy.serve(await stdio_client_channel(opts.max_message))
     finally:
         if opts.wal:
             wal.close()
@@ -161,7 +171,8 @@ async def _run_http(opts: ProxyOptions) -> int:
     host, port = listen_address(opts.listen)
     if opts.observe:
         surface = Surface()
-        proxy = HttpProxy(opts.upstream, new_session=None, on_tools=surface.listed, on_call=surface.called)
+        proxy = HttpProxy(opts.upstream, new_session=None, on_tools=surface.listed, on_call=surface.called,
+                          allowed_hosts=opts.allow_hosts, max_message=opts.max_message)
         try:
             return await proxy.serve(host, port)
         finally:
@@ -183,7 +194,7 @@ async def _run_http(opts: ProxyOptions) -> int:
                            agent=opts.agent)
 
     proxy = HttpProxy(opts.upstream, new_session=new_session, inject_boundary_tools=opts.boundary == "explicit",
-                      session_idle=opts.session_idle)
+                      session_idle=opts.session_idle, allowed_hosts=opts.allow_hosts, max_message=opts.max_message)
     try:
         return await proxy.serve(host, port)
     finally:

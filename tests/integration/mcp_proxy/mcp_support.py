@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -176,3 +178,21 @@ def children(pid: int) -> list[int]:
         text = (task / "children").read_text().split()
         out += [int(p) for p in text]
     return out
+
+
+def listening_port(log: Path) -> int | None:
+    """The port the proxy's ``--listen 127.0.0.1:0`` took, from its log (None: not yet)."""
+    found = re.search(r"listening on 127\.0\.0\.1:(\d+), upstream", log.read_text())
+    return int(found.group(1)) if found else None
+
+
+def answers_http(port: int) -> bool:
+    """Does an HTTP server answer on ``port`` (any status)? A connection alone proves
+    nothing here: the kernel accepts into a listening socket's backlog before anyone serves."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.settimeout(0.5)
+        s.sendall(b"GET /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            return s.recv(5) == b"HTTP/"
+        except TimeoutError:
+            return False
