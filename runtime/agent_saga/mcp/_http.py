@@ -31,6 +31,9 @@ __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_req
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 Headers = list[tuple[str, str]]
+#: Request headers never passed on upstream: the connection's own, and the client's
+#: ``Origin`` (the proxy checked it; the upstream sees the proxy, not a page).
+NOT_FORWARDED = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive", "origin"})
 
 
 class HttpError(Exception):
@@ -188,9 +191,8 @@ async def open_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
 async def request(url: str, method: str, headers: Headers, body: bytes = b"") -> HttpResponse:
     """Send one request to ``url`` (``Connection: close``); the response, body unread."""
     reader, writer, host, path = await open_connection(url)
-    skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)

@@ -348,8 +348,7 @@ class HttpProxy:
         async def exchange() -> dict[str, Any]:
             body = encode(m)
             lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
-            skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
-            lines += [f"{a}: {b}" for a, b in req.headers if a.lower() not in skip]
+            lines += [f"{a}: {b}" for a, b in req.headers if a.lower() not in http.NOT_FORWARDED]
             up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await up.drain()
             resp = await http.read_response(reader, up)
