@@ -27,6 +27,11 @@ Invariants:
   request whose id is still in flight in its session is refused the same way.
 - An answer of the server's the proxy refuses to read fails the call it answers
   (OUTCOME_UNKNOWN): never relayed, never waited for.
+- With credentials in custody (``_custody``): every request upstream carries them (the
+  client's own headers of those names are dropped); a credential that cannot be resolved
+  refuses the request (-32001), nothing sent; everything the upstream sends back is
+  masked before the proxy reads or relays it, and every answer of the proxy's own on
+  its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
   cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
 """
@@ -44,10 +49,12 @@ from typing import Any
 
 from .. import hosts
 from . import _http as http
+from ._custody import CredentialUnavailable, Custody, Redactor
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import PROTOCOL_VERSION, UpstreamGone, tool_result
 from ._wire import (
     INVALID_REQUEST,
+    REFUSED,
     UPSTREAM_UNAVAILABLE,
     Unreadable,
     batch_refusal,
@@ -88,8 +95,9 @@ class HttpProxy:
                  inject_boundary_tools: bool = False, session_idle: float = 300.0,
                  on_tools: Callable[[list[Any]], None] | None = None,
                  on_call: Callable[[str], None] | None = None, allowed_hosts: Collection[str] = (),
-                 max_message: int = http.MAX_BODY) -> None:
+                 max_message: int = http.MAX_BODY, custody: Custody | None = None) -> None:
         self.upstream = upstream
+        self.custody = custody if custody else None
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.max_message = max_message
         self._new = new_session
@@ -120,8 +128,9 @@ class HttpProxy:
         try:
             await self._stop.wait()
         finally:
-            reaper.cancel()
+            self._stop.set()
             server.close()
+            await asyncio.gather(reaper, return_exceptions=True)  # a rollback it runs is finished first
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
@@ -135,8 +144,13 @@ class HttpProxy:
         self._stop.set()
 
     async def _reap(self) -> None:
-        while True:
-            await asyncio.sleep(min(1.0, self._idle / 4))
+        """End idle sessions until the proxy stops; a rollback under way is finished, never
+        cancelled by the stop."""
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), min(1.0, self._idle / 4))
+            if self._stop.is_set():
+                return
             now = time.monotonic()
             for sid, s in list(self.sessions.items()):
                 if s.busy == 0 and now - s.last > self._idle:
@@ -174,18 +188,18 @@ class HttpProxy:
             try:
                 req = await http.read_request(reader, self.max_message)
             except http.TooLarge as exc:
-                await _reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
+                await self._reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
                                                 "proxy refuses"))
                 return
             except (http.HttpError, ValueError) as exc:
-                await _reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
+                await self._reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
                 return
             if req is None:
                 return
             refused = self._refused(req)
             if refused is not None:
                 log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
-                await _reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
+                await self._reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
                 return
             sid = http.header(req.headers, "mcp-session-id") or ""
             if req.method == "POST":
@@ -205,7 +219,7 @@ class HttpProxy:
                 if 200 <= status < 300:
                     await self._end(sid, True)
             else:
-                await _reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
+                await self._reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
                                                 "transport (POST, GET, DELETE)"))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; what it would have read is in the WAL
@@ -236,7 +250,7 @@ class HttpProxy:
             msg = parse(req.body)
         except Unreadable as exc:
             log.warning("agent-saga mcp: refused a message from the client (%s): %s", exc.message, excerpt(req.body))
-            await _reply(writer, 400, error(exc.id, exc.code, exc.message))
+            await self._reply(writer, 400, error(exc.id, exc.code, exc.message))
             return
         s = self.sessions.get(sid)
         if isinstance(msg, list):
@@ -246,7 +260,7 @@ class HttpProxy:
                 refusal = [error(None, INVALID_REQUEST, "Invalid Request: a request id of the batch is still in flight")]
             if refusal is not None:
                 log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
-                await _reply(writer, 400, refusal)
+                await self._reply(writer, 400, refusal)
                 return
             await self._relay(req, writer)
             return
@@ -254,13 +268,13 @@ class HttpProxy:
         if kind == "invalid":
             if msg.get("method") == "tools/call":
                 log.warning("agent-saga mcp: refused a tools/call without an id (never forwarded)")
-            await _reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
+            await self._reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
             return
         if s is not None:
             s.last = time.monotonic()
             if kind == "request" and (key(msg["id"]) in s.tasks or key(msg["id"]) in s.relayed):
                 log.warning("agent-saga mcp: refused a %s whose id is still in flight", msg["method"])
-                await _reply(writer, 400, error(msg["id"], INVALID_REQUEST, (
+                await self._reply(writer, 400, error(msg["id"], INVALID_REQUEST, (
                     f"Invalid Request: a request with the id {key(msg['id'])} is still in flight; give each request an "
                     f"id of its own (this {msg['method']} was not sent)")))
                 return
@@ -279,7 +293,7 @@ class HttpProxy:
             s.relayed.add(relayed)
         try:
             await self._relay(req, writer, rewrite=msg["id"] if kind == "request" and msg["method"] == "tools/list"
-                              else None)
+                              else None, id_=msg.get("id"))
         finally:
             if relayed is not None and s is not None:
                 s.relayed.discard(relayed)
@@ -331,13 +345,15 @@ class HttpProxy:
             s.cancelled.discard(k)
             return
         if stream:
-            writer.write(http.sse_event(reply))
+            event = http.sse_event(reply)
+            writer.write(self.custody.redact(event) if self.custody else event)
             await writer.drain()
         else:
-            await _reply(writer, 200, reply)
+            await self._reply(writer, 200, reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
                        relay: asyncio.StreamWriter | None) -> dict[str, Any]:
+        headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up, host, path = await http.open_connection(self.upstream)
         except (OSError, http.HttpError) as exc:
@@ -348,12 +364,12 @@ class HttpProxy:
         async def exchange() -> dict[str, Any]:
             body = encode(m)
             lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
-            lines += [f"{a}: {b}" for a, b in req.headers if a.lower() not in http.NOT_FORWARDED]
+            lines += [f"{a}: {b}" for a, b in headers if a.lower() not in http.NOT_FORWARDED]
             up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await up.drain()
             resp = await http.read_response(reader, up)
             if resp.content_type == "text/event-stream":
-                async for raw, doc in http.sse_events(resp.chunks(), self.max_message):
+                async for raw, doc in http.sse_events(self._masked(resp.chunks()), self.max_message):
                     if isinstance(doc, Unreadable):
                         log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
                                   excerpt(raw))
@@ -368,6 +384,8 @@ class HttpProxy:
                         await relay.drain()
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
             data = await resp.body(self.max_message)
+            if self.custody is not None:
+                data = self.custody.redact(data)
             try:
                 doc = parse(data)
             except Unreadable as exc:
@@ -396,18 +414,28 @@ class HttpProxy:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None,
-                     client: asyncio.StreamReader | None = None) -> int:
+                     client: asyncio.StreamReader | None = None, id_: Any = None) -> int:
         """Send ``req`` upstream and stream the answer back; the status. With ``client``,
         the stream also ends when the client closes its connection."""
         try:
-            resp = await http.request(self.upstream, req.method, req.headers, req.body)
+            headers = self._upstream_headers(req)
+        except CredentialUnavailable as exc:
+            log.error("agent-saga mcp: refused an HTTP %s: %s", req.method, exc.message)
+            await self._reply(writer, 200 if req.method == "POST" else 403, error(
+                id_, REFUSED, f"agent-saga refused the request: {exc.message}. Nothing was executed."))
+            return 403
+        try:
+            resp = await http.request(self.upstream, req.method, headers, req.body)
         except (OSError, http.HttpError) as exc:
-            await _reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
+            await self._reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
                                             f"reached: {exc}"))
             return 502
         try:
+            head = self.custody.redact_headers(resp.headers) if self.custody else resp.headers
             if rewrite is not None and resp.status == 200:
                 body = await resp.body(self.max_message)
+                if self.custody is not None:
+                    body = self.custody.redact(body)
                 if resp.content_type == "text/event-stream":
                     out = bytearray()
                     async for raw, doc in http.sse_events(_once(body), self.max_message):
@@ -420,15 +448,15 @@ class HttpProxy:
                         doc = parse(body)
                         if isinstance(doc, dict) and "result" in doc:
                             body = encode(self._tools_listed(doc))
-                http.write_head(writer, resp.status, resp.headers, len(body))
+                http.write_head(writer, resp.status, head, len(body))
                 writer.write(body)
                 await writer.drain()
                 return resp.status
-            http.write_head(writer, resp.status, resp.headers)
+            http.write_head(writer, resp.status, head)
             await writer.drain()
 
             async def copy() -> None:
-                async for chunk in resp.chunks():
+                async for chunk in self._masked(resp.chunks()):
                     writer.write(chunk)
                     await writer.drain()
 
@@ -448,6 +476,32 @@ class HttpProxy:
         finally:
             resp.close()
 
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
+        await _reply(writer, status, doc, self.custody)
+
+    def _upstream_headers(self, req: http.HttpRequest) -> http.Headers:
+        """The client's headers with the credentials in custody in place of its own
+        (``CredentialUnavailable``)."""
+        if self.custody is None:
+            return req.headers
+        names = self.custody.names()
+        return [(k, v) for k, v in req.headers if k.lower() not in names] + self.custody.headers()
+
+    async def _masked(self, chunks: Any) -> Any:
+        """``chunks`` with the credentials in custody masked (across chunk borders)."""
+        if self.custody is None:
+            async for c in chunks:
+                yield c
+            return
+        redactor = Redactor(self.custody)
+        async for c in chunks:
+            out = redactor.feed(c)
+            if out:
+                yield out
+        rest = redactor.flush()
+        if rest:
+            yield rest
+
     def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
         result = msg.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
@@ -464,19 +518,22 @@ async def _once(body: bytes) -> Any:
     yield body
 
 
-async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
-    body = encode(doc)
+async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: Custody | None = None) -> None:
+    body = encode(doc) if custody is None else custody.redact(encode(doc))
     http.write_head(writer, status, _JSON, len(body))
     writer.write(body)
     await writer.drain()
 
 
 # ---------------------------------------------------------------------- a short session of our own
-async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = None) -> tuple[Any, str | None]:
+async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = None,
+                custody: Custody | None = None) -> tuple[Any, str | None]:
     headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
                ("MCP-Protocol-Version", PROTOCOL_VERSION)]
     if sid:
         headers.append(("Mcp-Session-Id", sid))
+    if custody:
+        headers += custody.headers()
     resp = await http.request(url, "POST", headers, encode(msg))
     try:
         new_sid = http.header(resp.headers, "mcp-session-id") or sid
@@ -484,38 +541,51 @@ async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = N
             await resp.body()
             return None, new_sid
         if resp.content_type == "text/event-stream":
-            async for _, doc in http.sse_events(resp.chunks()):
+            async for _, doc in http.sse_events(_masked_chunks(resp.chunks(), custody)):
                 if isinstance(doc, Unreadable) and doc.id == want:
                     raise RuntimeError(f"{url} answered with a message agent-saga refuses: {doc.message}")
                 if isinstance(doc, dict) and "method" not in doc and doc.get("id") == want:
                     return doc, new_sid
             raise UpstreamGone(f"{url} closed its event stream before answering")
         try:
-            return parse(await resp.body()), new_sid
+            body = await resp.body()
+            return parse(custody.redact(body) if custody else body), new_sid
         except Unreadable as exc:
             raise RuntimeError(f"{url} answered with a message agent-saga refuses: {exc.message}") from None
     finally:
         resp.close()
 
 
+async def _masked_chunks(chunks: Any, custody: Custody | None) -> Any:
+    redactor = Redactor(custody) if custody else None
+    async for c in chunks:
+        yield redactor.feed(c) if redactor else c
+    if redactor:
+        yield redactor.flush()
+
+
 async def call_tool_http(url: str, tool: str, arguments: Mapping[str, Any], *,
-                         meta: Mapping[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
+                         meta: Mapping[str, Any] | None = None, timeout: float = 60.0,
+                         custody: Custody | None = None) -> dict[str, Any]:
     """``call_tool_once`` for a Streamable HTTP server: initialize, one ``tools/call``,
-    DELETE the session; the call's ``result`` (raises if it did not happen)."""
+    DELETE the session; the call's ``result`` (raises if it did not happen;
+    ``CredentialUnavailable`` before anything is sent)."""
+    custody = custody if custody else None
     async with asyncio.timeout(timeout):
         init, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:init", "method": "initialize", "params": {
             "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "agent-saga-recovery", "version": "1"}}}, None, "agent-saga:init")
+            "clientInfo": {"name": "agent-saga-recovery", "version": "1"}}}, None, "agent-saga:init", custody)
         if "error" in init:
             raise RuntimeError(f"initialize was refused: {init['error']}")
-        await _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        await _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid, custody=custody)
         params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
         if meta:
             params["_meta"] = dict(meta)
         resp, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:call", "method": "tools/call",
-                                      "params": params}, sid, "agent-saga:call")
+                                      "params": params}, sid, "agent-saga:call", custody)
         if sid:
             with contextlib.suppress(Exception):
-                done = await http.request(url, "DELETE", [("Mcp-Session-Id", sid)])
+                done = await http.request(url, "DELETE", [("Mcp-Session-Id", sid), *(custody.headers() if custody
+                                                                                      else [])])
                 done.close()
         return tool_result(resp, tool)

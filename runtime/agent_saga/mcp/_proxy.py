@@ -45,11 +45,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ._custody import CredentialUnavailable
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import MAX_LINE, StdioUpstream, UpstreamGone, read_line
 from ._wire import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    REFUSED,
     UPSTREAM_UNAVAILABLE,
     Unreadable,
     batch_refusal,
@@ -82,11 +84,14 @@ class ClientChannel:
         self.writer = writer
         self.limit = limit  # the reader's limit: the largest message read
         self.closed = False
+        self.mask: Callable[[bytes], bytes] | None = None  # credentials in custody, masked on the way out
 
     async def send(self, line: bytes) -> None:
         """Write one line to the client; a client that is gone is noted, never raised."""
         if self.writer is None or self.closed:
             return
+        if self.mask is not None:
+            line = self.mask(line)
         try:
             self.writer.write(line if line.endswith(b"\n") else line + b"\n")
             await self.writer.drain()
@@ -131,7 +136,12 @@ class McpProxy:
         self._client = client
         ppid = os.getppid()
         pidfd = _pidfd(ppid)
-        await self.upstream.start()
+        if self.upstream.custody is not None:
+            client.mask = self.upstream.custody.redact
+        try:
+            await self.upstream.start()
+        except CredentialUnavailable as exc:  # not started: every request is refused, naming the reference
+            log.error("agent-saga mcp: the upstream was not started: %s", exc.message)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -281,6 +291,8 @@ class McpProxy:
     async def forward_call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send the client's ``tools/call`` upstream; the response (what the engine's
         forward returns). ``UpstreamGone``: not sent; ``OutcomeUnknown``: sent, no answer."""
+        if self.upstream.refused is not None:
+            raise CredentialUnavailable(self.upstream.refused)
         if not self.upstream.alive:
             raise UpstreamGone(self.upstream.gone or "the upstream server is not running")
         k = key(msg["id"])
@@ -301,6 +313,10 @@ class McpProxy:
         except UpstreamGone as exc:
             if isinstance(msg, dict) and classify(msg)[0] == "request":
                 self._pending.discard(key(msg["id"]))
+                if self.upstream.refused is not None:
+                    await self._to_client(error(msg["id"], REFUSED, f"agent-saga refused {msg['method']}: "
+                                                f"{self.upstream.refused}. Nothing was executed."))
+                    return
                 await self._to_client(error(msg["id"], UPSTREAM_UNAVAILABLE, f"the upstream server is gone: {exc}"))
 
     async def _to_client(self, msg: Any) -> None:
@@ -309,6 +325,8 @@ class McpProxy:
 
     # ------------------------------------------------------------------ upstream -> client
     async def _upstream_loop(self) -> None:
+        if self.upstream.refused is not None:
+            await asyncio.Event().wait()  # no server to read: the session ends from the client's side
         try:
             await self.upstream.read_loop(self._from_upstream)
         finally:

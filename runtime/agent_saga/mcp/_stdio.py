@@ -7,7 +7,9 @@ session — start, ``initialize``, one ``tools/call``, stop — which is how a c
 tool is called after a crash, when no session is left (``agent_saga.mcp.upstreams``).
 
 Invariants:
-- The server's stderr is the proxy's stderr (its logs stay visible; never parsed).
+- The server's stderr is the proxy's stderr (its logs stay visible; never parsed) — with
+  credentials in custody (``_custody``), copied line by line with their values masked.
+- With credentials, every line the server prints is masked before anyone reads it.
 - When the server exits, every request of the proxy's own still waiting fails with
   ``UpstreamGone``: an answer that can no longer arrive is never waited for.
 - Lines may be large (a tool result of megabytes), up to the reader's limit (``MAX_LINE``
@@ -25,9 +27,11 @@ import contextlib
 import itertools
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ._custody import CredentialUnavailable, Custody, env_with
 from ._wire import Unreadable, classify, encode, key, parse, top_id
 
 __all__ = ["MAX_LINE", "PROTOCOL_VERSION", "StdioUpstream", "UpstreamGone", "call_tool_once", "read_line"]
@@ -70,23 +74,34 @@ class StdioUpstream:
     """One upstream server process (see the module doc)."""
 
     def __init__(self, command: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, limit: int = MAX_LINE) -> None:
+                 cwd: str | None = None, limit: int = MAX_LINE, custody: Custody | None = None) -> None:
         if not command:
             raise ValueError("the upstream command is empty")
         self.command = tuple(command)
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.limit = limit
+        self.custody = custody if custody else None
+        self.refused: str | None = None  # why it was not started (a credential): every call is refused
+        self._stderr: asyncio.Task[None] | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self._own: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self.gone: str | None = None
 
     async def start(self) -> None:
-        """Start the server process."""
-        env = None if self.env is None else {**os.environ, **self.env}
+        """Start the server process. ``CredentialUnavailable``: a credential could not be
+        resolved; the server is not started and ``refused`` says why."""
+        try:
+            extra = env_with(self.env, self.custody)
+        except CredentialUnavailable as exc:
+            self.refused = exc.message
+            raise
+        env = None if extra is None else {**os.environ, **extra}
         self.proc = await asyncio.create_subprocess_exec(
             *self.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, cwd=self.cwd,
-            limit=self.limit)
+            limit=self.limit, stderr=asyncio.subprocess.PIPE if self.custody else None)
+        if self.custody and self.proc.stderr is not None:
+            self._stderr = asyncio.ensure_future(_copy_masked(self.proc.stderr, self.custody))
 
     @property
     def alive(self) -> bool:
@@ -161,6 +176,8 @@ class StdioUpstream:
                     eof = True
                     break
                 if not whole or line.strip():
+                    if self.custody:
+                        line = self.custody.redact(line)
                     try:
                         await on_line(line, whole)
                     except Exception as exc:  # noqa: BLE001 - one line never ends the session
@@ -186,6 +203,8 @@ class StdioUpstream:
         proc = self.proc
         if proc is None:
             return None
+        if self._stderr is not None:
+            self._stderr.cancel()
         if proc.stdin is not None and not proc.stdin.is_closing():
             with contextlib.suppress(Exception):
                 proc.stdin.close()
@@ -196,6 +215,18 @@ class StdioUpstream:
                 with contextlib.suppress(ProcessLookupError):
                     step()
         return await proc.wait()
+
+
+async def _copy_masked(stream: asyncio.StreamReader, custody: Custody) -> None:
+    """The server's stderr to ours, line by line, credentials masked."""
+    out = sys.stderr.buffer
+    with contextlib.suppress(Exception):
+        while True:
+            line, _ = await read_line(stream)
+            if not line:
+                return
+            out.write(custody.redact(line))
+            out.flush()
 
 
 async def _own_session_loop(up: StdioUpstream) -> None:
@@ -222,11 +253,13 @@ async def _own_session_loop(up: StdioUpstream) -> None:
 
 async def call_tool_once(command: Sequence[str], tool: str, arguments: Mapping[str, Any], *,
                          meta: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
-                         cwd: str | None = None, timeout: float = 60.0) -> dict[str, Any]:
+                         cwd: str | None = None, timeout: float = 60.0,
+                         custody: Custody | None = None) -> dict[str, Any]:
     """Start the server, ``initialize``, call ``tool`` once, stop; the call's ``result``.
-    Raises ``UpstreamGone`` (the server died) and ``RuntimeError`` (an error response or
-    a result with ``isError``: the tool says it did not do it)."""
-    up = StdioUpstream(command, env=env, cwd=cwd)
+    Raises ``UpstreamGone`` (the server died), ``RuntimeError`` (an error response or
+    a result with ``isError``: the tool says it did not do it) and ``CredentialUnavailable``
+    (not started)."""
+    up = StdioUpstream(command, env=env, cwd=cwd, custody=custody)
     await up.start()
     reader = asyncio.ensure_future(_own_session_loop(up))
     try:
