@@ -23,7 +23,6 @@ from fixtures.polling import until
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from test_mcp_http_guard import post
 
 ECHO = ms.ROOT / "tests" / "fixtures" / "mcp_echo_server.py"
 REFUSED = -32001
@@ -91,12 +90,13 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
                         AGENT_SAGA_CREDENTIALS_DIR=str(tmp / "secrets"), **extra)
 
 
-def _http_proxy(tmp: Path, up: int, name: str, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def _http_proxy(tmp: Path, up: int, name: str, log: Path, *more: str, wal: str = "") -> tuple[
+        subprocess.Popen[bytes], int]:
     with open(log, "w") as plog:
         proxy = subprocess.Popen(
             [sys.executable, "-m", "agent_saga.cli", "mcp", "--policy", str(ms.write_policy(tmp / "p.json", POLICY)),
-             "--wal", str(tmp / f"{name}.wal"), "--name", name, "--listen", "127.0.0.1:0",
-             "--upstream", f"http://127.0.0.1:{up}/mcp", "--session-idle", "1"],
+             "--wal", str(tmp / (wal or f"{name}.wal")), "--name", name, "--listen", "127.0.0.1:0",
+             "--upstream", f"http://127.0.0.1:{up}/mcp", "--session-idle", "1", *more],
             env=_env(tmp), stdout=plog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
     return proxy, until("the proxy names its port", lambda: ms.listening_port(log), proc=proxy)
 
@@ -131,10 +131,10 @@ def test_a_missing_credential_refuses_the_request_naming_the_reference(upstream:
     before = len(ms.ledger(tmp))
     proxy, port = _http_proxy(tmp, upstream, "echo-missing", tmp / "proxy-missing.log")
     try:
-        status, init, _ = post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        status, init, _ = ms.post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
         assert status == 200 and init["error"]["code"] == REFUSED and "'missing-token'" in init["error"]["message"]
-        status, call, _ = post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        status, call, _ = ms.post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                                       "params": {"name": "whoami", "arguments": {}}})
         assert call["error"]["code"] == REFUSED and "'missing-token'" in call["error"]["message"]
         assert call["error"]["message"].lower().count("nothing was executed") == 1
@@ -178,3 +178,38 @@ async def test_a_stdio_upstream_without_its_credential_is_not_started_and_every_
                 await s.initialize()
     assert err.value.error.code == REFUSED and "'env:PROXY_HELD_SECRET'" in err.value.error.message
     assert "the upstream was not started" in (tmp / "stdio-missing.log").read_text()
+
+
+def test_after_a_crash_recoveryd_resolves_the_same_reference_from_its_own_mount(upstream: int, tmp: Path) -> None:
+    proxy, port = _http_proxy(tmp, upstream, "echo", tmp / "proxy-crash.log", "--lease-seconds", "1",
+                              "--session-idle", "300", wal="crash.wal")
+    try:
+        sid = ms.session(port)
+        status, who, _ = ms.post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                        "params": {"name": "whoami", "arguments": {}}}, sid=sid)
+        assert status == 200 and "result" in who
+    finally:
+        proxy.kill()  # the proxy dies mid-session: its saga is orphaned
+        proxy.wait(timeout=30)
+    undone = len(ms.calls(tmp, "undo_whoami"))
+    own_mount = tmp / "recoveryd-secrets"  # the daemon's own copy of the Secret
+    own_mount.mkdir()
+    (own_mount / "echo-token").write_text(HTTP_SECRET)
+    env = ms.proxy_env(tmp, AGENT_SAGA_MCP_UPSTREAMS=str(tmp / "mcp-upstreams.json"),
+                       AGENT_SAGA_CREDENTIALS_DIR=str(own_mount))
+    outputs: list[str] = []
+
+    def compensated() -> bool:
+        done = subprocess.run(
+            [sys.executable, "-m", "agent_saga_recoveryd", "--once", "--wal-path", str(tmp / "crash.wal"),
+             "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
+             "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(ms.ROOT))
+        assert done.returncode in (0, 1), done.stderr[-3000:]
+        outputs.append(done.stdout + done.stderr)
+        return len(ms.calls(tmp, "undo_whoami")) > undone
+
+    until("the recovery daemon compensated whoami", compensated, timeout=90, interval=0.2)
+    assert [e["auth"] for e in ms.calls(tmp, "undo_whoami")][-1] == _sha("Bearer " + HTTP_SECRET)
+    assert ms.of_type(tmp / "crash.wal", "SAGA_ROLLED_BACK")
+    _assert_nowhere(HTTP_SECRET, ("the recovery daemon's output", "\n".join(outputs)),
+                    ("the WAL", (tmp / "crash.wal").read_text()), ("the proxy's log", (tmp / "proxy-crash.log").read_text()))

@@ -6,7 +6,6 @@ that nothing refused reached it."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 import subprocess
@@ -50,46 +49,6 @@ def port(tmp: Path) -> Iterator[int]:
             p.wait(timeout=30)
 
 
-def post(port: int, msg: dict[str, Any] | str, *, host: str | None = None, sid: str | None = None,
-         content_type: str | None = "application/json", **headers: str) -> tuple[int, Any, http.client.HTTPMessage]:
-    """One POST to the proxy with exactly these headers; the status, the JSON-RPC answer
-    (the last SSE event's data, or the JSON body) and the response headers."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    try:
-        body = msg if isinstance(msg, str) else json.dumps(msg)
-        conn.putrequest("POST", "/mcp", skip_host=True)
-        conn.putheader("Host", host or f"127.0.0.1:{port}")
-        conn.putheader("Accept", "application/json, text/event-stream")
-        conn.putheader("MCP-Protocol-Version", "2025-06-18")
-        if content_type is not None:
-            conn.putheader("Content-Type", content_type)
-        if sid:
-            conn.putheader("Mcp-Session-Id", sid)
-        for k, v in headers.items():
-            conn.putheader(k.replace("_", "-"), v)
-        conn.putheader("Content-Length", str(len(body.encode())))
-        conn.endheaders(body.encode())
-        resp = conn.getresponse()
-        raw = resp.read().decode()
-        if resp.getheader("Content-Type", "").startswith("text/event-stream"):
-            data = [line[5:].strip() for line in raw.splitlines() if line.startswith("data:")]
-            return resp.status, json.loads(data[-1]) if data else None, resp.headers
-        return resp.status, json.loads(raw) if raw.strip() else None, resp.headers
-    finally:
-        conn.close()
-
-
-def session(port: int, **headers: str) -> str:
-    """A session opened through the proxy (initialize + initialized); its id."""
-    status, init, head = post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "guard", "version": "1"}}},
-        **headers)
-    assert status == 200 and init["result"]["serverInfo"]["name"] == "ledger-bank"
-    sid = head["Mcp-Session-Id"]
-    assert post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid=sid)[0] == 202
-    return sid
-
-
 def charge(to: str, id_: int = 2) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": id_, "method": "tools/call",
             "params": {"name": "create_charge", "arguments": {"amount": 1, "to": to}}}
@@ -100,53 +59,53 @@ def charged(tmp: Path, to: str) -> list[dict[str, Any]]:
 
 
 def test_a_foreign_host_is_refused_before_anything_is_forwarded(port: int, tmp: Path) -> None:
-    sid = session(port)
-    status, answer, _ = post(port, charge("acct_rebound"), sid=sid, host=f"evil.example:{port}")
+    sid = ms.session(port)
+    status, answer, _ = ms.post(port, charge("acct_rebound"), sid=sid, host=f"evil.example:{port}")
     assert status == 421 and answer["error"]["code"] == INVALID_REQUEST
     assert "evil.example" in answer["error"]["message"] and "--allow-host" in answer["error"]["message"]
     assert charged(tmp, "acct_rebound") == []
     # a name the proxy was told to serve, and a loopback name, are answered
-    ok, result, _ = post(port, charge("acct_named"), sid=sid, host=f"mcp.internal:{port}")
+    ok, result, _ = ms.post(port, charge("acct_named"), sid=sid, host=f"mcp.internal:{port}")
     assert ok == 200 and result["result"]["structuredContent"]["to"] == "acct_named"
-    assert post(port, charge("acct_local", 3), sid=sid, host=f"localhost:{port}")[0] == 200
+    assert ms.post(port, charge("acct_local", 3), sid=sid, host=f"localhost:{port}")[0] == 200
     assert len(charged(tmp, "acct_named")) == len(charged(tmp, "acct_local")) == 1
 
 
 def test_a_foreign_origin_is_refused_and_a_local_page_is_answered(port: int, tmp: Path) -> None:
-    status, answer, _ = post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    status, answer, _ = ms.post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}},
         Origin="http://evil.example")
     assert status == 403 and "evil.example" in answer["error"]["message"]
-    sid = session(port, Origin="http://localhost:5173")
-    assert post(port, charge("acct_page"), sid=sid, Origin="null")[0] == 403
-    assert post(port, charge("acct_page"), sid=sid, Origin="https://mcp.internal")[0] == 200
+    sid = ms.session(port, Origin="http://localhost:5173")
+    assert ms.post(port, charge("acct_page"), sid=sid, Origin="null")[0] == 403
+    assert ms.post(port, charge("acct_page"), sid=sid, Origin="https://mcp.internal")[0] == 200
     assert len(charged(tmp, "acct_page")) == 1
 
 
 def test_a_post_that_is_not_application_json_is_refused(port: int, tmp: Path) -> None:
-    sid = session(port)
+    sid = ms.session(port)
     for ctype in ("text/plain", "application/x-www-form-urlencoded", None):
-        status, answer, _ = post(port, charge("acct_form"), sid=sid, content_type=ctype)
+        status, answer, _ = ms.post(port, charge("acct_form"), sid=sid, content_type=ctype)
         assert status == 415 and answer["error"]["code"] == INVALID_REQUEST
-    assert post(port, charge("acct_form"), sid=sid, content_type="application/json; charset=utf-8")[0] == 200
+    assert ms.post(port, charge("acct_form"), sid=sid, content_type="application/json; charset=utf-8")[0] == 200
     assert len(charged(tmp, "acct_form")) == 1
 
 
 def test_framing_attacks_over_http_are_refused(port: int, tmp: Path) -> None:
-    sid = session(port)
+    sid = ms.session(port)
     dup = ('{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "create_charge", '
            '"arguments": {"amount": 1, "to": "acct_dup"}}, "method": "ping"}')
-    status, answer, _ = post(port, dup, sid=sid)
+    status, answer, _ = ms.post(port, dup, sid=sid)
     assert status == 400 and answer["id"] == 4 and answer["error"]["code"] == INVALID_REQUEST
-    status, answer, _ = post(port, {"jsonrpc": "2.0", "method": "tools/call",
+    status, answer, _ = ms.post(port, {"jsonrpc": "2.0", "method": "tools/call",
                                     "params": {"name": "create_charge", "arguments": {"amount": 1, "to": "acct_dup"}}},
                              sid=sid)
     assert status == 400 and answer["error"]["code"] == INVALID_REQUEST
-    status, answer, _ = post(port, json.dumps([{"jsonrpc": "2.0", "method": "tools/call", "params": {
+    status, answer, _ = ms.post(port, json.dumps([{"jsonrpc": "2.0", "method": "tools/call", "params": {
         "name": "create_charge", "arguments": {"amount": 1, "to": "acct_dup"}}}]), sid=sid)
     assert status == 400
     deep = '{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": ' + "[" * 1000 + "]" * 1000 + "}}"
-    status, answer, _ = post(port, deep, sid=sid)
+    status, answer, _ = ms.post(port, deep, sid=sid)
     assert status == 400 and answer["id"] == 5 and "nests deeper" in answer["error"]["message"]
     assert charged(tmp, "acct_dup") == []
-    assert post(port, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, sid=sid)[0] == 200  # the proxy goes on
+    assert ms.post(port, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, sid=sid)[0] == 200  # the proxy goes on
