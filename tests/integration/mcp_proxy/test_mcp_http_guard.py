@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,19 @@ def test_framing_attacks_over_http_are_refused(port: int, tmp: Path) -> None:
     assert status == 400 and answer["id"] == 5 and "nests deeper" in answer["error"]["message"]
     assert charged(tmp, "acct_dup") == []
     assert ms.post(port, {"jsonrpc": "2.0", "id": 6, "method": "ping"}, sid=sid)[0] == 200  # the proxy goes on
+
+
+def test_a_request_id_still_in_flight_is_refused_over_http(port: int, tmp: Path) -> None:
+    sid = ms.session(port)
+    slow = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "slow", "arguments": {"steps": 1}}}
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(ms.post, port, slow, sid=sid)
+        until("the slow call reached the server", lambda: ms.calls(tmp, "slow"))
+        status, answer, _ = ms.post(port, charge("acct_same_id", 9), sid=sid)
+        assert status == 400 and answer["id"] == 9 and "still in flight" in answer["error"]["message"]
+        assert ms.post(port, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                              "params": {"requestId": 9, "reason": "test"}}, sid=sid)[0] == 202
+        first.result(timeout=60)  # the cancelled call's stream ends without an answer
+    assert charged(tmp, "acct_same_id") == []
+    # once the first is over, the id may be used again
+    assert ms.post(port, charge("acct_same_id", 9), sid=sid)[0] == 200
