@@ -25,7 +25,8 @@ Invariants:
   forwarded; an answer of the server's it refuses fails the call it answers (a
   ``tools/call``: OUTCOME_UNKNOWN, it may have happened), so no call waits forever.
 - A client request whose id is still in flight (a call, a forwarded request, the
-  proxy's own) is refused: two answers with one id would cross.
+  proxy's own) or could be the proxy's own (``agent-saga:...``) is refused: two answers
+  with one id would cross.
 - A batch from the server is taken apart: each answer reaches the call it answers.
 - A client's ``notifications/cancelled`` for a call already sent is forwarded, and the
   step is STEP_UNKNOWN; for a call still at the gate, the call is dropped unsent.
@@ -228,7 +229,8 @@ class McpProxy:
         if kind == "request":
             method = msg["method"]
             k = key(msg["id"])
-            if k in self._tasks or k in self._pending or self.upstream.waiting(k):
+            own = isinstance(msg["id"], str) and msg["id"].startswith("agent-saga:")  # the proxy's own ids
+            if k in self._tasks or k in self._pending or self.upstream.waiting(k) or own:
                 log.warning("agent-saga mcp: refused a %s whose id %s is still in flight", method, k)
                 await self._to_client(error(msg["id"], INVALID_REQUEST, (
                     f"Invalid Request: a request with the id {k} is still in flight; give each request an id of its "

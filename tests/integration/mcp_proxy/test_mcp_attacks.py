@@ -151,6 +151,13 @@ def test_two_calls_in_flight_with_one_id_never_cross_and_each_outcome_is_logged(
     assert ms.step_types(raw.wal, "charge") == []
 
 
+def test_a_client_id_of_the_proxys_own_form_is_refused(tmp_path: Path, proxies: list[Raw]) -> None:
+    raw = start(proxies, tmp_path)
+    answer = raw.request("agent-saga:1", "ping")
+    assert answer["id"] == "agent-saga:1" and answer["error"]["code"] == INVALID_REQUEST
+    assert raw.close() == 0
+
+
 def test_a_lone_surrogate_is_answered_and_never_forwarded(tmp_path: Path, proxies: list[Raw]) -> None:
     raw = start(proxies, tmp_path)
     raw.send('{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "echo", '
