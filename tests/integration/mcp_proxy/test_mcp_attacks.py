@@ -22,7 +22,7 @@ from fixtures.polling import until
 RAW_SERVER = ms.ROOT / "tests" / "fixtures" / "mcp_raw_server.py"
 POLICY: dict[str, Any] = {"mode": "enforce", "tools": {
     "charge": {"semantics": "COMPENSABLE", "compensate": {"tool": "echo", "args": {"undo": "$.id"}}},
-    **{t: {"semantics": "REVERSIBLE"} for t in ("deep", "echo", "noise", "held", "huge")}}}
+    **{t: {"semantics": "REVERSIBLE"} for t in ("deep", "echo", "noise", "held", "huge", "batched")}}}
 INVALID_REQUEST = -32600
 OUTCOME_UNKNOWN = -32002
 
@@ -231,3 +231,12 @@ def test_an_answered_request_frees_its_id_for_the_next(tmp_path: Path, proxies: 
     assert raw.request(21, "ping") == {"jsonrpc": "2.0", "id": 21, "result": {}}
     assert raw.request(21, "ping") == {"jsonrpc": "2.0", "id": 21, "result": {}}  # answered: the id is free again
     assert raw.close() == 0
+
+
+def test_an_answer_inside_a_batch_from_the_server_reaches_its_call_and_is_logged(tmp_path: Path,
+                                                                                 proxies: list[Raw]) -> None:
+    raw = start(proxies, tmp_path)
+    answer = raw.call(22, "batched")
+    assert answer == {"jsonrpc": "2.0", "id": 22, "result": {"content": [{"type": "text", "text": "in a batch"}]}}
+    assert raw.close() == 0
+    assert "STEP_COMMITTED" in ms.step_types(raw.wal, "batched")
