@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..credentials import resolve_credential
 from ..errors import ConfigurationError
 
-__all__ = ["CredentialUnavailable", "CredentialUse", "Custody", "Redactor", "parse_credentials"]
+__all__ = ["CredentialUnavailable", "CredentialUse", "Custody", "Redactor", "masked", "parse_credentials"]
 
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -213,6 +213,22 @@ class Redactor:
         """The rest."""
         data, self._held = self._held, b""
         return data
+
+
+async def masked(chunks: AsyncIterator[bytes], custody: Custody | None) -> AsyncIterator[bytes]:
+    """``chunks`` with the credentials in ``custody`` masked, across chunk borders."""
+    if not custody:
+        async for c in chunks:
+            yield c
+        return
+    redactor = Redactor(custody)
+    async for c in chunks:
+        out = redactor.feed(c)
+        if out:
+            yield out
+    rest = redactor.flush()
+    if rest:
+        yield rest
 
 
 def env_with(base: Mapping[str, str] | None, custody: Custody | None) -> dict[str, str] | None:

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import hosts
 from ._wire import Unreadable, parse
 
 __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
-           "sse_events", "write_head"]
+           "refused", "sse_events", "write_head"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -89,6 +90,25 @@ def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     for k, v in headers:
         if k.lower() == low:
             return v
+    return None
+
+
+def refused(req: HttpRequest, allowed: Collection[str]) -> tuple[int, str] | None:
+    """Why a server for browsers' neighbours does not answer ``req`` — a ``Host`` that is
+    not a loopback name or one of ``allowed`` (421), an ``Origin`` naming another host
+    (403), a POST that is not ``application/json`` (415) — or None (``agent_saga.hosts``)."""
+    host = header(req.headers, "host") or ""
+    if not hosts.host_allowed(host, allowed):
+        return 421, (f"Host {host[:100]!r} is not a name this proxy serves (a loopback name, the address it "
+                     f"listens on, or one given with --allow-host)")
+    origin = header(req.headers, "origin")
+    if origin is not None and not hosts.origin_allowed(origin, allowed):
+        return 403, (f"Origin {origin[:100]!r} is not allowed: a web page may reach this proxy only from a host it "
+                     f"serves (--allow-host)")
+    if req.method == "POST":
+        ctype = (header(req.headers, "content-type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return 415, f"Content-Type {ctype or 'none'!r}: a JSON-RPC message is POSTed as application/json"
     return None
 
 

@@ -43,15 +43,15 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import hosts
 from . import _http as http
-from ._custody import CredentialUnavailable, Custody, Redactor
+from ._custody import CredentialUnavailable, Custody, masked
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
-from ._stdio import PROTOCOL_VERSION, UpstreamGone, tool_result
+from ._stdio import UpstreamGone
 from ._wire import (
     INVALID_REQUEST,
     REFUSED,
@@ -68,7 +68,7 @@ from ._wire import (
     usable_id,
 )
 
-__all__ = ["HttpProxy", "call_tool_http"]
+__all__ = ["HttpProxy"]
 
 log = logging.getLogger("agent_saga.mcp")
 
@@ -196,7 +196,7 @@ class HttpProxy:
                 return
             if req is None:
                 return
-            refused = self._refused(req)
+            refused = http.refused(req, self.allowed_hosts)
             if refused is not None:
                 log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
                 await self._reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
@@ -228,22 +228,6 @@ class HttpProxy:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
-
-    def _refused(self, req: http.HttpRequest) -> tuple[int, str] | None:
-        """Why the proxy does not answer ``req`` (the status and a sentence), or None."""
-        host = http.header(req.headers, "host") or ""
-        if not hosts.host_allowed(host, self.allowed_hosts):
-            return 421, (f"Host {host[:100]!r} is not a name this proxy serves (a loopback name, the address it "
-                         f"listens on, or one given with --allow-host)")
-        origin = http.header(req.headers, "origin")
-        if origin is not None and not hosts.origin_allowed(origin, self.allowed_hosts):
-            return 403, (f"Origin {origin[:100]!r} is not allowed: a web page may reach this proxy only from a host it "
-                         f"serves (--allow-host)")
-        if req.method == "POST":
-            ctype = (http.header(req.headers, "content-type") or "").split(";")[0].strip().lower()
-            if ctype != "application/json":
-                return 415, f"Content-Type {ctype or 'none'!r}: a JSON-RPC message is POSTed as application/json"
-        return None
 
     async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> None:
         try:
@@ -369,7 +353,7 @@ class HttpProxy:
             await up.drain()
             resp = await http.read_response(reader, up)
             if resp.content_type == "text/event-stream":
-                async for raw, doc in http.sse_events(self._masked(resp.chunks()), self.max_message):
+                async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
                     if isinstance(doc, Unreadable):
                         log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
                                   excerpt(raw))
@@ -456,7 +440,7 @@ class HttpProxy:
             await writer.drain()
 
             async def copy() -> None:
-                async for chunk in self._masked(resp.chunks()):
+                async for chunk in masked(resp.chunks(), self.custody):
                     writer.write(chunk)
                     await writer.drain()
 
@@ -487,21 +471,6 @@ class HttpProxy:
         names = self.custody.names()
         return [(k, v) for k, v in req.headers if k.lower() not in names] + self.custody.headers()
 
-    async def _masked(self, chunks: Any) -> Any:
-        """``chunks`` with the credentials in custody masked (across chunk borders)."""
-        if self.custody is None:
-            async for c in chunks:
-                yield c
-            return
-        redactor = Redactor(self.custody)
-        async for c in chunks:
-            out = redactor.feed(c)
-            if out:
-                yield out
-        rest = redactor.flush()
-        if rest:
-            yield rest
-
     def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
         result = msg.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
@@ -523,69 +492,3 @@ async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: C
     http.write_head(writer, status, _JSON, len(body))
     writer.write(body)
     await writer.drain()
-
-
-# ---------------------------------------------------------------------- a short session of our own
-async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = None,
-                custody: Custody | None = None) -> tuple[Any, str | None]:
-    headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
-               ("MCP-Protocol-Version", PROTOCOL_VERSION)]
-    if sid:
-        headers.append(("Mcp-Session-Id", sid))
-    if custody:
-        headers += custody.headers()
-    resp = await http.request(url, "POST", headers, encode(msg))
-    try:
-        new_sid = http.header(resp.headers, "mcp-session-id") or sid
-        if want is None:
-            await resp.body()
-            return None, new_sid
-        if resp.content_type == "text/event-stream":
-            async for _, doc in http.sse_events(_masked_chunks(resp.chunks(), custody)):
-                if isinstance(doc, Unreadable) and doc.id == want:
-                    raise RuntimeError(f"{url} answered with a message agent-saga refuses: {doc.message}")
-                if isinstance(doc, dict) and "method" not in doc and doc.get("id") == want:
-                    return doc, new_sid
-            raise UpstreamGone(f"{url} closed its event stream before answering")
-        try:
-            body = await resp.body()
-            return parse(custody.redact(body) if custody else body), new_sid
-        except Unreadable as exc:
-            raise RuntimeError(f"{url} answered with a message agent-saga refuses: {exc.message}") from None
-    finally:
-        resp.close()
-
-
-async def _masked_chunks(chunks: Any, custody: Custody | None) -> Any:
-    redactor = Redactor(custody) if custody else None
-    async for c in chunks:
-        yield redactor.feed(c) if redactor else c
-    if redactor:
-        yield redactor.flush()
-
-
-async def call_tool_http(url: str, tool: str, arguments: Mapping[str, Any], *,
-                         meta: Mapping[str, Any] | None = None, timeout: float = 60.0,
-                         custody: Custody | None = None) -> dict[str, Any]:
-    """``call_tool_once`` for a Streamable HTTP server: initialize, one ``tools/call``,
-    DELETE the session; the call's ``result`` (raises if it did not happen;
-    ``CredentialUnavailable`` before anything is sent)."""
-    custody = custody if custody else None
-    async with asyncio.timeout(timeout):
-        init, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:init", "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "agent-saga-recovery", "version": "1"}}}, None, "agent-saga:init", custody)
-        if "error" in init:
-            raise RuntimeError(f"initialize was refused: {init['error']}")
-        await _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid, custody=custody)
-        params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
-        if meta:
-            params["_meta"] = dict(meta)
-        resp, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:call", "method": "tools/call",
-                                      "params": params}, sid, "agent-saga:call", custody)
-        if sid:
-            with contextlib.suppress(Exception):
-                done = await http.request(url, "DELETE", [("Mcp-Session-Id", sid), *(custody.headers() if custody
-                                                                                      else [])])
-                done.close()
-        return tool_result(resp, tool)

@@ -83,7 +83,7 @@ class UpstreamSpec:
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
         custody = Custody(self.credentials)
         if self.url is not None:
-            from ._httpproxy import call_tool_http
+            from ._httpcall import call_tool_http
 
             return await call_tool_http(self.url, tool, arguments, meta=meta, custody=custody)
         return await call_tool_once(self.command, tool, arguments, meta=meta, env=self.env or None, cwd=self.cwd,
