@@ -16,6 +16,12 @@ OpenAI/Anthropic, npm, PyPI, SendGrid keys, PEM private keys, ``Bearer``/``Basic
 credentials, JWTs, passwords in URLs). The detector is ``agent_saga.scrubber``'s, the same
 that redacts whatever reaches the record codec anyway.
 
+``MountedCredentials`` is a resolver for processes that hold their own credentials (the
+MCP proxy, the recovery daemon): a reference names a file of the directory
+``$AGENT_SAGA_CREDENTIALS_DIR`` (a mounted Kubernetes Secret: one file per key), or
+``env:NAME`` the process's environment variable ``NAME``.
+``install_mounted_resolver`` installs it unless a resolver is installed already.
+
 Invariants:
 - The detector is precise rather than greedy: an idempotency key, a SHA-256 hex digest, a
   UUID or a charge id is never flagged.
@@ -25,8 +31,10 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -42,7 +50,10 @@ from .scrubber import (
 )
 
 __all__ = [
+    "ENV_CREDENTIALS_DIR",
+    "MountedCredentials",
     "assert_no_secrets",
+    "install_mounted_resolver",
     "key_looks_sensitive",
     "redact_secrets",
     "resolve_credential",
@@ -102,6 +113,71 @@ def resolve_credential(ref: str) -> Any:
             f"that the secret store holds it and that this process may read it"
         )
     return secret
+
+
+ENV_CREDENTIALS_DIR = "AGENT_SAGA_CREDENTIALS_DIR"
+_FILE_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class MountedCredentials:
+    """A resolver: ``REF`` is the file ``REF`` of ``directory`` (its text, one trailing
+    newline dropped), ``env:NAME`` the environment variable ``NAME``. A value is read
+    again after ``ttl`` seconds (a rotated Secret is picked up). Raises
+    ``ConfigurationError`` naming the reference (never a value) when it cannot be read."""
+
+    def __init__(self, directory: str | None = None, *, ttl: float = 5.0) -> None:
+        self.directory = directory
+        self.ttl = ttl
+        self._cache: dict[str, tuple[float, str]] = {}
+
+    @classmethod
+    def from_env(cls) -> MountedCredentials:
+        """The directory ``$AGENT_SAGA_CREDENTIALS_DIR`` (unset: ``env:`` references only)."""
+        return cls(os.environ.get(ENV_CREDENTIALS_DIR, "").strip() or None)
+
+    def __call__(self, ref: str) -> str:
+        """The secret ``ref`` names (cached ``ttl`` seconds)."""
+        hit = self._cache.get(ref)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < self.ttl:
+            return hit[1]
+        value = self._read(ref)
+        self._cache[ref] = (now, value)
+        return value
+
+    def _read(self, ref: str) -> str:
+        if ref.startswith("env:"):
+            value = os.environ.get(ref[4:])
+            if not value:
+                raise ConfigurationError(f"credential {ref!r}: the environment variable {ref[4:]} is not set (or "
+                                         f"empty) in this process")
+            return value
+        if not _FILE_REF.match(ref) or ".." in ref:
+            raise ConfigurationError(f"credential {ref!r}: a file reference is one file name ([A-Za-z0-9._-], no "
+                                     f"'/' or '..'), or env:NAME for an environment variable")
+        if self.directory is None:
+            raise ConfigurationError(f"credential {ref!r}: set {ENV_CREDENTIALS_DIR} to the directory that holds it "
+                                     f"(a mounted Secret), or use env:NAME")
+        path = os.path.join(self.directory, ref)
+        try:
+            with open(path, encoding="utf-8") as f:
+                value = f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise ConfigurationError(f"credential {ref!r}: {path} cannot be read ({why})") from None
+        value = value[:-1] if value.endswith("\n") else value
+        if not value:
+            raise ConfigurationError(f"credential {ref!r}: {path} is empty")
+        return value
+
+
+def install_mounted_resolver() -> CredentialResolver:
+    """Install ``MountedCredentials.from_env()`` unless a resolver is installed; the one in force."""
+    global _resolver
+    with _resolver_lock:
+        if _resolver is None:
+            _resolver = MountedCredentials.from_env()
+        return _resolver
 
 
 # ---------------------------------------------------------------------------- detection

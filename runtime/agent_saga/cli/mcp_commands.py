@@ -62,6 +62,13 @@ def register(sub: Any) -> None:
     p.add_argument("--session-idle", type=float, default=300.0,
                    help="with --listen: seconds without a request before a session counts as dropped and is rolled "
                    "back (default 300; a DELETE ends it cleanly)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="with --listen: a Host name (or address) clients reach the proxy by, besides loopback names "
+                   "and the listen address; repeat for several. Other Hosts are refused (421), and so is a web "
+                   "page's Origin that names none of them (403)")
+    p.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
+                   help="the largest JSON-RPC message read from either side (default 64 MiB); a larger one is "
+                   "refused with a JSON-RPC error")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the MCP server to start")
     p.set_defaults(handler=cmd_mcp)
 
@@ -78,6 +85,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                         boundary=args.boundary, name=args.name, agent=args.agent, wal=args.wal,
                         approvals=args.approvals, approval_timeout=args.approval_timeout,
                         lease_seconds=args.lease_seconds, listen=args.listen, upstream=args.upstream,
-                        session_idle=args.session_idle)
+                        session_idle=args.session_idle, allow_hosts=tuple(args.allow_host),
+                        max_message=args.max_message_bytes)
     opts.check()
     return asyncio.run(run_proxy(opts))

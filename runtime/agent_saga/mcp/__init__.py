@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._httpproxy import HttpProxy, call_tool_http
+    from ._httpcall import call_tool_http
+    from ._httpproxy import HttpProxy
     from ._observe import Surface
     from ._plane import OnePolicy, plane_policy
     from ._proxy import ClientChannel, McpProxy, stdio_client_channel
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 
 #: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
 _SOURCES: dict[str, tuple[str, ...]] = {
-    "._httpproxy": ("HttpProxy", "call_tool_http"),
+    "._httpcall": ("call_tool_http",),
+    "._httpproxy": ("HttpProxy",),
     "._observe": ("Surface",),
     "._plane": ("OnePolicy", "plane_policy"),
     "._proxy": ("ClientChannel", "McpProxy", "stdio_client_channel"),

@@ -8,27 +8,41 @@ event (``sse_events``), each kept as the bytes that arrived so it can be relayed
 Invariants:
 - A request the parser cannot read is answered 400 by the caller, never guessed at.
 - Header names compare case-insensitively; values are kept as sent.
+- Every body and event is bounded (``limit``, ``MAX_BODY`` by default), however it is
+  framed (a length, chunks, until the close, one SSE event): over it, ``TooLarge``.
+- An SSE event whose data the proxy refuses to read comes with ``_wire.Unreadable`` for
+  its document, never an exception that ends the stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import hosts
+from ._wire import Unreadable, parse
+
 __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
-           "sse_events", "write_head"]
+           "refused", "sse_events", "write_head"]
 
 MAX_HEAD = 64 * 1024
-MAX_BODY = 256 * 1024 * 1024
+MAX_BODY = 64 * 1024 * 1024
 Headers = list[tuple[str, str]]
+#: Request headers never passed on upstream: the connection's own, and the client's
+#: ``Origin`` (the proxy checked it; the upstream sees the proxy, not a page).
+NOT_FORWARDED = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive", "origin"})
 
 
 class HttpError(Exception):
     """A message that is not the HTTP this module reads."""
+
+
+class TooLarge(HttpError):
+    """A body (or one event) over the limit."""
 
 
 @dataclass
@@ -58,17 +72,12 @@ class HttpResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
-        async for c in _body(self.reader, self.headers):
+        async for c in _body(self.reader, self.headers, None):
             yield c
 
-    async def body(self) -> bytes:
-        """The whole body."""
-        out = bytearray()
-        async for c in self.chunks():
-            out += c
-            if len(out) > MAX_BODY:
-                raise HttpError(f"a body over {MAX_BODY} bytes")
-        return bytes(out)
+    async def body(self, limit: int = MAX_BODY) -> bytes:
+        """The whole body (``TooLarge`` over ``limit`` bytes)."""
+        return b"".join([c async for c in _body(self.reader, self.headers, limit)])
 
     def close(self) -> None:
         """Close the connection."""
@@ -81,6 +90,25 @@ def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     for k, v in headers:
         if k.lower() == low:
             return v
+    return None
+
+
+def refused(req: HttpRequest, allowed: Collection[str]) -> tuple[int, str] | None:
+    """Why a server for browsers' neighbours does not answer ``req`` — a ``Host`` that is
+    not a loopback name or one of ``allowed`` (421), an ``Origin`` naming another host
+    (403), a POST that is not ``application/json`` (415) — or None (``agent_saga.hosts``)."""
+    host = header(req.headers, "host") or ""
+    if not hosts.host_allowed(host, allowed):
+        return 421, (f"Host {host[:100]!r} is not a name this proxy serves (a loopback name, the address it "
+                     f"listens on, or one given with --allow-host)")
+    origin = header(req.headers, "origin")
+    if origin is not None and not hosts.origin_allowed(origin, allowed):
+        return 403, (f"Origin {origin[:100]!r} is not allowed: a web page may reach this proxy only from a host it "
+                     f"serves (--allow-host)")
+    if req.method == "POST":
+        ctype = (header(req.headers, "content-type") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            return 415, f"Content-Type {ctype or 'none'!r}: a JSON-RPC message is POSTed as application/json"
     return None
 
 
@@ -105,8 +133,9 @@ async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
     return lines[0], headers
 
 
-async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
-    """The next request on ``reader`` (None: the connection closed first)."""
+async def read_request(reader: asyncio.StreamReader, limit: int = MAX_BODY) -> HttpRequest | None:
+    """The next request on ``reader`` (None: the connection closed first); ``TooLarge``
+    for a body over ``limit`` bytes."""
     head = await _head(reader)
     if head is None:
         return None
@@ -116,11 +145,22 @@ async def read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
         raise HttpError(f"not an HTTP/1.x request line: {first[:80]!r}")
     body = b""
     if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
-        body = b"".join([c async for c in _body(reader, headers)])
+        body = b"".join([c async for c in _body(reader, headers, limit)])
     return HttpRequest(parts[0].upper(), parts[1], headers, body)
 
 
-async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator[bytes]:
+async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
+    """The body's chunks; ``TooLarge`` once they add up to over ``limit`` (None: no limit,
+    for a stream the caller bounds itself)."""
+    total = 0
+    async for c in _framed(reader, headers, limit):
+        total += len(c)
+        if limit is not None and total > limit:
+            raise TooLarge(f"a body over {limit} bytes")
+        yield c
+
+
+async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
     length = header(headers, "content-length")
     if "chunked" in (header(headers, "transfer-encoding") or "").lower():
         while True:
@@ -128,6 +168,8 @@ async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator
             if not size_line:
                 return  # the peer closed mid-body: the caller sees a short body
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if limit is not None and size > limit:
+                raise TooLarge(f"a body over {limit} bytes")
             if size == 0:
                 await reader.readline()
                 return
@@ -136,8 +178,8 @@ async def _body(reader: asyncio.StreamReader, headers: Headers) -> AsyncIterator
             yield data
     elif length is not None:
         left = int(length)
-        if left > MAX_BODY:
-            raise HttpError(f"a body over {MAX_BODY} bytes")
+        if limit is not None and left > limit:
+            raise TooLarge(f"a body over {limit} bytes")
         while left > 0:
             data = await reader.read(min(left, 65536))
             if not data:
@@ -169,9 +211,8 @@ async def open_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
 async def request(url: str, method: str, headers: Headers, body: bytes = b"") -> HttpResponse:
     """Send one request to ``url`` (``Connection: close``); the response, body unread."""
     reader, writer, host, path = await open_connection(url)
-    skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
@@ -193,8 +234,9 @@ async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 
 def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None) -> None:
     """Write a response head (``Connection: close``; no length: the body ends at close)."""
-    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-              500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
+    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+              405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
+              421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
     skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
     lines = [f"HTTP/1.1 {status} {reason}", "Connection: close"]
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
@@ -203,9 +245,10 @@ def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, leng
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 
 
-async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes, Any]]:
+async def sse_events(chunks: AsyncIterator[bytes], limit: int = MAX_BODY) -> AsyncIterator[tuple[bytes, Any]]:
     """Each event of a text/event-stream: its raw bytes (blank line included) and its
-    ``data`` parsed as JSON (None when it has none or it is not JSON)."""
+    ``data`` parsed (``_wire.parse``): None when it has none, an ``Unreadable`` when the
+    proxy refuses it. ``TooLarge`` for an event over ``limit`` bytes."""
     buf = b""
     async for c in chunks:
         buf += c.replace(b"\r\n", b"\n")
@@ -215,10 +258,12 @@ async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[bytes,
             doc: Any = None
             if data:
                 try:
-                    doc = json.loads(data)
-                except ValueError:
-                    doc = None
+                    doc = parse(data)
+                except Unreadable as exc:
+                    doc = exc
             yield raw + b"\n\n", doc
+        if len(buf) > limit:
+            raise TooLarge(f"an event over {limit} bytes")
 
 
 def sse_event(msg: Any) -> bytes:

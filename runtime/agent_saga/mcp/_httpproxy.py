@@ -17,8 +17,21 @@ stopped (SIGTERM / SIGINT): rolled back, each inverse called on a fresh session 
 upstream.
 
 Invariants:
-- A body that is not JSON, or not JSON-RPC, is answered 400 with a JSON-RPC error; the
-  session goes on.
+- A request is answered only when its ``Host`` is a loopback name or one the proxy was
+  told to serve (``--allow-host``; ``agent_saga.hosts``, the debugger UI's rule) — else
+  421 — and its ``Origin``, if any, names such a host — else 403: a web page cannot
+  drive tool calls through DNS rebinding. A POST whose body is not ``application/json``
+  is 415, one over the size limit 413.
+- A body that is not JSON, or not JSON-RPC, or that the proxy refuses to read
+  (``_wire.parse``), is answered 400 with a JSON-RPC error; the session goes on. A
+  request whose id is still in flight in its session is refused the same way.
+- An answer of the server's the proxy refuses to read fails the call it answers
+  (OUTCOME_UNKNOWN): never relayed, never waited for.
+- With credentials in custody (``_custody``): every request upstream carries them (the
+  client's own headers of those names are dropped); a credential that cannot be resolved
+  refuses the request (-32001), nothing sent; everything the upstream sends back is
+  masked before the proxy reads or relays it, and every answer of the proxy's own on
+  its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
   cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
 """
@@ -27,31 +40,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import hosts
 from . import _http as http
+from ._custody import CredentialUnavailable, Custody, masked
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
-from ._stdio import PROTOCOL_VERSION, UpstreamGone, tool_result
+from ._stdio import UpstreamGone
 from ._wire import (
     INVALID_REQUEST,
-    PARSE_ERROR,
+    REFUSED,
     UPSTREAM_UNAVAILABLE,
+    Unreadable,
     batch_refusal,
     cancelled_key,
     classify,
     encode,
     error,
+    excerpt,
     key,
+    parse,
     usable_id,
 )
 
-__all__ = ["HttpProxy", "call_tool_http"]
+__all__ = ["HttpProxy"]
 
 log = logging.getLogger("agent_saga.mcp")
 
@@ -67,6 +84,7 @@ class _Session:
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     sent: set[str] = field(default_factory=set)
     cancelled: set[str] = field(default_factory=set)
+    relayed: set[str] = field(default_factory=set)  # requests relayed, not answered yet
 
 
 class HttpProxy:
@@ -76,8 +94,12 @@ class HttpProxy:
     def __init__(self, upstream: str, *, new_session: Callable[[], ToolSession] | None,
                  inject_boundary_tools: bool = False, session_idle: float = 300.0,
                  on_tools: Callable[[list[Any]], None] | None = None,
-                 on_call: Callable[[str], None] | None = None) -> None:
+                 on_call: Callable[[str], None] | None = None, allowed_hosts: Collection[str] = (),
+                 max_message: int = http.MAX_BODY, custody: Custody | None = None) -> None:
         self.upstream = upstream
+        self.custody = custody if custody else None
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.max_message = max_message
         self._new = new_session
         self._inject = inject_boundary_tools
         self._idle = session_idle
@@ -91,6 +113,8 @@ class HttpProxy:
     # ------------------------------------------------------------------ running
     async def serve(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> int:
         """Serve until SIGTERM / SIGINT (or ``stop``); open sessions are then dropped."""
+        if host not in ("0.0.0.0", "::", ""):  # the address it listens on is a name it serves
+            self.allowed_hosts |= {hosts.host_name(host if ":" not in host else f"[{host}]").lower()}
         server = await asyncio.start_server(self._connection, host, port, limit=http.MAX_HEAD * 4)
         self.port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
@@ -104,8 +128,9 @@ class HttpProxy:
         try:
             await self._stop.wait()
         finally:
-            reaper.cancel()
+            self._stop.set()
             server.close()
+            await asyncio.gather(reaper, return_exceptions=True)  # a rollback it runs is finished first
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
@@ -119,8 +144,13 @@ class HttpProxy:
         self._stop.set()
 
     async def _reap(self) -> None:
-        while True:
-            await asyncio.sleep(min(1.0, self._idle / 4))
+        """End idle sessions until the proxy stops; a rollback under way is finished, never
+        cancelled by the stop."""
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), min(1.0, self._idle / 4))
+            if self._stop.is_set():
+                return
             now = time.monotonic()
             for sid, s in list(self.sessions.items()):
                 if s.busy == 0 and now - s.last > self._idle:
@@ -156,11 +186,20 @@ class HttpProxy:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                req = await http.read_request(reader)
+                req = await http.read_request(reader, self.max_message)
+            except http.TooLarge as exc:
+                await self._reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
+                                                "proxy refuses"))
+                return
             except (http.HttpError, ValueError) as exc:
-                await _reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
+                await self._reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
                 return
             if req is None:
+                return
+            refused = http.refused(req, self.allowed_hosts)
+            if refused is not None:
+                log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
+                await self._reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
                 return
             sid = http.header(req.headers, "mcp-session-id") or ""
             if req.method == "POST":
@@ -180,7 +219,7 @@ class HttpProxy:
                 if 200 <= status < 300:
                     await self._end(sid, True)
             else:
-                await _reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
+                await self._reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
                                                 "transport (POST, GET, DELETE)"))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; what it would have read is in the WAL
@@ -192,24 +231,37 @@ class HttpProxy:
 
     async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> None:
         try:
-            msg = json.loads(req.body)
-        except ValueError as exc:
-            await _reply(writer, 400, error(None, PARSE_ERROR, f"Parse error: the body is not JSON ({exc})"))
+            msg = parse(req.body)
+        except Unreadable as exc:
+            log.warning("agent-saga mcp: refused a message from the client (%s): %s", exc.message, excerpt(req.body))
+            await self._reply(writer, 400, error(exc.id, exc.code, exc.message))
             return
+        s = self.sessions.get(sid)
         if isinstance(msg, list):
             refusal = batch_refusal(msg)
+            if refusal is None and s is not None and {key(m["id"]) for m in msg if "id" in m} & (set(s.tasks)
+                                                                                               | s.relayed):
+                refusal = [error(None, INVALID_REQUEST, "Invalid Request: a request id of the batch is still in flight")]
             if refusal is not None:
-                await _reply(writer, 400, refusal)
+                log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
+                await self._reply(writer, 400, refusal)
                 return
             await self._relay(req, writer)
             return
         kind, why = classify(msg)
         if kind == "invalid":
-            await _reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
+            if msg.get("method") == "tools/call":
+                log.warning("agent-saga mcp: refused a tools/call without an id (never forwarded)")
+            await self._reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
             return
-        s = self.sessions.get(sid)
         if s is not None:
             s.last = time.monotonic()
+            if kind == "request" and (key(msg["id"]) in s.tasks or key(msg["id"]) in s.relayed):
+                log.warning("agent-saga mcp: refused a %s whose id is still in flight", msg["method"])
+                await self._reply(writer, 400, error(msg["id"], INVALID_REQUEST, (
+                    f"Invalid Request: a request with the id {key(msg['id'])} is still in flight; give each request an "
+                    f"id of its own (this {msg['method']} was not sent)")))
+                return
         if kind == "request" and msg["method"] == "tools/call":
             session = self._session(sid)
             if session is not None:
@@ -220,10 +272,15 @@ class HttpProxy:
                 self._on_call(params["name"])
         if kind == "notification" and msg["method"] == "notifications/cancelled" and s is not None:
             self._cancelled(s, msg)
-        if kind == "request" and msg["method"] == "tools/list":
-            await self._relay(req, writer, rewrite=msg["id"])
-            return
-        await self._relay(req, writer)
+        relayed = key(msg["id"]) if kind == "request" and s is not None else None
+        if relayed is not None and s is not None:
+            s.relayed.add(relayed)
+        try:
+            await self._relay(req, writer, rewrite=msg["id"] if kind == "request" and msg["method"] == "tools/list"
+                              else None, id_=msg.get("id"))
+        finally:
+            if relayed is not None and s is not None:
+                s.relayed.discard(relayed)
 
     def _cancelled(self, s: _Session, msg: dict[str, Any]) -> None:
         k = cancelled_key(msg)
@@ -272,13 +329,15 @@ class HttpProxy:
             s.cancelled.discard(k)
             return
         if stream:
-            writer.write(http.sse_event(reply))
+            event = http.sse_event(reply)
+            writer.write(self.custody.redact(event) if self.custody else event)
             await writer.drain()
         else:
-            await _reply(writer, 200, reply)
+            await self._reply(writer, 200, reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
                        relay: asyncio.StreamWriter | None) -> dict[str, Any]:
+        headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up, host, path = await http.open_connection(self.upstream)
         except (OSError, http.HttpError) as exc:
@@ -289,24 +348,34 @@ class HttpProxy:
         async def exchange() -> dict[str, Any]:
             body = encode(m)
             lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
-            skip = {"host", "content-length", "connection", "transfer-encoding", "keep-alive"}
-            lines += [f"{a}: {b}" for a, b in req.headers if a.lower() not in skip]
+            lines += [f"{a}: {b}" for a, b in headers if a.lower() not in http.NOT_FORWARDED]
             up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await up.drain()
             resp = await http.read_response(reader, up)
             if resp.content_type == "text/event-stream":
-                async for raw, doc in http.sse_events(resp.chunks()):
+                async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
+                    if isinstance(doc, Unreadable):
+                        log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
+                                  excerpt(raw))
+                        if doc.id == m["id"]:
+                            raise OutcomeUnknown(f"the server's answer was refused by the agent-saga proxy: "
+                                                 f"{doc.message}")
+                        continue  # never relayed
                     if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
                         return doc
                     if relay is not None:
                         relay.write(raw)
                         await relay.drain()
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
-            data = await resp.body()
+            data = await resp.body(self.max_message)
+            if self.custody is not None:
+                data = self.custody.redact(data)
             try:
-                doc = json.loads(data)
-            except ValueError:
-                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without a JSON-RPC response") from None
+                doc = parse(data)
+            except Unreadable as exc:
+                log.error("agent-saga mcp: refused a message from the upstream (%s): %s", exc.message, excerpt(data))
+                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
+                                     f"refuses: {exc.message}") from None
             if isinstance(doc, dict) and doc.get("id") == m["id"]:
                 return doc
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
@@ -329,39 +398,49 @@ class HttpProxy:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None,
-                     client: asyncio.StreamReader | None = None) -> int:
+                     client: asyncio.StreamReader | None = None, id_: Any = None) -> int:
         """Send ``req`` upstream and stream the answer back; the status. With ``client``,
         the stream also ends when the client closes its connection."""
         try:
-            resp = await http.request(self.upstream, req.method, req.headers, req.body)
+            headers = self._upstream_headers(req)
+        except CredentialUnavailable as exc:
+            log.error("agent-saga mcp: refused an HTTP %s: %s", req.method, exc.message)
+            await self._reply(writer, 200 if req.method == "POST" else 403, error(
+                id_, REFUSED, f"agent-saga refused the request: {exc.message}. Nothing was executed."))
+            return 403
+        try:
+            resp = await http.request(self.upstream, req.method, headers, req.body)
         except (OSError, http.HttpError) as exc:
-            await _reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
+            await self._reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
                                             f"reached: {exc}"))
             return 502
         try:
+            head = self.custody.redact_headers(resp.headers) if self.custody else resp.headers
             if rewrite is not None and resp.status == 200:
-                body = await resp.body()
+                body = await resp.body(self.max_message)
+                if self.custody is not None:
+                    body = self.custody.redact(body)
                 if resp.content_type == "text/event-stream":
                     out = bytearray()
-                    async for raw, doc in http.sse_events(_once(body)):
+                    async for raw, doc in http.sse_events(_once(body), self.max_message):
                         if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc:
                             raw = http.sse_event(self._tools_listed(doc))
                         out += raw
                     body = bytes(out)
                 elif resp.content_type == "application/json":
-                    with contextlib.suppress(ValueError):
-                        doc = json.loads(body)
+                    with contextlib.suppress(Unreadable):
+                        doc = parse(body)
                         if isinstance(doc, dict) and "result" in doc:
                             body = encode(self._tools_listed(doc))
-                http.write_head(writer, resp.status, resp.headers, len(body))
+                http.write_head(writer, resp.status, head, len(body))
                 writer.write(body)
                 await writer.drain()
                 return resp.status
-            http.write_head(writer, resp.status, resp.headers)
+            http.write_head(writer, resp.status, head)
             await writer.drain()
 
             async def copy() -> None:
-                async for chunk in resp.chunks():
+                async for chunk in masked(resp.chunks(), self.custody):
                     writer.write(chunk)
                     await writer.drain()
 
@@ -381,6 +460,17 @@ class HttpProxy:
         finally:
             resp.close()
 
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
+        await _reply(writer, status, doc, self.custody)
+
+    def _upstream_headers(self, req: http.HttpRequest) -> http.Headers:
+        """The client's headers with the credentials in custody in place of its own
+        (``CredentialUnavailable``)."""
+        if self.custody is None:
+            return req.headers
+        names = self.custody.names()
+        return [(k, v) for k, v in req.headers if k.lower() not in names] + self.custody.headers()
+
     def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
         result = msg.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
@@ -397,53 +487,8 @@ async def _once(body: bytes) -> Any:
     yield body
 
 
-async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
-    body = encode(doc)
+async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: Custody | None = None) -> None:
+    body = encode(doc) if custody is None else custody.redact(encode(doc))
     http.write_head(writer, status, _JSON, len(body))
     writer.write(body)
     await writer.drain()
-
-
-# ---------------------------------------------------------------------- a short session of our own
-async def _post(url: str, msg: Mapping[str, Any], sid: str | None, want: Any = None) -> tuple[Any, str | None]:
-    headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream"),
-               ("MCP-Protocol-Version", PROTOCOL_VERSION)]
-    if sid:
-        headers.append(("Mcp-Session-Id", sid))
-    resp = await http.request(url, "POST", headers, encode(msg))
-    try:
-        new_sid = http.header(resp.headers, "mcp-session-id") or sid
-        if want is None:
-            await resp.body()
-            return None, new_sid
-        if resp.content_type == "text/event-stream":
-            async for _, doc in http.sse_events(resp.chunks()):
-                if isinstance(doc, dict) and "method" not in doc and doc.get("id") == want:
-                    return doc, new_sid
-            raise UpstreamGone(f"{url} closed its event stream before answering")
-        return json.loads(await resp.body()), new_sid
-    finally:
-        resp.close()
-
-
-async def call_tool_http(url: str, tool: str, arguments: Mapping[str, Any], *,
-                         meta: Mapping[str, Any] | None = None, timeout: float = 60.0) -> dict[str, Any]:
-    """``call_tool_once`` for a Streamable HTTP server: initialize, one ``tools/call``,
-    DELETE the session; the call's ``result`` (raises if it did not happen)."""
-    async with asyncio.timeout(timeout):
-        init, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:init", "method": "initialize", "params": {
-            "protocolVersion": PROTOCOL_VERSION, "capabilities": {},
-            "clientInfo": {"name": "agent-saga-recovery", "version": "1"}}}, None, "agent-saga:init")
-        if "error" in init:
-            raise RuntimeError(f"initialize was refused: {init['error']}")
-        await _post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
-        params: dict[str, Any] = {"name": tool, "arguments": dict(arguments)}
-        if meta:
-            params["_meta"] = dict(meta)
-        resp, sid = await _post(url, {"jsonrpc": "2.0", "id": "agent-saga:call", "method": "tools/call",
-                                      "params": params}, sid, "agent-saga:call")
-        if sid:
-            with contextlib.suppress(Exception):
-                done = await http.request(url, "DELETE", [("Mcp-Session-Id", sid)])
-                done.close()
-        return tool_result(resp, tool)

@@ -20,7 +20,14 @@ the proxy got SIGTERM / SIGINT first, or the upstream exited — dropped, rolled
 
 Invariants:
 - Malformed input from either side gets a JSON-RPC error (``Parse error``, ``Invalid
-  Request``) sent back to that side, and the session goes on.
+  Request``) sent back to that side, and the session goes on. What the proxy refuses to
+  read (``_wire.parse``: duplicate keys, too deep, too large, lone surrogates) is never
+  forwarded; an answer of the server's it refuses fails the call it answers (a
+  ``tools/call``: OUTCOME_UNKNOWN, it may have happened), so no call waits forever.
+- A client request whose id is still in flight (a call, a forwarded request, the
+  proxy's own) or could be the proxy's own (``agent-saga:...``) is refused: two answers
+  with one id would cross.
+- A batch from the server is taken apart: each answer reaches the call it answers.
 - A client's ``notifications/cancelled`` for a call already sent is forwarded, and the
   step is STEP_UNKNOWN; for a call still at the gate, the call is dropped unsent.
 - Responses to the proxy's own requests (ids ``agent-saga:<n>``) never reach the client.
@@ -39,17 +46,24 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ._custody import CredentialUnavailable
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
-from ._stdio import MAX_LINE, StdioUpstream, UpstreamGone
+from ._stdio import MAX_LINE, StdioUpstream, UpstreamGone, read_line
 from ._wire import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
-    PARSE_ERROR,
+    REFUSED,
+    UPSTREAM_UNAVAILABLE,
+    Unreadable,
     batch_refusal,
     cancelled_key,
     classify,
     encode,
     error,
+    excerpt,
     key,
+    parse,
+    top_id,
     usable_id,
 )
 
@@ -65,15 +79,20 @@ PARENT_EXIT_WAIT = 0.25
 class ClientChannel:
     """The client side: lines in, lines out."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter | None) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter | None,
+                 limit: int = MAX_LINE) -> None:
         self.reader = reader
         self.writer = writer
+        self.limit = limit  # the reader's limit: the largest message read
         self.closed = False
+        self.mask: Callable[[bytes], bytes] | None = None  # credentials in custody, masked on the way out
 
     async def send(self, line: bytes) -> None:
         """Write one line to the client; a client that is gone is noted, never raised."""
         if self.writer is None or self.closed:
             return
+        if self.mask is not None:
+            line = self.mask(line)
         try:
             self.writer.write(line if line.endswith(b"\n") else line + b"\n")
             await self.writer.drain()
@@ -81,14 +100,14 @@ class ClientChannel:
             self.closed = True  # the client is gone; what it would have read is in the WAL
 
 
-async def stdio_client_channel() -> ClientChannel:
-    """The proxy's own stdin and stdout as the client channel."""
+async def stdio_client_channel(limit: int = MAX_LINE) -> ClientChannel:
+    """The proxy's own stdin and stdout as the client channel (messages up to ``limit`` bytes)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
+    reader = asyncio.StreamReader(limit=limit)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout.buffer)
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return ClientChannel(reader, writer)
+    return ClientChannel(reader, writer, limit)
 
 
 class McpProxy:
@@ -106,6 +125,7 @@ class McpProxy:
         self._calls: dict[str, asyncio.Future[dict[str, Any]]] = {}   # sent, waiting for the upstream
         self._tasks: dict[str, asyncio.Task[None]] = {}               # every tools/call being handled
         self._cancelled: set[str] = set()
+        self._pending: set[str] = set()                               # client requests forwarded, unanswered
         self._lists: set[str] = set()
         self._stop = asyncio.Event()
         self._stop_why = ""
@@ -117,7 +137,12 @@ class McpProxy:
         self._client = client
         ppid = os.getppid()
         pidfd = _pidfd(ppid)
-        await self.upstream.start()
+        if self.upstream.custody is not None:
+            client.mask = self.upstream.custody.redact
+        try:
+            await self.upstream.start()
+        except CredentialUnavailable as exc:  # not started: every request is refused, naming the reference
+            log.error("agent-saga mcp: the upstream was not started: %s", exc.message)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -176,33 +201,42 @@ class McpProxy:
         assert self._client is not None
         reader = self._client.reader
         while True:
-            try:
-                line = await reader.readline()
-            except ValueError:
-                await self._to_client(error(None, PARSE_ERROR, f"message over {MAX_LINE} bytes"))
-                continue
+            line, whole = await read_line(reader)
             if not line:
                 return
-            if line.strip():
-                await self._from_client(line)
+            if not whole or line.strip():
+                await self._from_client(line, whole)
 
-    async def _from_client(self, line: bytes) -> None:
+    async def _from_client(self, line: bytes, whole: bool = True) -> None:
         try:
-            msg = json.loads(line)
-        except ValueError as exc:
-            await self._to_client(error(None, PARSE_ERROR, f"Parse error: the line is not JSON ({exc})"))
+            if not whole:
+                raise Unreadable(INVALID_REQUEST, f"Invalid Request: the message is over {self._client.limit if self._client else MAX_LINE} bytes, "
+                                 f"which the agent-saga proxy refuses", top_id(line.decode("utf-8", "replace")))
+            msg = parse(line)
+        except Unreadable as exc:
+            log.warning("agent-saga mcp: refused a message from the client (%s): %s", exc.message, excerpt(line))
+            await self._to_client(error(exc.id, exc.code, exc.message))
             return
         if isinstance(msg, list):
             await self._client_batch(msg, line)
             return
         kind, why = classify(msg)
         if kind == "invalid":
+            if msg.get("method") == "tools/call":
+                log.warning("agent-saga mcp: refused a tools/call without an id (never forwarded): %s", excerpt(line))
             await self._to_client(error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
             return
         if kind == "request":
             method = msg["method"]
+            k = key(msg["id"])
+            own = isinstance(msg["id"], str) and msg["id"].startswith("agent-saga:")  # the proxy's own ids
+            if k in self._tasks or k in self._pending or self.upstream.waiting(k) or own:
+                log.warning("agent-saga mcp: refused a %s whose id %s is still in flight", method, k)
+                await self._to_client(error(msg["id"], INVALID_REQUEST, (
+                    f"Invalid Request: a request with the id {k} is still in flight; give each request an id of its "
+                    f"own (this {method} was not sent)")))
+                return
             if method == "tools/call" and self.session is not None:
-                k = key(msg["id"])
                 self._tasks[k] = asyncio.ensure_future(self._call(k, msg))
                 return
             if method == "tools/call" and self._on_call is not None:
@@ -210,20 +244,32 @@ class McpProxy:
                 if isinstance(params, dict) and isinstance(params.get("name"), str):
                     self._on_call(params["name"])
             if method == "tools/list":
-                self._lists.add(key(msg["id"]))
+                self._lists.add(k)
+            self._pending.add(k)
         elif kind == "notification" and msg["method"] == "notifications/cancelled":
             self._client_cancelled(msg)
         await self._to_upstream(line, msg)
 
     async def _client_batch(self, batch: list[Any], line: bytes) -> None:
-        refusal = batch_refusal(batch) if batch else [error(None, INVALID_REQUEST, "Invalid Request: an empty batch")]
+        refusal = batch_refusal(batch)
         if refusal is None:
-            await self._to_upstream(line, None)
-        elif self._client is not None:
-            await self._client.send(encode(refusal[0] if not batch else refusal))
+            ids = {key(m["id"]) for m in batch if classify(m)[0] == "request"}
+            if ids & (self._pending | set(self._tasks)) or len(ids) < sum(classify(m)[0] == "request" for m in batch):
+                refusal = [error(usable_id(m), INVALID_REQUEST, "Invalid Request: a request id of the batch is still "
+                                 "in flight or repeated; give each request an id of its own") for m in batch
+                           if classify(m)[0] == "request"]
+            else:
+                self._pending |= ids
+                await self._to_upstream(line, None)
+                return
+        log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
+        if self._client is not None:
+            await self._client.send(encode(refusal if batch else refusal[0]))
 
     def _client_cancelled(self, msg: dict[str, Any]) -> None:
         k = cancelled_key(msg)
+        if k is not None:
+            self._pending.discard(k)
         if k is None or k not in self._tasks:
             return
         self._cancelled.add(k)
@@ -247,6 +293,8 @@ class McpProxy:
     async def forward_call(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Send the client's ``tools/call`` upstream; the response (what the engine's
         forward returns). ``UpstreamGone``: not sent; ``OutcomeUnknown``: sent, no answer."""
+        if self.upstream.refused is not None:
+            raise CredentialUnavailable(self.upstream.refused)
         if not self.upstream.alive:
             raise UpstreamGone(self.upstream.gone or "the upstream server is not running")
         k = key(msg["id"])
@@ -266,8 +314,11 @@ class McpProxy:
             await self.upstream.send(line)
         except UpstreamGone as exc:
             if isinstance(msg, dict) and classify(msg)[0] == "request":
-                from ._wire import UPSTREAM_UNAVAILABLE
-
+                self._pending.discard(key(msg["id"]))
+                if self.upstream.refused is not None:
+                    await self._to_client(error(msg["id"], REFUSED, f"agent-saga refused {msg['method']}: "
+                                                f"{self.upstream.refused}. Nothing was executed."))
+                    return
                 await self._to_client(error(msg["id"], UPSTREAM_UNAVAILABLE, f"the upstream server is gone: {exc}"))
 
     async def _to_client(self, msg: Any) -> None:
@@ -276,6 +327,8 @@ class McpProxy:
 
     # ------------------------------------------------------------------ upstream -> client
     async def _upstream_loop(self) -> None:
+        if self.upstream.refused is not None:
+            await asyncio.Event().wait()  # no server to read: the session ends from the client's side
         try:
             await self.upstream.read_loop(self._from_upstream)
         finally:
@@ -284,23 +337,25 @@ class McpProxy:
                 if not fut.done():
                     fut.set_exception(OutcomeUnknown(f"{gone} during the call"))
 
-    async def _from_upstream(self, line: bytes) -> None:
+    async def _from_upstream(self, line: bytes, whole: bool = True) -> None:
         try:
-            msg = json.loads(line)
-        except ValueError as exc:
-            log.error("agent-saga mcp: the upstream printed a line that is not JSON (%s): %.200r", exc, line)
-            with contextlib.suppress(UpstreamGone):
-                await self.upstream.send(encode(error(None, PARSE_ERROR, f"Parse error: the line is not JSON ({exc})")))
+            if not whole:
+                raise Unreadable(INVALID_REQUEST, f"Invalid Request: the message is over {self.upstream.limit} bytes, "
+                                 f"which the agent-saga proxy refuses", top_id(line.decode("utf-8", "replace")))
+            msg = parse(line)
+        except Unreadable as exc:
+            await self._upstream_unreadable(line, exc)
             return
-        if isinstance(msg, list):
-            if self._client is not None:
-                await self._client.send(line)
+        if isinstance(msg, list):  # taken apart: each answer reaches the call it answers
+            for m in msg:
+                await self._upstream_message(m, encode(m))
             return
+        await self._upstream_message(msg, line)
+
+    async def _upstream_message(self, msg: Any, line: bytes) -> None:
         kind, why = classify(msg)
         if kind == "invalid":
-            log.error("agent-saga mcp: the upstream sent an invalid message (%s): %.200r", why, line)
-            with contextlib.suppress(UpstreamGone):
-                await self.upstream.send(encode(error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}")))
+            await self._upstream_unreadable(line, Unreadable(INVALID_REQUEST, f"Invalid Request: {why}", usable_id(msg)))
             return
         if kind == "response":
             if self.upstream.take_own(msg):
@@ -311,11 +366,34 @@ class McpProxy:
                 if not fut.done():
                     fut.set_result(msg)
                 return
+            self._pending.discard(k)
             if k in self._lists:
                 self._lists.discard(k)
                 line = self._tools_listed(msg, line)
         if self._client is not None:
             await self._client.send(line)
+
+    async def _upstream_unreadable(self, line: bytes, exc: Unreadable) -> None:
+        """A message from the server the proxy refuses: logged (an excerpt, scrubbed); the
+        call, forwarded request or request of the proxy's own it answers fails; a message
+        answering nothing gets the server an error."""
+        log.error("agent-saga mcp: refused a message from the upstream (%s): %s", exc.message, excerpt(line))
+        k = key(exc.id) if exc.id is not None else None
+        why = f"the server's answer was refused by the agent-saga proxy: {exc.message}"
+        if k is not None and k in self._calls:
+            fut = self._calls[k]
+            if not fut.done():
+                fut.set_exception(OutcomeUnknown(why))
+            return
+        if k is not None and k in self._pending:
+            self._pending.discard(k)
+            self._lists.discard(k)
+            await self._to_client(error(exc.id, INTERNAL_ERROR, why))
+            return
+        if k is not None and self.upstream.fail_own(k, why):
+            return
+        with contextlib.suppress(UpstreamGone):
+            await self.upstream.send(encode(error(exc.id, exc.code, exc.message)))
 
     def _tools_listed(self, msg: dict[str, Any], line: bytes) -> bytes:
         result = msg.get("result")

@@ -7,7 +7,9 @@
 policy source, the gate (the process's kill switch, breaker and limits — from the policy
 plane when ``AGENT_SAGA_REDIS_URL`` is set — the policy, and approvals), starts the
 upstream and serves the session on the proxy's own stdin/stdout. Logs go to stderr
-(stdout is the protocol).
+(stdout is the protocol). When ``$AGENT_SAGA_MCP_UPSTREAMS`` names an upstream ``--name``,
+the proxy holds its ``credentials`` (``_custody``): the same references recoveryd
+resolves, from this process's own mount.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from ..controls.policy import PolicySource, StaticPolicySource
 from ..errors import ConfigurationError
 from ..wal import get_default_wal, open_wal
 from ..wal.base import BaseWAL
+from ._custody import Custody
 from ._httpproxy import HttpProxy
 from ._observe import Surface
 from ._plane import plane_policy
 from ._proxy import McpProxy, stdio_client_channel
 from ._session import Boundary, ToolSession
-from ._stdio import StdioUpstream
-from .upstreams import UpstreamSpec, check_name
+from ._stdio import MAX_LINE, StdioUpstream
+from .upstreams import UpstreamSpec, check_name, named_upstream
 
 __all__ = ["ProxyOptions", "run_proxy"]
 
@@ -57,6 +60,8 @@ class ProxyOptions:
     listen: str | None = None
     upstream: str | None = None
     session_idle: float = 300.0
+    allow_hosts: Sequence[str] = ()
+    max_message: int = MAX_LINE
     policy_source: PolicySource | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -75,6 +80,14 @@ class ProxyOptions:
         elif not self.command:
             raise ConfigurationError("name the upstream MCP server after --: agent-saga mcp --policy FILE -- python "
                                      "-m my_mcp_server (or --listen ADDR --upstream URL for an HTTP server)")
+        if self.allow_hosts and self.listen is None:
+            raise ConfigurationError("--allow-host names a Host the --listen proxy answers: it goes with --listen")
+        for h in self.allow_hosts:
+            if not h or any(c in h for c in "/:@ ") and not h.startswith("["):
+                raise ConfigurationError(f"--allow-host {h!r}: a host name or address as clients write it in the "
+                                         f"Host header, without a port (mcp.payments.svc, 10.0.0.5, [fd00::5])")
+        if self.max_message < 1024:
+            raise ConfigurationError(f"--max-message-bytes {self.max_message}: at least 1024 (default {MAX_LINE})")
         if self.boundary not in BOUNDARIES:
             raise ConfigurationError(f"--boundary {self.boundary!r}: choose session, explicit or none")
         check_name(self.name, "--name")
@@ -122,13 +135,14 @@ async def run_proxy(opts: ProxyOptions) -> int:
     opts.check()
     if opts.listen is not None:
         return await _run_http(opts)
-    upstream = StdioUpstream(opts.command)
-    spec = UpstreamSpec(opts.name, tuple(opts.command))
+    uses = _credentials(opts.name)
+    upstream = StdioUpstream(opts.command, limit=opts.max_message, custody=Custody(uses))
+    spec = UpstreamSpec(opts.name, tuple(opts.command), credentials=uses)
     if opts.observe:
         surface = Surface()
         proxy = McpProxy(upstream, on_tools=surface.listed, on_call=surface.called)
         try:
-            return await proxy.serve(await stdio_client_channel())
+            return await proxy.serve(await stdio_client_channel(opts.max_message))
         finally:
             assert opts.emit_policy is not None
             written = surface.write(opts.emit_policy, name=opts.name, source=" ".join(opts.command))
@@ -142,10 +156,20 @@ async def run_proxy(opts: ProxyOptions) -> int:
                                 upstream=upstream, spec=spec, forward=proxy.forward_call,
                                 lease_seconds=opts.lease_seconds, agent=opts.agent)
     try:
-        return await proxy.serve(await stdio_client_channel())
+        return await proxy.serve(await stdio_client_channel(opts.max_message))
     finally:
         if opts.wal:
             wal.close()
+
+
+def _credentials(name: str) -> tuple[Any, ...]:
+    """The credentials of the upstream registered as ``name`` (none: not registered)."""
+    named = named_upstream(name)
+    if named is None or not named.credentials:
+        return ()
+    log.info("agent-saga mcp: holding %d credential(s) of upstream %s: %s", len(named.credentials), name,
+             ", ".join(u.ref for u in named.credentials))
+    return named.credentials
 
 
 def _policy(opts: ProxyOptions) -> PolicySource:
@@ -159,9 +183,11 @@ def _policy(opts: ProxyOptions) -> PolicySource:
 async def _run_http(opts: ProxyOptions) -> int:
     assert opts.listen is not None and opts.upstream is not None
     host, port = listen_address(opts.listen)
+    uses = _credentials(opts.name)
     if opts.observe:
         surface = Surface()
-        proxy = HttpProxy(opts.upstream, new_session=None, on_tools=surface.listed, on_call=surface.called)
+        proxy = HttpProxy(opts.upstream, new_session=None, on_tools=surface.listed, on_call=surface.called,
+                          allowed_hosts=opts.allow_hosts, max_message=opts.max_message, custody=Custody(uses))
         try:
             return await proxy.serve(host, port)
         finally:
@@ -172,7 +198,7 @@ async def _run_http(opts: ProxyOptions) -> int:
     wal = _wal(opts.wal)
     source = _policy(opts)
     gate = build_gate(opts, wal, source)
-    spec = UpstreamSpec(opts.name, url=opts.upstream)
+    spec = UpstreamSpec(opts.name, url=opts.upstream, credentials=uses)
 
     async def not_used(msg: dict[str, Any]) -> dict[str, Any]:  # pragma: no cover - each call brings its own
         raise RuntimeError("an HTTP session forwards each call itself")
@@ -183,7 +209,8 @@ async def _run_http(opts: ProxyOptions) -> int:
                            agent=opts.agent)
 
     proxy = HttpProxy(opts.upstream, new_session=new_session, inject_boundary_tools=opts.boundary == "explicit",
-                      session_idle=opts.session_idle)
+                      session_idle=opts.session_idle, allowed_hosts=opts.allow_hosts, max_message=opts.max_message,
+                      custody=Custody(uses))
     try:
         return await proxy.serve(host, port)
     finally:

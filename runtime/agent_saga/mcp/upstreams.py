@@ -11,6 +11,10 @@ daemon runs it, and finds the server by that name:
     AGENT_SAGA_MCP_UPSTREAMS=/etc/agent-saga/mcp-upstreams.json \\
         agent-saga-recoveryd --import agent_saga.mcp.upstreams ...
 
+An entry may list ``credentials`` — references, never values — injected into every call
+as a header (an HTTP upstream) or an environment variable (a stdio one); the proxy
+serving ``--name payments`` takes them from the same entry (``_custody``).
+
 Importing this module registers one ``@compensator("mcp:<name>")`` per entry of the file
 ``$AGENT_SAGA_MCP_UPSTREAMS`` names (handlers are registered by import, like any other);
 ``register_upstream`` does the same from code. The handler starts the server, calls the
@@ -36,11 +40,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..compensation import compensator, get_compensator
+from ..credentials import install_mounted_resolver
 from ..errors import ConfigurationError, HandlerNotRegistered
+from ._custody import CredentialUse, Custody, parse_credentials
 from ._stdio import call_tool_once
 
 __all__ = ["ENV_UPSTREAMS", "IDEMPOTENCY_META", "UpstreamSpec", "handler_name", "load_upstreams",
-           "register_upstream"]
+           "named_upstream", "register_upstream"]
 
 ENV_UPSTREAMS = "AGENT_SAGA_MCP_UPSTREAMS"
 IDEMPOTENCY_META = "agentsaga.dev/idempotency-key"
@@ -69,30 +75,46 @@ class UpstreamSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     url: str | None = None
+    credentials: tuple[CredentialUse, ...] = ()
 
     async def call_tool(self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None
                         ) -> dict[str, Any]:
         """Call ``tool`` once on a fresh session; its result (raises if it did not happen)."""
         meta = {IDEMPOTENCY_META: idempotency_key} if idempotency_key else None
+        custody = Custody(self.credentials)
         if self.url is not None:
-            from ._httpproxy import call_tool_http
+            from ._httpcall import call_tool_http
 
-            return await call_tool_http(self.url, tool, arguments, meta=meta)
-        return await call_tool_once(self.command, tool, arguments, meta=meta, env=self.env or None, cwd=self.cwd)
+            return await call_tool_http(self.url, tool, arguments, meta=meta, custody=custody)
+        return await call_tool_once(self.command, tool, arguments, meta=meta, env=self.env or None, cwd=self.cwd,
+                                    custody=custody)
+
+
+_SPECS: dict[str, UpstreamSpec] = {}
+
+
+def named_upstream(name: str) -> UpstreamSpec | None:
+    """The upstream registered as ``name`` (from the file or ``register_upstream``), if any."""
+    return _SPECS.get(name)
 
 
 def register_upstream(name: str, *, command: Sequence[str] | None = None, url: str | None = None,
-                      env: Mapping[str, str] | None = None, cwd: str | None = None) -> UpstreamSpec:
+                      env: Mapping[str, str] | None = None, cwd: str | None = None,
+                      credentials: Any = None) -> UpstreamSpec:
     """Register the compensation handler ``mcp:<name>`` for the server ``command`` starts
-    (stdio) or the one at ``url`` (Streamable HTTP)."""
+    (stdio) or the one at ``url`` (Streamable HTTP); ``credentials`` as in the file."""
     check_name(name)
+    uses = credentials if isinstance(credentials, tuple) else parse_credentials(
+        credentials, f"upstream {name!r}", http=url is not None)
+    if uses:
+        install_mounted_resolver()
     if (command is None) == (url is None):
         raise ConfigurationError(f"upstream {name!r}: give exactly one of command (a stdio server) and url (a "
                                  f"Streamable HTTP server, http://host:port/mcp)")
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigurationError(f"upstream {name!r}: url must be http:// or https://, got {url!r}")
-        spec = UpstreamSpec(name, url=url)
+        spec = UpstreamSpec(name, url=url, credentials=uses)
         _register(spec)
         return spec
     if isinstance(command, str) or not command or not all(isinstance(c, str) and c for c in command):
@@ -100,13 +122,14 @@ def register_upstream(name: str, *, command: Sequence[str] | None = None, url: s
                                  f"(['python', '-m', 'my_mcp_server']), got {command!r}")
     if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise ConfigurationError(f"upstream {name!r}: env must map names to string values")
-    spec = UpstreamSpec(name, tuple(command), dict(env or {}), cwd)
+    spec = UpstreamSpec(name, tuple(command), dict(env or {}), cwd, credentials=uses)
     _register(spec)
     return spec
 
 
 def _register(spec: UpstreamSpec) -> None:
     name = spec.name
+    _SPECS[name] = spec
 
     async def undo(tool: str, arguments: Mapping[str, Any], idempotency_key: str | None = None) -> None:
         await spec.call_tool(tool, arguments, idempotency_key)
@@ -138,12 +161,14 @@ def load_upstreams(path: str) -> list[UpstreamSpec]:
     for name, entry in doc.items():
         where = f"{path}: upstream {name!r}"
         check_name(name, where)
-        if not isinstance(entry, dict) or set(entry) - {"command", "env", "cwd", "url"}:
+        if not isinstance(entry, dict) or set(entry) - {"command", "env", "cwd", "url", "credentials"}:
             raise ConfigurationError(f"{where} must be {{\"command\": [\"python\", \"-m\", \"server\"]"
-                                     f"[, \"env\": {{...}}, \"cwd\": DIR]}} or {{\"url\": \"http://host:port/mcp\"}}")
+                                     f"[, \"env\": {{...}}, \"cwd\": DIR]}} or {{\"url\": \"http://host:port/mcp\"}}"
+                                     f", each with an optional \"credentials\": [...]")
         try:
             out.append(register_upstream(name, command=entry.get("command"), url=entry.get("url"),
-                                         env=entry.get("env"), cwd=entry.get("cwd")))
+                                         env=entry.get("env"), cwd=entry.get("cwd"),
+                                         credentials=entry.get("credentials")))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{path}: {exc.message}") from None
     return out

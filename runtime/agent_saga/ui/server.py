@@ -18,7 +18,6 @@ to it). Every response carries a Content-Security-Policy that allows no inline s
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import threading
 import urllib.parse
@@ -31,6 +30,7 @@ from typing import Any
 from ..audit.encryption import PayloadEncryptor
 from ..audit.merkle import build_disclosure
 from ..errors import ConfigurationError, SagaError
+from ..hosts import host_allowed, is_loopback
 from ..records import Record
 from . import views
 from .index import LogIndex
@@ -40,17 +40,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 _STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
            "/app.js": ("app.js", "text/javascript; charset=utf-8"),
            "/app.css": ("app.css", "text/css; charset=utf-8")}
-_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-
-
-def is_loopback(host: str) -> bool:
-    """Is ``host`` (an address or ``localhost``) a loopback address?"""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+__all__ = ["DebuggerServer", "check_bind", "is_loopback", "start"]
 
 
 def check_bind(host: str, token: str | None) -> None:
@@ -138,9 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(reply[0], reply[1], extra=reply[2], head=head)
 
     def _loopback_host(self) -> bool:
-        host = self.headers.get("Host") or ""
-        name = host.split("]")[0] + "]" if host.startswith("[") else host.rsplit(":", 1)[0]
-        return name in _LOOPBACK_NAMES or is_loopback(name)
+        return host_allowed(self.headers.get("Host") or "")
 
     def _authorized(self) -> bool:
         got = self.headers.get("Authorization") or ""

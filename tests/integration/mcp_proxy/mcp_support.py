@@ -4,8 +4,11 @@ thread (shared by a module's tests), and readers of the WAL and the server's led
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
@@ -176,3 +179,61 @@ def children(pid: int) -> list[int]:
         text = (task / "children").read_text().split()
         out += [int(p) for p in text]
     return out
+
+
+def listening_port(log: Path) -> int | None:
+    """The port the proxy's ``--listen 127.0.0.1:0`` took, from its log (None: not yet)."""
+    found = re.search(r"listening on 127\.0\.0\.1:(\d+), upstream", log.read_text())
+    return int(found.group(1)) if found else None
+
+
+def answers_http(port: int) -> bool:
+    """Does an HTTP server answer on ``port`` (any status)? A connection alone proves
+    nothing here: the kernel accepts into a listening socket's backlog before anyone serves."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.settimeout(0.5)
+        s.sendall(b"GET /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            return s.recv(5) == b"HTTP/"
+        except TimeoutError:
+            return False
+
+
+def post(port: int, msg: dict[str, Any] | str, *, host: str | None = None, sid: str | None = None,
+         content_type: str | None = "application/json", **headers: str) -> tuple[int, Any, http.client.HTTPMessage]:
+    """One POST to the proxy with exactly these headers; the status, the JSON-RPC answer
+    (the last SSE event's data, or the JSON body) and the response headers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        body = msg if isinstance(msg, str) else json.dumps(msg)
+        conn.putrequest("POST", "/mcp", skip_host=True)
+        conn.putheader("Host", host or f"127.0.0.1:{port}")
+        conn.putheader("Accept", "application/json, text/event-stream")
+        conn.putheader("MCP-Protocol-Version", "2025-06-18")
+        if content_type is not None:
+            conn.putheader("Content-Type", content_type)
+        if sid:
+            conn.putheader("Mcp-Session-Id", sid)
+        for k, v in headers.items():
+            conn.putheader(k.replace("_", "-"), v)
+        conn.putheader("Content-Length", str(len(body.encode())))
+        conn.endheaders(body.encode())
+        resp = conn.getresponse()
+        raw = resp.read().decode()
+        if resp.getheader("Content-Type", "").startswith("text/event-stream"):
+            data = [line[5:].strip() for line in raw.splitlines() if line.startswith("data:")]
+            return resp.status, json.loads(data[-1]) if data else None, resp.headers
+        return resp.status, json.loads(raw) if raw.strip() else None, resp.headers
+    finally:
+        conn.close()
+
+
+def session(port: int, **headers: str) -> str:
+    """A session opened through the proxy (initialize + initialized); its id."""
+    status, init, head = post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "guard", "version": "1"}}},
+        **headers)
+    assert status == 200 and "result" in init, init
+    sid = head["Mcp-Session-Id"]
+    assert post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, sid=sid)[0] == 202
+    return sid

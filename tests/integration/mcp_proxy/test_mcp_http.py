@@ -5,7 +5,6 @@ a DELETE commits, an abandoned session is rolled back by calling the inverse."""
 from __future__ import annotations
 
 import asyncio
-import re
 import socket
 import subprocess
 import sys
@@ -44,32 +43,14 @@ def urls(tmp: Path) -> Iterator[tuple[str, str]]:
              "--upstream", f"http://127.0.0.1:{up}/mcp", "--session-idle", "1"],
             env=env, stdout=plog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
     try:
-        until("the server answers", lambda: answers_http(up), proc=server)
-        px = until("the proxy names its port", lambda: listening_port(tmp / "proxy.log"), proc=proxy)
+        until("the server answers", lambda: ms.answers_http(up), proc=server)
+        px = until("the proxy names its port", lambda: ms.listening_port(tmp / "proxy.log"), proc=proxy)
         assert port_open(px)
         yield f"http://127.0.0.1:{up}/mcp", f"http://127.0.0.1:{px}/mcp"
     finally:
         for p in (proxy, server):
             p.terminate()
             p.wait(timeout=30)
-
-
-def listening_port(log: Path) -> int | None:
-    """The port the proxy's ``--listen 127.0.0.1:0`` took, from its log (None: not yet)."""
-    found = re.search(r"listening on 127\.0\.0\.1:(\d+), upstream", log.read_text())
-    return int(found.group(1)) if found else None
-
-
-def answers_http(port: int) -> bool:
-    """Does an HTTP server answer on ``port`` (any status)? A connection alone proves
-    nothing here: the kernel accepts into a listening socket's backlog before anyone serves."""
-    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-        s.settimeout(0.5)
-        s.sendall(b"GET /mcp HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        try:
-            return s.recv(5) == b"HTTP/"
-        except TimeoutError:
-            return False
 
 
 def _ends(wal: Path) -> list[str]:

@@ -174,7 +174,8 @@ def test_garbage_from_the_server_is_answered_and_the_session_survives(held: ms.H
     assert held.run(lambda s: s.call_tool("garble", {})).content[0].text == "garbled"
     log = until("the proxy reports both bad lines", lambda: (tmp / "proxy.log").read_text().count(
         "the upstream") >= 2 and (tmp / "proxy.log").read_text())
-    assert "printed a line that is not JSON" in log and "sent an invalid message" in log
+    assert log.count("refused a message from the upstream") == 2
+    assert "the message is not JSON" in log and 'a message needs "method"' in log
     assert held.run(lambda s: s.call_tool("search_docs", {"query": "still"})).content[0].text == "results for still"
 
 
