@@ -41,8 +41,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
