@@ -11,7 +11,8 @@ at startup and after the server lost its data.
 
 What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's hash tag):
 
-    agent      its RedisWAL streams (append only, with ``wal_keys``);
+    agent      its own RedisWAL streams (append only, with ``wal_keys`` and ``agent``:
+               K:w:<ns>/<pod> and K:w:<ns>/<pod>@*, never another identity's);
                P:v1:approval:request:*, :pending, :decision:* (its requests; expiry and
                denial), :unmirrored (its new requests), P:v1:rev; its own heartbeat
                P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
@@ -21,7 +22,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
                documents P:v1:killswitch:*, P:v1:synced; publish on P:v1:events.
     operator   everything under P:v1:* and {L}:limits:*, SCRIPT LOAD (not FLUSH, CONFIG,
-               ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
+               ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own);
+               with ``wal_keys``, reads each RedisWAL and writes its writer quarantine
+               K:quarantine (``agent-saga wal quarantine``), never a stream.
 
 Every role reads the whole policy plane, and the slot map of a Redis Cluster (so a
 cluster client can connect with it; create each user on every node of a cluster). Redis checks the caller's ACL for every command
@@ -37,7 +40,8 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
+__all__ = ["ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts", "wal_append_rules",
+           "wal_quarantine_rules"]
 
 Role = Literal["agent", "approver", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
@@ -64,7 +68,10 @@ def acl_rules(
     role only): ``<namespace>/<name>``, the only heartbeat and surface it may write;
     ``None`` lets the credential write any agent's (one credential shared by a fleet).
     ``wal_keys``: the ``key`` of each RedisWAL the agent appends to (``agent-saga:wal``):
-    it may append (``XADD``), never delete or trim a record."""
+    it may append (``XADD``) to the writer streams of its own identity ``agent`` only
+    (``None``: of every agent identity, never a service writer's such as recovery's),
+    never delete or trim a record. For the operator role, ``wal_keys``
+    lets it quarantine a writer of those logs."""
     if role not in ROLES:
         raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
     if not prefix or any(c in prefix for c in " *?[]"):
@@ -76,8 +83,8 @@ def acl_rules(
     # own: it runs only scripts already loaded (no EVAL, no SCRIPT LOAD), and every command
     # such a script runs is checked again against the rules below (reads everywhere,
     # writes only where a selector allows them).
-    if role != "agent" and wal_keys:
-        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends)")
+    if role == "approver" and wal_keys:
+        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends) and the operator (quarantine)")
     if any(not k or any(c in k for c in " *?[]") for k in wal_keys):
         raise ConfigurationError(f"wal_keys {list(wal_keys)!r}: give each RedisWAL key, without glob characters")
     base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*",
@@ -85,7 +92,7 @@ def acl_rules(
     if role == "operator":
         return ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, "+@read", "+@write", "+@pubsub",
                 "+@transaction", "+script|load", "+publish", "-@dangerous", "+info", f"~{p}:*", f"~{lim}:*",
-                f"&{p}:*"]
+                f"&{p}:*", *(rule for k in wal_keys for rule in wal_quarantine_rules(k))]
     if role == "approver":
         return [*base, f"&{p}:events", "+publish",
                 f"({_keys(f'{p}:approval:decision:*', f'{p}:approval:pending', f'{p}:rev')} +set +incr +zrem)",
@@ -99,15 +106,31 @@ def acl_rules(
         f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
         f"({_keys(f'{lim}:totals', f'{lim}:log', f'{lim}:defs')} +hset +hdel +zadd +zrem +zremrangebyscore)",
-        *(rule for k in wal_keys for rule in wal_append_rules(k)),
+        *(rule for k in wal_keys for rule in wal_append_rules(k, agent)),
     ]
 
 
-def wal_append_rules(key: str) -> list[str]:
+def wal_append_rules(key: str, agent: str | None) -> list[str]:
     """The agent's rules for one RedisWAL ``key``: read it, run the append script on it,
-    append (``XADD``), never delete or trim."""
-    return [f"%R~{key}:*", f"(~{key}:* +evalsha)", f"({_keys(f'{key}:w:*', f'{key}:gseq', f'{key}:writers')} "
-            f"+xadd +incrby +sadd)", "+wait"]
+    append (``XADD``) to its own identity's writer streams only (``<key>:w:<agent>`` and
+    ``<key>:w:<agent>@*``: a writer id holds one ``@``, a pod name none), never delete or
+    trim. ``agent`` is ``<namespace>/<pod>``; ``None`` (one credential shared by a fleet):
+    every agent identity's streams (``<key>:w:*/*``), still never a service writer's."""
+    if agent is None:
+        streams = [f"{key}:w:*/*"]
+    else:
+        from ..wal.writers import check_identity
+
+        check_identity(agent)
+        streams = [f"{key}:w:{agent}", f"{key}:w:{agent}@*"]
+    return [f"%R~{key}:*", f"(~{key}:* +evalsha)",
+            f"({_keys(*streams, f'{key}:gseq', f'{key}:writers')} +xadd +incrby +sadd)", "+wait"]
+
+
+def wal_quarantine_rules(key: str) -> list[str]:
+    """The operator's rules for one RedisWAL ``key``: read it, write its writer quarantine
+    (``<key>:quarantine``), nothing else of it."""
+    return [f"%R~{key}:*", f"~{key}:quarantine"]
 
 
 def _keys(*patterns: str) -> str:

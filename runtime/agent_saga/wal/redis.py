@@ -61,6 +61,7 @@ from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
 from .batching import BatchingWAL, Sealed, SealedLines, SharedLogReads, default_writer_id
+from .writers import check_identity, identity_writer, writer_of_identity
 from .compaction import (
     CompactionAborted,
     CompactionPlan,
@@ -253,6 +254,11 @@ class RedisWAL(SharedLogReads, BatchingWAL):
         key: the key prefix of this log (see the module doc).
         writer: this writer's id (default ``default_writer_id()``, unique per process).
             Reopening a writer id continues its sequence and chain from Redis.
+        identity: the agent identity ``<namespace>/<pod>`` this process writes as: the
+            writer id is then ``<identity>@<pid>-<random>`` (or ``writer``, which must be
+            ``identity`` or ``identity@SUFFIX``), the only streams that identity's ACL
+            user may append to, and the sagas it starts are bound to it
+            (``wal.writers``). Writer ids without a ``/`` are service writers (recovery).
         wait_replicas: with N > 0 every batch is followed by ``WAIT N wait_timeout_ms`` in
             the same round trip; fewer acknowledgements fail the writer with
             ``WALStalled`` (the batch is on the primary, not on N replicas). Behind
@@ -336,6 +342,7 @@ return g
         *,
         key: str = DEFAULT_KEY,
         writer: str | None = None,
+        identity: str | None = None,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
         socket_timeout: float = 10.0,
@@ -353,7 +360,7 @@ return g
             raise ConfigurationError(f"wait_timeout_ms must be >= 1, got {wait_timeout_ms}")
         if not key or any(c in key for c in " \n\r"):
             raise ConfigurationError(f"key {key!r} must be a non-empty Redis key without spaces")
-        self.writer = validate_id(writer if writer is not None else default_writer_id(), "writer")
+        self.writer = _writer_id(writer, identity)
         self.key = key
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
@@ -564,6 +571,21 @@ return g
     def _release(self) -> None:
         self._close_client()
 
+
+
+def _writer_id(writer: str | None, identity: str | None) -> str:
+    """The writer id: ``writer``, else ``identity``'s own (``NS/POD@<pid>-<random>``), else
+    a service writer's default. With both, ``writer`` must be ``identity``'s."""
+    if identity is None:
+        return validate_id(writer if writer is not None else default_writer_id(), "writer")
+    if writer is None:
+        return identity_writer(identity)
+    check_identity(identity, "identity")
+    if not writer_of_identity(writer, identity):
+        raise ConfigurationError(
+            f"writer {writer!r} is not a writer of identity {identity!r}: give {identity!r} or "
+            f"'{identity}@SUFFIX' (the streams its Redis ACL user may append to), or leave writer out")
+    return validate_id(writer, "writer")
 
 
 def _records(items: Iterator[tuple[str, Record | WALCorrupt]]) -> Iterator[Record]:

@@ -1,0 +1,132 @@
+"""Who wrote a record: writer ids bound to agent identities, and sagas bound to writers.
+
+A fleet log (RedisWAL, PostgresWAL) holds one hash chain per writer. Two kinds of writer:
+
+    NS/POD, NS/POD@SUFFIX   an agent identity's writer (``--agent NS/POD`` of its Redis
+                            ACL user): the only streams that credential may append to
+    anything else           a service writer: recovery daemons, operators' tools. No
+                            agent credential may append to it (an agent's ACL names only
+                            streams of its own identity, and those hold a ``/``)
+
+Invariants:
+- A saga belongs to the first agent identity writer that wrote a record of it, in the
+  log's order (``gseq``). Records of that saga in another identity writer's chain are
+  *foreign*: ``verify`` reports them, certify and recovery ignore them and say so.
+- Service writers may write records of any saga (a recovery daemon closes another
+  process's saga in its own chain); they never own one.
+- A file log is one writer: the ``writer`` and ``gseq`` stamps a file line may carry are
+  not covered by the chain and are never read (``wal.file.scan_file_records``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError
+from ..records import validate_id
+
+__all__ = [
+    "ForeignRecords",
+    "SagaOwners",
+    "check_identity",
+    "identity_of",
+    "identity_writer",
+    "is_identity_writer",
+    "local_identity",
+    "writer_of_identity",
+]
+
+_GLOB = frozenset(" *?[]\\")
+
+
+def is_identity_writer(writer: str) -> bool:
+    """True if ``writer`` is an agent identity's writer (``NS/POD[@SUFFIX]``)."""
+    return "/" in writer
+
+
+def identity_of(writer: str) -> str | None:
+    """The agent identity ``NS/POD`` of an identity writer, else None (a service writer)."""
+    if "/" not in writer:
+        return None
+    return writer.split("@", 1)[0]
+
+
+def check_identity(identity: str, what: str = "agent") -> str:
+    """``identity`` if it is ``<namespace>/<pod>`` (no glob characters, no ``@``), else raise
+    ``ConfigurationError`` naming ``what`` and the fix."""
+    if (
+        not isinstance(identity, str) or identity.count("/") != 1 or "@" in identity
+        or any(c in _GLOB for c in identity) or "" in identity.split("/")
+    ):
+        raise ConfigurationError(f"{what} {identity!r}: give <namespace>/<pod> (no glob characters, no '@')")
+    validate_id(identity, what)
+    return identity
+
+
+def identity_writer(identity: str, suffix: str | None = None) -> str:
+    """The writer id of a process of ``identity``: ``NS/POD@SUFFIX`` (default suffix
+    ``<pid>-<random>``, unique per process, so two processes of one pod never fence each
+    other). Its stream is one the identity's ACL user may append to."""
+    check_identity(identity)
+    return validate_id(f"{identity}@{suffix or f'{os.getpid()}-{secrets.token_hex(3)}'}", "writer")
+
+
+def writer_of_identity(writer: str, identity: str) -> bool:
+    """True if ``writer`` is ``identity``'s own (``identity`` or ``identity@...``)."""
+    return writer == identity or writer.startswith(identity + "@")
+
+
+def local_identity(namespace: str, pod: str | None = None) -> str:
+    """This process's identity ``NS/POD``: ``pod``, else ``$POD_NAME``, else the host name
+    (a pod's name), as its heartbeat names it."""
+    p = (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+    return check_identity(f"{namespace}/{p}")
+
+
+@dataclass(slots=True)
+class ForeignRecords:
+    """Records of sagas a writer does not own, per writer: how many, and the first."""
+
+    by_writer: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def add(self, writer: str, saga: str, owner: str, where: str) -> None:
+        n, first = self.by_writer.get(writer, (0, ""))
+        if not n:
+            first = f"{where}: saga {saga} belongs to writer {owner}"
+        self.by_writer[writer] = (n + 1, first)
+
+    def describe(self) -> list[str]:
+        """One line per writer that wrote records of sagas it does not own."""
+        return [
+            f"writer {w}: {n} record(s) of sagas it does not own (first: {first}); ignored: a "
+            f"saga's records count only from its own writer and from service writers (recovery)"
+            for w, (n, first) in sorted(self.by_writer.items())
+        ]
+
+    def __bool__(self) -> bool:
+        return bool(self.by_writer)
+
+
+class SagaOwners:
+    """The binding rule over a log read in order (see the module doc): ``admit`` says
+    whether a record counts, and keeps what did not in ``foreign``."""
+
+    __slots__ = ("foreign", "owners")
+
+    def __init__(self) -> None:
+        self.owners: dict[str, str] = {}
+        self.foreign = ForeignRecords()
+
+    def admit(self, saga: str, writer: object, where: str = "") -> bool:
+        """True if a record of ``saga`` written by ``writer`` counts (``writer`` None or
+        not a string: a file log, one writer)."""
+        if not isinstance(writer, str) or "/" not in writer:
+            return True
+        owner = self.owners.setdefault(saga, writer)
+        if owner == writer:
+            return True
+        self.foreign.add(writer, saga, owner, where)
+        return False
