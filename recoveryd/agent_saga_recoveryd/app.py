@@ -91,7 +91,7 @@ class Recoveryd:
                 concurrency=c.concurrency, in_hand=c.in_hand, compensation_timeout=c.compensation_timeout,
                 daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None, reopen=reopen,
                 # Replicas sharing Redis claims split the orphans (a dead one's share moves).
-                shard=hasattr(lock, "members"),
+                shard=hasattr(lock, "members"), allow=c.allow,
             )
 
         for path in c.wal_paths:

@@ -129,8 +129,8 @@ def wal_append_rules(key: str, agent: str | None) -> list[str]:
 
 def wal_quarantine_rules(key: str) -> list[str]:
     """The operator's rules for one RedisWAL ``key``: read it, write its writer quarantine
-    (``<key>:quarantine``), nothing else of it."""
-    return [f"%R~{key}:*", f"~{key}:quarantine"]
+    (``<key>:quarantine`` and its journal), nothing else of it."""
+    return [f"%R~{key}:*", f"~{key}:quarantine", f"~{key}:quarantine:journal"]
 
 
 def _keys(*patterns: str) -> str:

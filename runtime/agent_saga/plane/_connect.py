@@ -289,7 +289,6 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     wal = None
     if s.wal_key:
         from ..wal.redis import RedisWAL
-
         from ..wal.writers import local_identity
 
         # The writer is this pod's identity's own: the stream its ACL user may append to.

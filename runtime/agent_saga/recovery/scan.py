@@ -20,6 +20,9 @@ Invariants:
   says whether a live process would be touched.
 - Records of a type this version does not know are counted (``unknown_types``), never
   dropped: the plan refuses a saga holding one, the report names them.
+- A saga's records count only from the writer it belongs to and from service writers
+  (``wal.writers``): another agent identity's record of it (a forged completion, a forged
+  compensation) is ignored and counted in ``foreign``, which the report names.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from ..chain import RESERVED_SAGA
 from ..leases import DEFAULT_LEASE_SECONDS
 from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
+from ..wal.writers import ForeignRecords, is_identity_writer
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
@@ -69,6 +73,9 @@ class SagaView:
     owner_last_ts: int = 0  # µs, the owner's last sign of life
     first_ts: int = 0
     quarantine: dict[str, Any] | None = None  # the SAGA_QUARANTINED payload while frozen
+    #: the writer the saga belongs to (``wal.writers``): its first agent identity writer,
+    #: else the writer of its first record; None in a file log (one writer)
+    owner: str | None = None
 
     @property
     def lease_until(self) -> float:
@@ -97,6 +104,8 @@ class LogScan:
         self.records_read = 0
         #: record types this version does not know: type -> (count, where the first is)
         self.unknown_types: dict[str, tuple[int, str]] = {}
+        #: records of sagas their writer does not own, ignored (``wal.writers``)
+        self.foreign = ForeignRecords()
 
     def feed_all(self, records: Iterable[Record]) -> None:
         """``feed`` every record of ``records``, in log order."""
@@ -112,6 +121,10 @@ class LogScan:
         saga_id = rec.saga
         if saga_id == RESERVED_SAGA or saga_id in self.resolved:
             return
+        view = self.in_flight.get(saga_id)
+        w = rec.extra.get("writer")
+        if view is not None and w != view.owner and self._foreign(view, rec, w):
+            return  # another agent's record of this saga: it says nothing about it
         if rec.type in TERMINAL_SAGA_TYPES:
             done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
@@ -119,9 +132,8 @@ class LogScan:
                 earlier = [] if done is None else done.refs if self.refs else done.records
                 self.owner_partials.append((rec, earlier))
             return
-        view = self.in_flight.get(saga_id)
         if view is None:
-            view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts)
+            view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts, owner=w)
         payload = rec.payload or {}
         if self.refs:
             self._keep_ref(view, rec)
@@ -158,6 +170,19 @@ class LogScan:
             view.lease_seconds = float(value)
         if rec.ts > view.owner_last_ts:
             view.owner_last_ts = rec.ts
+
+    def _foreign(self, view: SagaView, rec: Record, w: object) -> bool:
+        """True if ``rec`` (written by ``w``, not the saga's owner) does not count: an
+        agent identity writer's record of a saga another identity owns (``wal.writers``).
+        A service writer's (recovery's) counts; the first identity writer to write a saga
+        a service writer began owns it."""
+        if not isinstance(w, str) or not is_identity_writer(w):
+            return False
+        if view.owner is None or not is_identity_writer(view.owner):
+            view.owner = w
+            return False
+        self.foreign.add(w, rec.saga, view.owner, where(rec))
+        return True
 
     def places(self, refs: bytes) -> list[Place]:
         """The places packed in a view's ``refs``, in log order."""

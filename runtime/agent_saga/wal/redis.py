@@ -6,6 +6,13 @@ Keys (``key`` defaults to ``agent-saga:wal``; for Redis Cluster give it a hash t
     {key}:w:{writer}   STREAM  one entry per record: id "<gseq>-0", field r = the record line
     {key}:gseq         STRING  the global sequence counter (INCRBY once per batch)
     {key}:writers      SET     every writer id that has written
+    {key}:quarantine   HASH    writer id -> {"by", "reason", "ts"}: writers an operator
+                               quarantined (``agent-saga wal quarantine``); not read
+    {key}:quarantine:journal  STREAM  every quarantine and lift: who, why, when
+
+Writer ids (``wal.writers``): ``<namespace>/<pod>[@suffix]`` is an agent identity's
+writer, the only streams that identity's Redis ACL user may append to
+(``plane._acl.wal_append_rules``); ids without a ``/`` are service writers (recovery).
 
 Invariants:
 - The field ``r`` holds exactly the line FileWAL would write (``records.encode_line``),
@@ -41,6 +48,7 @@ docs/wal-backends.md before putting money through it.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -61,7 +69,6 @@ from ..errors import ConfigurationError, WALCorrupt, WALError, WALStalled
 from ..records import Record, decode_line, encode_line, validate_id
 from .base import Backpressure, FaultHook
 from .batching import BatchingWAL, Sealed, SealedLines, SharedLogReads, default_writer_id
-from .writers import check_identity, identity_writer, writer_of_identity
 from .compaction import (
     CompactionAborted,
     CompactionPlan,
@@ -69,6 +76,7 @@ from .compaction import (
     CompactionRequest,
     resolved_sagas,
 )
+from .writers import check_identity, identity_writer, is_identity_writer, writer_of_identity
 
 log = logging.getLogger("agent_saga.wal")
 
@@ -92,6 +100,7 @@ class RedisLog:
         self.where = where
         self.gseq_key = f"{key}:gseq"
         self.writers_key = f"{key}:writers"
+        self.quarantine_key = f"{key}:quarantine"
 
     def stream(self, writer: str) -> str:
         """The stream key of ``writer``."""
@@ -173,21 +182,55 @@ class RedisLog:
                 out.append((f"{self.where} stream {self.stream(w)} entry {g}-0", None))
         return out
 
-    def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        """The quarantined writers of this log: writer id -> ``{by, reason, ts}``."""
+        return _quarantine_of(self.client.hgetall(self.quarantine_key))
+
+    def quarantine(self, writer: str, *, by: str, reason: str, ts: float, lift: bool = False) -> None:
+        """Quarantine ``writer`` (an agent identity writer), or ``lift`` its quarantine;
+        either is journaled in ``<key>:quarantine:journal`` in the same transaction."""
+        entry = {"v": 1, "writer": writer, "by": by, "reason": reason, "ts": ts,
+                 "action": "lift" if lift else "quarantine"}
+        pipe = self.client.pipeline(transaction=True)
+        if lift:
+            pipe.hdel(self.quarantine_key, writer)
+        else:
+            pipe.hset(self.quarantine_key, writer, json.dumps({k: entry[k] for k in ("by", "reason", "ts")}))
+        pipe.xadd(f"{self.quarantine_key}:journal", {"e": json.dumps(entry, sort_keys=True)})
+        pipe.execute()
+
+    def pages_since(
+        self,
+        cursor: int,
+        page_size: int = 1000,
+        *,
+        broken: dict[str, WALCorrupt] | None = None,
+        skip: frozenset[str] = frozenset(),
+        quarantined: dict[str, dict[str, Any]] | None = None,
+    ) -> Iterator[list[Record]]:
         """Every writer's records with ``gseq > cursor``, merged in ``gseq`` order, in pages.
 
         Stops at the counter's value read first (see the module doc: a consistent cursor).
-        Raises ``WALCorrupt`` on an entry that cannot be read.
+        Raises ``WALCorrupt`` on an entry that cannot be read, unless ``broken`` is given:
+        then the writer whose entry it is goes into ``broken`` and nothing more of it is
+        read (the others are). Writers in ``skip`` are not read; with ``quarantined``
+        given, it receives the log's quarantined identity writers, which are not read
+        either (read in the same round trip as the counter).
         """
         # The counter and the writer set in one round trip (a read costs one per refresh).
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.gseq_key)
         pipe.smembers(self.writers_key)
-        top, members = pipe.execute()
+        if quarantined is not None:
+            pipe.hgetall(self.quarantine_key)
+        top, members, *held = pipe.execute()
+        if quarantined is not None:
+            quarantined.update(_quarantine_of(held[0]))
+            skip = skip | quarantined.keys()
         hwm = int(top) if top is not None else 0
         if hwm <= cursor:
             return
-        writers = sorted(w.decode() if isinstance(w, bytes) else w for w in members)
+        writers = sorted(w for w in (m.decode() if isinstance(m, bytes) else m for m in members) if w not in skip)
         bufs: dict[str, deque[Record]] = {w: deque() for w in writers}
         pos = dict.fromkeys(writers, cursor)
         live = set(writers)
@@ -216,11 +259,14 @@ class RedisLog:
                             continue
                     _loc, item = self._decode(w, entry)
                     if isinstance(item, WALCorrupt):
-                        raise item
+                        if broken is None:
+                            raise item
+                        broken[w] = item  # this writer is read no further; the others are
+                        break
                     buf.append(item)
                 if page:
                     pos[w] = _gseq_of(page[-1][0])
-                if len(page) < page_size:
+                if len(page) < page_size or (broken is not None and w in broken):
                     live.discard(w)
                 if bufs[w]:
                     heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
@@ -593,6 +639,22 @@ def _records(items: Iterator[tuple[str, Record | WALCorrupt]]) -> Iterator[Recor
         if isinstance(item, WALCorrupt):
             raise item
         yield item
+
+
+def _quarantine_of(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    """The quarantine hash as ``writer -> {by, reason, ts}``: identity writers only (a
+    service writer's records may close other agents' sagas, so it is never skipped)."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in (raw or {}).items():
+        w = _text(k)
+        if not is_identity_writer(w):
+            continue
+        try:
+            info = json.loads(_text(v))
+        except ValueError:
+            info = None
+        out[w] = info if isinstance(info, dict) else {"reason": _text(v)}
+    return out
 
 
 def _text(v: Any) -> str:

@@ -26,7 +26,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError
-from ..records import validate_id
+from ..records import Record, validate_id
 
 __all__ = [
     "ForeignRecords",
@@ -93,6 +93,7 @@ class ForeignRecords:
     by_writer: dict[str, tuple[int, str]] = field(default_factory=dict)
 
     def add(self, writer: str, saga: str, owner: str, where: str) -> None:
+        """Count a record of ``saga`` (owned by ``owner``) that ``writer`` wrote at ``where``."""
         n, first = self.by_writer.get(writer, (0, ""))
         if not n:
             first = f"{where}: saga {saga} belongs to writer {owner}"
@@ -120,13 +121,14 @@ class SagaOwners:
         self.owners: dict[str, str] = {}
         self.foreign = ForeignRecords()
 
-    def admit(self, saga: str, writer: object, where: str = "") -> bool:
-        """True if a record of ``saga`` written by ``writer`` counts (``writer`` None or
-        not a string: a file log, one writer)."""
+    def admit(self, rec: Record) -> bool:
+        """True if ``rec`` counts: its ``writer`` stamp is the saga's owner or a service
+        writer (no stamp: a file log, one writer)."""
+        writer = rec.extra.get("writer")
         if not isinstance(writer, str) or "/" not in writer:
             return True
-        owner = self.owners.setdefault(saga, writer)
+        owner = self.owners.setdefault(rec.saga, writer)
         if owner == writer:
             return True
-        self.foreign.add(writer, saga, owner, where)
+        self.foreign.add(writer, rec.saga, owner, f"seq {rec.seq} gseq {rec.extra.get('gseq')} type {rec.type}")
         return False
