@@ -232,7 +232,8 @@ def test_a_poisoned_entry_holds_only_its_writers_sagas_until_quarantined(fleet: 
     assert r.returncode == 1, r.stdout + r.stderr  # the broken writer's sagas wait for a human
     assert "HALTED" not in r.stdout
     assert [c["charge_id"] for c in fleet.env.calls()] == ["ch_victim"]
-    assert f"writer {attacker.writer}: BROKEN" in r.stdout
+    assert f"1 orphan(s) of writers recovery does not act on were left alone: writer {attacker.writer}: BROKEN" \
+        in r.stdout
 
     # The operator quarantines it (an agent credential cannot), recorded; everyone goes on.
     q = ["wal", "quarantine", "--writer", attacker.writer, "--by", "oncall@corp", "--reason", "INC-7 poisoned entry"]
@@ -272,3 +273,26 @@ def test_a_file_line_stamped_with_another_writer_is_not_a_chain_of_its_own(env: 
     assert r.returncode == 2, r.stdout + r.stderr  # halted: nothing verify calls broken is acted on
     assert "fails verification" in r.stdout
     assert env.calls() == []
+
+
+def test_a_quarantined_writers_sagas_are_left_alone_and_named(fleet: Fleet) -> None:
+    attacker = fleet.wal(ATTACKER)
+    write_orphan(attacker, "s-a", "ch_a")
+    attacker.close()
+    q = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(fleet.operator), "--writer", attacker.writer,
+                      "--by", "oncall@corp", "--reason", "INC-8")
+    assert q.returncode == 0, q.stdout + q.stderr
+    listed = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(), "--list", "--json")
+    assert [(e["writer"], e["by"]) for e in json.loads(listed.stdout)] == [(attacker.writer, "oncall@corp")]
+    r = fleet.recover()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"writer {attacker.writer}: QUARANTINED by oncall@corp: INC-8" in r.stdout
+    assert fleet.env.calls() == []
+    lift = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(fleet.operator), "--writer", attacker.writer,
+                         "--by", "oncall@corp", "--reason", "cleared", "--lift")
+    assert lift.returncode == 0, lift.stdout + lift.stderr
+    r = fleet.recover()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [c["charge_id"] for c in fleet.env.calls()] == ["ch_a"]
+    actions = [json.loads(e[b"e"])["action"] for _id, e in fleet.admin.xrange(f"{fleet.key}:quarantine:journal")]
+    assert actions == ["quarantine", "lift"]

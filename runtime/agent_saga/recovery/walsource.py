@@ -135,9 +135,11 @@ class WALSource(LogSource):
                     raise LocationUnavailable(
                         f"{exc.message}; nothing was acted on, the next read tries again", path=self.description) from exc
                 self.quarantined = quarantined
-                for w, bad in broken.items():
-                    self._reads.writer_unreadable(w, bad)
                 if page is None:
+                    # Once the records read before it were handed on: a broken writer's
+                    # sagas are then known, and held.
+                    for w, bad in broken.items():
+                        self._reads.writer_unreadable(w, bad)
                     break
                 items: list[Item] = [
                     (f"{desc} gseq {g}" if (g := rec.extra.get("gseq")) is not None else f"{desc} seq {rec.seq}", rec)
