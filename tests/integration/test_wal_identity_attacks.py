@@ -155,6 +155,10 @@ def test_a_forged_completion_of_another_agents_saga_changes_nothing(fleet: Fleet
     assert "UNACCOUNTED  saga s-v step s-v/0" in r.stdout and "intended" not in r.stdout
     assert f"IGNORED      writer {forger.writer}: 1 record(s) of sagas it does not own" in r.stdout
 
+    r = fleet.env.cli("inspect", "--wal-url", fleet.log_url())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"note: ignored writer {forger.writer}: 1 record(s) of sagas it does not own" in r.stdout + r.stderr
+
     r = fleet.recover()
     assert r.returncode == 1, r.stdout + r.stderr  # a forgery needs a human
     assert [c["charge_id"] for c in fleet.env.calls()] == ["ch_victim"]

@@ -25,7 +25,7 @@ from ..errors import ConfigurationError
 from ..history import fold
 from ..records import Record, is_known_type
 from ..wal.readers import FileLogReader, LogReader, open_reader
-from ..wal.writers import is_identity_writer
+from ..wal.writers import SagaOwners, is_identity_writer
 from .keys import add_key_option, encryptor_from_args
 
 
@@ -255,11 +255,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     reader = _open(args)
     sealed = [0]
     unknown: dict[str, list[Record]] = {}
+    owners = SagaOwners()
     try:
-        sagas = fold(_readable(reader.records(), encryptor, sealed, unknown))
+        # As certify reads it: quarantined writers skipped, records of sagas a writer does
+        # not own left out (and named below).
+        quarantined = reader.quarantined()
+        records = (r for r in reader.records(skip=frozenset(quarantined)) if owners.admit(r))
+        sagas = fold(_readable(records, encryptor, sealed, unknown))
     finally:
         reader.close()
-    notes = _inspect_notes(sealed[0], unknown)
+    notes = _inspect_notes(sealed[0], unknown) + [f"note: ignored {text}" for text in owners.foreign.describe()]
+    notes += [f"note: writer {w} is QUARANTINED by {q.get('by') or '?'}: its sagas are not shown"
+              for w, q in sorted(quarantined.items())]
     where = reader.description
     if args.saga:
         if args.saga not in sagas:
