@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -81,8 +82,9 @@ def writer_of_identity(writer: str, identity: str) -> bool:
 
 def local_identity(namespace: str, pod: str | None = None) -> str:
     """This process's identity ``NS/POD``: ``pod``, else ``$POD_NAME``, else the host name
-    (a pod's name), as its heartbeat names it."""
-    p = (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+    (a pod's name), as its heartbeat names it (characters a writer id cannot hold become
+    ``-``)."""
+    p = re.sub(r"[^A-Za-z0-9._-]", "-", pod or os.environ.get("POD_NAME") or socket.gethostname())
     return check_identity(f"{namespace}/{p}")
 
 
