@@ -237,7 +237,7 @@ class Recoveryd:
                     print(f"{redact(url)}: the log cannot be opened: {why}")
                 if any(r.halted for r in reports):
                     code = 2
-                elif any(r.escalations or r.error or r.foreign or any(": BROKEN:" in h for h in r.held_writers)
+                elif any(r.escalations or r.error or r.foreign or any(": BROKEN:" in h or ": CONTESTED:" in h for h in r.held_writers)
                          for r in reports) or self._unopened:
                     code = 1
             else:

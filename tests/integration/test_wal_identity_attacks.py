@@ -300,3 +300,37 @@ def test_a_quarantined_writers_sagas_are_left_alone_and_named(fleet: Fleet) -> N
     assert [c["charge_id"] for c in fleet.env.calls()] == ["ch_a"]
     actions = [json.loads(e[b"e"])["action"] for _id, e in fleet.admin.xrange(f"{fleet.key}:quarantine:journal")]
     assert actions == ["quarantine", "lift"]
+
+
+def test_a_back_dated_start_and_completion_of_another_agents_saga_is_contested(fleet: Fleet) -> None:
+    import time
+
+    from agent_saga.chain import seal
+    from agent_saga.records import GENESIS, Record
+
+    raw = client_for(fleet.urls[ATTACKER])
+    top = raw.incrby(f"{fleet.key}:gseq", 2)  # entry ids reserved before the victim writes
+    victim = fleet.wal(VICTIM)
+    write_orphan(victim, "s-v", "ch_victim")
+    victim.close()
+    # Row: the saga's start and completion, chained in the attacker's own stream under the
+    # reserved (earlier) entry ids: read whole, they come before the victim's start.
+    writer, prev, now = f"{ATTACKER}@backdated", GENESIS, int(time.time() * 1e6)
+    for seq, (type_, payload) in enumerate([("SAGA_STARTED", {"name": "x", "tags": []}),
+                                            ("SAGA_COMPLETED", {"steps": 1})], 1):
+        rec = Record(type_, "s-v", None, payload, seq=seq, ts=now)
+        canonical = seal(rec, prev)
+        raw.xadd(f"{fleet.key}:w:{writer}", {"r": encode_line(rec, canonical)[:-1]}, id=f"{top - 2 + seq}-0")
+        prev = rec.hash
+    raw.sadd(f"{fleet.key}:writers", writer)
+    raw.close()
+
+    r = fleet.recover()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"saga s-v: CONTESTED: resolved by writer {writer}'s records, then started by writer {victim.writer}" \
+        in r.stdout
+    assert fleet.env.calls() == []  # neither story is acted on: a human decides
+    r = fleet.env.cli("certify", "--wal-url", fleet.log_url())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "NOT CERTIFIED saga s-v: CONTESTED" in r.stdout and "intended" not in r.stdout
+    assert fleet.env.cli("verify", "--wal-url", fleet.log_url()).returncode == 1

@@ -126,7 +126,7 @@ class Certificate:
             lines.append("a tampered or damaged log is never certified; run `agent-saga verify`")
             return "\n".join(lines)
         for h in self.held:
-            lines.append(f"NOT CERTIFIED {h}" if ": BROKEN" in h else f"SKIPPED      {h}")
+            lines.append(f"NOT CERTIFIED {h}" if ": BROKEN" in h or ": CONTESTED" in h else f"SKIPPED      {h}")
         lines.extend(f"IGNORED      {text}" for text in self.foreign)
         for f in self.unaccounted:
             lines.append(f"UNACCOUNTED  saga {f.saga_id} step {f.step_id} ({f.tool}, {f.semantics}) "
@@ -288,10 +288,12 @@ def certify_log(
         return Certificate(ok=False, sagas=0, effects=0, compensated=0, chains=chains, strict=strict, held=held,
                            broken=tuple(broken))
     owners = SagaOwners()
-    bound = (r for r in reader.records(skip=frozenset(broken) | quarantined.keys()) if owners.admit(r))
-    cert = certify(decrypting(bound, encryptor), strict=strict)
+    bound = [r for r in reader.records(skip=frozenset(broken) | quarantined.keys()) if owners.admit(r)]
+    contested = owners.contested  # complete only once every record was read
+    cert = certify(decrypting((r for r in bound if r.saga not in contested), encryptor), strict=strict)
+    held += tuple(f"saga {s}: CONTESTED: {why}; not certified, a human decides" for s, why in sorted(contested.items()))
     return Certificate(
-        ok=cert.ok and not broken, sagas=cert.sagas, effects=cert.effects, compensated=cert.compensated,
-        unaccounted=cert.unaccounted, terminal=cert.terminal, chains=chains, strict=strict, held=held,
-        broken=tuple(broken), foreign=tuple(owners.foreign.describe()),
+        ok=cert.ok and not broken and not contested, sagas=cert.sagas, effects=cert.effects,
+        compensated=cert.compensated, unaccounted=cert.unaccounted, terminal=cert.terminal, chains=chains,
+        strict=strict, held=held, broken=tuple(broken), foreign=tuple(owners.foreign.describe()),
     )

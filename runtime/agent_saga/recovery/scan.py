@@ -22,7 +22,9 @@ Invariants:
   dropped: the plan refuses a saga holding one, the report names them.
 - A saga's records count only from the writer it belongs to and from service writers
   (``wal.writers``): another agent identity's record of it (a forged completion, a forged
-  compensation) is ignored and counted in ``foreign``, which the report names.
+  compensation) is ignored and counted in ``foreign``, which the report names. A saga two
+  identity writers both started (one of them back-dated its entries) is ``contested``:
+  recovery acts for neither, even if one of them resolved it first.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ _PLACE = struct.Struct(">QI32s")  # gseq, writer number, hash: one record in a v
 _LEASE = RecordType.SAGA_LEASE.value
 _TYPE_NAMES = {t: t for t in KNOWN_TYPES}  # one string object per type, not one per record
 _PARTIAL = RecordType.SAGA_ROLLBACK_PARTIAL.value
+_STARTED = RecordType.SAGA_STARTED.value
 
 
 def where(rec: Record) -> str:
@@ -76,6 +79,8 @@ class SagaView:
     #: the writer the saga belongs to (``wal.writers``): its first agent identity writer,
     #: else the writer of its first record; None in a file log (one writer)
     owner: str | None = None
+    #: why recovery must not act on it: two agent identity writers both started it
+    contested: str | None = None
 
     @property
     def lease_until(self) -> float:
@@ -96,6 +101,9 @@ class LogScan:
         self._writer_number: dict[str, int] = {}
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
+        #: saga -> the agent identity writer that owned it, of resolved sagas (to tell a
+        #: later start by another writer: ``_contest_resolved``)
+        self.resolved_by: dict[str, str] = {}
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
         #: yet queued for a human, each with the saga's earlier records (whose compensation
         #: descriptors the escalations carry; with ``refs``, their places): the daemon
@@ -119,7 +127,9 @@ class LogScan:
             n, first = self.unknown_types.get(rec.type, (0, where(rec)))
             self.unknown_types[rec.type] = (n + 1, first)
         saga_id = rec.saga
-        if saga_id == RESERVED_SAGA or saga_id in self.resolved:
+        if saga_id == RESERVED_SAGA:
+            return
+        if saga_id in self.resolved and (rec.type != _STARTED or not self._contest_resolved(rec)):
             return
         view = self.in_flight.get(saga_id)
         w = rec.extra.get("writer")
@@ -128,6 +138,9 @@ class LogScan:
         if rec.type in TERMINAL_SAGA_TYPES:
             done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
+            owner = w if done is None else done.owner
+            if isinstance(owner, str) and is_identity_writer(owner):
+                self.resolved_by[saga_id] = owner
             if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
                 earlier = [] if done is None else done.refs if self.refs else done.records
                 self.owner_partials.append((rec, earlier))
@@ -182,6 +195,26 @@ class LogScan:
             view.owner = w
             return False
         self.foreign.add(w, rec.saga, view.owner, where(rec))
+        if rec.type == _STARTED and view.contested is None:
+            # An owner's first record is its SAGA_STARTED: another writer's start means one
+            # of the two is forged (entry ids are the writers' own: either may be the
+            # back-dated one). Recovery acts for neither; a human decides.
+            view.contested = f"started by writer {view.owner} and by writer {w} ({where(rec)})"
+        return True
+
+    def _contest_resolved(self, rec: Record) -> bool:
+        """A SAGA_STARTED of a saga already resolved: True (and the saga open again, held
+        as contested) if another agent identity writer than the one that resolved it wrote
+        it: the resolution may be the forgery (back-dated before the real start)."""
+        w = rec.extra.get("writer")
+        owner = self.resolved_by.get(rec.saga)
+        if not isinstance(w, str) or not is_identity_writer(w) or owner is None or owner == w:
+            return False
+        del self.resolved[rec.saga]
+        del self.resolved_by[rec.saga]
+        self.foreign.add(owner, rec.saga, w, f"the records that resolved it, before {where(rec)}")
+        view = self.in_flight[rec.saga] = SagaView(rec.saga, first_ts=rec.ts, owner=w)
+        view.contested = f"resolved by writer {owner}'s records, then started by writer {w} ({where(rec)})"
         return True
 
     def places(self, refs: bytes) -> list[Place]:

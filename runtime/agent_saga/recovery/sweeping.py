@@ -97,6 +97,7 @@ class Sweeping(DaemonReads):
         live = quarantined = in_flight = held = 0
         orphans: list[SagaView] = []
         held_writers: dict[str, str] = {}
+        contested: list[str] = []
 
         def report() -> SweepReport:
             return SweepReport(
@@ -106,7 +107,8 @@ class Sweeping(DaemonReads):
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
                 halted=None if self.halted is None else self.halted.message, error=state.stop or late_stop,
                 drained=state.drained, dry_run=dry_run, unknown_types=tuple(sorted(self.scan.unknown_types)),
-                held_writers=tuple(f"writer {w}: {why}" for w, why in sorted(held_writers.items())), held=held,
+                held_writers=(*(f"writer {w}: {why}" for w, why in sorted(held_writers.items())), *contested),
+                held=held,
                 foreign=tuple(self.scan.foreign.describe()),
             )
 
@@ -129,8 +131,10 @@ class Sweeping(DaemonReads):
                 live += 1
             elif view.quarantine is not None:
                 quarantined += 1
-            elif held_writers and view.owner in held_writers:
-                held += 1  # its writer is broken or quarantined: a human decides
+            elif (held_writers and view.owner in held_writers) or view.contested is not None:
+                held += 1  # its writer is broken or quarantined, or two writers started it: a human decides
+                if view.contested is not None:
+                    contested.append(f"saga {view.saga_id}: CONTESTED: {view.contested}")
             else:
                 orphans.append(view)
         if not dry_run and self.scan.owner_partials:
@@ -304,6 +308,8 @@ class Sweeping(DaemonReads):
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
                 why = self.source.held_writers().get(view.owner or "")
+                if view.contested is not None:
+                    return SagaResult(saga_id, "WRITER_HELD", error=f"CONTESTED: {view.contested}")
                 if why is not None:
                     return SagaResult(saga_id, "WRITER_HELD", error=f"writer {view.owner}: {why}")
                 view = await self._records_of(view)  # only what was verified is acted on

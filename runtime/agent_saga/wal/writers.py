@@ -12,6 +12,9 @@ Invariants:
 - A saga belongs to the first agent identity writer that wrote a record of it, in the
   log's order (``gseq``). Records of that saga in another identity writer's chain are
   *foreign*: ``verify`` reports them, certify and recovery ignore them and say so.
+- A saga two identity writers both started is *contested*: a writer chooses its own
+  entry ids, so the first start may be a back-dated forgery. Nobody acts on it, certify
+  does not certify it; a human decides.
 - Service writers may write records of any saga (a recovery daemon closes another
   process's saga in its own chain); they never own one.
 - A file log is one writer: the ``writer`` and ``gseq`` stamps a file line may carry are
@@ -117,11 +120,13 @@ class SagaOwners:
     """The binding rule over a log read in order (see the module doc): ``admit`` says
     whether a record counts, and keeps what did not in ``foreign``."""
 
-    __slots__ = ("foreign", "owners")
+    __slots__ = ("contested", "foreign", "owners")
 
     def __init__(self) -> None:
         self.owners: dict[str, str] = {}
         self.foreign = ForeignRecords()
+        #: saga -> why nobody may act on it: two identity writers both started it
+        self.contested: dict[str, str] = {}
 
     def admit(self, rec: Record) -> bool:
         """True if ``rec`` counts: its ``writer`` stamp is the saga's owner or a service
@@ -132,5 +137,10 @@ class SagaOwners:
         owner = self.owners.setdefault(rec.saga, writer)
         if owner == writer:
             return True
-        self.foreign.add(writer, rec.saga, owner, f"seq {rec.seq} gseq {rec.extra.get('gseq')} type {rec.type}")
+        where = f"seq {rec.seq} gseq {rec.extra.get('gseq')} type {rec.type}"
+        self.foreign.add(writer, rec.saga, owner, where)
+        if rec.type == "SAGA_STARTED":
+            # An owner's first record is its start: one of the two starts is forged (a
+            # writer picks its own entry ids, so the first may be the back-dated one).
+            self.contested.setdefault(rec.saga, f"started by writer {owner} and by writer {writer} ({where})")
         return False
