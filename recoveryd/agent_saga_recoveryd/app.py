@@ -91,7 +91,7 @@ class Recoveryd:
                 concurrency=c.concurrency, in_hand=c.in_hand, compensation_timeout=c.compensation_timeout,
                 daemon_id=c.daemon_id, encryptor=encryptor if isinstance(wal, str) else None, reopen=reopen,
                 # Replicas sharing Redis claims split the orphans (a dead one's share moves).
-                shard=hasattr(lock, "members"),
+                shard=hasattr(lock, "members"), allow=c.allow,
             )
 
         for path in c.wal_paths:
@@ -237,7 +237,8 @@ class Recoveryd:
                     print(f"{redact(url)}: the log cannot be opened: {why}")
                 if any(r.halted for r in reports):
                     code = 2
-                elif any(r.escalations or r.error for r in reports) or self._unopened:
+                elif any(r.escalations or r.error or r.foreign or any(": BROKEN:" in h or ": CONTESTED:" in h for h in r.held_writers)
+                         for r in reports) or self._unopened:
                     code = 1
             else:
                 await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons),

@@ -7,6 +7,9 @@
     --claims DIR          without --redis-url: where file logs' claims live (default: beside each log)
     --ledger FILE         without --redis-url: the recovery journal (default: beside each log)
     --wal-key-file FILE   the key of encrypted logs (else AGENT_SAGA_WAL_KEY_FILE, AGENT_SAGA_WAL_KEY)
+    --allow RULE          (repeatable)  'WRITERS HANDLERS [CREDENTIAL_REFS]': which compensations
+                          recovery may run for which writer (else AGENT_SAGA_RECOVERYD_ALLOW,
+                          rules separated by ';'); none: no credential_ref is ever used
     --metrics-port N      /metrics, /livez, /readyz (0: any free port; -1: none)
 """
 
@@ -16,6 +19,9 @@ import argparse
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from agent_saga.errors import ConfigurationError
+from agent_saga.recovery.grants import Grants
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,7 @@ class Config:
     once: bool
     log_level: str
     log_json: bool
+    allow: tuple[str, ...] | None = None
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -105,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "log, the claims and the ledger among more sagas; a drain finishes every saga in hand")
     p.add_argument("--compensation-timeout", type=float, default=300.0,
                    help="seconds a handler may take before the step is escalated (0: no bound)")
+    p.add_argument(
+        "--allow", action="append", default=None, metavar="'WRITERS HANDLERS [REFS]'",
+        help="which compensations recovery may run for which writer: writer globs (an agent identity "
+        "namespace/pod), handler globs, credential_ref globs, each comma-separated (repeatable; else "
+        "$AGENT_SAGA_RECOVERYD_ALLOW, rules separated by ';'). Without any: every registered handler, "
+        "never with a credential_ref (docs/recovery.md)",
+    )
     p.add_argument("--daemon-id", default=_env("DAEMON_ID"), help="this replica's name in the records it writes")
     p.add_argument("--once", action="store_true", help="one sweep of every log, then exit (1 if a human is needed)")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"), help="INFO (default), DEBUG, WARNING ...")
@@ -129,6 +143,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         parser.error("--concurrency >= 1, --interval > 0 and --claim-ttl > 0 are required")
     if a.in_hand is not None and a.in_hand < a.concurrency:
         parser.error(f"--in-hand must be >= --concurrency ({a.concurrency}), got {a.in_hand}")
+    allow = allow_rules(a.allow, _env("ALLOW"))
+    try:
+        Grants.parse(allow)
+    except ConfigurationError as exc:
+        parser.error(str(exc))
     return Config(
         wal_paths=wal_paths, wal_urls=wal_urls, imports=imports, redis_url=a.redis_url,
         claims=a.claims, ledger=a.ledger, wal_key_file=a.wal_key_file,
@@ -136,5 +155,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         interval=a.interval, claim_ttl=a.claim_ttl, lease_grace=a.lease_grace,
         concurrency=a.concurrency, in_hand=a.in_hand if a.in_hand is not None else a.concurrency,
         compensation_timeout=a.compensation_timeout if a.compensation_timeout > 0 else None,
-        daemon_id=a.daemon_id, once=a.once, log_level=a.log_level, log_json=a.log_json,
+        daemon_id=a.daemon_id, once=a.once, log_level=a.log_level, log_json=a.log_json, allow=allow,
     )
+
+
+def allow_rules(flags: Sequence[str] | None, env: str | None) -> tuple[str, ...] | None:
+    """The allow-list's rules: the ``--allow`` flags, else the variable's rules separated
+    by ';' or newlines, else None (no allow-list: the default rule)."""
+    if flags:
+        return tuple(flags)
+    if env and env.strip():
+        return tuple(r.strip() for r in env.replace("\n", ";").split(";") if r.strip())
+    return None

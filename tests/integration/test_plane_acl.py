@@ -217,6 +217,8 @@ def test_bad_acl_arguments_name_the_fix() -> None:
         acl_rules("agent", agent="payments-*")
     with pytest.raises(ConfigurationError, match="wal_keys are for the agent role"):
         acl_rules("approver", wal_keys=("agent-saga:wal",))
+    with pytest.raises(ConfigurationError, match="<namespace>/<pod>"):
+        acl_rules("agent", agent="payments/p-1@x", wal_keys=("agent-saga:wal",))
 
 
 def test_the_cli_prints_the_acl_user_redis_accepts(fresh_redis: RedisServer, capsys) -> None:
@@ -243,13 +245,13 @@ def test_an_agent_appends_to_its_wal_and_cannot_delete_a_record(users: Users) ->
     op = client_for(users.make("operator"))
     preload_scripts(op)
     key = tagged(f"acl-wal-{secrets.token_hex(3)}")
-    url = users.make("agent", wal_keys=(key,))
-    wal = RedisWAL(url, key=key, writer="payments-1")
+    url = users.make("agent", agent="payments/payments-1", wal_keys=(key,))
+    wal = RedisWAL(url, key=key, identity="payments/payments-1", writer="payments/payments-1")
     seq = wal.append("SAGA_STARTED", "s-1", None, {"tool": "wire.send"})
     wal.barrier_sync(seq)
     wal.close()
     agent = client_for(url)
-    stream = f"{key}:w:payments-1"
+    stream = f"{key}:w:payments/payments-1"
     (entry_id, _), = agent.xrange(stream)
     # Rows: rewrite the log (delete, trim or drop the stream).
     noperm(lambda: agent.xdel(stream, entry_id))

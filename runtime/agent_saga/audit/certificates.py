@@ -24,7 +24,11 @@ cannot tell (its payloads were redacted) is treated as COMPENSABLE. ``strict`` a
 refuses terminal steps that are not intended effects (escalated, not undoable).
 
 ``certify_log`` verifies every chain first: a log that fails verification is never
-certified, whatever its records say. A record of a type this version does not know, in
+certified, whatever its records say. In a fleet log, a broken agent identity chain holds
+back only the sagas that writer owns (the certificate fails naming it, the others are
+classified), and a writer an operator quarantined is skipped and named. A saga's records
+count only from its own writer and from service writers (``wal.writers``): another
+agent's record of it (a forged completion) is ignored and named. A record of a type this version does not know, in
 a saga, is an unaccounted finding: what it did cannot be told.
 """
 
@@ -53,7 +57,8 @@ from ..history import (
     fold,
 )
 from ..records import Record, RecordType, is_known_type
-from ..wal.readers import LogReader
+from ..wal.readers import FileLogReader, LogReader
+from ..wal.writers import SagaOwners, is_identity_writer
 from .encryption import PayloadEncryptor, decrypting
 
 CERTIFICATE_FORMAT = "agent-saga.certificate/v1"
@@ -97,20 +102,32 @@ class Certificate:
     terminal: tuple[StepFinding, ...] = ()
     chains: tuple[tuple[str, VerifyResult], ...] = ()
     strict: bool = False
+    #: writers whose sagas were not certified, each "writer W: why" (a broken agent
+    #: identity chain, or quarantined by an operator: ``agent-saga wal quarantine``)
+    held: tuple[str, ...] = ()
+    #: the broken agent identity chains among ``chains`` (their sagas are in ``held``)
+    broken: tuple[str, ...] = ()
+    #: writers that wrote records of sagas they do not own (ignored: ``wal.writers``)
+    foreign: tuple[str, ...] = ()
 
     @property
     def chain_ok(self) -> bool:
-        """True if the hash chain verified."""
-        return all(r.ok for _, r in self.chains)
+        """True if the hash chain verified (a broken agent identity chain, whose sagas
+        are held, aside)."""
+        return all(r.ok for n, r in self.chains if n not in self.broken)
 
     def describe(self) -> str:
         """One line for a human: certified, or what is missing."""
         lines: list[str] = []
-        for name, r in self.chains:
-            if not r.ok:
-                lines.append(f"NOT CERTIFIED: the log failed verification ({name}): {r.describe()}")
-                lines.append("a tampered or damaged log is never certified; run `agent-saga verify`")
-                return "\n".join(lines)
+        if not self.chain_ok:
+            for name, r in self.chains:
+                if not r.ok:
+                    lines.append(f"NOT CERTIFIED: the log failed verification ({name}): {r.describe()}")
+            lines.append("a tampered or damaged log is never certified; run `agent-saga verify`")
+            return "\n".join(lines)
+        for h in self.held:
+            lines.append(f"NOT CERTIFIED {h}" if ": BROKEN" in h or ": CONTESTED" in h else f"SKIPPED      {h}")
+        lines.extend(f"IGNORED      {text}" for text in self.foreign)
         for f in self.unaccounted:
             lines.append(f"UNACCOUNTED  saga {f.saga_id} step {f.step_id} ({f.tool}, {f.semantics}) "
                          f"at seq {f.seq}: {f.reason}")
@@ -123,6 +140,7 @@ class Certificate:
             else f"NOT CERTIFIED: {len(self.unaccounted)} of {self.effects} effects in {self.sagas} "
                  f"sagas are not accounted for"
                  + (" (strict: terminal effects that were not intended count)" if self.strict else "")
+                 + (f", and the sagas of {len(self.broken)} broken writer(s) cannot be read" if self.broken else "")
         )
         return "\n".join([head, *lines])
 
@@ -141,6 +159,8 @@ class Certificate:
             "compensated": self.compensated,
             "unaccounted": [f.to_dict() for f in self.unaccounted],
             "terminal": [f.to_dict() for f in self.terminal],
+            "held": list(self.held),
+            "foreign": list(self.foreign),
         }
 
 
@@ -253,11 +273,27 @@ def certify_log(
     Encrypted payloads are opened with ``encryptor``; without it the first encrypted record
     raises ``WALKeyMissing`` (a certificate over payloads it cannot read would be a guess).
     """
-    chains = tuple((name, verify_records(reader.chain(name))) for name in reader.chains())
-    if not all(r.ok for _, r in chains):
-        return Certificate(ok=False, sagas=0, effects=0, compensated=0, chains=chains, strict=strict)
-    cert = certify(decrypting(reader.records(), encryptor), strict=strict)
+    quarantined = reader.quarantined()
+    chains = tuple((name, verify_records(reader.chain(name))) for name in reader.chains() if name not in quarantined)
+    fleet = not isinstance(reader, FileLogReader)
+    # A broken agent identity chain holds back only the sagas that writer owns; a broken
+    # service chain (recovery's, whose records close other agents' sagas) fails the log.
+    broken = {n: r for n, r in chains if not r.ok and fleet and is_identity_writer(n)}
+    held = tuple(
+        [f"writer {n}: BROKEN ({r.location}: {r.reason}); its sagas are not certified until it is repaired "
+         f"or quarantined (`agent-saga wal quarantine`)" for n, r in broken.items()]
+        + [f"writer {w}: QUARANTINED by {q.get('by') or '?'} ({q.get('reason') or 'no reason given'}); its "
+           f"sagas are not certified" for w, q in sorted(quarantined.items())])
+    if not all(r.ok for n, r in chains if n not in broken):
+        return Certificate(ok=False, sagas=0, effects=0, compensated=0, chains=chains, strict=strict, held=held,
+                           broken=tuple(broken))
+    owners = SagaOwners()
+    bound = [r for r in reader.records(skip=frozenset(broken) | quarantined.keys()) if owners.admit(r)]
+    contested = owners.contested  # complete only once every record was read
+    cert = certify(decrypting((r for r in bound if r.saga not in contested), encryptor), strict=strict)
+    held += tuple(f"saga {s}: CONTESTED: {why}; not certified, a human decides" for s, why in sorted(contested.items()))
     return Certificate(
-        ok=cert.ok, sagas=cert.sagas, effects=cert.effects, compensated=cert.compensated,
-        unaccounted=cert.unaccounted, terminal=cert.terminal, chains=chains, strict=strict,
+        ok=cert.ok and not broken and not contested, sagas=cert.sagas, effects=cert.effects,
+        compensated=cert.compensated, unaccounted=cert.unaccounted, terminal=cert.terminal, chains=chains,
+        strict=strict, held=held, broken=tuple(broken), foreign=tuple(owners.foreign.describe()),
     )

@@ -20,6 +20,7 @@ from . import (
     mcp_commands,
     mesh_commands,
     policy_commands,
+    quarantine_commands,
     reconcile_commands,
     recover_commands,
     status_commands,
@@ -31,6 +32,7 @@ from . import (
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
     approval_commands, policy_commands, mcp_commands, acl_commands, ui_commands, mesh_commands,
+    quarantine_commands,
 )
 
 

@@ -38,11 +38,12 @@ def register(sub: Any) -> None:
     p.add_argument("role", choices=list(ROLES), help="the component: " + ", ".join(ROLES))
     p.add_argument("--user", default=None, help="the ACL user name (default: agent-saga-ROLE)")
     p.add_argument("--agent", default=None, metavar="NAMESPACE/POD",
-                   help="agent only: the one pod whose heartbeat, approval requests and part of the limit "
-                        "windows this credential may write (default: any: every pod's, the fleet's windows "
-                        "included; weaker)")
+                   help="agent only: the one pod whose heartbeat, approval requests, part of the limit "
+                        "windows and RedisWAL writer streams (KEY:w:NAMESPACE/POD[@...]) this credential may "
+                        "write (default: any agent's, the fleet's windows included; weaker)")
     p.add_argument("--wal-key", action="append", default=None, metavar="KEY",
-                   help="agent only: a RedisWAL key the agent appends to (agent-saga:wal; repeatable)")
+                   help="agent: a RedisWAL key it appends to, to its own identity's streams only (with --agent); "
+                        "operator: a RedisWAL whose writers it may quarantine (agent-saga:wal; repeatable)")
     p.add_argument("--key-prefix", default="agentsaga", help="the policy plane's key prefix (default: agentsaga)")
     p.add_argument("--limit-namespace", default="agent-saga",
                    help="the limit store's namespace (default: agent-saga)")

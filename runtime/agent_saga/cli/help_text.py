@@ -164,9 +164,24 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "acl": (
         "Print the least-privilege Redis ACL user of a component (agent, approver, operator) as an "
         "ACL SETUSER command: key patterns and commands it may use, nothing more (what each credential can do: the threat model in the docs).",
-        ("agent-saga acl agent --wal-key agent-saga:wal   # pipe it into redis-cli as an admin",
+        ("agent-saga acl agent --agent payments/payments-agent-0 --wal-key agent-saga:wal   # its own WAL streams",
          "agent-saga acl agent --agent payments/payments-agent-0 --user payments-agent-0 --json",
          "agent-saga acl approver"),
+    ),
+    "wal": (
+        "Administer a fleet log: set a RedisWAL writer aside (quarantine) so recovery and "
+        "certify skip it while saying so.",
+        ("agent-saga wal quarantine --wal-url 'redis://op:PASSWORD@redis:6379/0?key=agent-saga:wal' --list",),
+    ),
+    "wal quarantine": (
+        "Quarantine an agent identity writer of a RedisWAL (or --lift it, or --list them): verify "
+        "prints it QUARANTINED and does not count it, certify and recovery skip its sagas and say so. "
+        "Recorded in the log's quarantine journal (who, why, when). Needs the operator's Redis "
+        "credential (agent-saga acl operator --wal-key KEY). Restart recoveryd after a lift.",
+        ("agent-saga wal quarantine --wal-url 'redis://op:PASSWORD@redis:6379/0?key=agent-saga:wal' "
+         "--writer payments/payments-7@4242-a1b2c3 --by oncall@corp --reason 'poisoned entry, INC-1234'",
+         "agent-saga wal quarantine --wal-url URL --writer payments/payments-7@4242-a1b2c3 --by oncall@corp "
+         "--reason 'stream repaired' --lift"),
     ),
     "approvals approve": (
         "Approve one request, as a named approver. Refused once it is decided or past its deadline. "

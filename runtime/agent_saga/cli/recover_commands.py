@@ -8,7 +8,8 @@
 
 Exit codes: 0 every orphan resolved cleanly (or nothing to do; for ``--escalations``: the
 queue is empty); 1 something needs a human (a saga closed PARTIAL, escalations open, a
-saga left for later: the sweep stopped early, e.g. on a location it cannot write); 2 bad
+saga left for later: the sweep stopped early, e.g. on a location it cannot write; a broken
+writer whose sagas were left alone; records a writer wrote into sagas it does not own); 2 bad
 usage, or the sweep halted on a log it cannot read or verify (fail-closed: nothing was
 acted on). An encrypted log is read with the key ``certify`` uses (``--wal-key-file``,
 ``AGENT_SAGA_WAL_KEY_FILE`` or ``AGENT_SAGA_WAL_KEY``).
@@ -62,6 +63,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--lease-grace", type=float, default=5.0,
         help="seconds added to every lease for clock skew before a saga counts as orphaned (default 5)",
+    )
+    p.add_argument(
+        "--allow", action="append", default=None, metavar="'WRITERS HANDLERS [REFS]'",
+        help="which compensations may run for which writer: writer globs, handler globs, credential_ref "
+        "globs, each comma-separated (repeatable). Without any: every registered handler, never with a "
+        "credential_ref (docs/recovery.md)",
     )
     p.add_argument("--escalations", action="store_true", help="list the open escalations and exit")
     p.add_argument("--all", action="store_true", help="with --escalations: include resolved ones")
@@ -123,7 +130,7 @@ async def _recover(args: argparse.Namespace) -> int:
     try:
         daemon = RecoveryDaemon(
             wal, ledger=ledger, lock=lock, imports=args.imports, lease_grace=args.lease_grace,
-            encryptor=encryptor if args.wal_path else None,
+            encryptor=encryptor if args.wal_path else None, allow=args.allow,
         )
         try:
             report = await daemon.sweep(dry_run=args.dry_run)
@@ -136,6 +143,8 @@ async def _recover(args: argparse.Namespace) -> int:
     if report.halted:
         return 2
     needs_human = any(r.status not in ("ROLLED_BACK", "PLANNED", "RESOLVED", "LIVE") for r in report.results)
+    # A broken writer's sagas, or records one writer forged into another's saga, wait for a human.
+    needs_human = needs_human or bool(report.foreign) or any(": BROKEN:" in h or ": CONTESTED:" in h for h in report.held_writers)
     return 1 if needs_human or report.error else 0
 
 

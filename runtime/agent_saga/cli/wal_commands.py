@@ -20,11 +20,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..audit.encryption import PayloadEncryptor, decrypt_record, is_envelope
-from ..chain import VerifyResult, verify_records
+from ..chain import RESERVED_SAGA, VerifyResult, verify_records
 from ..errors import ConfigurationError
 from ..history import fold
 from ..records import Record, is_known_type
 from ..wal.readers import FileLogReader, LogReader, open_reader
+from ..wal.writers import SagaOwners, is_identity_writer
 from .keys import add_key_option, encryptor_from_args
 
 
@@ -96,7 +97,42 @@ class _Unknown:
         )
 
 
-def _verify_chain(reader: LogReader, name: str, head: str | None, unknown: _Unknown) -> VerifyResult:
+class _Owners:
+    """Which agent identity writer owns each saga (the first to write it, by ``gseq``), and
+    the records other identity writers wrote of it (``wal.writers``)."""
+
+    def __init__(self) -> None:
+        self.sagas: dict[str, dict[str, tuple[int, int, str]]] = {}  # chain -> saga -> (first gseq, n, loc)
+
+    def see(self, chain: str, location: str, rec: Record) -> None:
+        g = rec.extra.get("gseq")
+        mine = self.sagas.setdefault(chain, {})
+        first, n, loc = mine.get(rec.saga, (g if isinstance(g, int) else 0, 0, location))
+        mine[rec.saga] = (first, n + 1, loc)
+
+    def foreign(self) -> dict[str, str]:
+        """Each identity writer that wrote records of sagas another one owns: what it wrote."""
+        owner: dict[str, tuple[int, str]] = {}
+        for chain, sagas in self.sagas.items():
+            for saga, (first, _n, _loc) in sagas.items():
+                if saga not in owner or first < owner[saga][0]:
+                    owner[saga] = (first, chain)
+        out: dict[str, str] = {}
+        for chain, sagas in sorted(self.sagas.items()):
+            bad = [(saga, n, loc) for saga, (_f, n, loc) in sagas.items() if owner[saga][1] != chain]
+            if bad:
+                saga, _n, loc = bad[0]
+                out[chain] = (
+                    f"FOREIGN: {sum(n for _s, n, _l in bad)} record(s) of {len(bad)} saga(s) it does not own "
+                    f"(first: {loc}, saga {saga}, owned by writer {owner[saga][1]}); certify and recovery "
+                    f"ignore them. Find out how this writer came to write them; `agent-saga wal quarantine` "
+                    f"sets it aside")
+        return out
+
+
+def _verify_chain(
+    reader: LogReader, name: str, head: str | None, unknown: _Unknown, owners: _Owners | None = None
+) -> VerifyResult:
     seen_head = head is None
 
     def watch(items: Any) -> Any:
@@ -106,6 +142,8 @@ def _verify_chain(reader: LogReader, name: str, head: str | None, unknown: _Unkn
                 unknown.see(loc, item)
                 if item.hash == head:
                     seen_head = True
+                if owners is not None and item.saga != RESERVED_SAGA:
+                    owners.see(name, loc, item)
             yield loc, item
 
     result = verify_records(watch(reader.chain(name)))
@@ -143,11 +181,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 f"add &writer=NAME to the URL"
             )
         unknown = _Unknown()
-        results = [(name, _verify_chain(reader, name, args.head, unknown)) for name in chains]
+        quarantined = reader.quarantined()
+        owners = _Owners()
+        results = [(name, _verify_chain(reader, name, args.head, unknown,
+                                        owners if is_identity_writer(name) else None))
+                   for name in chains if name not in quarantined]
         torn = reader.torn_tail_bytes()
     finally:
         reader.close()
-    ok = all(r.ok for _, r in results)
+    foreign = owners.foreign() if not isinstance(reader, FileLogReader) else {}
+    ok = all(r.ok for _, r in results) and not foreign
     unknown_types = list(unknown.types.values())
     if isinstance(reader, FileLogReader):
         result = results[0][1]
@@ -167,14 +210,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
         out = {
             "ok": ok,
             "log": reader.description,
-            "chains": [{"writer": name, **_as_dict(r)} for name, r in results],
+            "chains": [{"writer": name, **_as_dict(r), "foreign": foreign.get(name)} for name, r in results],
+            "quarantined": [{"writer": w, **q} for w, q in sorted(quarantined.items())],
             "unknown_types": unknown_types,
         }
         print(json.dumps(out, indent=2))
     else:
         for name, r in results:
             print(f"writer {name}: {r.describe()}")
-        print(f"{'OK' if ok else 'BROKEN'}: {len(results)} chain(s) in {reader.description}")
+            if name in foreign:
+                print(f"writer {name}: {foreign[name]}")
+        for w, q in sorted(quarantined.items()):
+            print(f"writer {w}: QUARANTINED by {q.get('by') or '?'} ({q.get('reason') or 'no reason given'}): "
+                  f"not verified; recovery and certify skip it")
+        print(f"{'OK' if ok else 'BROKEN'}: {len(results)} chain(s) in {reader.description}"
+              + (f", {len(quarantined)} quarantined" if quarantined else ""))
         if unknown.note():
             print(unknown.note())
     return 0 if ok else 1
@@ -205,11 +255,18 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     reader = _open(args)
     sealed = [0]
     unknown: dict[str, list[Record]] = {}
+    owners = SagaOwners()
     try:
-        sagas = fold(_readable(reader.records(), encryptor, sealed, unknown))
+        # As certify reads it: quarantined writers skipped, records of sagas a writer does
+        # not own left out (and named below).
+        quarantined = reader.quarantined()
+        records = (r for r in reader.records(skip=frozenset(quarantined)) if owners.admit(r))
+        sagas = fold(_readable(records, encryptor, sealed, unknown))
     finally:
         reader.close()
-    notes = _inspect_notes(sealed[0], unknown)
+    notes = _inspect_notes(sealed[0], unknown) + [f"note: ignored {text}" for text in owners.foreign.describe()]
+    notes += [f"note: writer {w} is QUARANTINED by {q.get('by') or '?'}: its sagas are not shown"
+              for w, q in sorted(quarantined.items())]
     where = reader.description
     if args.saga:
         if args.saga not in sagas:

@@ -11,7 +11,8 @@ at startup and after the server lost its data.
 
 What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's hash tag):
 
-    agent      its RedisWAL streams (append only, with ``wal_keys``);
+    agent      its own RedisWAL streams (append only, with ``wal_keys`` and ``agent``:
+               K:w:<ns>/<pod> and K:w:<ns>/<pod>@*, never another identity's);
                its own approval requests P:v1:approval:request:<ns>/<pod>/* and the
                record of their use :consumed:<ns>/<pod>/* (without ``agent``: every
                agent's, and the shared-mode keys :request:<id>, :consumed:<id>);
@@ -26,7 +27,9 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
                documents P:v1:killswitch:*, P:v1:synced; publish on P:v1:events.
     operator   everything under P:v1:* and {L}:limits:*, SCRIPT LOAD (not FLUSH, CONFIG,
-               ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own).
+               ACL, FUNCTION, EVAL of arbitrary scripts: it loads the runtime's own);
+               with ``wal_keys``, reads each RedisWAL and writes its writer quarantine
+               K:quarantine (``agent-saga wal quarantine``), never a stream.
 
 Every role reads the whole policy plane, and the slot map of a Redis Cluster (so a
 cluster client can connect with it; create each user on every node of a cluster). No role
@@ -44,7 +47,8 @@ from typing import Any, Literal
 
 from ..errors import ConfigurationError
 
-__all__ = ["CONNECTION", "ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"]
+__all__ = ["CONNECTION", "ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts", "wal_append_rules",
+           "wal_quarantine_rules"]
 
 Role = Literal["agent", "approver", "operator"]
 ROLES: tuple[Role, ...] = ("agent", "approver", "operator")
@@ -84,7 +88,10 @@ def acl_rules(
     credential write any agent's (one credential shared by a fleet: weaker, as any agent
     could then rewrite the request a human reads for another agent's call).
     ``wal_keys``: the ``key`` of each RedisWAL the agent appends to (``agent-saga:wal``):
-    it may append (``XADD``), never delete or trim a record."""
+    it may append (``XADD``) to the writer streams of its own identity ``agent`` only
+    (``None``: of every agent identity, never a service writer's such as recovery's),
+    never delete or trim a record. For the operator role, ``wal_keys``
+    lets it quarantine a writer of those logs."""
     if role not in ROLES:
         raise ConfigurationError(f"ACL role {role!r} is not one of {', '.join(ROLES)}")
     if not prefix or any(c in prefix for c in " *?[]"):
@@ -96,8 +103,8 @@ def acl_rules(
     # own: it runs only scripts already loaded (no EVAL, no SCRIPT LOAD), and every command
     # such a script runs is checked again against the rules below (reads everywhere,
     # writes only where a selector allows them).
-    if role != "agent" and wal_keys:
-        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends)")
+    if role == "approver" and wal_keys:
+        raise ConfigurationError("wal_keys are for the agent role (RedisWAL appends) and the operator (quarantine)")
     if any(not k or any(c in k for c in " *?[]") for k in wal_keys):
         raise ConfigurationError(f"wal_keys {list(wal_keys)!r}: give each RedisWAL key, without glob characters")
     base = ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, f"%R~{p}:*", f"%R~{lim}:*",
@@ -105,7 +112,7 @@ def acl_rules(
     if role == "operator":
         return ["reset", "on", "resetkeys", "resetchannels", "-@all", *_READS, "+@read", "+@write", "+@pubsub",
                 "+@transaction", "+script|load", "+publish", "-@dangerous", "+info", f"~{p}:*", f"~{lim}:*",
-                f"&{p}:*"]
+                f"&{p}:*", *(rule for k in wal_keys for rule in wal_quarantine_rules(k))]
     if role == "approver":
         return [*base, f"&{p}:events", "+publish",
                 f"({_keys(f'{p}:approval:decision:*', f'{p}:approval:pending', f'{p}:rev')} +set +incr +zrem)",
@@ -124,15 +131,31 @@ def acl_rules(
         # reads every part and writes this one, so another pod's spend is out of its reach.
         f"({_keys(*limit_parts)} +hset +hdel +zadd +zrem +zremrangebyscore)",
         f"({_keys(f'{lim}:parts')} +sadd)", f"({_keys(f'{lim}:defs')} +hset)",
-        *(rule for k in wal_keys for rule in wal_append_rules(k)),
+        *(rule for k in wal_keys for rule in wal_append_rules(k, agent)),
     ]
 
 
-def wal_append_rules(key: str) -> list[str]:
+def wal_append_rules(key: str, agent: str | None) -> list[str]:
     """The agent's rules for one RedisWAL ``key``: read it, run the append script on it,
-    append (``XADD``), never delete or trim."""
-    return [f"%R~{key}:*", f"(~{key}:* +evalsha)", f"({_keys(f'{key}:w:*', f'{key}:gseq', f'{key}:writers')} "
-            f"+xadd +incrby +sadd)", "+wait"]
+    append (``XADD``) to its own identity's writer streams only (``<key>:w:<agent>`` and
+    ``<key>:w:<agent>@*``: a writer id holds one ``@``, a pod name none), never delete or
+    trim. ``agent`` is ``<namespace>/<pod>``; ``None`` (one credential shared by a fleet):
+    every agent identity's streams (``<key>:w:*/*``), still never a service writer's."""
+    if agent is None:
+        streams = [f"{key}:w:*/*"]
+    else:
+        from ..wal.writers import check_identity
+
+        check_identity(agent)
+        streams = [f"{key}:w:{agent}", f"{key}:w:{agent}@*"]
+    return [f"%R~{key}:*", f"(~{key}:* +evalsha)",
+            f"({_keys(*streams, f'{key}:gseq', f'{key}:writers')} +xadd +incrby +sadd)", "+wait"]
+
+
+def wal_quarantine_rules(key: str) -> list[str]:
+    """The operator's rules for one RedisWAL ``key``: read it, write its writer quarantine
+    (``<key>:quarantine`` and its journal), nothing else of it."""
+    return [f"%R~{key}:*", f"~{key}:quarantine", f"~{key}:quarantine:journal"]
 
 
 def _keys(*patterns: str) -> str:

@@ -15,7 +15,7 @@ told otherwise):
                     the BudgetLimit definitions                  set_limit_store / set_limit_source
     approvals       ApprovalGateway(RedisApprovalStore(url), namespace, agent)   set_approval_provider
     SagaPolicy      RedisPolicySource(url, agent, [ns], grace)                   set_policy_source
-    WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_STREAM)                      set_default_wal
+    WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_STREAM, identity=NS/POD)   set_default_wal
     heartbeat       HeartbeatWriter: what this process applied, for the operator's status
     ModelRoute      RedisRouteSource(url, agent, [ns]), only once a router asks for it
                     (``plane_router()``): a process without a router acknowledges no route
@@ -351,8 +351,10 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     wal = None
     if s.wal_key:
         from ..wal.redis import RedisWAL
+        from ..wal.writers import local_identity
 
-        wal = RedisWAL(s.url, key=s.wal_key, wait_replicas=s.wal_min_replicas)
+        # The writer is this pod's identity's own: the stream its ACL user may append to.
+        wal = RedisWAL(s.url, key=s.wal_key, identity=local_identity(s.namespace), wait_replicas=s.wal_min_replicas)
         previous["wal"] = set_default_wal(wal)
     default_wal = DEFAULT_WAL  # chosen when first written: connecting creates no log file
     switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)

@@ -32,6 +32,11 @@ Guarantees:
 - ``sweep()`` never raises for one saga's failure or a place it cannot write (claims,
   journal, log: ``LocationUnavailable``): the report's ``error`` says what stopped it.
 - ``drain()``: the claim in hand is finished, no new one is taken.
+- Acts for a saga's own writer only: records of a saga in another agent identity's chain
+  are ignored (``wal.writers``); a writer whose chain is broken, or that an operator
+  quarantined, has its sagas left alone (the report names it) while the others are
+  recovered; a compensation runs only if ``allow`` (``recovery.grants``) grants its
+  handler and credential references to the saga's writer, else it is escalated.
 - One blocked compensation holds one of the ``concurrency`` slots, not the daemon:
   ``run()`` waits at most ``interval`` for a sweep's resolutions, then sweeps again while
   the slow ones go on in the background (their results are in the report of the sweep
@@ -63,6 +68,7 @@ from ..wal.compaction import CompactionReport
 from .claimguard import ClaimGuard as _ClaimGuard  # noqa: F401 - the name tests use
 from .claims import ClaimLock, FileClaimLock
 from .errors import RecoveryError, RecoveryHalted
+from .grants import Grants
 from .ledger import FileLedger, RecoveryLedger
 from .quarantine import QuarantineSource
 from .report import SweepReport
@@ -149,6 +155,7 @@ class RecoveryDaemon(Sweeping):
         shard: bool = False,
         membership_ttl: float | None = None,
         in_hand: int | None = None,
+        allow: Grants | Iterable[str] | None = None,
     ) -> None:
         if isinstance(imports, str):
             raise ConfigurationError(f"imports must be a list of module names, not the string {imports!r}")
@@ -206,6 +213,8 @@ class RecoveryDaemon(Sweeping):
         # past compensation_timeout (a thread cannot be stopped; its slot is freed).
         self.executor = ToolExecutor(2 * concurrency, name="agent-saga-recovery")
         self.compensation_timeout = compensation_timeout
+        #: which writer may have which handler and credential_ref run (``recovery.grants``)
+        self.grants = allow if isinstance(allow, Grants) else Grants.parse(allow)
         self.daemon_id = daemon_id or default_daemon_id()
         self._clock = as_clock(clock)
         self.scan = LogScan(refs=self.source.rereads)

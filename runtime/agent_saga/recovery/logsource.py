@@ -76,6 +76,18 @@ class LogSource(abc.ABC):
 
     def __init__(self) -> None:
         self._fetched: Fetched = {}  # saga id -> its records read ahead (a claimed saga: few)
+        #: the log's quarantined writers as the last read found them: writer -> {by, reason, ts}
+        self.quarantined: dict[str, dict[str, Any]] = {}
+
+    def held_writers(self) -> dict[str, str]:
+        """The writers whose sagas recovery does not act on, each with why: broken (a
+        record of its chain failed verification or cannot be read) or quarantined by an
+        operator (``agent-saga wal quarantine``)."""
+        held = {w: f"BROKEN: {why}" for w, why in self._reads.broken.items()}
+        for w, q in self.quarantined.items():
+            held[w] = (f"QUARANTINED by {q.get('by') or '?'}: {q.get('reason') or 'no reason given'} "
+                       f"(`agent-saga wal quarantine --lift` ends it)")
+        return held
 
     @abc.abstractmethod
     def _fetch_pages(self, from_start: bool) -> AsyncIterator[list[Item]]:

@@ -38,3 +38,4 @@ class EscalationKind(enum.StrEnum):
     COMPENSATION_TIMEOUT = "COMPENSATION_TIMEOUT"  # it did not return in time: in doubt
     RECONCILE_FAILED = "RECONCILE_FAILED"  # the reconciler raised or answered nonsense
     ESCALATED_BEFORE = "ESCALATED_BEFORE"  # the owner's own rollback escalated it
+    NOT_ALLOWED = "NOT_ALLOWED"  # the allow-list does not grant its handler or credential_ref to the saga's writer

@@ -21,7 +21,8 @@ class SweepReport:
     ``orphans``: leases expired (``quarantined`` ones excluded); ``results``: one per
     orphan the sweep looked at; ``oldest_orphan_age``: seconds since the lease expired of
     the oldest orphan still unresolved after the sweep (0 if none). ``halted`` says why the
-    daemon stopped (fail-closed); ``error`` why this sweep stopped early (transient).
+    daemon stopped (fail-closed); ``error`` why this sweep stopped early (transient);
+    ``held_writers`` which writers' sagas it left alone (broken or quarantined).
     """
 
     source: str
@@ -41,6 +42,12 @@ class SweepReport:
     #: record types this version does not know, seen in the log (in sagas recovery did
     #: not have to act on; in one it would act on, recovery halts)
     unknown_types: tuple[str, ...] = ()
+    #: writers whose sagas this sweep did not act on, each "writer W: why" (BROKEN: its
+    #: chain failed; QUARANTINED by an operator), and how many of its orphans were left
+    held_writers: tuple[str, ...] = ()
+    held: int = 0
+    #: writers that wrote records of sagas they do not own (ignored), one line each
+    foreign: tuple[str, ...] = ()
 
     def count(self, *statuses: str) -> int:
         """How many sagas ended in one of ``statuses``."""
@@ -95,6 +102,11 @@ class SweepReport:
                 f"; the log holds records of types this version does not know "
                 f"({', '.join(self.unknown_types)}): upgrade agent-saga"
             )
+        if self.held_writers:
+            text += (f"; {self.held} orphan(s) of writers recovery does not act on were left alone: "
+                     + "; ".join(self.held_writers))
+        if self.foreign:
+            text += "; " + "; ".join(self.foreign)
         if self.error:
             text += f"; stopped early: {self.error}"
         return text + f" in {self.duration:.3f}s"
@@ -109,5 +121,6 @@ class SweepReport:
             "escalations": self.escalations, "claim_conflicts": self.claim_conflicts,
             "halted": self.halted, "error": self.error, "drained": self.drained,
             "dry_run": self.dry_run, "unknown_types": list(self.unknown_types),
+            "held_writers": list(self.held_writers), "held": self.held, "foreign": list(self.foreign),
             "results": [r.to_dict() for r in self.results],
         }

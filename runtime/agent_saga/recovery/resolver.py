@@ -31,6 +31,9 @@ expire, after it nothing is left to do).
 Invariants:
 - Never guesses: a handler that raises, times out, is missing or cannot be replayed, an
   IRREVERSIBLE step and an unknown outcome nobody can reconcile are all escalated.
+- Acts with its writer's rights only: a compensation whose handler or credential_ref the
+  allow-list does not grant to the saga's writer (``recovery.grants``) is escalated
+  (``NOT_ALLOWED``) before anything is called.
 - A WAL or ledger failure stops the saga where it is (the next sweep resumes from the
   log); it is never reported as resolved.
 """
@@ -57,6 +60,7 @@ from ..records import RecordType
 from ..rollback import RollbackOutcome, RollbackReport, StepOutcome
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
+from .grants import DEFAULT_GRANTS, Grants
 from .ledger import Escalation, LedgerEntry, LedgerKind, RecoveryLedger, escalation_id
 from .plan import Action, SagaPlan, StepPlan
 from .reconcilers import coerce_observation, get_reconciler
@@ -76,7 +80,8 @@ class SagaResult:
 
     ``status``: ROLLED_BACK or ROLLBACK_PARTIAL (resolved by this daemon); PLANNED (dry
     run); or why it was left alone: LIVE, QUARANTINED, RESOLVED (someone else finished
-    it), CLAIMED (another daemon holds it), WRITER_BUSY, CLAIM_LOST, FAILED.
+    it), CLAIMED (another daemon holds it), WRITER_BUSY, WRITER_HELD (its writer is
+    broken or quarantined), CLAIM_LOST, FAILED.
     """
 
     saga_id: str
@@ -137,8 +142,12 @@ class Resolution:
         clock: Clock = SYSTEM_CLOCK,
         calls: asyncio.Semaphore | None = None,
         close: Callable[[LedgerEntry], Awaitable[None]] | None = None,
+        grants: Grants = DEFAULT_GRANTS,
+        writer: str = "",
     ) -> None:
         self.view = view
+        self.grants = grants
+        self.writer = writer
         self.plan = plan
         self.wal = wal
         self.ledger = ledger
@@ -348,6 +357,11 @@ class Resolution:
             self.by_ledger += 1
             self._append(R.COMPENSATION_DONE.value, sp.step_id, {**base, "via": "ledger"})
             return self._outcome(sp, RollbackOutcome.COMPENSATED)
+        kwargs = desc.get("kwargs") or {}
+        refused = self.grants.refuses(self.writer, handler, kwargs if isinstance(kwargs, dict) else {})
+        if refused is not None:
+            # The log names the call; the saga's writer must hold the right to ask for it.
+            return await self._escalate(sp, EscalationKind.NOT_ALLOWED, refused, RollbackOutcome.FAILED, desc)
         try:
             fn = get_compensator(handler)
         except HandlerNotRegistered as exc:

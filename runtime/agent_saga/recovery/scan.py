@@ -20,6 +20,11 @@ Invariants:
   says whether a live process would be touched.
 - Records of a type this version does not know are counted (``unknown_types``), never
   dropped: the plan refuses a saga holding one, the report names them.
+- A saga's records count only from the writer it belongs to and from service writers
+  (``wal.writers``): another agent identity's record of it (a forged completion, a forged
+  compensation) is ignored and counted in ``foreign``, which the report names. A saga two
+  identity writers both started (one of them back-dated its entries) is ``contested``:
+  recovery acts for neither, even if one of them resolved it first.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 from ..chain import RESERVED_SAGA
 from ..leases import DEFAULT_LEASE_SECONDS
 from ..records import KNOWN_TYPES, TERMINAL_SAGA_TYPES, Record, RecordType
+from ..wal.writers import ForeignRecords, is_identity_writer
 from .errors import RecoveryHalted
 from .recordtypes import RECOVERED_BY, SAGA_QUARANTINE_LIFTED, SAGA_QUARANTINED
 
@@ -45,6 +51,7 @@ _PLACE = struct.Struct(">QI32s")  # gseq, writer number, hash: one record in a v
 _LEASE = RecordType.SAGA_LEASE.value
 _TYPE_NAMES = {t: t for t in KNOWN_TYPES}  # one string object per type, not one per record
 _PARTIAL = RecordType.SAGA_ROLLBACK_PARTIAL.value
+_STARTED = RecordType.SAGA_STARTED.value
 
 
 def where(rec: Record) -> str:
@@ -69,6 +76,11 @@ class SagaView:
     owner_last_ts: int = 0  # µs, the owner's last sign of life
     first_ts: int = 0
     quarantine: dict[str, Any] | None = None  # the SAGA_QUARANTINED payload while frozen
+    #: the writer the saga belongs to (``wal.writers``): its first agent identity writer,
+    #: else the writer of its first record; None in a file log (one writer)
+    owner: str | None = None
+    #: why recovery must not act on it: two agent identity writers both started it
+    contested: str | None = None
 
     @property
     def lease_until(self) -> float:
@@ -89,6 +101,9 @@ class LogScan:
         self._writer_number: dict[str, int] = {}
         self.in_flight: dict[str, SagaView] = {}
         self.resolved: dict[str, int] = {}  # saga -> ts (µs) of its terminal record
+        #: saga -> the agent identity writer that owned it, of resolved sagas (to tell a
+        #: later start by another writer: ``_contest_resolved``)
+        self.resolved_by: dict[str, str] = {}
         #: SAGA_ROLLBACK_PARTIAL records written by a saga's own (in-process) rollback, not
         #: yet queued for a human, each with the saga's earlier records (whose compensation
         #: descriptors the escalations carry; with ``refs``, their places): the daemon
@@ -97,6 +112,8 @@ class LogScan:
         self.records_read = 0
         #: record types this version does not know: type -> (count, where the first is)
         self.unknown_types: dict[str, tuple[int, str]] = {}
+        #: records of sagas their writer does not own, ignored (``wal.writers``)
+        self.foreign = ForeignRecords()
 
     def feed_all(self, records: Iterable[Record]) -> None:
         """``feed`` every record of ``records``, in log order."""
@@ -110,18 +127,26 @@ class LogScan:
             n, first = self.unknown_types.get(rec.type, (0, where(rec)))
             self.unknown_types[rec.type] = (n + 1, first)
         saga_id = rec.saga
-        if saga_id == RESERVED_SAGA or saga_id in self.resolved:
+        if saga_id == RESERVED_SAGA:
             return
+        if saga_id in self.resolved and (rec.type != _STARTED or not self._contest_resolved(rec)):
+            return
+        view = self.in_flight.get(saga_id)
+        w = rec.extra.get("writer")
+        if view is not None and w != view.owner and self._foreign(view, rec, w):
+            return  # another agent's record of this saga: it says nothing about it
         if rec.type in TERMINAL_SAGA_TYPES:
             done = self.in_flight.pop(saga_id, None)
             self.resolved[saga_id] = rec.ts
+            owner = w if done is None else done.owner
+            if isinstance(owner, str) and is_identity_writer(owner):
+                self.resolved_by[saga_id] = owner
             if rec.type == _PARTIAL and RECOVERED_BY not in (rec.payload or {}):
                 earlier = [] if done is None else done.refs if self.refs else done.records
                 self.owner_partials.append((rec, earlier))
             return
-        view = self.in_flight.get(saga_id)
         if view is None:
-            view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts)
+            view = self.in_flight[saga_id] = SagaView(saga_id, first_ts=rec.ts, owner=w)
         payload = rec.payload or {}
         if self.refs:
             self._keep_ref(view, rec)
@@ -158,6 +183,39 @@ class LogScan:
             view.lease_seconds = float(value)
         if rec.ts > view.owner_last_ts:
             view.owner_last_ts = rec.ts
+
+    def _foreign(self, view: SagaView, rec: Record, w: object) -> bool:
+        """True if ``rec`` (written by ``w``, not the saga's owner) does not count: an
+        agent identity writer's record of a saga another identity owns (``wal.writers``).
+        A service writer's (recovery's) counts; the first identity writer to write a saga
+        a service writer began owns it."""
+        if not isinstance(w, str) or not is_identity_writer(w):
+            return False
+        if view.owner is None or not is_identity_writer(view.owner):
+            view.owner = w
+            return False
+        self.foreign.add(w, rec.saga, view.owner, where(rec))
+        if rec.type == _STARTED and view.contested is None:
+            # An owner's first record is its SAGA_STARTED: another writer's start means one
+            # of the two is forged (entry ids are the writers' own: either may be the
+            # back-dated one). Recovery acts for neither; a human decides.
+            view.contested = f"started by writer {view.owner} and by writer {w} ({where(rec)})"
+        return True
+
+    def _contest_resolved(self, rec: Record) -> bool:
+        """A SAGA_STARTED of a saga already resolved: True (and the saga open again, held
+        as contested) if another agent identity writer than the one that resolved it wrote
+        it: the resolution may be the forgery (back-dated before the real start)."""
+        w = rec.extra.get("writer")
+        owner = self.resolved_by.get(rec.saga)
+        if not isinstance(w, str) or not is_identity_writer(w) or owner is None or owner == w:
+            return False
+        del self.resolved[rec.saga]
+        del self.resolved_by[rec.saga]
+        self.foreign.add(owner, rec.saga, w, f"the records that resolved it, before {where(rec)}")
+        view = self.in_flight[rec.saga] = SagaView(rec.saga, first_ts=rec.ts, owner=w)
+        view.contested = f"resolved by writer {owner}'s records, then started by writer {w} ({where(rec)})"
+        return True
 
     def places(self, refs: bytes) -> list[Place]:
         """The places packed in a view's ``refs``, in log order."""

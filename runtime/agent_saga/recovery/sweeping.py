@@ -25,6 +25,7 @@ from .claimguard import ClaimGuard
 from .claims import Claim, ClaimLock
 from .daemonreads import DaemonReads
 from .errors import ClaimLost, RecoveryError, RecoveryHalted, location_error
+from .grants import Grants
 from .ledger import LedgerEntry, RecoveryLedger
 from .partials import owner_escalations
 from .plan import plan_saga
@@ -63,6 +64,7 @@ class Sweeping(DaemonReads):
     _journal_release: Callable[[LedgerEntry, ClaimLock, Claim], Awaitable[object]] | None
     executor: ToolExecutor
     compensation_timeout: float | None
+    grants: Grants
     daemon_id: str
     heartbeat: Heartbeat | None
     _clock: Clock
@@ -92,8 +94,10 @@ class Sweeping(DaemonReads):
         if not dry_run:  # what background resolutions finished since the last report
             state.results, self._late = self._late, []
             late_stop, self._late_stop = self._late_stop, None
-        live = quarantined = in_flight = 0
+        live = quarantined = in_flight = held = 0
         orphans: list[SagaView] = []
+        held_writers: dict[str, str] = {}
+        contested: list[str] = []
 
         def report() -> SweepReport:
             return SweepReport(
@@ -103,6 +107,9 @@ class Sweeping(DaemonReads):
                 oldest_orphan_age=self._oldest_orphan_age(), results=tuple(state.results),
                 halted=None if self.halted is None else self.halted.message, error=state.stop or late_stop,
                 drained=state.drained, dry_run=dry_run, unknown_types=tuple(sorted(self.scan.unknown_types)),
+                held_writers=(*(f"writer {w}: {why}" for w, why in sorted(held_writers.items())), *contested),
+                held=held,
+                foreign=tuple(self.scan.foreign.describe()),
             )
 
         if self.halted is not None:
@@ -118,11 +125,16 @@ class Sweeping(DaemonReads):
             return report()
         now = self._clock.time()
         in_flight = len(self.scan.in_flight)
+        held_writers = self.source.held_writers()
         for view in list(self.scan.in_flight.values()):
             if not view.lease_expired(now, self.lease_grace):
                 live += 1
             elif view.quarantine is not None:
                 quarantined += 1
+            elif (held_writers and view.owner in held_writers) or view.contested is not None:
+                held += 1  # its writer is broken or quarantined, or two writers started it: a human decides
+                if view.contested is not None:
+                    contested.append(f"saga {view.saga_id}: CONTESTED: {view.contested}")
             else:
                 orphans.append(view)
         if not dry_run and self.scan.owner_partials:
@@ -295,6 +307,11 @@ class Sweeping(DaemonReads):
                     return SagaResult(saga_id, "LIVE")
                 if await self._is_quarantined(view):
                     return SagaResult(saga_id, "QUARANTINED")
+                why = self.source.held_writers().get(view.owner or "")
+                if view.contested is not None:
+                    return SagaResult(saga_id, "WRITER_HELD", error=f"CONTESTED: {view.contested}")
+                if why is not None:
+                    return SagaResult(saga_id, "WRITER_HELD", error=f"writer {view.owner}: {why}")
                 view = await self._records_of(view)  # only what was verified is acted on
                 plan = plan_saga(view)
                 resolution = Resolution(
@@ -303,6 +320,7 @@ class Sweeping(DaemonReads):
                     check_claim=guard.check, compensation_timeout=self.compensation_timeout,
                     claim_token=claim.token, clock=self._clock, calls=self._calls(),
                     close=close if self._journal_release is not None else None,
+                    grants=self.grants, writer=view.owner or self.source.description,
                 )
                 if _observe.current is None:
                     return await resolution.run()

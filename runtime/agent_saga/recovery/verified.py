@@ -19,10 +19,19 @@ Invariants:
   this reader last verified (the same hash at that ``seq``, or the next record or an
   attestation linking to it) and reaches at least as far; otherwise the log was truncated
   or replaced, and recovery halts.
+- In a fleet log, a failure in an agent identity writer's chain (``NS/POD[@...]``, see
+  ``wal.writers``) halts only that writer: it is ``broken`` from then on, nothing more of
+  it is handed on, and the daemon acts on none of the sagas it owns. Its records of other
+  sagas never counted (they are foreign), so the others are recovered. A failure in a
+  service writer's chain (a recovery daemon's, whose records close other agents' sagas)
+  still halts the whole log.
+- A file log is one chain: a ``writer`` or ``gseq`` stamp on a line is not covered by the
+  chain and is dropped before anything reads it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -30,12 +39,15 @@ from typing import NoReturn
 from ..chain import ChainVerifier, VerifyResult, is_attestation, parse_attestation
 from ..errors import WALCorrupt
 from ..records import Record
+from ..wal.writers import is_identity_writer
 from .errors import RecoveryHalted
 from .scan import where
 
 __all__ = ["Rescan", "VerifiedReads"]
 
 Item = tuple[str, Record | WALCorrupt]
+
+log = logging.getLogger("agent_saga.recovery")
 
 
 class Rescan(Exception):  # noqa: N818 - a signal between the reader and its source, not an error
@@ -60,20 +72,36 @@ class _Chains:
 class VerifiedReads:
     """The verification state of one log across reads (see the module doc).
 
-    ``chain_of`` names the chain a record belongs to (its ``writer`` in a fleet log).
+    ``fleet``: one chain per ``writer`` stamp (a RedisWAL or PostgresWAL), else one chain
+    (a file). ``broken``: the identity writers whose chain failed, each with why.
     """
 
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, *, fleet: bool = False) -> None:
         self.description = description
+        self.fleet = fleet
         self._state = _Chains()
         self._gaps_before: dict[str, int] | None = None  # at the start of the read in progress
         self.rescans = 0
+        self.broken: dict[str, str] = {}
 
-    @staticmethod
-    def chain_of(rec: Record) -> str:
-        """The writer (chain) a record of a fleet log belongs to (``""`` for a file log)."""
+    def chain_of(self, rec: Record) -> str:
+        """The writer (chain) a record belongs to (``""`` for a file log, whose records
+        lose any unchained ``writer``/``gseq`` stamp here)."""
+        if not self.fleet:
+            if rec.extra:
+                rec.extra.pop("writer", None)
+                rec.extra.pop("gseq", None)
+            return ""
         w = rec.extra.get("writer")
         return w if isinstance(w, str) else ""
+
+    def writer_unreadable(self, writer: str, exc: WALCorrupt) -> None:
+        """An entry of ``writer``'s chain cannot be read: that writer is broken (an
+        identity writer), or the log's recovery halts (a service writer)."""
+        if self.fleet and is_identity_writer(writer):
+            self._break(writer, exc.message)
+            return
+        self._halt_undecodable(exc.location or self.description, exc)
 
     @property
     def started(self) -> bool:
@@ -134,9 +162,14 @@ class VerifiedReads:
             name = self.chain_of(item)
             verifier = st.verifiers.get(name)
             if verifier is None:
+                if name in self.broken:
+                    continue  # nothing more of a broken writer is handed on
                 verifier = st.verifiers[name] = ChainVerifier()
             failure = verifier.feed(location, item)
             if failure is not None:
+                if self.fleet and is_identity_writer(name):
+                    self._break(name, f"{failure.location}: {failure.reason}")
+                    continue
                 self._halt(failure, item if failure.location == location else None)
             anchor = st.anchors.get(name)
             if anchor is not None:
@@ -152,19 +185,33 @@ class VerifiedReads:
         """
         st = self._state
         gaps_before, self._gaps_before = self._gaps_before or {}, None
-        for name, verifier in st.verifiers.items():
+        for name, verifier in list(st.verifiers.items()):
             if not whole and verifier.gaps > gaps_before.get(name, 0):
                 # Records left the log since the last read: read it again, whole.
                 raise Rescan(name)
             unexplained = verifier.unexplained()
             if unexplained is not None:
                 if last_try:
+                    if self.fleet and is_identity_writer(name):
+                        self._break(name, f"{unexplained.location}: {unexplained.reason}")
+                        continue
                     self._halt(unexplained)
                 raise Rescan(name)
         if whole:
             self._check_anchors()
 
     # ------------------------------------------------------------------ checks
+
+    def _break(self, writer: str, why: str) -> None:
+        """``writer`` is broken from now on (see the module doc)."""
+        self._state.verifiers.pop(writer, None)
+        self._state.anchors.pop(writer, None)
+        if writer not in self.broken:
+            self.broken[writer] = why
+            log.critical(
+                "%s: writer %s is BROKEN (%s). Recovery acts on none of the sagas it owns until it "
+                "is repaired, or quarantined with `agent-saga wal quarantine`; the other writers' "
+                "sagas are recovered", self.description, writer, why)
 
     def _meet_anchor(self, anchor: _Anchor, rec: Record, location: str) -> None:
         if is_attestation(rec):
@@ -185,6 +232,8 @@ class VerifiedReads:
 
     def _check_anchors(self) -> None:
         for name, anchor in self._state.anchors.items():
+            if name in self.broken:
+                continue
             verifier = self._state.verifiers.get(name)
             last = verifier.last_seq if verifier is not None else 0
             if last < anchor.seq:

@@ -48,7 +48,7 @@ class WALSource(LogSource):
         self.fleet = not isinstance(inner, FileWAL)
         name = getattr(inner, "path", None) or getattr(inner, "name", None) or type(inner).__name__
         self.description = str(name)
-        self._reads = VerifiedReads(self.description)
+        self._reads = VerifiedReads(self.description, fleet=self.fleet)
         self.rereads = callable(getattr(getattr(inner, "_log", None), "records_at", None))
         self._rereads: TurnBatch[list[tuple[str, int]]] = TurnBatch(self._read_places_many)
         self._cursor = 0
@@ -118,7 +118,13 @@ class WALSource(LogSource):
         if isinstance(raw, SharedLogReads) and log_pages is not None:
             # A fleet log hands its records over a page at a time: no step of an async
             # iterator per record.
-            pages = log_pages(self._cursor, self.page_size)
+            # A writer with an entry that cannot be read is broken, not the log: the
+            # others are read on (``VerifiedReads.writer_unreadable``); broken and
+            # quarantined writers are not read at all.
+            broken: dict[str, WALCorrupt] = {}
+            quarantined: dict[str, dict[str, Any]] = {}
+            pages = log_pages(self._cursor, self.page_size, broken=broken,
+                              skip=frozenset(self._reads.broken), quarantined=quarantined)
             desc = self.description
             while True:
                 try:
@@ -128,7 +134,12 @@ class WALSource(LogSource):
                 except WALStalled as exc:
                     raise LocationUnavailable(
                         f"{exc.message}; nothing was acted on, the next read tries again", path=self.description) from exc
+                self.quarantined = quarantined
                 if page is None:
+                    # Once the records read before it were handed on: a broken writer's
+                    # sagas are then known, and held.
+                    for w, bad in broken.items():
+                        self._reads.writer_unreadable(w, bad)
                     break
                 items: list[Item] = [
                     (f"{desc} gseq {g}" if (g := rec.extra.get("gseq")) is not None else f"{desc} seq {rec.seq}", rec)

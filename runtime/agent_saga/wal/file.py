@@ -417,9 +417,17 @@ def scan_file_records(
                 yield offset, location, WALCorrupt(f"{location}: empty line inside the log", location=location)
             else:
                 try:
-                    yield offset, location, decode_line(line, location)
+                    rec = decode_line(line, location)
                 except WALCorrupt as exc:
                     yield offset, location, exc
+                else:
+                    if rec.extra:
+                        # A file is one writer's chain: a "writer" or "gseq" stamp on a line
+                        # is not covered by the chain, so nothing may read it (it could
+                        # make a forged run of lines look like a chain of its own).
+                        rec.extra.pop("writer", None)
+                        rec.extra.pop("gseq", None)
+                    yield offset, location, rec
             offset += len(line)
 
 

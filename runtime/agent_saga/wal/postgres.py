@@ -262,11 +262,22 @@ CREATE SEQUENCE IF NOT EXISTS {m};
                 return
             after = rows[-1][2]
 
-    def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
+    def pages_since(
+        self,
+        cursor: int,
+        page_size: int = 1000,
+        *,
+        broken: dict[str, WALCorrupt] | None = None,
+        skip: frozenset[str] = frozenset(),
+        quarantined: dict[str, dict[str, Any]] | None = None,
+    ) -> Iterator[list[Record]]:
         """Every writer's records with ``gseq > cursor`` in ``gseq`` order, in pages, up to
         the highest ``gseq`` committed when it starts. Batches commit in ``gseq`` order, so
         each page is a prefix and the cursor never skips a record committed later.
-        Raises ``WALCorrupt`` on a row that cannot be read."""
+        Rows of the writers in ``skip`` are left out. Raises ``WALCorrupt`` on a row that
+        cannot be read, unless ``broken`` is given: then its writer goes into ``broken`` and
+        no further row of it is read. (``quarantined``: a PostgresWAL keeps no writer
+        quarantine; it is left empty.)"""
         with self.connection() as conn:
             hwm = self.high_water(conn)
         while cursor < hwm:
@@ -274,9 +285,15 @@ CREATE SEQUENCE IF NOT EXISTS {m};
                 rows = conn.execute(self.q_since, (cursor, hwm, page_size)).fetchall()
             page: list[Record] = []
             for row in rows:
+                if skip and row[1] in skip:
+                    continue
                 _loc, item = self.decode(row)
                 if isinstance(item, WALCorrupt):
-                    raise item
+                    if broken is None:
+                        raise item
+                    broken[row[1]] = item  # this writer is read no further; the others are
+                    skip = skip | {row[1]}
+                    continue
                 page.append(item)
             if page:
                 yield page

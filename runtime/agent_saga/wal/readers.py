@@ -39,8 +39,14 @@ class LogReader(Protocol):
         """One chain in ``seq`` order, damaged records as ``WALCorrupt`` values."""
         ...
 
-    def records(self) -> Iterator[Record]:
-        """Every record of the log in order; raises ``WALCorrupt`` on damage."""
+    def records(self, skip: frozenset[str] = frozenset()) -> Iterator[Record]:
+        """Every record of the log in order, but those of the chains in ``skip``; raises
+        ``WALCorrupt`` on damage."""
+        ...
+
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        """The writers an operator quarantined: writer -> ``{by, reason, ts}`` (RedisWAL
+        only; ``agent-saga wal quarantine``)."""
         ...
 
     def torn_tail_bytes(self) -> int:
@@ -72,8 +78,10 @@ class FileLogReader:
         """``(location, record)`` of every line."""
         return self._iter(self.path)
 
-    def records(self) -> Iterator[Record]:
-        """Every readable record, in log order."""
+    def records(self, skip: frozenset[str] = frozenset()) -> Iterator[Record]:
+        """Every readable record, in log order (nothing when ``skip`` names the file)."""
+        if self.path in skip:
+            return
         for _loc, item in self._iter(self.path):
             if isinstance(item, WALCorrupt):
                 raise item
@@ -82,6 +90,10 @@ class FileLogReader:
     def torn_tail_bytes(self) -> int:
         """Bytes of an unterminated final fragment (a torn write)."""
         return self._torn(self.path)
+
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        """A file has no writer quarantine."""
+        return {}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -103,18 +115,24 @@ class _SharedLogReader:
         items: Iterator[tuple[str, Record | WALCorrupt]] = self._log.chain(name)
         return items
 
-    def records(self) -> Iterator[Record]:
+    def records(self, skip: frozenset[str] = frozenset()) -> Iterator[Record]:
         if self._writer:
+            if self._writer in skip:
+                return
             for _loc, item in self._log.chain(self._writer):
                 if isinstance(item, WALCorrupt):
                     raise item
                 yield item
             return
-        for page in self._log.pages_since(0):
+        for page in self._log.pages_since(0, skip=skip):
             yield from page
 
     def torn_tail_bytes(self) -> int:
         return 0
+
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        got = getattr(self._log, "quarantined", None)
+        return {} if got is None else dict(got())
 
 
 class RedisLogReader(_SharedLogReader):

@@ -6,6 +6,13 @@ Keys (``key`` defaults to ``agent-saga:wal``; for Redis Cluster give it a hash t
     {key}:w:{writer}   STREAM  one entry per record: id "<gseq>-0", field r = the record line
     {key}:gseq         STRING  the global sequence counter (INCRBY once per batch)
     {key}:writers      SET     every writer id that has written
+    {key}:quarantine   HASH    writer id -> {"by", "reason", "ts"}: writers an operator
+                               quarantined (``agent-saga wal quarantine``); not read
+    {key}:quarantine:journal  STREAM  every quarantine and lift: who, why, when
+
+Writer ids (``wal.writers``): ``<namespace>/<pod>[@suffix]`` is an agent identity's
+writer, the only streams that identity's Redis ACL user may append to
+(``plane._acl.wal_append_rules``); ids without a ``/`` are service writers (recovery).
 
 Invariants:
 - The field ``r`` holds exactly the line FileWAL would write (``records.encode_line``),
@@ -45,6 +52,7 @@ docs/wal-backends.md before putting money through it.
 from __future__ import annotations
 
 import heapq
+import json
 import logging
 from collections import deque
 from collections.abc import Iterator
@@ -72,6 +80,7 @@ from .compaction import (
     CompactionRequest,
     resolved_sagas,
 )
+from .writers import check_identity, identity_writer, is_identity_writer, writer_of_identity
 
 log = logging.getLogger("agent_saga.wal")
 
@@ -95,6 +104,7 @@ class RedisLog:
         self.where = where
         self.gseq_key = f"{key}:gseq"
         self.writers_key = f"{key}:writers"
+        self.quarantine_key = f"{key}:quarantine"
 
     def stream(self, writer: str) -> str:
         """The stream key of ``writer``."""
@@ -176,21 +186,55 @@ class RedisLog:
                 out.append((f"{self.where} stream {self.stream(w)} entry {g}-0", None))
         return out
 
-    def pages_since(self, cursor: int, page_size: int = 1000) -> Iterator[list[Record]]:
+    def quarantined(self) -> dict[str, dict[str, Any]]:
+        """The quarantined writers of this log: writer id -> ``{by, reason, ts}``."""
+        return _quarantine_of(self.client.hgetall(self.quarantine_key))
+
+    def quarantine(self, writer: str, *, by: str, reason: str, ts: float, lift: bool = False) -> None:
+        """Quarantine ``writer`` (an agent identity writer), or ``lift`` its quarantine;
+        either is journaled in ``<key>:quarantine:journal`` in the same transaction."""
+        entry = {"v": 1, "writer": writer, "by": by, "reason": reason, "ts": ts,
+                 "action": "lift" if lift else "quarantine"}
+        pipe = self.client.pipeline(transaction=True)
+        if lift:
+            pipe.hdel(self.quarantine_key, writer)
+        else:
+            pipe.hset(self.quarantine_key, writer, json.dumps({k: entry[k] for k in ("by", "reason", "ts")}))
+        pipe.xadd(f"{self.quarantine_key}:journal", {"e": json.dumps(entry, sort_keys=True)})
+        pipe.execute()
+
+    def pages_since(
+        self,
+        cursor: int,
+        page_size: int = 1000,
+        *,
+        broken: dict[str, WALCorrupt] | None = None,
+        skip: frozenset[str] = frozenset(),
+        quarantined: dict[str, dict[str, Any]] | None = None,
+    ) -> Iterator[list[Record]]:
         """Every writer's records with ``gseq > cursor``, merged in ``gseq`` order, in pages.
 
         Stops at the counter's value read first (see the module doc: a consistent cursor).
-        Raises ``WALCorrupt`` on an entry that cannot be read.
+        Raises ``WALCorrupt`` on an entry that cannot be read, unless ``broken`` is given:
+        then the writer whose entry it is goes into ``broken`` and nothing more of it is
+        read (the others are). Writers in ``skip`` are not read; with ``quarantined``
+        given, it receives the log's quarantined identity writers, which are not read
+        either (read in the same round trip as the counter).
         """
         # The counter and the writer set in one round trip (a read costs one per refresh).
         pipe = self.client.pipeline(transaction=False)
         pipe.get(self.gseq_key)
         pipe.smembers(self.writers_key)
-        top, members = pipe.execute()
+        if quarantined is not None:
+            pipe.hgetall(self.quarantine_key)
+        top, members, *held = pipe.execute()
+        if quarantined is not None:
+            quarantined.update(_quarantine_of(held[0]))
+            skip = skip | quarantined.keys()
         hwm = int(top) if top is not None else 0
         if hwm <= cursor:
             return
-        writers = sorted(w.decode() if isinstance(w, bytes) else w for w in members)
+        writers = sorted(w for w in (m.decode() if isinstance(m, bytes) else m for m in members) if w not in skip)
         bufs: dict[str, deque[Record]] = {w: deque() for w in writers}
         pos = dict.fromkeys(writers, cursor)
         live = set(writers)
@@ -219,11 +263,14 @@ class RedisLog:
                             continue
                     _loc, item = self._decode(w, entry)
                     if isinstance(item, WALCorrupt):
-                        raise item
+                        if broken is None:
+                            raise item
+                        broken[w] = item  # this writer is read no further; the others are
+                        break
                     buf.append(item)
                 if page:
                     pos[w] = _gseq_of(page[-1][0])
-                if len(page) < page_size:
+                if len(page) < page_size or (broken is not None and w in broken):
                     live.discard(w)
                 if bufs[w]:
                     heapq.heappush(heap, (bufs[w][0].extra["gseq"], w))
@@ -257,6 +304,11 @@ class RedisWAL(SharedLogReads, BatchingWAL):
         key: the key prefix of this log (see the module doc).
         writer: this writer's id (default ``default_writer_id()``, unique per process).
             Reopening a writer id continues its sequence and chain from Redis.
+        identity: the agent identity ``<namespace>/<pod>`` this process writes as: the
+            writer id is then ``<identity>@<pid>-<random>`` (or ``writer``, which must be
+            ``identity`` or ``identity@SUFFIX``), the only streams that identity's ACL
+            user may append to, and the sagas it starts are bound to it
+            (``wal.writers``). Writer ids without a ``/`` are service writers (recovery).
         wait_replicas: with N > 0 every batch is followed by ``WAIT N wait_timeout_ms`` in
             the same round trip; fewer acknowledgements fail the writer with
             ``WALStalled`` (the batch is on the primary, not on N replicas). Behind
@@ -340,6 +392,7 @@ return g
         *,
         key: str = DEFAULT_KEY,
         writer: str | None = None,
+        identity: str | None = None,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
         socket_timeout: float = 10.0,
@@ -357,7 +410,7 @@ return g
             raise ConfigurationError(f"wait_timeout_ms must be >= 1, got {wait_timeout_ms}")
         if not key or any(c in key for c in " \n\r"):
             raise ConfigurationError(f"key {key!r} must be a non-empty Redis key without spaces")
-        self.writer = validate_id(writer if writer is not None else default_writer_id(), "writer")
+        self.writer = _writer_id(writer, identity)
         self.key = key
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
@@ -617,11 +670,42 @@ return g
 
 
 
+def _writer_id(writer: str | None, identity: str | None) -> str:
+    """The writer id: ``writer``, else ``identity``'s own (``NS/POD@<pid>-<random>``), else
+    a service writer's default. With both, ``writer`` must be ``identity``'s."""
+    if identity is None:
+        return validate_id(writer if writer is not None else default_writer_id(), "writer")
+    if writer is None:
+        return identity_writer(identity)
+    check_identity(identity, "identity")
+    if not writer_of_identity(writer, identity):
+        raise ConfigurationError(
+            f"writer {writer!r} is not a writer of identity {identity!r}: give {identity!r} or "
+            f"'{identity}@SUFFIX' (the streams its Redis ACL user may append to), or leave writer out")
+    return validate_id(writer, "writer")
+
+
 def _records(items: Iterator[tuple[str, Record | WALCorrupt]]) -> Iterator[Record]:
     for _loc, item in items:
         if isinstance(item, WALCorrupt):
             raise item
         yield item
+
+
+def _quarantine_of(raw: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    """The quarantine hash as ``writer -> {by, reason, ts}``: identity writers only (a
+    service writer's records may close other agents' sagas, so it is never skipped)."""
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in (raw or {}).items():
+        w = _text(k)
+        if not is_identity_writer(w):
+            continue
+        try:
+            info = json.loads(_text(v))
+        except ValueError:
+            info = None
+        out[w] = info if isinstance(info, dict) else {"reason": _text(v)}
+    return out
 
 
 def _text(v: Any) -> str:
