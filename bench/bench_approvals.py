@@ -42,6 +42,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         priv, pub = generate_signing_key(Path(d) / "k")
+        Path(pub).write_text("Approver: risk@corp\n" + Path(pub).read_text())
         signer, trust = DecisionSigner.from_file(priv), TrustedKeys.from_path(pub)
     plain = Decision("Approved", "risk@corp", 1_800_000_010.0, DIGEST, "verified by phone", "cli:h:1").to_doc(
         RID, "payments")
@@ -52,7 +53,8 @@ def main() -> int:
 
     def signed_check() -> None:
         d = Decision.from_doc(signed)
-        assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE) is None
+        assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE,
+                             approver=d.approver) is None
 
     seal = Decision.from_doc(signed).seal
     assert seal is not None

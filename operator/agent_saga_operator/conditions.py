@@ -50,6 +50,8 @@ class Reason:
     APPROVED = "Approved"
     DENIED = "Denied"
     CONFLICT = "Conflict"                 # the policy plane holds a different decision
+    UNSIGNED = "Unsigned"                 # Approval: an approval agents ignore, not signed
+    UNTRUSTED_KEY = "UntrustedKey"        # Approval: signed, but not by a key trusted for its approver
     ACKNOWLEDGED = "Acknowledged"         # every agent it governs applies it
     LAGGING = "Lagging"                   # some agents it governs do not apply it (yet)
     NO_AGENTS = "NoAgents"                # no live agent reads its namespace

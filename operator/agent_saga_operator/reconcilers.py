@@ -12,6 +12,7 @@ Raises ``ProjectionUnavailable`` (Redis failed: the handler retries) and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +22,7 @@ from agent_saga.controls.limits import display_amount
 from agent_saga.scrubber import redact_text
 
 from .acks import Tracked, desired_status
+from .approval_proof import judge, key_owner, unproven_outcome
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
 from .documents import (
@@ -212,16 +214,23 @@ def conflict_outcome(phase: str, message: str, conflict: str, fields: dict[str, 
     return Outcome(ready, Cond(SYNCED, "False", Reason.CONFLICT, conflict), fields)
 
 
-def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "") -> Outcome:
+def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "",
+                    ctx: Context | None = None, who: Identity | None = None) -> Outcome:
     """The status of an Approval whose decision is the one stored in the policy plane
-    (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry)."""
+    (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry).
+    An approval the agents ignore (``approval_proof``) is shown as such, never as one
+    the saga may proceed on."""
+    ignored = None if ctx is None else judge(ctx, spec, stored)
+    if ignored is not None and who is not None:
+        return unproven_outcome(spec, stored, *ignored, now, namespace=who.namespace, name=who.name)
     decision = str(stored.get("decision") or "").lower()
     phase = _PHASES.get(decision, "Denied")
     approver = shown_approver(phase, stored)
     source = str(stored.get("source") or "")
     fields: dict[str, Any] = {"phase": phase, "decidedAt": _stored_time(stored, now), "approver": approver,
                               "source": source or None, "authenticatedUser": stored.get("authenticatedUser") or None,
-                              "signedBy": (stored.get("signature") or {}).get("keyId")}
+                              "signedBy": (stored.get("signature") or {}).get("keyId"),
+                              "keyOwner": None if ctx is None else key_owner(ctx, stored)}
     by = f" by {approver}" if approver else ""
     where = f" (source {source})" if source else ""
     if conflict:
@@ -244,9 +253,10 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     """Write a kubectl decision back (once), expire an unanswered request, or show the
     decision already in the policy plane (made by the CLI, the agent, or earlier)."""
     name = who.name
-    stored = await ctx.projector.get_decision(spec.request_id)
+    raw = await ctx.projector.get_decision_text(spec.request_id)
+    stored = None if raw is None else json.loads(raw)
     if spec.decision is None and stored is not None:
-        return _reflect_stored(spec, stored, now)
+        return _reflect_stored(spec, stored, now, ctx=ctx, who=who)
     if spec.decision is None and now < spec.deadline:
         how = (f"it needs the approver's passkey: agent-saga approvals sign {spec.request_id} "
                f"--approver you@corp --key your-key.pem (kubectl can only deny it)" if spec.passkey_required else
@@ -264,15 +274,21 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired, authenticated=ctx.admission)
     if ctx.signer is not None:  # the agent checks this signature before it acts on an approval
         doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp())
+    mine_ignored = judge(ctx, spec, doc)
+    # An approval the agents ignore may be replaced by a decision they accept (and only then).
+    replaces = raw if raw is not None and stored is not None and mine_ignored is None \
+        and judge(ctx, spec, stored) is not None else ""
     try:
-        rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
+        rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now, replaces=replaces or "")
     except DecisionConflict as e:
         if spec.decision is None:  # the agent (or the CLI) got there first: show theirs
-            return _reflect_stored(spec, e.stored, now)
-        return _reflect_stored(spec, e.stored, now, conflict=str(e))
+            return _reflect_stored(spec, e.stored, now, ctx=ctx, who=who)
+        return _reflect_stored(spec, e.stored, now, conflict=str(e), ctx=ctx, who=who)
+    if mine_ignored is not None:  # written, and the agents will ignore it: say so, never "may proceed"
+        return unproven_outcome(spec, doc, *mine_ignored, now, namespace=who.namespace, name=name)
     fields: dict[str, Any] = {"decidedAt": rfc3339(decided_at), "approver": doc["approver"], "source": doc["source"],
                               "authenticatedUser": doc["authenticatedUser"],
-                              "signedBy": (doc.get("signature") or {}).get("keyId")}
+                              "signedBy": (doc.get("signature") or {}).get("keyId"), "keyOwner": key_owner(ctx, doc)}
     if expired:
         late = "" if spec.decision is None else f" ({spec.decision} by {spec.approver} came after it)"
         return Outcome(

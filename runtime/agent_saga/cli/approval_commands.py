@@ -14,8 +14,13 @@ says which store it read and why, and with none configured it says how to name o
 waiting agent sees it there (no connection into the agent). An ID may be a unique prefix.
 
 ``--signing-key KEY.pem`` (or ``$AGENT_SAGA_APPROVAL_SIGNING_KEY``) signs the decision
-with the approver's Ed25519 key (``agent-saga keygen approver --out KEY.pem``): agents
-that trust approver keys accept an approval only when it is signed by one of them.
+with the approver's Ed25519 key (``agent-saga keygen approver --approver NAME --out
+KEY.pem``): agents that trust approver keys accept an approval only when it is signed by
+one of them, for an approver the key is bound to. When trusted keys are published (or
+``$AGENT_SAGA_APPROVAL_KEYS`` names them), an approval the agents would ignore (unsigned,
+an untrusted key, another approver's key) is refused here, and a request holding such an
+ignored approval may be decided again. A credential in ``--note`` is replaced by
+``[REDACTED]`` (and said so); one in ``--approver`` is refused.
 
 Passkey approvals (an IRREVERSIBLE step whose agent has an approver keyring): the
 request carries a challenge naming the exact action, and the approver's own enrolled key
@@ -58,9 +63,10 @@ from ..controls.approvals import (
     sign_challenge,
 )
 from ..controls.approvals._keyring import ENV_KEYRING
-from ..controls.approvals._signing import ENV_SIGNING_KEY
+from ..controls.approvals._signing import ENV_SIGNING_KEY, TrustedKeys
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
+from ._clean import clean_name, clean_text
 
 __all__ = ["register"]
 
@@ -132,17 +138,36 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def trusted_keys(store: ApprovalStore) -> TrustedKeys | None:
+    """The approver keys agents on ``store`` trust: ``$AGENT_SAGA_APPROVAL_KEYS`` and the
+    keys published in the policy plane (``None``: none anywhere)."""
+    keys = TrustedKeys.from_env()
+    published = getattr(store, "published_keys", None)
+    texts = published() if published is not None else {}
+    if not texts:
+        return keys
+    merged = TrustedKeys(source=f"{store.describe()} published keys")
+    if keys is not None:
+        merged.update(keys)
+    for kid, pem in texts.items():
+        merged.add_pem(pem, where=f"the approver key {kid} published in {store.describe()}")
+    return merged
+
+
 def _decide(args: argparse.Namespace, approved: bool) -> int:
     if not (args.approver or "").strip():
         print(f"agent-saga approvals {'approve' if approved else 'deny'}: refused: --approver NAME is required "
               f"(an anonymous approval is an audit trail that proves nothing)", file=sys.stderr)
         return 2
+    approver = clean_name("--approver", args.approver)
+    note = clean_text("--note", args.note)
     key = args.signing_key or os.environ.get(ENV_SIGNING_KEY, "").strip() or None
     signer = DecisionSigner.from_file(key) if key else None
     store, which = _store(args)
     try:
-        r = decide_request(store, args.request_id, approved=approved, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=getattr(args, "break_glass", False), signer=signer)
+        r = decide_request(store, args.request_id, approved=approved, approver=approver or "", now=time.time(),
+                           note=note, break_glass=getattr(args, "break_glass", False), signer=signer,
+                           trusted=trusted_keys(store))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -244,10 +269,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
         print("agent-saga approvals sign: refused: --approver NAME is required (the key approves only as the "
               "approver it is enrolled for)", file=sys.stderr)
         return 2
+    approver = clean_name("--approver", args.approver) or ""
+    note = clean_text("--note", args.note)
     store, which = _store(args)
     try:
-        r = decide_request(store, args.request_id, approved=True, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=args.break_glass,
+        r = decide_request(store, args.request_id, approved=True, approver=approver, now=time.time(),
+                           note=note, break_glass=args.break_glass,
                            passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals sign: refused: {exc.message} ({which})", file=sys.stderr)

@@ -80,12 +80,13 @@ return 1
 
     # KEYS[1] the decision document, KEYS[2] the pending set, KEYS[3] the change counter
     # ARGV[1] the decision without rev ('{...}'), ARGV[2] the request id, ARGV[3] its time
-    # to live in ms, ARGV[4] the change channel
+    # to live in ms, ARGV[4] the change channel, ARGV[5] the exact stored decision this one
+    # replaces ('' : none may be stored; the caller judged that one unproven)
     # Written once: returns {1, doc} when this call wrote it, {0, doc} with the decision
     # that was there first otherwise.
     LUA_DECIDE = """
 local cur = redis.call('GET', KEYS[1])
-if cur then return {0, cur} end
+if cur and (ARGV[5] == '' or cur ~= ARGV[5]) then return {0, cur} end
 local rev = redis.call('INCR', KEYS[3])
 local doc = '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2)
 redis.call('SET', KEYS[1], doc, 'PX', ARGV[3])
@@ -253,18 +254,28 @@ return {1, doc}
         raise ApprovalStoreUnavailable(f"{self._name}: approval {request_id} keeps changing under us",
                                        store=self._name)
 
-    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
-        """Write ``decision`` unless one exists (one script); the request as stored now."""
-        raw, current = self._fetch(request_id)
-        if raw is None or current is None:
+    def decide(self, request_id: str, decision: Decision, *,
+               replaces: Decision | None = None) -> ApprovalRequest | None:
+        """Write ``decision`` unless one exists, or in place of exactly ``replaces`` (an
+        approval the caller judged unproven; one script); the request as stored now."""
+        try:
+            raw, raw_decision = self._read(lambda c: c.mget([self.request_key(request_id),
+                                                              self.decision_key(request_id)]))
+        except Exception as exc:
+            raise self._unavailable("read", exc) from exc
+        if raw is None:
             return None
-        if current.decided:
-            return current
+        current = self._merge(raw.decode(), raw_decision)
+        expected = ""
+        if current.decision is not None:
+            if replaces is None or not replaces.same_as(current.decision) or replaces.signed != current.decision.signed:
+                return current
+            expected = raw_decision.decode()
         doc = json.dumps(decision.to_doc(request_id, current.namespace), separators=(",", ":"))
         keys = (self.decision_key(request_id), self.pending_key, self.rev_key)
         _, stored = self._script("decide", self.LUA_DECIDE, keys,
-                                 (doc, request_id, self._ttl_ms(current), self.channel))
-        return self._merge(raw, stored)
+                                 (doc, request_id, self._ttl_ms(current), self.channel, expected))
+        return self._merge(raw.decode(), stored)
 
     def published_keys(self) -> dict[str, str]:
         """The trusted approver public keys the operator publishes (key id -> PEM)."""
