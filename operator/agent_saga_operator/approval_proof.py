@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_saga.controls.approvals import Decision
 from agent_saga.controls.approvals._signing import ENV_SIGNING_KEY
@@ -27,6 +27,9 @@ from agent_saga.controls.approvals._signing import ENV_SIGNING_KEY
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
 from .models import ApprovalSpec
+
+if TYPE_CHECKING:
+    from .reconcilers import Outcome
 
 __all__ = ["IGNORED_REASONS", "judge", "key_owner", "unproven_outcome"]
 
@@ -60,7 +63,7 @@ def key_owner(ctx: Context, doc: Mapping[str, Any]) -> str | None:
 
 
 def unproven_outcome(spec: ApprovalSpec, doc: Mapping[str, Any], reason: str, why: str, now: datetime,
-                     *, namespace: str, name: str) -> Any:
+                     *, namespace: str, name: str) -> Outcome:
     """The status of an Approval whose approval in the policy plane the agents ignore."""
     from .reconcilers import Outcome
 

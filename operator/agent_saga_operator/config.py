@@ -53,6 +53,9 @@ class OperatorConfig:
     #: More trusted approver public keys (a PEM file or a directory) to publish to agents:
     #: the keys of approvers who sign with ``agent-saga approvals approve --signing-key``.
     approval_keys: Path | None = None
+    #: ``NAMESPACE/NAME`` of a ConfigMap the published keys are also written into
+    #: (``keys_configmap``): agents mount it, so their trust survives a policy-plane data loss.
+    approval_keys_configmap: str | None = None
 
     @property
     def clusterwide(self) -> bool:
