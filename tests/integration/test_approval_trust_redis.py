@@ -243,6 +243,10 @@ async def test_the_cli_refuses_an_unsigned_approval_and_a_signed_one_replaces_an
         # An unsigned approval already stored (an older CLI): the request is not stuck on it.
         decide_request(plane.cli_store, r.id, approved=True, approver="risk@corp", now=time.time())
         assert plane.cli_store.get(r.id).state == "Approved"
+        listed = await asyncio.to_thread(plane.cli, "approvals", "list")
+        assert listed.returncode == 0 and r.id in listed.stdout, listed
+        assert "PENDING: the approval by risk@corp is ignored by the agents (the decision is not signed)" in \
+            listed.stdout, listed.stdout
         out = await asyncio.to_thread(plane.cli, "approvals", "approve", r.id, "--approver", "risk@corp",
                                       "--signing-key", risk_pem, "--note", "verified by phone")
         assert out.returncode == 0, out

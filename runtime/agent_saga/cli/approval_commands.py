@@ -64,6 +64,7 @@ from ..controls.approvals import (
 )
 from ..controls.approvals._keyring import ENV_KEYRING
 from ..controls.approvals._signing import ENV_SIGNING_KEY, TrustedKeys
+from ..controls.approvals._store import unproven
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
 from ._clean import clean_name, clean_text
@@ -93,13 +94,15 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def _line(r: ApprovalRequest, now: float) -> list[str]:
+def _line(r: ApprovalRequest, now: float, ignored: str | None = None) -> list[str]:
     rule = r.rule.split(":", 1)[1] if r.rule.startswith("rule:") else r.rule
     state = r.state.upper()
     if r.state == "Pending" and now >= r.deadline:
         state = "EXPIRED (unanswered)"
     elif r.decided and r.approver:
         state += f" by {r.approver}"
+    if ignored is not None:
+        state = f"PENDING: the approval by {r.approver} is ignored by the agents ({ignored}); approve it signed"
     if r.break_glass:
         state += ", BREAK-GLASS"
     if r.consumed_at is not None:
@@ -119,12 +122,15 @@ def _line(r: ApprovalRequest, now: float) -> list[str]:
 def cmd_list(args: argparse.Namespace) -> int:
     store, which = _store(args)
     try:
-        requests = store.list(pending_only=not args.all)
+        trusted = trusted_keys(store)
+        # An approval the agents ignore leaves the pending set, yet the request still waits.
+        requests = store.list(pending_only=not args.all and trusted is None)
     finally:
         store.close()
     now = time.time()
+    ignored = {r.id: why for r in requests if (why := unproven(r, trusted)) is not None}
     if not args.all:
-        requests = [r for r in requests if now < r.deadline]
+        requests = [r for r in requests if now < r.deadline and (not r.decided or r.id in ignored)]
     if args.json:
         print(which, file=sys.stderr)
         print(json.dumps([r.view_doc() for r in requests], indent=2))
@@ -133,7 +139,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not requests:
         print("no approval requests waiting" if not args.all else f"no approval requests in {store.describe()}")
     for r in requests:
-        for line in _line(r, now):
+        for line in _line(r, now, ignored.get(r.id)):
             print("  " + line)
     return 0
 
