@@ -60,6 +60,8 @@ def name_problem(name: str) -> str | None:
     """Why ``name`` cannot be an approver's name (it could pass for another), or ``None``."""
     if not isinstance(name, str) or not name.strip():
         return "it is empty"
+    if name.isascii() and name.isprintable():
+        return None  # plain ASCII: one script, NFKC already, nothing invisible
     if unicodedata.normalize("NFKC", name) != name:
         return (f"it is not in Unicode normal form NFKC (it would read as "
                 f"{unicodedata.normalize('NFKC', name)!r}): write it with plain characters")
