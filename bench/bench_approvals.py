@@ -46,6 +46,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         priv, pub = generate_signing_key(Path(d) / "k")
+        Path(pub).write_text("Approver: risk@corp\n" + Path(pub).read_text())
         signer, trust = DecisionSigner.from_file(priv), TrustedKeys.from_path(pub)
     plain = Decision("Approved", "risk@corp", 1_800_000_010.0, DIGEST, "verified by phone", "cli:h:1").to_doc(
         RID, "payments")
@@ -58,7 +59,7 @@ def main() -> int:
     def signed_check() -> None:
         d = Decision.from_doc(signed)
         assert trust.problem(d.seal, request_id=RID, arguments_digest=DIGEST, deadline=DEADLINE, tool=TOOL,
-                             action_digest=rendered) is None
+                             action_digest=rendered, approver=d.approver) is None
 
     def render() -> None:
         render_action(TOOL, ARGS).digest  # noqa: B018 - the work measured

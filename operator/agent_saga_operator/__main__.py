@@ -99,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--approval-keys", type=Path, default=_env("AGENT_SAGA_APPROVAL_KEYS"),
                    help="more trusted approver public keys to publish: a PEM file or a directory of them, e.g. "
                         "the keys approvers sign CLI decisions with (env AGENT_SAGA_APPROVAL_KEYS)")
+    p.add_argument("--approval-keys-configmap", default=_env("AGENT_SAGA_APPROVAL_KEYS_CONFIGMAP"),
+                   metavar="NAMESPACE/NAME",
+                   help="also write the published approver keys into this ConfigMap (data key "
+                        "operator-published.pem), which agents mount as AGENT_SAGA_APPROVAL_KEYS: they then require "
+                        "signatures even if the policy plane loses its data (env AGENT_SAGA_APPROVAL_KEYS_CONFIGMAP)")
     p.add_argument("--approver-admission", default=_env("AGENT_SAGA_APPROVER_ADMISSION"),
                    help="name of the ValidatingAdmissionPolicy (and binding) that makes spec.approver the "
                         "requesting user; when it is in force, decisions record the approver as authenticated")
@@ -133,6 +138,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--redis-url (or AGENT_SAGA_REDIS_URL) is required: the policy plane is a Redis server")
     if min(args.resync_interval, args.usage_interval, args.approval_poll_interval, args.ack_interval) <= 0:
         p.error("--resync-interval, --usage-interval, --approval-poll-interval and --ack-interval must be positive")
+    if args.approval_keys_configmap and args.approval_keys_configmap.count("/") != 1:
+        p.error("--approval-keys-configmap must be NAMESPACE/NAME (the ConfigMap agents mount as "
+                "AGENT_SAGA_APPROVAL_KEYS)")
     if args.approval_ttl_after_finished < 0:
         p.error("--approval-ttl-after-finished must be 0 (keep finished Approvals) or a positive number of seconds")
     return args
@@ -172,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         approval_signing_key=args.approval_signing_key,
         approval_keys=args.approval_keys,
         approver_admission=args.approver_admission or None,
+        approval_keys_configmap=args.approval_keys_configmap or None,
     )
     metrics.serve(config.metrics_port, config.health_host)
     kopf.run(

@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .config import Context
+from .keys_configmap import KeysConfigMap
 from .models import API_VERSION, GROUP, VERSION
 
 __all__ = ["ApprovalBridge", "approval_object"]
@@ -189,6 +190,7 @@ class ApprovalBridge:
         self.mirrored: dict[str, str] = {}  # request id -> namespace, created or found
         self.refused: set[str] = set()      # the API server refused the object: not retried
         self.created = 0
+        self.keys_configmap = KeysConfigMap(api_client, ctx.config.approval_keys_configmap, ctx.published_keys)
 
     def watches(self, namespace: str) -> bool:
         """Does this operator mirror approval requests of ``namespace``?"""
@@ -200,6 +202,7 @@ class ApprovalBridge:
         if await self.ctx.projector.publish_keys(self.ctx.published_keys):
             log.info("published %d trusted approver key(s) for agents: %s", len(self.ctx.published_keys),
                      ", ".join(sorted(self.ctx.published_keys)) or "none")
+        await self.keys_configmap.sync()
         loaded = await self.ctx.projector.preload_scripts()
         if loaded:
             log.info("loaded %d runtime script(s) agents run by SHA (their ACL may forbid loading them)", loaded)

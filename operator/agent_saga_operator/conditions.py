@@ -53,6 +53,8 @@ class Reason:
     CONFLICT = "Conflict"                 # the policy plane holds a different decision
     ACTION_MISMATCH = "ActionMismatch"    # Approval: what it would show is not what the agent will do
     NOT_ALL_SHOWN = "NotAllShown"         # Approval: the action is larger than an Approval shows
+    UNSIGNED = "Unsigned"                 # Approval: an approval agents ignore, not signed
+    UNTRUSTED_KEY = "UntrustedKey"        # Approval: signed, but not by a key trusted for its approver
     ACKNOWLEDGED = "Acknowledged"         # every agent it governs applies it
     LAGGING = "Lagging"                   # some agents it governs do not apply it (yet)
     NO_AGENTS = "NoAgents"                # Acknowledged: no live agent it governs

@@ -10,11 +10,12 @@ from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
 from agent_saga.controls.approvals import DecisionSigner, TrustedKeys
+from agent_saga.controls.approvals._signing import ANY_APPROVER
 from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector
 
-__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys", "check_admission"]
+__all__ = ["Context", "OperatorConfig", "UsageReader", "approval_keys", "check_admission", "judge_keys"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,9 @@ class OperatorConfig:
     #: More trusted approver public keys (a PEM file or a directory) to publish to agents:
     #: the keys of approvers who sign with ``agent-saga approvals approve --signing-key``.
     approval_keys: Path | None = None
+    #: ``NAMESPACE/NAME`` of a ConfigMap the published keys are also written into
+    #: (``keys_configmap``): agents mount it, so their trust survives a policy-plane data loss.
+    approval_keys_configmap: str | None = None
 
     @property
     def clusterwide(self) -> bool:
@@ -61,15 +65,29 @@ class OperatorConfig:
 
 def approval_keys(config: OperatorConfig) -> tuple[DecisionSigner | None, dict[str, str]]:
     """The signer and the keys to publish that ``config`` names (``ConfigurationError``
-    naming the file for a missing or malformed key)."""
+    naming the file for a missing or malformed key, or a key bound to no approver name).
+    Each published key carries its approver names (``Approver:`` lines before its PEM
+    block); the operator's own key carries ``*``: it signs for the approver the API
+    server authenticated."""
     signer = None if config.approval_signing_key is None else DecisionSigner.from_file(config.approval_signing_key)
     trusted = TrustedKeys(source="the operator's approver keys")
     if config.approval_keys is not None:
         trusted.update(TrustedKeys.from_path(config.approval_keys))
     published = {kid: trusted.pem(kid) for kid in trusted.key_ids}
     if signer is not None:
-        published[signer.key_id] = signer.public_pem()
+        published[signer.key_id] = signer.public_pem((ANY_APPROVER,))
     return signer, published
+
+
+def judge_keys(published: dict[str, str]) -> TrustedKeys | None:
+    """The keys the operator judges stored approvals by: exactly those it publishes
+    (``None`` when it publishes none: agents then accept unsigned approvals)."""
+    if not published:
+        return None
+    keys = TrustedKeys(source="the keys this operator publishes")
+    for kid, pem in published.items():
+        keys.add_pem(pem, where=f"approver key {kid}")
+    return keys
 
 
 def check_admission(api_client: Any, name: str) -> str | None:
@@ -153,6 +171,8 @@ class Context:
     #: The approver public keys published for agents (key id -> PEM): the signer's and
     #: ``approval_keys``.
     published_keys: dict[str, str] = field(default_factory=dict)
+    #: ``published_keys`` as the agents check them (``judge_keys``; ``None``: none).
+    trusted: TrustedKeys | None = None
     #: The approver admission policy was found in force at startup (``check_admission``):
     #: a decision's ``spec.approver`` is then the user the API server authenticated.
     admission: bool = False
@@ -164,6 +184,7 @@ class Context:
         store = RedisLimitStore(config.redis_url, namespace=config.limit_store_namespace, compact=True)
         ctx = cls(config, projector, UsageReader(store, max_age=max(0.5, config.usage_interval / 2)))
         ctx.signer, ctx.published_keys = approval_keys(config)
+        ctx.trusted = judge_keys(ctx.published_keys)
         return ctx
 
     async def aclose(self) -> None:

@@ -21,7 +21,9 @@ Invariants:
 - Writing an unchanged document changes nothing and notifies nobody (the periodic
   resync is cheap and silent); writing into an emptied server (FLUSHALL) restores it.
 - A decision is put once: a second, different decision is refused (``DecisionConflict``),
-  mirroring the CRD's immutability rule.
+  mirroring the CRD's immutability rule; the one exception is an approval the agents
+  ignore (unsigned or untrusted), which a proven decision may replace by naming that
+  exact document (``decide(replaces=...)``), as the CRD allows changing it.
 - ``rev`` is a change token, not a clock: after the server loses its data it counts
   from 1 again, so readers compare it for inequality, never for order.
 - The marker's ``operator`` field is set only once every resource has been projected
@@ -192,13 +194,14 @@ return rev
     # KEYS[1] the decision   KEYS[2] the change counter   KEYS[3] the pending set
     # ARGV[1] the decision without "rev"   ARGV[2] the channel   ARGV[3] the notification
     # ARGV[4] the request id   ARGV[5] time to live in ms (the runtime's: the request's
-    # lifetime plus retention)
+    # lifetime plus retention)   ARGV[6] the exact stored decision this one replaces
+    # ('' : none may be stored; the caller judged that one an approval agents ignore)
     # Put once (compare-and-set against absence, as RedisApprovalStore.LUA_DECIDE): if a
-    # decision is stored, return it untouched (the caller compares); else write it, take
-    # the request out of the pending set, notify, and return the new rev.
+    # decision is stored (other than ARGV[6]), return it untouched (the caller compares);
+    # else write it, take the request out of the pending set, notify, and return the new rev.
     LUA_DECIDE = """
 local cur = redis.call('GET', KEYS[1])
-if cur then return cur end
+if cur and (ARGV[6] == '' or cur ~= ARGV[6]) then return cur end
 local rev = redis.call('INCR', KEYS[2])
 redis.call('SET', KEYS[1], '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2), 'PX', ARGV[5])
 redis.call('ZREM', KEYS[3], ARGV[4])
@@ -282,16 +285,18 @@ return rev
         return int(await self._script("delete", self.LUA_DELETE, keys, args))
 
     async def decide(self, request_id: str, doc: dict[str, Any], *, deadline: datetime | None = None,
-                     now: datetime | None = None, retention: float = DECISION_RETENTION) -> int:
+                     now: datetime | None = None, retention: float = DECISION_RETENTION,
+                     replaces: str = "") -> int:
         """Put a decision once at the runtime's key (``RedisApprovalStore.decision_key``);
-        raises ``DecisionConflict`` if a different one is stored. The document lives for
-        the time left until ``deadline`` plus ``retention`` seconds (the runtime's rule)."""
+        raises ``DecisionConflict`` if a different one is stored (other than ``replaces``,
+        the exact text of an approval the agents ignore). The document lives for the time
+        left until ``deadline`` plus ``retention`` seconds (the runtime's rule)."""
         body = _canonical(doc)
         left = 0.0 if deadline is None or now is None else max(0.0, (deadline - now).total_seconds())
         ttl_ms = str(max(1000, int((left + retention) * 1000)))
         keys = (self.keys.decision(request_id), self.keys.rev, self.keys.pending)
         args = (body, self.keys.channel, self._notification("ApprovalDecision", request_id, "put"), request_id,
-                ttl_ms)
+                ttl_ms, replaces)
         reply = await self._script("decide", self.LUA_DECIDE, keys, args)
         if isinstance(reply, bytes | str):
             stored = json.loads(reply)
@@ -358,8 +363,14 @@ return rev
 
     async def get_decision(self, request_id: str) -> dict[str, Any] | None:
         """The decision stored for ``request_id``, or ``None``."""
-        raw = await self._io("get", lambda: self.client.get(self.keys.decision(request_id)))
+        raw = await self.get_decision_text(request_id)
         return json.loads(raw) if raw is not None else None
+
+    async def get_decision_text(self, request_id: str) -> str | None:
+        """The decision stored for ``request_id`` exactly as stored (what ``decide``'s
+        ``replaces`` names), or ``None``."""
+        raw = await self._io("get", lambda: self.client.get(self.keys.decision(request_id)))
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     async def ids(self, kind: str) -> set[str]:
         """The ids in the index of ``kind``."""

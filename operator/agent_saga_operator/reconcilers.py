@@ -12,6 +12,7 @@ Raises ``ProjectionUnavailable`` (Redis failed: the handler retries) and
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +22,7 @@ from agent_saga.controls.limits import display_amount
 from agent_saga.scrubber import redact_text
 
 from .acks import Tracked, desired_status
+from .approval_proof import judge, key_owner, unproven_outcome
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context
 from .documents import (
@@ -213,16 +215,24 @@ def conflict_outcome(phase: str, message: str, conflict: str, fields: dict[str, 
     return Outcome(ready, Cond(SYNCED, "False", Reason.CONFLICT, conflict), fields)
 
 
-def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "") -> Outcome:
+def _reflect_stored(spec: ApprovalSpec, stored: Mapping[str, Any], now: datetime, *, conflict: str = "",
+                    ctx: Context | None = None, who: Identity | None = None, action: str | None = None) -> Outcome:
     """The status of an Approval whose decision is the one stored in the policy plane
-    (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry)."""
+    (made with kubectl and written back, or made elsewhere: the CLI, the agent's expiry).
+    An approval the agents ignore (``approval_proof``) is shown as such, never as one
+    the saga may proceed on (``action``: the digest of the rendered action, as
+    ``judge`` takes it)."""
+    ignored = None if ctx is None else judge(ctx, spec, stored, action)
+    if ignored is not None and who is not None:
+        return unproven_outcome(spec, stored, *ignored, now, namespace=who.namespace, name=who.name)
     decision = str(stored.get("decision") or "").lower()
     phase = _PHASES.get(decision, "Denied")
     approver = shown_approver(phase, stored)
     source = str(stored.get("source") or "")
     fields: dict[str, Any] = {"phase": phase, "decidedAt": _stored_time(stored, now), "approver": approver,
                               "source": source or None, "authenticatedUser": stored.get("authenticatedUser") or None,
-                              "signedBy": (stored.get("signature") or {}).get("keyId")}
+                              "signedBy": (stored.get("signature") or {}).get("keyId"),
+                              "keyOwner": None if ctx is None else key_owner(ctx, stored)}
     by = f" by {approver}" if approver else ""
     where = f" (source {source})" if source else ""
     if conflict:
@@ -245,18 +255,31 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     """Write a kubectl decision back (once), expire an unanswered request, or show the
     decision already in the policy plane (made by the CLI, the agent, or earlier)."""
     name = who.name
-    stored = await ctx.projector.get_decision(spec.request_id)
-    if spec.decision is None and stored is not None:
-        return _reflect_stored(spec, stored, now)
+    raw = await ctx.projector.get_decision_text(spec.request_id)
+    stored = None if raw is None else json.loads(raw)
     action, refusal = await _checked_action(ctx, spec)
-    if refusal is not None and now < spec.deadline and spec.decision != "Denied":
+    ignored = None if stored is None else judge(ctx, spec, stored, action)
+    # Precedence of Ready reasons while the request waits: ActionMismatch (nothing can
+    # approve it) over any stored approval; NotAllShown over no decision and over an
+    # approval the agents ignore (a kubectl approval of it is never written); then a
+    # stored decision as it is: Unsigned / UntrustedKey for one the agents ignore, else
+    # Approved (a proven approval, e.g. the CLI's made with --show-all), Denied, Expired.
+    stored_approval = stored is not None and str(stored.get("decision") or "").lower() == "approved"
+    refused_first = stored is None or (stored_approval and (
+        (refusal is not None and refusal[0] == Reason.ACTION_MISMATCH) or ignored is not None))
+    if refusal is not None and now < spec.deadline and spec.decision != "Denied" and refused_first:
         # never presented as approvable, and an approval of it is never written
         tried = "" if spec.decision is None else f"the approval by {spec.approver} was not written: "
-        return Outcome(Cond(READY, "False", refusal[0], f"{tried}not approvable: {refusal[1]}; deny it, or let it "
-                                                        f"expire (expiry denies)"),
+        held = "" if ignored is None else (f" (the approval in the policy plane by "
+                                           f"{str((stored or {}).get('approver') or 'someone')[:64]} is ignored by "
+                                           f"the agents: {ignored[1]})")
+        return Outcome(Cond(READY, "False", refusal[0], f"{tried}not approvable: {refusal[1]}{held}; deny it, or "
+                                                        f"let it expire (expiry denies)"),
                        Cond(SYNCED, "True" if spec.decision is None else "False", refusal[0],
                             "nothing to write back" if spec.decision is None else "the approval was refused"),
                        {"phase": "Pending"})
+    if spec.decision is None and stored is not None:
+        return _reflect_stored(spec, stored, now, ctx=ctx, who=who, action=action)
     if spec.decision is None and now < spec.deadline:
         how = (f"it needs the approver's passkey: agent-saga approvals sign {spec.request_id} "
                f"--approver you@corp --key your-key.pem (kubectl can only deny it)" if spec.passkey_required else
@@ -272,17 +295,23 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
     decided_at = datetime.fromisoformat(prior) if isinstance(prior, str) else now
     expired = spec.decision is None or decided_at > spec.deadline
     doc = approval_decision_doc(spec, who, decided_at=decided_at, expired=expired, authenticated=ctx.admission)
-    if ctx.signer is not None and action is not None:  # the agent checks it before it acts on an approval
+    if ctx.signer is not None and action:  # the agent checks it before it acts on an approval
         doc = ctx.signer.sign(doc, expires_at=spec.deadline.timestamp(), tool=spec.tool, action_digest=action)
+    mine_ignored = judge(ctx, spec, doc, action)
+    # An approval the agents ignore may be replaced by a decision they accept (and only then).
+    replaces = raw if raw is not None and stored is not None and mine_ignored is None \
+        and ignored is not None else ""
     try:
-        rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now)
+        rev = await ctx.projector.decide(spec.request_id, doc, deadline=spec.deadline, now=now, replaces=replaces or "")
     except DecisionConflict as e:
         if spec.decision is None:  # the agent (or the CLI) got there first: show theirs
-            return _reflect_stored(spec, e.stored, now)
-        return _reflect_stored(spec, e.stored, now, conflict=str(e))
+            return _reflect_stored(spec, e.stored, now, ctx=ctx, who=who, action=action)
+        return _reflect_stored(spec, e.stored, now, conflict=str(e), ctx=ctx, who=who, action=action)
+    if mine_ignored is not None:  # written, and the agents will ignore it: say so, never "may proceed"
+        return unproven_outcome(spec, doc, *mine_ignored, now, namespace=who.namespace, name=name)
     fields: dict[str, Any] = {"decidedAt": rfc3339(decided_at), "approver": doc["approver"], "source": doc["source"],
                               "authenticatedUser": doc["authenticatedUser"],
-                              "signedBy": (doc.get("signature") or {}).get("keyId")}
+                              "signedBy": (doc.get("signature") or {}).get("keyId"), "keyOwner": key_owner(ctx, doc)}
     if expired:
         late = "" if spec.decision is None else f" ({spec.decision} by {spec.approver} came after it)"
         return Outcome(
@@ -303,8 +332,9 @@ async def reconcile_approval(ctx: Context, spec: ApprovalSpec, who: Identity,
 
 async def _checked_action(ctx: Context, spec: ApprovalSpec) -> tuple[str | None, tuple[str, str] | None]:
     """The digest of the rendered action a signed decision covers, or why the request
-    behind this Approval cannot be approved (reason, message); neither when the policy
-    plane holds no request for it (no agent waits on it)."""
+    behind this Approval cannot be approved (reason, message; the digest is then ``""``:
+    no signature covers it); neither when the policy plane holds no request for it (no
+    agent waits on it)."""
     from agent_saga.controls.approvals import ApprovalRequest
 
     from .bridge import approval_problem, read_request
@@ -312,14 +342,14 @@ async def _checked_action(ctx: Context, spec: ApprovalSpec) -> tuple[str | None,
     try:
         doc = await read_request(ctx.projector.client, ctx.projector.keys.prefix, spec.request_id)
     except (ValueError, TypeError) as e:
-        return None, (Reason.ACTION_MISMATCH, f"its request in the policy plane cannot be read ({e})")
+        return "", (Reason.ACTION_MISMATCH, f"its request in the policy plane cannot be read ({e})")
     if doc is None:  # no agent waits on it: a decision is harmless, and is not signed (nothing to render)
         return None, None
     if doc.get("argumentsDigest") != spec.arguments_digest or doc.get("tool") != spec.tool:
-        return None, (Reason.ACTION_MISMATCH, "the request in the policy plane is not the action this Approval shows")
+        return "", (Reason.ACTION_MISMATCH, "the request in the policy plane is not the action this Approval shows")
     problem = approval_problem(doc)
     if problem is not None and problem[0] == "ActionMismatch":
-        return None, (Reason.ACTION_MISMATCH, problem[1])
+        return "", (Reason.ACTION_MISMATCH, problem[1])
     digest = ApprovalRequest.from_doc(doc).action_view().digest
     return digest, None if problem is None else (Reason.NOT_ALL_SHOWN, problem[1])
 

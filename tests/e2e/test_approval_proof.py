@@ -8,8 +8,9 @@ real Redis and real agent processes.
 - Signatures (the operator with a signing key, an agent with a least-privilege Redis
   credential that picks up the published key):
   a kubectl approval is signed and proceeds; an ``approved`` decision written straight
-  into Redis with the agent's credential, and an old signed decision replayed onto a new
-  request, are ignored, and those requests expire (deny).
+  into Redis with the agent's credential, an old signed decision replayed onto a new
+  request, and an unsigned CLI approval (today's CLI refuses it) are ignored, and those
+  requests expire (deny).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from typing import Any
 import pytest
 import redis
 from agent_saga.audit.checkpoints import generate_signing_key
+from agent_saga.controls import RedisApprovalStore
+from agent_saga.controls.approvals import decide_request
 from agent_saga.plane import acl_rules, acl_setuser, agent_scripts
 from agent_saga_operator.models import GROUP, VERSION
 from agent_saga_operator.testing import OperatorProcess, poll
@@ -215,7 +219,10 @@ def test_agents_act_only_on_signed_decisions(
         env = {**os.environ, "AGENT_SAGA_APPROVAL_STORE": fresh_redis.url}
         cli = subprocess.run([sys.executable, "-m", "agent_saga.cli", "approvals", "approve", rid,
                               "--approver", "cfo@corp"], capture_output=True, text=True, env=env, timeout=30)
-        assert cli.returncode == 0 and "unsigned" in cli.stdout, cli.stderr
+        assert cli.returncode == 1 and "--signing-key" in cli.stderr, cli  # the CLI knows the keys are published
+        # An older CLI writes it anyway: the agent ignores it.
+        decide_request(RedisApprovalStore(fresh_redis.url), rid, approved=True, approver="cfo@corp",
+                       now=time.time())
         for ticket in (forged, replayed):
             refused = agent.wait(ticket, timeout=DEADLINE)
             assert not refused["ok"] and "expiry denies" in refused["error"] and "ignored" in refused["error"], refused

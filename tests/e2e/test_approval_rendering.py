@@ -18,6 +18,7 @@ import redis
 from agent_saga.audit.checkpoints import generate_signing_key
 from agent_saga.controls import ApprovalGateway, ApprovalPolicy, RedisApprovalStore
 from agent_saga.controls.approvals import ApprovalRequest, action_digest
+from agent_saga.controls.approvals._signing import ANY_APPROVER, approver_header
 from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
@@ -39,6 +40,8 @@ PENDING = PreFlightDecision("REQUIRE_APPROVAL", "Action cannot be undone", "rule
 def signed_operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str,
                     tmp_path: Path) -> Iterator[tuple[OperatorProcess, str]]:
     priv, pub = generate_signing_key(tmp_path / "operator-signing.pem")
+    # The operator's key names approvers itself (the API server authenticates them).
+    Path(pub).write_text(approver_header([ANY_APPROVER]) + Path(pub).read_text())
     op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
                          extra_args=["--standalone", "--resync-interval", "5", "--health-host", "127.0.0.1",
                                      "--approval-poll-interval", "0.5", "--approval-signing-key", str(priv)])

@@ -575,12 +575,14 @@ def test_operator_with_the_chart_service_account_reconciles_a_killswitch(
         try:
             mirrored = poll(lambda: approval(None), timeout=DEADLINE, what="the request mirrored as an Approval")
             assert mirrored["spec"]["tool"] == "wire.send"
+            # A denial: the chart's operator publishes its signing key, so the CLI refuses an
+            # unsigned approval (agents would ignore it); a denial needs no signature.
             cli = subprocess.run(
-                [sys.executable, "-m", "agent_saga.cli", "approvals", "approve", request_id, "--approver", "risk@corp"],
+                [sys.executable, "-m", "agent_saga.cli", "approvals", "deny", request_id, "--approver", "risk@corp"],
                 capture_output=True, text=True, timeout=60,
                 env={**os.environ, "AGENT_SAGA_APPROVAL_STORE": leader.env["AGENT_SAGA_REDIS_URL"]})
             assert cli.returncode == 0, cli.stderr
-            decided = poll(lambda: approval("Approved"), timeout=DEADLINE, what="the CLI's decision on the Approval")
+            decided = poll(lambda: approval("Denied"), timeout=DEADLINE, what="the CLI's decision on the Approval")
         except AssertionError as e:
             raise AssertionError(f"{e}\n--- leader log ---\n{leader.log()}") from None
         assert decided["status"]["approver"] == "risk@corp"

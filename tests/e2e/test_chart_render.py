@@ -65,6 +65,9 @@ def test_default_values_render_the_documented_objects(renders: dict[str, list[di
         ("ClusterRole", "rel-agent-saga-break-glass"),
         ("ClusterRole", "rel-agent-saga-operator"),
         ("ClusterRoleBinding", "rel-agent-saga-operator"),
+        ("ConfigMap", "rel-agent-saga-approval-keys"),
+        ("Role", "rel-agent-saga-approval-keys"),
+        ("RoleBinding", "rel-agent-saga-approval-keys"),
         ("Secret", "rel-agent-saga-approval-signing"),
         ("ValidatingAdmissionPolicy", "rel-agent-saga-approver-is-requester"),
         ("ValidatingAdmissionPolicyBinding", "rel-agent-saga-approver-is-requester"),
@@ -91,6 +94,14 @@ def test_default_values_render_the_documented_objects(renders: dict[str, list[di
     assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "recoveryd"
     pdb = one(objs, "PodDisruptionBudget")
     assert pdb["spec"] == {"maxUnavailable": 1, "selector": recoveryd["spec"]["selector"]}
+    # The keys agents mount (AGENT_SAGA_APPROVAL_KEYS): the operator writes the published
+    # ones into it, with get + patch on that one ConfigMap and nothing else.
+    args = one(objs, "Deployment", "operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--approval-keys-configmap=agent-saga/rel-agent-saga-approval-keys" in args
+    role = one(objs, "Role", "approval-keys")
+    assert role["metadata"]["namespace"] == "agent-saga" and role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["rel-agent-saga-approval-keys"],
+         "verbs": ["get", "patch"]}]
 
 
 @pytest.mark.parametrize("name", [n for n, _ in VALUE_SETS])
@@ -168,7 +179,8 @@ def test_full_values_exercise_every_option(renders: dict[str, list[dict[str, Any
         "rediss://agent-saga:$(AGENT_SAGA_REDIS_PASSWORD)@redis-primary.data.svc.cluster.local:6380/3"
     # Namespaced mode: a Role + RoleBinding + KopfPeering per watched namespace, and the
     # ClusterRole keeps only read access to CRDs and namespaces.
-    assert sorted(r["metadata"]["namespace"] for r in of_kind(objs, "Role")) == \
+    assert sorted(r["metadata"]["namespace"] for r in of_kind(objs, "Role")
+                  if not r["metadata"]["name"].endswith("approval-keys")) == \
         ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]
     assert sorted(p["metadata"]["namespace"] for p in of_kind(objs, "KopfPeering")) == \
         ["agent-saga-ci-team-a", "agent-saga-ci-team-b"]

@@ -30,6 +30,7 @@ import redis
 from agent_saga.audit.checkpoints import generate_signing_key
 from agent_saga.controls import ApprovalGateway, ApprovalPolicy, RedisApprovalStore
 from agent_saga.controls.approvals import ApprovalRequest, action_digest
+from agent_saga.controls.approvals._signing import approver_header
 from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.plane._acl import preload_scripts
@@ -89,6 +90,7 @@ def users(fresh_redis: RedisServer) -> Iterator[Users]:
 @pytest.fixture
 def keys(tmp_path: Path) -> tuple[str, str]:
     priv, pub = generate_signing_key(tmp_path / "risk.pem")
+    Path(pub).write_text(approver_header(["risk@corp"]) + Path(pub).read_text())  # the key approves as risk@corp
     return str(priv), str(pub)
 
 

@@ -156,6 +156,7 @@ async def test_approvals_with_least_privilege_and_signatures(users: Users, tmp_p
     op = client_for(users.make("operator"))
     preload_scripts(op)
     priv, pub = generate_signing_key(tmp_path / "risk.pem")
+    Path(pub).write_text("Approver: risk@corp\n" + Path(pub).read_text())  # the key approves as risk@corp
     signer = DecisionSigner.from_file(priv)
     agent_store = RedisApprovalStore(users.make("agent"), prefix=P)
     cli_store = RedisApprovalStore(users.make("approver"), prefix=P)

@@ -74,6 +74,9 @@ spec:
         {{- if .Values.approvals.signing.approverKeys }}
         - --approval-keys=/etc/agent-saga/approver-keys
         {{- end }}
+        {{- if and .Values.approvals.signing.enabled .Values.approvals.signing.agentKeys.enabled }}
+        - --approval-keys-configmap={{ .Release.Namespace }}/{{ include "agent-saga.componentName" (list . "approval-keys") }}
+        {{- end }}
         {{- if .Values.approvals.admission.enabled }}
         - --approver-admission={{ include "agent-saga.componentName" (list . "approver-is-requester") }}
         {{- end }}

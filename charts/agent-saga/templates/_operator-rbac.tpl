@@ -16,8 +16,10 @@ the whole cluster, a Role per watched namespace otherwise). What each rule is fo
 - events: create (kopf.event: Engaged, Invalid, Removed, ...). Nothing else in core.
 - kopf.dev peerings: list + watch all (kopf watches the kind), patch only our own
   object (its keep-alive record in status).
-No Secrets, Pods, ConfigMaps or Leases: Redis credentials come from the pod's env, and
-kopf peering replaces leader-election leases.
+No Secrets, Pods or Leases: Redis credentials come from the pod's env, and kopf peering
+replaces leader-election leases. One ConfigMap, by name, in the release's namespace
+(operator-role.yaml): get + patch of <release>-approval-keys, where the operator writes the
+approver keys it publishes for agents to mount (approvals.signing.agentKeys).
 */}}
 {{- define "agent-saga.operator.rules" -}}
 {{- $peeringKind := index . 1 -}}

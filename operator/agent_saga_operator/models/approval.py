@@ -8,8 +8,11 @@ writes the decision back to the policy plane, where the waiting saga sees it.
 
 Rules the API server enforces:
 - A decision needs an approver: an anonymous approval proves nothing.
-- A decision, its approver and its note are immutable once made; so is every field of
-  the request (a human approves exactly what they were shown).
+- A decision, its approver and its note are immutable once made and valid; so is every
+  field of the request (a human approves exactly what they were shown). The one
+  exception: an approval the agents ignore (the operator's Ready condition says reason
+  ``Unsigned`` or ``UntrustedKey``) may be changed or withdrawn, so it cannot hold the
+  request until its deadline. A denial, an expiry and a signed approval never change.
 - A request that needs the approver's passkey (``passkeyRequired``) can only be denied
   here: a kubectl decision carries no passkey signature, so the agent would refuse it.
 """
@@ -63,16 +66,6 @@ class ApprovalSpec(CRDModel):
             cel("!has(self.approver) || has(self.decision)",
                 "approver is set together with decision (Approved or Denied)",
                 field_path=".decision", reason="FieldValueRequired"),
-            cel("!has(oldSelf.decision) || (has(self.decision) && self.decision == oldSelf.decision)",
-                "decision is immutable once made: an answered approval cannot be changed or withdrawn",
-                field_path=".decision", reason="FieldValueForbidden"),
-            cel("!has(oldSelf.decision) || (has(self.approver) && self.approver == oldSelf.approver)",
-                "approver is immutable once the decision is made",
-                field_path=".approver", reason="FieldValueForbidden"),
-            cel("!has(oldSelf.decision) || (has(self.note) == has(oldSelf.note) && "
-                "(!has(self.note) || self.note == oldSelf.note))",
-                "note is immutable once the decision is made",
-                field_path=".note", reason="FieldValueForbidden"),
             cel("!has(oldSelf.passkeyRequired) || (has(self.passkeyRequired) && "
                 "self.passkeyRequired == oldSelf.passkeyRequired)",
                 "passkeyRequired is immutable: it says what the agent will accept",
@@ -139,6 +132,16 @@ class ApprovalStatus(BaseStatus):
     signed_by: Annotated[str, StringConstraints(max_length=64)] | None = Field(
         default=None, description="The id of the key that signed the decision (agents accept an approval only "
                                   "when signed by a trusted key, once keys are configured).")
+    key_owner: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        default=None, description="Whom the signing key belongs to: the approver name(s) it is bound to, or the "
+                                  "operator's own key (it signs for the approver the API server authenticated).")
+
+
+# The operator reported the decision as an approval the agents ignore (not signed, or not
+# by a key trusted for its approver): then, and only then, it may change.
+_IGNORED = ("(has(oldSelf.status) && has(oldSelf.status.conditions) && oldSelf.status.conditions.exists(c, "
+            "c.type == 'Ready' && c.reason in ['Unsigned', 'UntrustedKey']))")
+_FIX = (" (only an approval the agents ignore, Ready reason Unsigned or UntrustedKey, may be decided again)")
 
 
 class Approval(Resource):
@@ -149,6 +152,20 @@ class Approval(Resource):
         plural="approvals",
         short_names=("appr",),
         description="Durable human approvals: requests agents wait on, answered with kubectl.",
+        root_rules=(
+            cel(f"!has(oldSelf.spec.decision) || (has(self.spec.decision) && self.spec.decision == "
+                f"oldSelf.spec.decision) || {_IGNORED}",
+                "decision is immutable once made: an answered approval cannot be changed or withdrawn" + _FIX,
+                field_path=".spec.decision", reason="FieldValueForbidden"),
+            cel(f"!has(oldSelf.spec.decision) || (has(self.spec.approver) && self.spec.approver == "
+                f"oldSelf.spec.approver) || {_IGNORED}",
+                "approver is immutable once the decision is made" + _FIX,
+                field_path=".spec.approver", reason="FieldValueForbidden"),
+            cel(f"!has(oldSelf.spec.decision) || (has(self.spec.note) == has(oldSelf.spec.note) && "
+                f"(!has(self.spec.note) || self.spec.note == oldSelf.spec.note)) || {_IGNORED}",
+                "note is immutable once the decision is made" + _FIX,
+                field_path=".spec.note", reason="FieldValueForbidden"),
+        ),
         columns=(
             PrinterColumn("Tool", "string", ".spec.tool"),
             PrinterColumn("Saga", "string", ".spec.sagaId"),

@@ -21,8 +21,13 @@ says which store it read and why, and with none configured it says how to name o
 waiting agent sees it there (no connection into the agent). An ID may be a unique prefix.
 
 ``--signing-key KEY.pem`` (or ``$AGENT_SAGA_APPROVAL_SIGNING_KEY``) signs the decision
-with the approver's Ed25519 key (``agent-saga keygen approver --out KEY.pem``): agents
-that trust approver keys accept an approval only when it is signed by one of them.
+with the approver's Ed25519 key (``agent-saga keygen approver --approver NAME --out
+KEY.pem``): agents that trust approver keys accept an approval only when it is signed by
+one of them, for an approver the key is bound to. When trusted keys are published (or
+``$AGENT_SAGA_APPROVAL_KEYS`` names them), an approval the agents would ignore (unsigned,
+an untrusted key, another approver's key) is refused here, and a request holding such an
+ignored approval may be decided again. A credential in ``--note`` is replaced by
+``[REDACTED]`` (and said so); one in ``--approver`` is refused.
 
 Passkey approvals (an IRREVERSIBLE step whose agent has an approver keyring): the
 request carries a challenge naming the exact action, and the approver's own enrolled key
@@ -66,9 +71,11 @@ from ..controls.approvals import (
 )
 from ..controls.approvals._keyring import ENV_KEYRING
 from ..controls.approvals._render import escape_text
-from ..controls.approvals._signing import ENV_SIGNING_KEY
+from ..controls.approvals._signing import ENV_SIGNING_KEY, TrustedKeys
+from ..controls.approvals._store import unproven
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
+from ._clean import clean_name, clean_text
 
 __all__ = ["register"]
 
@@ -104,13 +111,16 @@ def _action_lines(r: ApprovalRequest, show_all: bool) -> list[str]:
         return [f"NOT APPROVABLE: {exc}"]
 
 
-def _line(r: ApprovalRequest, now: float, show_all: bool = False) -> list[str]:
+def _line(r: ApprovalRequest, now: float, show_all: bool = False, ignored: str | None = None) -> list[str]:
     rule = escape_text(r.rule.split(":", 1)[1] if r.rule.startswith("rule:") else r.rule)
     state = r.state.upper()
     if r.state == "Pending" and now >= r.deadline:
         state = "EXPIRED (unanswered)"
     elif r.decided and r.approver:
         state += f" by {escape_text(r.approver)}"
+    if ignored is not None:
+        state = (f"PENDING: the approval by {escape_text(r.approver or '')} is ignored by the agents "
+                 f"({escape_text(ignored)}); approve it signed")
     if r.break_glass:
         state += ", BREAK-GLASS"
     if r.consumed_at is not None:
@@ -131,12 +141,15 @@ def _line(r: ApprovalRequest, now: float, show_all: bool = False) -> list[str]:
 def cmd_list(args: argparse.Namespace) -> int:
     store, which = _store(args)
     try:
-        requests = store.list(pending_only=not args.all)
+        trusted = trusted_keys(store)
+        # An approval the agents ignore leaves the pending set, yet the request still waits.
+        requests = store.list(pending_only=not args.all and trusted is None)
     finally:
         store.close()
     now = time.time()
+    ignored = {r.id: why for r in requests if (why := unproven(r, trusted)) is not None}
     if not args.all:
-        requests = [r for r in requests if now < r.deadline]
+        requests = [r for r in requests if now < r.deadline and (not r.decided or r.id in ignored)]
     if args.json:
         print(which, file=sys.stderr)
         print(json.dumps([r.view_doc() for r in requests], indent=2))
@@ -145,7 +158,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not requests:
         print("no approval requests waiting" if not args.all else f"no approval requests in {store.describe()}")
     for r in requests:
-        for line in _line(r, now):
+        for line in _line(r, now, ignored=ignored.get(r.id)):
             print("  " + line)
     return 0
 
@@ -154,6 +167,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     store, which = _store(args)
     try:
         r = store.get(resolve_id(store, args.request_id))
+        trusted = trusted_keys(store) if r is not None else None
     except ApprovalRefused as exc:
         print(f"agent-saga approvals show: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -167,9 +181,25 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(json.dumps(r.view_doc(), indent=2))
         return 0
     print(which)
-    for line in _line(r, time.time(), args.show_all):
+    for line in _line(r, time.time(), args.show_all, unproven(r, trusted)):
         print("  " + line)
     return 0
+
+
+def trusted_keys(store: ApprovalStore) -> TrustedKeys | None:
+    """The approver keys agents on ``store`` trust: ``$AGENT_SAGA_APPROVAL_KEYS`` and the
+    keys published in the policy plane (``None``: none anywhere)."""
+    keys = TrustedKeys.from_env()
+    published = getattr(store, "published_keys", None)
+    texts = published() if published is not None else {}
+    if not texts:
+        return keys
+    merged = TrustedKeys(source=f"{store.describe()} published keys")
+    if keys is not None:
+        merged.update(keys)
+    for kid, pem in texts.items():
+        merged.add_pem(pem, where=f"the approver key {kid} published in {store.describe()}")
+    return merged
 
 
 def _decide(args: argparse.Namespace, approved: bool) -> int:
@@ -177,13 +207,15 @@ def _decide(args: argparse.Namespace, approved: bool) -> int:
         print(f"agent-saga approvals {'approve' if approved else 'deny'}: refused: --approver NAME is required "
               f"(an anonymous approval is an audit trail that proves nothing)", file=sys.stderr)
         return 2
+    approver = clean_name("--approver", args.approver)
+    note = clean_text("--note", args.note)
     key = args.signing_key or os.environ.get(ENV_SIGNING_KEY, "").strip() or None
     signer = DecisionSigner.from_file(key) if key else None
     store, which = _store(args)
     try:
-        r = decide_request(store, args.request_id, approved=approved, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=getattr(args, "break_glass", False), signer=signer,
-                           show_all=getattr(args, "show_all", False))
+        r = decide_request(store, args.request_id, approved=approved, approver=approver or "", now=time.time(),
+                           note=note, break_glass=getattr(args, "break_glass", False), signer=signer,
+                           show_all=getattr(args, "show_all", False), trusted=trusted_keys(store))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals: refused: {exc.message} ({which})", file=sys.stderr)
         return 1
@@ -289,10 +321,12 @@ def cmd_sign(args: argparse.Namespace) -> int:
         print("agent-saga approvals sign: refused: --approver NAME is required (the key approves only as the "
               "approver it is enrolled for)", file=sys.stderr)
         return 2
+    approver = clean_name("--approver", args.approver) or ""
+    note = clean_text("--note", args.note)
     store, which = _store(args)
     try:
-        r = decide_request(store, args.request_id, approved=True, approver=args.approver, now=time.time(),
-                           note=args.note, break_glass=args.break_glass, show_all=args.show_all,
+        r = decide_request(store, args.request_id, approved=True, approver=approver, now=time.time(),
+                           note=note, break_glass=args.break_glass, show_all=args.show_all,
                            passkey=lambda req: _assertion(args, ActionChallenge.from_doc(req.challenge)))
     except ApprovalRefused as exc:
         print(f"agent-saga approvals sign: refused: {exc.message} ({which})", file=sys.stderr)

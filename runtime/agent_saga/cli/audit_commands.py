@@ -181,6 +181,9 @@ def register(sub: Any) -> None:
                    "sign CLI approval decisions; wal: a WAL encryption key")
     p.add_argument("--out", help="checkpoint, approver: the private key file to create (KEY and KEY.pub)")
     p.add_argument("--kid", help="wal: the key id (default: a fingerprint)")
+    p.add_argument("--approver", action="append", default=None, metavar="NAME",
+                   help="approver: the name the key approves as (repeat for more); written into KEY.pub, which "
+                        "agents then trust for these names only")
     p.set_defaults(handler=cmd_keygen)
 
 
@@ -382,8 +385,25 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     if args.kind in ("checkpoint", "approver"):
         if not args.out:
             raise ConfigurationError(f"keygen {args.kind} needs --out KEYFILE (KEYFILE.pub is written beside it)")
+        names: tuple[str, ...] = ()
+        if args.approver:
+            if args.kind != "approver":
+                raise ConfigurationError("--approver is for keygen approver")
+            from ..controls.approvals._signing import check_names
+
+            names = check_names(args.approver, "--approver")
         priv, pub = _cp.generate_signing_key(args.out)
-        where = "publish it" if args.kind == "checkpoint" else "add it to the agents' trusted approver keys"
+        if names:
+            from ..controls.approvals._signing import approver_header
+
+            with open(pub, "r+", encoding="ascii") as f:
+                pem = f.read()
+                f.seek(0)
+                f.write(approver_header(names) + pem)
+        where = ("publish it" if args.kind == "checkpoint" else
+                 f"add it to the agents' trusted approver keys: it approves as {', '.join(names)}" if names else
+                 "enrol it in a passkey keyring with `approvals keys enrol --approver NAME`; to trust it for signed "
+                 "decisions, make it with --approver NAME")
         print(f"private key {priv} (keep it secret, mode 0600); public key {pub} ({where})")
         return 0
     print(_enc.new_wal_key(args.kid))

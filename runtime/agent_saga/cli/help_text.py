@@ -90,8 +90,10 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
          "--pubkey ./checkpoint.key.pub",),
     ),
     "keygen": (
-        "Make a checkpoint signing key pair, or a WAL encryption key (printed for AGENT_SAGA_WAL_KEY).",
+        "Make a checkpoint or approver signing key pair, or a WAL encryption key (printed for "
+        "AGENT_SAGA_WAL_KEY). An approver key names the approver(s) it approves as (--approver).",
         ("agent-saga keygen checkpoint --out ./checkpoint.key   # and ./checkpoint.key.pub",
+         "agent-saga keygen approver --approver risk@corp --out risk.pem   # risk.pem.pub names risk@corp",
          "agent-saga keygen wal --kid 2026-07"),
     ),
     "recover": (
@@ -185,9 +187,11 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "approvals approve": (
         "Approve one request, as a named approver. Refused once it is decided or past its deadline. "
-        "With --signing-key (an approver key the operator publishes) agents accept the decision; "
-        "unsigned, it is ignored wherever approvals are signed. An action larger than the default view "
-        "needs --show-all (see it first with approvals show ID --show-all); the approval prints it in full.",
+        "With --signing-key (an approver key the operator publishes, bound to that approver) agents accept "
+        "the decision; where keys are published, an approval they would ignore (unsigned, another "
+        "approver's key) is refused, and a signed one replaces one they ignore. An action larger than the "
+        "default view needs --show-all (see it first with approvals show ID --show-all); the approval "
+        "prints it in full. A credential in --note is stored as [REDACTED].",
         ("agent-saga approvals approve af83c011 --approver risk@corp --signing-key risk.pem --note 'verified by phone'",
          "agent-saga approvals approve af83c011 --approver cfo@corp --break-glass --note 'system down'"),
     ),

@@ -50,6 +50,7 @@ from ..controls.killswitch import (
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
 from ..wal.base import BaseWAL
+from ._clean import clean_name, clean_text
 from .status_commands import StatusSection, register_section
 
 __all__ = ["register"]
@@ -153,7 +154,8 @@ def _landed(repeats: list[str], what: str = "landed") -> str | None:
 
 
 def _engage(args: argparse.Namespace, action: LeverAction, scope: str) -> int:
-    lever = Lever.new(action, scope, reason=args.reason, by=args.by, now=_now(), ttl=args.ttl)
+    lever = Lever.new(action, scope, reason=clean_text("--reason", args.reason) or "",
+                      by=clean_name("--by", args.by) or "", now=_now(), ttl=args.ttl)
     store = _open_store(args)
     try:
         store.engage(lever)
@@ -190,6 +192,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     if not args.by or not args.by.strip():
         raise ConfigurationError("resume needs --by NAME: who lifted the lever lands in the WAL")
+    clean_name("--by", args.by)
     store = _open_store(args)
     try:
         levers = store.levers()

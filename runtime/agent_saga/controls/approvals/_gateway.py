@@ -39,17 +39,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
+from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant, parse_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
 from ...records import canonical_json
 from ...wal.base import BaseWAL
 from ._keyring import ApproverKeyring
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
+from ._names import name_problem
 from ._notifiers import ApprovalNotice, Notifier
 from ._passkey import ActionChallenge, PasskeyRefused, PasskeyVerifier
 from ._render import render_action
-from ._signing import DecisionSigner, TrustedKeys
+from ._signing import DecisionSigner, TrustedKeys, path_stamp
 from ._store import ApprovalStore, decide_request
 
 __all__ = ["ApprovalGateway", "ApprovalPolicy", "EscalationLevel"]
@@ -185,6 +186,13 @@ class ApprovalGateway:
         self._configured: TrustedKeys | None = trusted_keys
         self._trust: TrustedKeys | None = trusted_keys
         self._forged: set[str] = set()
+        # What this process remembers, whatever the store says later: that trusted keys
+        # were seen (then an unsigned approval is refused even when none is published any
+        # more: a policy plane that lost its data), and the deadline it set on each request
+        # (a document's deadline moved later does not extend a request or an approval).
+        self._keys_seen = trusted_keys is not None
+        self._own: dict[str, float] = {}
+        self._moved: set[str] = set()
         if passkeys is None:
             passkeys = ApproverKeyring.from_env()
         if passkeys is not None and not isinstance(passkeys, PasskeyVerifier):
@@ -226,6 +234,7 @@ class ApprovalGateway:
     async def _run(
         self, request: StepRequest, verdict: GateDecision, rid: str, rule: str, digest: str
     ) -> ApprovalOutcome:
+        await self._learn_keys()
         found = await asyncio.to_thread(self.store.get, rid)
         if found is None:
             now = self._clock.time()
@@ -244,18 +253,23 @@ class ApprovalGateway:
                     step_id=request.step_id, expires_at=fresh.deadline).to_doc())
             current, created = await asyncio.to_thread(self.store.create, fresh)
             if created:
+                self._own[rid] = fresh.deadline
                 seq = self.wal.append(REQUESTED, request.saga_id, request.step_id, {
                     **self._about(current), "policy_args": dict(request.policy_args),
                     "levels": [{"targets": list(t), "after_seconds": a} for t, a in current.levels],
-                    "timeout": self.policy.timeout,
+                    "timeout": self.policy.timeout, "signatures_required": self._keys_seen,
                 })
                 await self.wal.barrier(seq)  # durable before anyone is asked
+            else:
+                await self._recall(current)
         else:
             current = found
+            await self._recall(current)
             self.wal.append(RESUMED, request.saga_id, request.step_id, {
-                **self._about(current), "state": current.state,
+                **self._about(self._pin(current)), "state": current.state,
                 "note": "the request already existed: nobody is asked again",
             })
+        current = self._pin(current)
         if current.arguments_digest != digest:
             return self._record(request, current, False, SYSTEM_APPROVER, (
                 f"approval request {rid} was made for other arguments ({current.arguments_digest}), this call is "
@@ -322,7 +336,7 @@ class ApprovalGateway:
             if latest is None:
                 return self._deny_locally(request, rid, current.arguments_digest,
                                           f"approval request {rid} disappeared from {self.store.describe()}")
-            current = latest
+            current = self._pin(latest)
 
     async def _escalate(self, request: StepRequest, current: ApprovalRequest, now: float) -> ApprovalOutcome | None:
         for level, (targets, after_s) in enumerate(current.levels):
@@ -364,21 +378,26 @@ class ApprovalGateway:
         """Is the stored approval proven? (why not, or ``None``; and what the WAL records)"""
         decision = current.decision
         assert decision is not None
+        named = name_problem(decision.approver)
+        if named is not None:
+            return f"the approver name {decision.approver[:64]!r} is refused: {named}", {}
         seal = decision.seal
+        if self._trust is None or seal is None or seal.key_id not in self._trust.key_ids:
+            await self._learn_keys()
         trust = self._trust
-        published = getattr(self.store, "published_keys", None)
-        if published is not None and (trust is None or seal is None or seal.key_id not in trust.key_ids):
-            texts = await asyncio.to_thread(published)
-            if texts:
-                trust = self._trust = self._merged(texts)
+        if trust is None and self._keys_seen:
+            return ("no trusted approver key is known now, but this agent saw trusted keys before (the policy plane "
+                    "may have lost its data): an approval needs a valid signature"), {}
         if trust is None:
             return None, {"signature": "not checked: no trusted approver keys are configured"}
         why = trust.problem(seal, request_id=current.id, arguments_digest=current.arguments_digest,
-                            deadline=current.deadline, tool=tool, action_digest=rendered)
+                            deadline=current.deadline, tool=tool, action_digest=rendered,
+                            approver=decision.approver)
         if why is not None:
             return why, {}
         assert seal is not None
-        proof: dict[str, Any] = {"signature": {"alg": "Ed25519", "keyId": seal.key_id, "verified": True}}
+        proof: dict[str, Any] = {"signature": {"alg": "Ed25519", "keyId": seal.key_id, "verified": True,
+                                               "keyOwner": trust.owner(seal.key_id)}}
         if decision.signed and decision.signed.get("authenticatedUser"):
             proof["authenticated_user"] = str(decision.signed["authenticatedUser"])
         return None, proof
@@ -416,6 +435,67 @@ class ApprovalGateway:
             kid = (decision.passkey or {}).get("keyId")
             return f"passkey refused: {exc.message}", {"refused": exc.code, "keyId": kid}
         return None
+
+    async def _learn_keys(self) -> None:
+        """Read the keys trusted now: the configured file or directory again (a mounted
+        ConfigMap the operator fills or rotates) and those the policy plane publishes.
+        Once any key was seen this process requires signatures for good."""
+        configured = self._configured
+        if configured is not None and configured.changed():
+            assert configured.path is not None
+            try:
+                fresh = await asyncio.to_thread(TrustedKeys.from_path, configured.path)
+            except ConfigurationError as exc:  # keep what was read before; say why once
+                configured.stamp = path_stamp(configured.path)
+                log.warning("trusted approver keys %s cannot be read again (%s); the keys read before stay trusted",
+                            configured.path, exc)
+            else:
+                configured.update(fresh)
+                configured.stamp = fresh.stamp
+                if self._trust is not None:
+                    self._trust.update(fresh)
+        published = getattr(self.store, "published_keys", None)
+        texts = await asyncio.to_thread(published) if published is not None else {}
+        if texts:
+            self._trust = self._merged(texts)
+        if self._trust is not None:
+            self._keys_seen = True
+
+    async def _recall(self, current: ApprovalRequest) -> None:
+        """Remember the deadline this agent set on ``current`` (a request it made before
+        a restart): from its own WAL's APPROVAL_REQUESTED, never from the document. With
+        no such record the deadline is the document's, capped at one timeout from now."""
+        if current.id in self._own:
+            return
+        mine: dict[str, Any] | None = None
+        async for rec in self.wal.read_all():
+            payload = rec.payload
+            if rec.type == REQUESTED and isinstance(payload, dict) and payload.get("request_id") == current.id:
+                mine = payload  # the last one: a later request under the same id replaces it
+        deadline: float | None = None
+        if mine is not None:
+            try:
+                deadline = parse_instant(mine.get("deadline"))
+            except ValueError:
+                deadline = None
+            if mine.get("signatures_required"):
+                self._keys_seen = True
+        if deadline is None:
+            deadline = min(current.deadline, self._clock.time() + self.policy.timeout)
+        self._own[current.id] = deadline
+
+    def _pin(self, current: ApprovalRequest) -> ApprovalRequest:
+        """``current`` with the deadline this agent set (a document whose deadline was
+        moved is logged once; the move changes nothing)."""
+        own = self._own.get(current.id)
+        if own is None or abs(own - current.deadline) < 1e-3:
+            return current
+        if current.id not in self._moved:
+            self._moved.add(current.id)
+            log.warning("approval request %s: the deadline in %s (%s) is not the one this agent set (%s); the "
+                        "agent keeps its own", current.id, self.store.describe(), format_instant(current.deadline),
+                        format_instant(own))
+        return replace(current, deadline=own)
 
     def _merged(self, published: Mapping[str, str]) -> TrustedKeys:
         """The configured keys, those the policy plane publishes, and every key trusted so
@@ -474,7 +554,8 @@ class ApprovalGateway:
         if after is None:
             return self._deny_locally(request, current.id, current.arguments_digest,
                                       f"approval request {current.id} disappeared from {self.store.describe()}")
-        if not made or after != made[-1]:
+        after = self._pin(after)
+        if not made or self._pin(made[-1]) != after:
             return self._record(request, after, False, SYSTEM_APPROVER,
                                 f"the approval of request {current.id} was used by another call; an approval "
                                 f"authorises one call")
@@ -485,7 +566,7 @@ class ApprovalGateway:
                            f"no answer within {self.policy.timeout:g}s", _source())
         after = await asyncio.to_thread(self.store.decide, current.id, expired)
         if after is not None and after.decision is not None and not expired.same_as(after.decision):
-            return await self._wait(request, after)  # decided just in time
+            return await self._wait(request, self._pin(after))  # decided just in time
         return self._record(request, after or current, False, SYSTEM_APPROVER,
                             f"no answer within {self.policy.timeout:g}s (deadline "
                             f"{format_instant(current.deadline)}): expiry denies", decision="Expired")

@@ -10,7 +10,9 @@ from a ConfigMap, or keep it on a shared volume) and re-read it when it changes,
 revocation applies to the next approval checked.
 
 Invariants:
-- A key is enrolled for exactly one approver; it approves only under that name.
+- A key is enrolled for exactly one approver; it approves only under that name, which
+  passes the look-alike check of ``_names`` (no mixed scripts, no Cyrillic or Greek
+  letters that pass for Latin ones, NFKC).
 - Revocation is final: a revoked key cannot be enrolled again (enrol a new key).
 - Writes are atomic (a temporary file, then ``os.replace``) under an exclusive lock on
   ``<file>.lock``, so two CLI invocations cannot lose each other's change.
@@ -30,6 +32,7 @@ from typing import Any
 
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError
+from ._names import name_problem
 from ._signing import _crypto, key_id
 
 __all__ = ["ApproverKeyring", "EnrolledKey", "ENV_KEYRING", "load_public_key"]
@@ -195,6 +198,9 @@ class ApproverKeyring:
             raise ConfigurationError("enrolling a key needs --approver NAME: the key approves only as that name")
         if not by.strip():
             raise ConfigurationError("enrolling a key needs --by NAME: who enrolled it is part of the audit trail")
+        named = name_problem(approver.strip())
+        if named is not None:
+            raise ConfigurationError(f"--approver {approver.strip()!r} is refused: {named}")
         from cryptography.hazmat.primitives import serialization
 
         key = load_public_key(public_key)

@@ -117,11 +117,16 @@ class FileApprovalStore:
             self._write(self._path(request_id), new.to_doc())
             return new.with_decision(current.decision)
 
-    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
-        """Write ``decision`` unless the request has one; the request as stored now."""
+    def decide(self, request_id: str, decision: Decision, *,
+               replaces: Decision | None = None) -> ApprovalRequest | None:
+        """Write ``decision`` unless the request has one, or in place of exactly
+        ``replaces`` (an approval the caller judged unproven); the request as stored now."""
         with self._locked():
             current = self._read(request_id)
-            if current is None or current.decided:
+            if current is None:
+                return None
+            if current.decision is not None and (replaces is None or not replaces.same_as(current.decision)
+                                                 or replaces.signed != current.decision.signed):
                 return current
             self._write(self._path(request_id, ".decision.json"), decision.to_doc(request_id, current.namespace))
             return current.with_decision(decision)

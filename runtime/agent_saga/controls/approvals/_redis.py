@@ -96,12 +96,13 @@ return 1
 
     # KEYS[1] the decision document, KEYS[2] the pending set, KEYS[3] the change counter
     # ARGV[1] the decision without rev ('{...}'), ARGV[2] the request id, ARGV[3] its time
-    # to live in ms, ARGV[4] the change channel
+    # to live in ms, ARGV[4] the change channel, ARGV[5] the exact stored decision this one
+    # replaces ('' : none may be stored; the caller judged that one unproven)
     # Written once: returns {1, doc} when this call wrote it, {0, doc} with the decision
     # that was there first otherwise.
     LUA_DECIDE = """
 local cur = redis.call('GET', KEYS[1])
-if cur then return {0, cur} end
+if cur and (ARGV[5] == '' or cur ~= ARGV[5]) then return {0, cur} end
 local rev = redis.call('INCR', KEYS[3])
 local doc = '{"rev":' .. rev .. ',' .. string.sub(ARGV[1], 2)
 redis.call('SET', KEYS[1], doc, 'PX', ARGV[3])
@@ -239,6 +240,13 @@ return {1, doc}
 
     def _fetch(self, request_id: str) -> tuple[str | None, ApprovalRequest | None]:
         """The raw request document and the merged view (one round trip)."""
+        key, text, raw_decision = self._fetch_raw(request_id)
+        if text is None:
+            return None, None
+        return text, self._merge(text, raw_decision, self._key_owner(key))
+
+    def _fetch_raw(self, request_id: str) -> tuple[str, str | None, bytes | None]:
+        """The request's key, its raw document and its raw decision (one round trip)."""
         def read(client: Any) -> tuple[str, Any, Any]:
             key = self._locate(client, request_id)
             raw, raw_decision = client.mget([key, self.decision_key(request_id)])
@@ -248,10 +256,7 @@ return {1, doc}
             key, raw, raw_decision = self._read(read)
         except Exception as exc:
             raise self._unavailable("read", exc) from exc
-        if raw is None:
-            return None, None
-        text = raw.decode()
-        return text, self._merge(text, raw_decision, self._key_owner(key))
+        return key, (None if raw is None else raw.decode()), raw_decision
 
     def _merge(self, raw: str, raw_decision: bytes | None, owner: str) -> ApprovalRequest:
         try:
@@ -319,18 +324,25 @@ return {1, doc}
         raise ApprovalStoreUnavailable(f"{self._name}: approval {request_id} keeps changing under us",
                                        store=self._name)
 
-    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
-        """Write ``decision`` unless one exists (one script); the request as stored now."""
-        raw, current = self._fetch(request_id)
-        if raw is None or current is None:
+    def decide(self, request_id: str, decision: Decision, *,
+               replaces: Decision | None = None) -> ApprovalRequest | None:
+        """Write ``decision`` unless one exists, or in place of exactly ``replaces`` (an
+        approval the caller judged unproven; one script); the request as stored now."""
+        key, text, raw_decision = self._fetch_raw(request_id)
+        if text is None:
             return None
-        if current.decided:
-            return current
+        current = self._merge(text, raw_decision, self._key_owner(key))
+        expected = ""
+        if current.decision is not None:
+            if (replaces is None or raw_decision is None or not replaces.same_as(current.decision)
+                    or replaces.signed != current.decision.signed):
+                return current
+            expected = raw_decision.decode()
         doc = json.dumps(decision.to_doc(request_id, current.namespace), separators=(",", ":"))
         keys = (self.decision_key(request_id), self.pending_key, self.rev_key)
         _, stored = self._script("decide", self.LUA_DECIDE, keys,
-                                 (doc, request_id, self._ttl_ms(current), self.channel))
-        return self._merge(raw, stored, current.owner)
+                                 (doc, request_id, self._ttl_ms(current), self.channel, expected))
+        return self._merge(text, stored, current.owner)
 
     def mark_consumed(self, request: ApprovalRequest, by: str, now: float) -> str | None:
         """Record that ``request``'s approval was used (``by``, at ``now``), once: ``None``

@@ -30,6 +30,14 @@ Invariants:
   checked; trusting keys without it is a ``ConfigurationError`` naming the fix.
 - Denials and expiries need no signature: anyone may stop an action, nobody unproven
   may allow one.
+- A trusted key is bound to the approver name(s) it may approve as: its PEM block is
+  preceded by ``Approver: NAME`` lines (explanatory text before the block, which PEM
+  readers skip; ``agent-saga keygen approver --approver NAME`` writes it, the operator
+  publishes its keys with it). A signed decision verifies only when its ``approver`` is
+  one of its key's names. ``Approver: *`` marks a decider that authenticates approvers
+  itself (the operator's key: the API server names the approver). Every name passes the
+  look-alike check of ``_names`` when the key is loaded, and the approver's name when a
+  decision is checked.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from typing import Any
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError
 from ...records import canonical_json
+from ._names import name_problem
 
 __all__ = [
     "DECISION_FORMAT",
@@ -51,6 +60,8 @@ __all__ = [
     "SIGNED_FIELDS",
     "Seal",
     "TrustedKeys",
+    "ANY_APPROVER",
+    "approver_header",
     "decision_message",
     "key_id",
 ]
@@ -68,6 +79,29 @@ ENV_TRUSTED_KEYS = "AGENT_SAGA_APPROVAL_KEYS"
 ENV_SIGNING_KEY = "AGENT_SAGA_APPROVAL_SIGNING_KEY"
 
 _FIX = "pip install 'agent-saga[signing]'"
+#: The name a decider's key carries when it names approvers itself (the operator's key).
+ANY_APPROVER = "*"
+_HEADER = "Approver:"
+_NAME_FIX = ("put one line 'Approver: NAME' per approver the key may approve as before its '-----BEGIN PUBLIC KEY-----' "
+             "line (agent-saga keygen approver --approver NAME --out KEY.pem writes it)")
+
+
+def approver_header(names: Iterable[str]) -> str:
+    """The ``Approver: NAME`` lines that bind the PEM block after them to ``names``."""
+    return "".join(f"{_HEADER} {n}\n" for n in names)
+
+
+def check_names(names: Iterable[str], where: str) -> tuple[str, ...]:
+    """``names`` as a key's approver names; ``ConfigurationError`` naming ``where`` for
+    none, or for a look-alike name."""
+    out = tuple(dict.fromkeys(n.strip() for n in names if n.strip()))
+    if not out:
+        raise ConfigurationError(f"{where} is not bound to any approver name: {_NAME_FIX}")
+    for n in out:
+        why = None if n == ANY_APPROVER else name_problem(n)
+        if why is not None:
+            raise ConfigurationError(f"{where}: approver name {n!r} is refused: {why}")
+    return out
 
 
 def _crypto() -> Any:
@@ -162,13 +196,14 @@ class DecisionSigner:
                                      f"`agent-saga keygen approver --out FILE`)") from exc
         return cls(key)
 
-    def public_pem(self) -> str:
-        """This key's public half (PEM), to add to the agents' trusted keys."""
+    def public_pem(self, approvers: Iterable[str] = ()) -> str:
+        """This key's public half (PEM), to add to the agents' trusted keys, after the
+        ``Approver:`` lines of ``approvers`` (the names it may approve as)."""
         from cryptography.hazmat.primitives import serialization
 
         pem: bytes = self._key.public_key().public_bytes(serialization.Encoding.PEM,
                                                          serialization.PublicFormat.SubjectPublicKeyInfo)
-        return pem.decode()
+        return approver_header(approvers) + pem.decode()
 
     def sign(self, doc: Mapping[str, Any], *, expires_at: float | str, tool: str, action_digest: str) -> dict[str, Any]:
         """``doc`` with ``expiresAt`` (the request's deadline), the ``tool`` and the
@@ -190,11 +225,16 @@ class TrustedKeys:
     """The public keys whose signatures approve (``from_path``: a PEM file holding one or
     more keys, or a directory of ``*.pem`` / ``*.pub`` files). Empty: nothing is trusted."""
 
-    def __init__(self, public_keys: Iterable[Any] = (), *, source: str = "") -> None:
+    def __init__(self, public_keys: Mapping[Any, Iterable[str]] | None = None, *, source: str = "") -> None:
         self._keys: dict[str, Any] = {}
+        self._names: dict[str, tuple[str, ...]] = {}
         self.source = source or "given keys"
-        for k in public_keys:
-            self.add(k)
+        #: The file or directory the keys were read from (``from_path``), to read again,
+        #: and what it looked like then (``changed``).
+        self.path: str | None = None
+        self.stamp: object = None
+        for k, names in (public_keys or {}).items():
+            self.add(k, approvers=names)
 
     def __repr__(self) -> str:
         return f"TrustedKeys({self.source}: {', '.join(sorted(self._keys)) or 'none'})"
@@ -208,24 +248,40 @@ class TrustedKeys:
         return tuple(sorted(self._keys))
 
     def update(self, other: TrustedKeys) -> None:
-        """Trust every key ``other`` trusts."""
+        """Trust every key ``other`` trusts, under its names there."""
         self._keys.update(other._keys)
+        self._names.update(other._names)
+
+    def approvers(self, kid: str) -> tuple[str, ...]:
+        """The approver names key ``kid`` may approve as (``("*",)``: a decider that
+        names approvers itself); empty for a key not trusted."""
+        return self._names.get(kid, ())
+
+    def owner(self, kid: str) -> str:
+        """Who key ``kid`` belongs to, for a status line: its names, comma-separated."""
+        names = self.approvers(kid)
+        return "* (a decider's key: any approver it authenticated)" if names == (ANY_APPROVER,) else ", ".join(names)
 
     def pem(self, kid: str) -> str:
-        """The public key ``kid`` as PEM (what the operator publishes)."""
+        """The public key ``kid`` as PEM, preceded by its ``Approver:`` lines (what the
+        operator publishes, and what a key file holds)."""
         from cryptography.hazmat.primitives import serialization
 
         pem: bytes = self._keys[kid].public_bytes(serialization.Encoding.PEM,
                                                   serialization.PublicFormat.SubjectPublicKeyInfo)
-        return pem.decode()
+        return approver_header(self._names[kid]) + pem.decode()
 
-    def add(self, public_key: Any) -> str:
-        """Trust ``public_key`` (an Ed25519 public key); return its id."""
+    def add(self, public_key: Any, *, approvers: Iterable[str], where: str = "") -> str:
+        """Trust ``public_key`` (an Ed25519 public key) for the approver names
+        ``approvers`` (``("*",)``: a decider's key); return its id."""
         ed25519 = _crypto()
         if not isinstance(public_key, ed25519.Ed25519PublicKey):
             raise ConfigurationError(f"a trusted approver key must be an Ed25519 public key, got {public_key!r}")
         kid = key_id(public_key)
+        names = check_names([approvers] if isinstance(approvers, str) else approvers,
+                            where or f"trusted approver key {kid}")
         self._keys[kid] = public_key
+        self._names[kid] = names
         return kid
 
     def add_pem(self, text: str | bytes, *, where: str = "PEM") -> list[str]:
@@ -233,19 +289,17 @@ class TrustedKeys:
         _crypto()
         from cryptography.hazmat.primitives import serialization
 
-        data = text.encode() if isinstance(text, str) else text
-        marker = b"-----BEGIN PUBLIC KEY-----"
-        blocks = [marker + b for b in data.split(marker)[1:]]
+        blocks = pem_blocks(text)
         if not blocks:
             raise ConfigurationError(f"{where} holds no '-----BEGIN PUBLIC KEY-----' block (the .pub file of "
                                      f"`agent-saga keygen approver`)")
         ids = []
-        for block in blocks:
+        for names, block in blocks:
             try:
                 key = serialization.load_pem_public_key(block)
             except ValueError as exc:
                 raise ConfigurationError(f"{where} holds a public key that cannot be read ({exc})") from exc
-            ids.append(self.add(key))
+            ids.append(self.add(key, approvers=names, where=where))
         return ids
 
     @classmethod
@@ -254,15 +308,21 @@ class TrustedKeys:
         (a mounted Secret or ConfigMap: add a key to rotate, remove the old one later)."""
         p = os.fspath(path)
         keys = cls(source=p)
+        keys.path, keys.stamp = p, path_stamp(p)
         if os.path.isdir(p):
+            # An empty directory (a mounted ConfigMap the operator has not filled yet)
+            # trusts nothing yet and still requires signatures: keys published in the
+            # policy plane, or added here later, are what approves.
             names = sorted(n for n in os.listdir(p) if n.endswith((".pem", ".pub")) and not n.startswith("."))
-            if not names:
-                raise ConfigurationError(f"trusted approver keys: directory {p!r} has no *.pem or *.pub file")
             for n in names:
                 keys.add_pem(_read(os.path.join(p, n), "trusted approver key"), where=os.path.join(p, n))
         else:
             keys.add_pem(_read(p, "trusted approver key"), where=p)
         return keys
+
+    def changed(self) -> bool:
+        """Has the file or directory these keys were read from changed since?"""
+        return self.path is not None and path_stamp(self.path) != self.stamp
 
     @classmethod
     def from_env(cls) -> TrustedKeys | None:
@@ -271,9 +331,10 @@ class TrustedKeys:
         return cls.from_path(path) if path else None
 
     def problem(self, seal: Seal | None, *, request_id: str, arguments_digest: str, deadline: float,
-                tool: str, action_digest: str) -> str | None:
+                tool: str, action_digest: str, approver: str | None = None) -> str | None:
         """Why ``seal`` does not prove a decision on this request (``tool`` called as
-        rendered to ``action_digest``), or ``None`` if it does."""
+        rendered to ``action_digest``) by ``approver`` (the decision document's), or
+        ``None`` if it does."""
         if seal is None:
             return "the decision is not signed"
         old = _format_problem(seal)
@@ -288,6 +349,10 @@ class TrustedKeys:
             key.verify(seal.signature, seal.message)
         except InvalidSignature:
             return f"the signature by key {seal.key_id} does not verify: the decision was forged or altered"
+        if approver is not None:
+            why = approver_problem(approver, self.approvers(seal.key_id), seal.key_id)
+            if why is not None:
+                return why
         if seal.request_id != request_id or seal.arguments_digest != arguments_digest:
             return (f"the signature by key {seal.key_id} is for request {seal.request_id[:12]} "
                     f"({seal.arguments_digest[:19]}), not this one: a replayed decision")
@@ -318,6 +383,52 @@ def _action_problem(seal: Seal, tool: str, action_digest: str) -> str | None:
                 f"{seal.action_digest[:19]}, not this call ({tool[:64]!r}, {action_digest[:19]}): the approver was "
                 f"shown another action")
     return None
+
+
+def path_stamp(path: str) -> object:
+    """What a key file or directory looks like now (names, sizes, modification times)."""
+    try:
+        if os.path.isdir(path):
+            return tuple((e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in sorted(
+                os.scandir(path), key=lambda e: e.name))
+        st = os.stat(path)
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def approver_problem(approver: str, names: tuple[str, ...], kid: str) -> str | None:
+    """Why key ``kid``, bound to ``names``, does not approve as ``approver``."""
+    why = name_problem(approver)
+    if why is not None:
+        return f"the approver name {approver[:64]!r} is refused: {why}"
+    if ANY_APPROVER not in names and approver not in names:
+        return (f"key {kid} is bound to {', '.join(names) or 'no approver'}, not to {approver[:64]!r}: a key "
+                f"approves only as the approver(s) it was issued to")
+    return None
+
+
+def pem_blocks(text: str | bytes) -> list[tuple[tuple[str, ...], bytes]]:
+    """The public key blocks of PEM ``text``, each with the approver names of the
+    ``Approver: NAME`` lines before it (after the previous block)."""
+    data = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    out: list[tuple[tuple[str, ...], bytes]] = []
+    names: list[str] = []
+    block: list[str] | None = None
+    for line in data.splitlines():
+        stripped = line.strip()
+        if block is not None:
+            block.append(stripped)
+            if stripped.startswith("-----END "):
+                out.append((tuple(names), ("\n".join(block) + "\n").encode()))
+                names, block = [], None
+        elif stripped == "-----BEGIN PUBLIC KEY-----":
+            block = [stripped]
+        elif stripped[:len(_HEADER)].lower() == _HEADER.lower():
+            names.append(stripped[len(_HEADER):].strip())
+    if block is not None:
+        out.append((tuple(names), ("\n".join(block) + "\n").encode()))
+    return out
 
 
 def _read(path: str | os.PathLike[str], what: str) -> bytes:

@@ -7,7 +7,10 @@ decision to land in the store; no connection into the agent is ever needed.
 
 Invariants:
 - ``decide`` writes a decision only if there is none: a decision, once made, is never
-  overwritten, whoever tries (the CLI, the operator, an agent giving up).
+  overwritten, whoever tries (the CLI, the operator, an agent giving up). The one
+  exception is an approval the agents ignore (unsigned, or not signed by a key they
+  trust, for its approver): a proven decision may replace exactly that document
+  (``replaces``), so an unproven approval cannot hold a request hostage until expiry.
 - ``update`` changes the request document by compare-and-set (a lock file on disk, a
   Lua script in Redis): two agents never both use one approval.
 - ``mark_consumed`` records an approval's use in a place of its own, written once and
@@ -25,8 +28,9 @@ from typing import Any, Protocol, runtime_checkable
 from ...clocks import format_instant
 from ...errors import SagaError, StoreUnavailable
 from ._model import ApprovalRequest, Decision
+from ._names import name_problem
 from ._render import ActionView
-from ._signing import DecisionSigner
+from ._signing import ENV_SIGNING_KEY, DecisionSigner, TrustedKeys
 
 __all__ = [
     "ApprovalRefused",
@@ -35,6 +39,7 @@ __all__ = [
     "Change",
     "decide_request",
     "resolve_id",
+    "unproven",
 ]
 
 
@@ -75,9 +80,11 @@ class ApprovalStore(Protocol):
         Returns the request afterwards (``None`` if there is none)."""
         ...
 
-    def decide(self, request_id: str, decision: Decision) -> ApprovalRequest | None:
-        """Write ``decision`` unless the request already has one; return the request with
-        the decision that is stored now (``None`` if there is no such request)."""
+    def decide(self, request_id: str, decision: Decision, *,
+               replaces: Decision | None = None) -> ApprovalRequest | None:
+        """Write ``decision`` unless the request already has one (or the one it has is
+        exactly ``replaces``: an approval judged unproven); return the request with the
+        decision that is stored now (``None`` if there is no such request)."""
         ...
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
@@ -106,6 +113,7 @@ def decide_request(
     signer: DecisionSigner | None = None,
     passkey: Callable[[ApprovalRequest], Mapping[str, Any]] | None = None,
     show_all: bool = False,
+    trusted: TrustedKeys | None = None,
 ) -> ApprovalRequest:
     """Record a human's decision on a pending request (the CLI, ``ApprovalGateway.decide``).
 
@@ -122,11 +130,19 @@ def decide_request(
     An approval is refused for a request whose arguments do not hash to its digest (it
     was altered: ``ApprovalRequest.action_view``), and for one whose default view leaves
     fields out unless ``show_all`` says the complete action was shown; a signed approval
-    covers the tool and the rendered action (``_signing``). A denial needs neither."""
+    covers the tool and the rendered action (``_signing``). A denial needs neither.
+
+    ``trusted``: the approver keys the agents trust (``None``: none known). With them, an
+    approval the agents would ignore is refused here (unsigned, signed by a key they do
+    not trust, or by a key not bound to ``approver``), and a request holding such an
+    ignored approval may be decided again: a proven decision replaces it."""
     approver = (approver or "").strip()
     if not approver:
         raise ApprovalRefused("an approval needs --approver NAME: an anonymous approval is an audit trail "
                               "that proves nothing")
+    named = name_problem(approver)
+    if named is not None:
+        raise ApprovalRefused(f"--approver {approver!r} is refused: {named}")
     if break_glass and not (note or "").strip():
         raise ApprovalRefused("a break-glass approval needs --note: why the normal chain was bypassed is what "
                               "the review will ask")
@@ -134,7 +150,8 @@ def decide_request(
     current = store.get(full)
     if current is None:
         raise ApprovalRefused(f"approval request {full} disappeared from {store.describe()}")
-    if current.decided:
+    stale = unproven(current, trusted)
+    if current.decided and stale is None:
         raise ApprovalRefused(_already(current))
     if now >= current.deadline:
         raise ApprovalRefused(f"approval request {full} expired at {format_instant(current.deadline)} (expiry "
@@ -153,7 +170,21 @@ def decide_request(
         view = view or _approvable(current, True)
         mine = Decision.from_doc(signer.sign(mine.to_doc(full, current.namespace), expires_at=current.deadline,
                                              tool=current.tool, action_digest=view.digest))
-    after = store.decide(full, mine)
+    if approved and trusted is not None and passkey is None:
+        assert view is not None
+        why = trusted.problem(mine.seal, request_id=full, arguments_digest=current.arguments_digest,
+                              deadline=current.deadline, tool=current.tool, action_digest=view.digest,
+                              approver=approver)
+        if why is not None and signer is None:
+            raise ApprovalRefused(
+                f"the agents trust signed approvals only (trusted keys: {', '.join(trusted.key_ids) or 'none yet'}), "
+                f"so an unsigned approval would be ignored and the request would wait out its deadline. Sign it: "
+                f"--signing-key KEY.pem (or ${ENV_SIGNING_KEY}); a key is made with `agent-saga keygen approver "
+                f"--approver {approver} --out KEY.pem`, and KEY.pem.pub must be among the trusted keys")
+        if why is not None:
+            raise ApprovalRefused(f"the agents would ignore this approval ({why}); trusted keys: "
+                                  f"{', '.join(trusted.key_ids) or 'none yet'}")
+    after = store.decide(full, mine, replaces=current.decision if stale is not None else None)
     if after is None or not mine.same_as(after.decision):
         raise ApprovalRefused(_already(after or current))
     return after
@@ -170,6 +201,23 @@ def _approvable(r: ApprovalRequest, show_all: bool) -> ActionView:
                               f"fields): see the whole action with agent-saga approvals show {r.id[:8]} --show-all, "
                               f"then approve with --show-all (a human approves only what they could see)")
     return view
+
+
+def unproven(current: ApprovalRequest, trusted: TrustedKeys | None) -> str | None:
+    """Why the approval stored on ``current`` is one the agents ignore (``trusted``: the
+    keys they trust), or ``None`` (no decision, a denial or expiry, a proven approval,
+    or no keys to judge by). An approval on a request whose arguments no longer hash to
+    its digest is ignored too (the agent checks the stored request against its call)."""
+    decision = current.decision
+    if decision is None or decision.state != "Approved" or trusted is None:
+        return None
+    try:
+        view = current.action_view()
+    except ValueError as exc:
+        return str(exc)
+    return trusted.problem(decision.seal, request_id=current.id, arguments_digest=current.arguments_digest,
+                           deadline=current.deadline, tool=current.tool, action_digest=view.digest,
+                           approver=decision.approver)
 
 
 def _already(r: ApprovalRequest) -> str:

@@ -30,6 +30,7 @@ from agent_saga.controls.approvals import (
     decide_request,
 )
 from agent_saga.controls.approvals._render import render_action
+from agent_saga.controls.approvals._signing import approver_header
 from agent_saga.errors import ConfigurationError, GateBlocked
 from agent_saga.records import canonical_json
 from engine_support import read, wal_fixture  # noqa: F401
@@ -41,8 +42,12 @@ def action(r) -> dict:
     return {"tool": r.tool, "action_digest": r.action_view().digest}
 
 
-def keypair(tmp_path: Path, name: str) -> tuple[DecisionSigner, str]:
+def keypair(tmp_path: Path, name: str, approvers: tuple[str, ...] = ("*",)) -> tuple[DecisionSigner, str]:
+    """A signing key and its public key file, bound to ``approvers`` (``*``: a decider's
+    key, as the operator's)."""
     priv, pub = generate_signing_key(tmp_path / name)
+    text = Path(pub).read_text()
+    Path(pub).write_text(approver_header(approvers) + text)
     return DecisionSigner.from_file(priv), pub
 
 
@@ -94,7 +99,8 @@ async def test_a_signed_approval_from_a_trusted_key_proceeds_and_the_wal_names_t
     assert await wire(wal, gw, saga_id="s-ok") == ["sent"]
     (d,) = decided(wal, "s-ok")
     assert d["approver"] == "risk@corp"
-    assert d["signature"] == {"alg": "Ed25519", "keyId": signer.key_id, "verified": True}
+    assert d["signature"] == {"alg": "Ed25519", "keyId": signer.key_id, "verified": True,
+                              "keyOwner": "* (a decider's key: any approver it authenticated)"}
     (req,) = gw.store.list()
     doc = req.decision.to_doc(req.id, req.namespace)
     assert doc["signature"]["keyId"] == signer.key_id and doc["expiresAt"]
@@ -208,9 +214,16 @@ def test_bad_key_configuration_names_the_field_and_the_fix(tmp_path):
     (tmp_path / "junk.pem").write_text("not a key")
     with pytest.raises(ConfigurationError, match="BEGIN PUBLIC KEY"):
         TrustedKeys.from_path(tmp_path / "junk.pem")
+    _, bare = generate_signing_key(tmp_path / "bare")
+    with pytest.raises(ConfigurationError, match="not bound to any approver name: put one line 'Approver: NAME'"):
+        TrustedKeys.from_path(bare)
+    Path(bare).write_text("Approver: \u0441fo@corp\n" + Path(bare).read_text())
+    with pytest.raises(ConfigurationError, match=r"Cyrillic Small Letter Es \(U\+0441\), which looks like the Latin 'c'"):
+        TrustedKeys.from_path(bare)
+    # An empty directory (a ConfigMap the operator has not filled yet) trusts nothing and
+    # still requires signatures (the gateway ignores an unsigned approval: test_approval_key_memory).
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ConfigurationError, match=r"no \*.pem or \*.pub"):
-        TrustedKeys.from_path(tmp_path / "empty")
+    assert len(TrustedKeys.from_path(tmp_path / "empty")) == 0
 
 
 def test_trusted_keys_without_cryptography_fail_closed_naming_the_fix(tmp_path):
