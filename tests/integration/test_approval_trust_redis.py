@@ -59,11 +59,13 @@ def users(fresh_redis: RedisServer) -> Iterator[Users]:
 class Plane:
     """The operator's credential (scripts, published keys), an agent's and an approver's."""
 
-    def __init__(self, users: Users, tmp_path: Path) -> None:
+    def __init__(self, users: Users, tmp_path: Path, owner: str | None = None) -> None:
         self.op = client_for(users.make("operator"))
         preload_scripts(self.op)
-        self.agent_url, self.approver_url = users.make("agent"), users.make("approver")
-        self.agent_store = RedisApprovalStore(self.agent_url, prefix=P)
+        # ``owner``: the agent keeps its requests under its own name (an ACL user per pod).
+        self.agent_url = users.make("agent", **({"agent": owner} if owner else {}))
+        self.approver_url = users.make("approver")
+        self.agent_store = RedisApprovalStore(self.agent_url, prefix=P, owner=owner)
         self.cli_store = RedisApprovalStore(self.approver_url, prefix=P)
         self.tmp = tmp_path
 
@@ -105,8 +107,8 @@ class Plane:
 
 
 @pytest.fixture
-def plane(users: Users, tmp_path: Path) -> Iterator[Plane]:
-    p = Plane(users, tmp_path)
+def plane(users: Users, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Plane]:
+    p = Plane(users, tmp_path, getattr(request, "param", None))
     yield p
     p.close()
 
@@ -227,6 +229,8 @@ async def test_a_mounted_key_directory_requires_signatures_while_it_is_empty(pla
 
 
 # ---------------------------------------------------------------------- unsigned CLI approvals
+@pytest.mark.parametrize("plane", [None, "payments/payments-1"], ids=["shared-credential", "per-pod-keys"],
+                         indirect=True)
 async def test_the_cli_refuses_an_unsigned_approval_and_a_signed_one_replaces_an_unsigned_one(
         plane: Plane, tmp_path: Path) -> None:
     risk, risk_pem = plane.key("risk.pem", "risk@corp")
@@ -236,6 +240,9 @@ async def test_the_cli_refuses_an_unsigned_approval_and_a_signed_one_replaces_an
 
     async def answer() -> None:
         r = await plane.pending("s-stuck")
+        owner = plane.agent_store.owner
+        # Kept under the agent's own name when it has one: the replacement finds it there.
+        assert plane.op.exists(f"{P}:approval:request:{owner + '/' if owner else ''}{r.id}") == 1
         out = await asyncio.to_thread(plane.cli, "approvals", "approve", r.id, "--approver", "risk@corp")
         assert out.returncode == 1, out
         assert "--signing-key KEY.pem (or $AGENT_SAGA_APPROVAL_SIGNING_KEY)" in out.stderr, out.stderr
