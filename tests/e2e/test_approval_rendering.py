@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import pytest
 import redis
 from agent_saga.audit.checkpoints import generate_signing_key
 from agent_saga.controls import ApprovalGateway, ApprovalPolicy, RedisApprovalStore
-from agent_saga.controls.approvals import ApprovalRequest, action_digest
+from agent_saga.controls.approvals import ApprovalRequest, action_digest, decide_request
 from agent_saga.controls.approvals._signing import ANY_APPROVER, approver_header
 from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
@@ -120,6 +121,48 @@ async def test_the_approval_shows_the_checked_escaped_action_and_refuses_a_misma
         assert decision["actionDigest"] == ApprovalRequest.from_doc(
             json.loads(r.get(store.request_key(req.id)) or "{}")).action_view().digest
         assert decision["argumentsDigest"] == action_digest("wire.send", args, "1")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- operator log ---\n{op.log()}") from None
+    finally:
+        task.cancel()
+        store.close()
+        r.close()
+
+
+async def test_an_ignored_approval_of_an_action_larger_than_an_approval_shows_is_not_replaced_with_kubectl(
+        crds: KubeCluster, ns: str, signed_operator: tuple[OperatorProcess, str], fresh_redis: RedisServer,
+        tmp_path: Path) -> None:
+    """Both Ready reasons apply (the stored approval is unsigned, and the action is larger
+    than an Approval shows): NotAllShown wins, so nobody is told to approve it with
+    kubectl, and a kubectl approval neither replaces the ignored one nor is written."""
+    op, pub = signed_operator
+    store = RedisApprovalStore(fresh_redis.url, owner=f"{ns}/agent-0")
+    gw = ApprovalGateway(store, None, FileWAL(tmp_path / "a.wal"), ApprovalPolicy(timeout=600), poll=0.05,
+                         namespace=ns, trusted_keys=pub)
+    args = {f"field_{i:02d}": i for i in range(40)}  # more fields than the default view shows
+    task = asyncio.create_task(gw.request_approval(
+        StepRequest("s-wide", "s-wide/0", "bulk.update", ActionSemantics.IRREVERSIBLE, args, ()), PENDING))
+    req = await until_async("the request", lambda: next(iter(store.list(pending_only=True)), None))
+    assert req is not None
+    r = redis.Redis.from_url(fresh_redis.url)
+    key = f"agentsaga:v1:approval:decision:{req.id}"
+    try:
+        poll(lambda: _approval(crds, ns, req.id), timeout=DEADLINE, what="the request mirrored")
+        # An unsigned approval in the policy plane (an older CLI, a script): the agents ignore it.
+        decide_request(store, req.id, approved=True, approver="cfo@corp", now=time.time(), show_all=True)
+        unsigned = r.get(key)
+        assert unsigned is not None and b'"signature"' not in unsigned
+        cond = poll(lambda: (c := _ready(_approval(crds, ns, req.id))).get("reason") == "NotAllShown"
+                    and "ignored by the agents" in c.get("message", "") and c,
+                    timeout=DEADLINE, what="Ready reason NotAllShown, saying the stored approval is ignored")
+        assert cond["status"] == "False" and "not signed" in cond["message"], cond
+        assert "--show-all" in cond["message"] and "kubectl patch" not in cond["message"], cond
+        crds.kubectl("patch", "approval", req.id, "-n", ns, "--type=merge", "-p",
+                     json.dumps({"spec": {"decision": "Approved", "approver": "risk@corp"}}))
+        poll(lambda: "was not written" in _ready(_approval(crds, ns, req.id)).get("message", ""),
+             timeout=DEADLINE, what="the kubectl approval refused")
+        assert r.get(key) == unsigned, "the ignored approval was not replaced by one the human could not see"
+        assert not task.done(), "the agent still waits"
     except AssertionError as e:
         raise AssertionError(f"{e}\n--- operator log ---\n{op.log()}") from None
     finally:
