@@ -7,6 +7,7 @@ and the WAL (what was recorded)."""
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import subprocess
@@ -32,6 +33,7 @@ class Raw:
 
     def __init__(self, tmp: Path, *options: str, **env: str) -> None:
         self.tmp = tmp
+        self.pending = b""
         self.wal = tmp / "proxy.wal"
         argv = ["-m", "agent_saga.cli", "mcp", "--policy", str(ms.write_policy(tmp / "p.json", POLICY)), "--wal",
                 str(self.wal), "--name", "raw", *options, "--", sys.executable, str(RAW_SERVER)]
@@ -50,10 +52,19 @@ class Raw:
         self.proc.stdin.flush()
 
     def read(self, timeout: float = 30) -> Any:
+        """The next line the proxy answered. Reads the pipe's descriptor itself: a buffered
+        ``readline`` may take two lines off the pipe at once, and ``select`` then waits for
+        the second, which already sits in the buffer."""
         assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        assert ready, "no answer from the proxy"
-        return json.loads(self.proc.stdout.readline())
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([fd], [], [], timeout)
+            assert ready, "no answer from the proxy"
+            chunk = os.read(fd, 1 << 20)
+            assert chunk, "the proxy closed its output"
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return json.loads(line)
 
     def request(self, id_: Any, method: str, params: dict[str, Any] | None = None) -> Any:
         self.send({"jsonrpc": "2.0", "id": id_, "method": method, **({"params": params} if params else {})})
