@@ -109,7 +109,7 @@ def test_settings_change_what_they_name(helm: Helm, user_chart: Path) -> None:
     assert pod is not None, err
     proxy = pod["initContainers"][0]
     assert "--listen=127.0.0.1:9000" in proxy["args"] and "--policy-from-plane=team-a/payments" in proxy["args"]
-    assert proxy["startupProbe"]["tcpSocket"]["port"] == 9000
+    assert "('127.0.0.1', 9000)" in proxy["startupProbe"]["exec"]["command"][-1]
     assert proxy["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 4242
     env = {e["name"]: e.get("value") for e in proxy["env"]}
     assert env["AGENT_SAGA_REDIS_URL"] == "redis://agent-saga-agent:$(REDIS_AGENT_PASSWORD)@redis.plane.svc:6380/0"

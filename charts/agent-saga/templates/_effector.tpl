@@ -73,8 +73,8 @@ where $e is a dict:
     - name: AGENT_SAGA_WAL_STREAM
       value: {{ default "agent-saga:wal" .walStream | quote }}
   startupProbe:
-    tcpSocket:
-      port: {{ $port }}
+    exec:
+      command: ["python", "-c", "import socket; socket.create_connection(('127.0.0.1', {{ $port }}), 1)"]
     periodSeconds: 1
     failureThreshold: 120
   resources:
