@@ -91,7 +91,7 @@ def test_the_rendered_pod_keeps_every_credential_in_the_proxy(helm: Helm, user_c
     assert pod is not None, err
     (proxy,), (app,) = pod["initContainers"], pod["containers"]
     assert proxy["restartPolicy"] == "Always"  # a native sidecar
-    assert "--listen=127.0.0.1:8931" in proxy["args"]
+    assert "--listen=127.0.0.1:8931" in proxy["command"]
     assert pod["automountServiceAccountToken"] is False and pod["shareProcessNamespace"] is False
     secret_volumes = {v["name"] for v in pod["volumes"] if "secret" in v}
     assert secret_volumes == {"agent-saga-credentials"}
@@ -108,7 +108,7 @@ def test_settings_change_what_they_name(helm: Helm, user_chart: Path) -> None:
                       "effector.redisHost=redis.plane.svc:6380", "effector.policy=team-a/payments")
     assert pod is not None, err
     proxy = pod["initContainers"][0]
-    assert "--listen=127.0.0.1:9000" in proxy["args"] and "--policy-from-plane=team-a/payments" in proxy["args"]
+    assert "--listen=127.0.0.1:9000" in proxy["command"] and "--policy-from-plane=team-a/payments" in proxy["command"]
     assert "('127.0.0.1', 9000)" in proxy["startupProbe"]["exec"]["command"][-1]
     assert proxy["securityContext"]["runAsUser"] == pod["securityContext"]["fsGroup"] == 4242
     env = {e["name"]: e.get("value") for e in proxy["env"]}

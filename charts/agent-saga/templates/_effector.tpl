@@ -40,7 +40,7 @@ where $e is a dict:
 - name: agent-saga-mcp
   image: {{ required "agent-saga.effectorSidecar: set image (an image carrying the agent-saga command, e.g. the recoveryd image)" .image }}
   restartPolicy: Always
-  args:
+  command:
     - agent-saga
     - mcp
     - --policy-from-plane={{ default (printf "$(AGENT_SAGA_NAMESPACE)/%s" $agent) .policy }}
