@@ -228,7 +228,7 @@ def test_a_kill_switch_refuses_calls_through_the_proxy(effector: tuple[Pod, Pod]
 
 
 def test_an_exhausted_budget_refuses_calls_through_the_proxy(effector: tuple[Pod, Pod]) -> None:
-    safe, _ = effector
+    safe, leaky = effector
     rel = safe.rel
     name = "effector-budget-" + secrets.token_hex(3)
     limit = {"apiVersion": "agentsaga.dev/v1alpha1", "kind": "BudgetLimit", "metadata": {"name": name},
@@ -242,17 +242,19 @@ def test_an_exhausted_budget_refuses_calls_through_the_proxy(effector: tuple[Pod
         stopped = [refused(c) for c in out["calls"] if not c["value"]]
         assert 1 <= len(made) <= 2 and stopped and all(stopped), out
         assert all(name in m or "limit" in m.lower() or "budget" in m.lower() for m in stopped), stopped  # type: ignore[operator]
+        around = leaky.mcp(("charge", {"amount": 40}), url=UPSTREAM, headers={"Authorization": f"Bearer {leaked_token(leaky)}"})
+        assert around["calls"][0]["value"]["amount"] == 40, around  # the exhausted budget does not see it
     finally:
         rel.kubectl("delete", "-f", "-", "--wait=true", input=yaml.safe_dump(limit))
     ROWS["spend past a BudgetLimit (maxTotal 100), or reset it"] = (
         f"{len(made)} charges of 40 made, then -32001 `{str(stopped[0])[:80]}`; no Redis credential to reset it",
-        "(see the Redis and direct-call rows: with the credential or the token, both are possible)")
+        "direct call with the token: charged past the exhausted budget")
     del msg
 
 
 def test_an_irreversible_call_waits_for_an_approval_and_lands_once(effector: tuple[Pod, Pod], tmp_path: Path
                                                                     ) -> None:
-    safe, _ = effector
+    safe, leaky = effector
     rel = safe.rel
     to = "acct_" + secrets.token_hex(4)
     known = {a["metadata"]["name"] for a in json.loads(rel.kubectl("get", "approvals", "-o", "json").stdout)["items"]}
@@ -286,21 +288,31 @@ def test_an_irreversible_call_waits_for_an_approval_and_lands_once(effector: tup
     assert result["calls"][0]["value"]["to"] == to, result
     wires = [e for e in ledger(rel) if e["payments"] == "wire" and e["to"] == to]
     assert len(wires) == 1 and wires[0]["id"] == result["calls"][0]["value"]["id"], wires
+    known = {a["metadata"]["name"] for a in json.loads(rel.kubectl("get", "approvals", "-o", "json").stdout)["items"]}
+    around = leaky.mcp(("wire", {"amount": 5, "to": to + "-direct"}), url=UPSTREAM,
+                       headers={"Authorization": f"Bearer {leaked_token(leaky)}"})
+    assert around["calls"][0]["value"]["to"] == to + "-direct", around  # sent at once
+    assert pending() is None  # and nobody was asked
     ROWS["send an IRREVERSIBLE wire"] = (
         f"held until the Approval {approval} was approved (`kubectl patch`), then executed once",
-        "(direct call with the token: sent at once, no one asked)")
+        "direct call with the token: sent at once, no Approval asked for")
 
 
 def test_a_dropped_session_is_compensated(effector: tuple[Pod, Pod]) -> None:
-    safe, _ = effector
+    safe, leaky = effector
     rel = safe.rel
+    # First a charge around the proxy, abandoned too: it has had longer than the other when that one is refunded.
+    around = leaky.mcp(("charge", {"amount": 8}), url=UPSTREAM, drop=True,
+                       headers={"Authorization": f"Bearer {leaked_token(leaky)}"})["calls"][0]["value"]["id"]
     out = safe.mcp(("charge", {"amount": 7}), drop=True)
     charge = out["calls"][0]["value"]["id"]
     refunds = poll(lambda: [e for e in ledger(rel) if e["payments"] == "refund" and e["charge"] == charge],
                    what=f"the proxy refunding {charge} after the session dropped")
     assert len(refunds) == 1 and refunds[0]["already"] is False, refunds
+    assert not [e for e in ledger(rel) if e["payments"] == "refund" and e["charge"] == around]
     ROWS["charge, then abandon the session (crash, hang)"] = (
-        f"after {SESSION_IDLE} s idle the proxy refunds the charge, once", "(direct calls are never compensated)")
+        f"after {SESSION_IDLE} s idle the proxy refunds the charge, once",
+        "a charge made around the proxy and abandoned earlier: never refunded")
 
 
 def test_zz_print_the_attack_table(effector: tuple[Pod, Pod], capsys: pytest.CaptureFixture[str]) -> None:
