@@ -39,9 +39,10 @@ def _docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((EXAMPLE / name).read_text()) if d]
 
 
-def agent_manifest(rel: Release, name: str, leaky: bool) -> list[dict[str, Any]]:
+def agent_manifest(rel: Release, name: str, leaky: bool, shared: bool = False) -> list[dict[str, Any]]:
     """examples/k8s/effector/agent.yaml on this tree's images (the app: python and nothing
-    else, idle: the tests exec into it); `leaky` removes every protection."""
+    else, idle: the tests exec into it); `leaky` removes every protection, `shared` only
+    shares the process namespace (the UIDs stay apart)."""
     out = []
     for d in _docs("agent.yaml"):
         if d["kind"] == "Deployment":
@@ -55,8 +56,9 @@ def agent_manifest(rel: Release, name: str, leaky: bool) -> list[dict[str, Any]]
             proxy["command"] = [a if not a.startswith("--session-idle=") else f"--session-idle={SESSION_IDLE}"
                              for a in proxy["command"]]
             app["image"], app["imagePullPolicy"], app["command"] = rel.images["debian-python"].ref, "Never", IDLE
-            if leaky:
+            if leaky or shared:
                 pod["shareProcessNamespace"] = True
+            if leaky:
                 app["securityContext"]["runAsUser"] = app["securityContext"]["runAsGroup"] = 65532
                 app["volumeMounts"].append({"name": "agent-saga-credentials", "mountPath": CREDS, "readOnly": True})
                 app["env"] += [e for e in proxy["env"] if e["name"] in ("REDIS_AGENT_PASSWORD", "AGENT_SAGA_REDIS_URL")]
@@ -94,12 +96,15 @@ class Pod:
 
 @pytest.fixture(scope="module")
 def effector(release: Release) -> Iterator[tuple[Pod, Pod]]:
+    """The example's agent pod and its leaky copy (a third, sharing only the process
+    namespace, is reached with Pod(rel, "effector-shared"))."""
     rel = release
     objs = server_manifest(rel) + agent_manifest(rel, "effector-agent", False) + agent_manifest(rel, "effector-leaky", True)
+    objs += agent_manifest(rel, "effector-shared", False, shared=True)[1:]  # (the ConfigMap once)
     text = yaml.safe_dump_all(objs)
     rel.kubectl("apply", "-f", "-", input=text)
     try:
-        for d in ("payments-mcp", "effector-agent", "effector-leaky"):
+        for d in ("payments-mcp", "effector-agent", "effector-leaky", "effector-shared"):
             out = rel.kubectl("rollout", "status", f"deployment/{d}", f"--timeout={int(DEADLINE)}s",
                               timeout=DEADLINE + 10, check=False)
             assert out.returncode == 0, f"{d} not rolled out: {out.stderr}\n{diagnose(rel, d)}"
@@ -167,6 +172,20 @@ def test_the_proxy_is_invisible_from_the_app(effector: tuple[Pod, Pod]) -> None:
     ROWS["see the proxy's processes, open its files (directly or through /proc/PID/root)"] = (
         f"no proxy process among {len(seen['procs'])} visible; nothing opens",
         f"sees `agent-saga mcp`; opens {bad['opened']}")
+
+
+def test_another_uid_cannot_read_the_proxy_through_a_shared_process_namespace(effector: tuple[Pod, Pod]) -> None:
+    safe, _ = effector
+    shared = Pod(safe.rel, "effector-shared")
+    seen = shared.run(SEE, paths=[f"{CREDS}/payments-token", "/etc/agent-saga/mcp-upstreams.json"])
+    assert [c for c in seen["procs"].values() if c and "agent-saga mcp" in c], seen  # visible...
+    assert seen["opened"] == [], seen  # ...but its root is not the app's to open
+    looked = shared.run(LOOK, secrets=[TOKEN, redis_password(safe.rel)])
+    assert (looked["env"], looked["files"], looked["proc"]) == ([], [], []), looked
+    assert looked["unreadable_proc"] > 0, looked  # the proxy's environ was there, and refused
+    ROWS["the same, with `shareProcessNamespace: true` but the app on its own UID"] = (
+        f"sees `agent-saga mcp`, but its environ and /proc/PID/root refuse ({looked['unreadable_proc']} refused)",
+        "same UID (the leaky copy): read, as above")
 
 
 def test_redis_refuses_the_app(effector: tuple[Pod, Pod]) -> None:
@@ -316,7 +335,7 @@ def test_a_dropped_session_is_compensated(effector: tuple[Pod, Pod]) -> None:
 
 
 def test_zz_print_the_attack_table(effector: tuple[Pod, Pod], capsys: pytest.CaptureFixture[str]) -> None:
-    assert len(ROWS) == 8, sorted(ROWS)
+    assert len(ROWS) == 9, sorted(ROWS)
     lines = ["| attack from the application container | the example as shipped | with the protections removed |",
              "|---|---|---|", *[f"| {a} | {s} | {b} |" for a, (s, b) in ROWS.items()]]
     with capsys.disabled():
