@@ -147,6 +147,7 @@ bench: install system-deps
 	$(PY) bench/bench_limits.py
 	$(PY) bench/bench_killswitch.py
 	$(PY) bench/bench_mcp.py
+	$(PY) bench/bench_effector.py
 	$(PY) bench/bench_approvals.py
 	$(PY) bench/bench_passkey_speculation.py
 	$(PY) bench/bench_routing.py

@@ -5,8 +5,8 @@
 #   debian-python  Debian 12 (python3 3.11) from a root filesystem made with mmdebstrap:
 #                  the Dockerfile's PYTHON_IMAGE
 #   agent-saga-operator, agent-saga-recoveryd    the Dockerfile's targets, built by buildah
-#   payments-agent, payments-recoveryd           examples/payments/Dockerfile, FROM the
-#                                                recoveryd image (as docs/install.md says)
+#   payments-agent, payments-recoveryd,          examples/payments/Dockerfile, FROM the
+#   payments-mcp                                 recoveryd image (as docs/install.md says)
 #   redis          Debian's redis-server, for the chart's in-chart trial Redis
 #   pause          the pod sandbox, k8s.io/kubernetes's build/pause/linux/pause.c
 #   coredns        cluster DNS (the binary hack/build-control-plane.sh coredns builds)
@@ -82,8 +82,10 @@ declare -A REF=(
     [agent-saga-recoveryd]="$REGISTRY/agent-saga-recoveryd:$PROJECT_TAG"
     [payments-recoveryd]="$REGISTRY/payments-recoveryd:$EXAMPLE_TAG"
     [payments-agent]="$REGISTRY/payments-agent:$EXAMPLE_TAG"
+    [payments-mcp]="$REGISTRY/payments-mcp:$EXAMPLE_TAG"
 )
-ORDER=(debian-python redis pause coredns agent-saga-operator agent-saga-recoveryd payments-recoveryd payments-agent)
+ORDER=(debian-python redis pause coredns agent-saga-operator agent-saga-recoveryd payments-recoveryd payments-agent
+    payments-mcp)
 archive() { local r="${REF[$1]##*/}"; printf '%s/%s.oci.tar' "$OUT" "${r/:/_}"; }
 
 print_manifest() {
@@ -181,8 +183,10 @@ wheel_house() {
     rm -rf "$WHEELS.tmp" && mkdir -p "$WHEELS.tmp"
     python3 -c 'import sys, tomllib
 extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
-print("\n".join(sorted(set(extras["operator"] + extras["recoveryd"]))))' "$REPO/pyproject.toml" \
-        >"$WHEELS.tmp/requirements.txt" || die "cannot read the extras of $REPO/pyproject.toml (needs python3 >= 3.11)"
+example = tomllib.load(open(sys.argv[2], "rb"))["project"]["optional-dependencies"]
+print("\n".join(sorted(set(extras["operator"] + extras["recoveryd"] + example["mcp"]))))' "$REPO/pyproject.toml" \
+        "$REPO/examples/payments/pyproject.toml" >"$WHEELS.tmp/requirements.txt" \
+        || die "cannot read the extras of $REPO/pyproject.toml (needs python3 >= 3.11)"
     # Build backends: the project's (setuptools>=77) and the example's.
     printf 'setuptools>=77\nwheel\n' >>"$WHEELS.tmp/requirements.txt"
     mounts=(-v "$WHEELS.tmp:/wheels")
@@ -247,6 +251,8 @@ restore agent-saga-recoveryd
 build payments-recoveryd bud payments-recoveryd "$REPO/examples/payments" --target recoveryd \
     --build-arg "RECOVERYD_IMAGE=${REF[agent-saga-recoveryd]}"
 build payments-agent bud payments-agent "$REPO/examples/payments" --target agent \
+    --build-arg "RECOVERYD_IMAGE=${REF[agent-saga-recoveryd]}"
+build payments-mcp bud payments-mcp "$REPO/examples/payments" --target mcp-server \
     --build-arg "RECOVERYD_IMAGE=${REF[agent-saga-recoveryd]}"
 build coredns coredns_image
 

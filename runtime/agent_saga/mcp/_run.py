@@ -148,8 +148,10 @@ async def run_proxy(opts: ProxyOptions) -> int:
             written = surface.write(opts.emit_policy, name=opts.name, source=" ".join(opts.command))
             log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
                         ", ".join(written))
-    wal = _wal(opts.wal)
+    # The policy first: --policy-from-plane connects the policy plane, whose WAL stream
+    # (AGENT_SAGA_WAL_STREAM) is then the process's WAL; the other way round, a file was made.
     source = _policy(opts)
+    wal = _wal(opts.wal)
     gate = build_gate(opts, wal, source)
     proxy = McpProxy(upstream, inject_boundary_tools=opts.boundary == "explicit")
     proxy.session = ToolSession(wal=wal, gate=gate, policy=source, boundary=opts.boundary, upstream_name=opts.name,
@@ -195,8 +197,10 @@ async def _run_http(opts: ProxyOptions) -> int:
             written = surface.write(opts.emit_policy, name=opts.name, source=opts.upstream)
             log.warning("agent-saga mcp: wrote the policy skeleton %s (every tool IRREVERSIBLE: review it)",
                         ", ".join(written))
-    wal = _wal(opts.wal)
+    # The policy first: --policy-from-plane connects the policy plane, whose WAL stream
+    # (AGENT_SAGA_WAL_STREAM) is then the process's WAL; the other way round, a file was made.
     source = _policy(opts)
+    wal = _wal(opts.wal)
     gate = build_gate(opts, wal, source)
     spec = UpstreamSpec(opts.name, url=opts.upstream, credentials=uses)
 

@@ -1,0 +1,1 @@
+"""The payments example's MCP server (see __main__)."""
