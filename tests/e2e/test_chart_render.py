@@ -122,8 +122,13 @@ def test_only_the_operator_gets_a_kubernetes_token(renders: dict[str, list[dict[
     for sa in of_kind(objs, "ServiceAccount"):
         if not sa["metadata"]["name"].endswith("operator"):
             assert sa["automountServiceAccountToken"] is False, sa["metadata"]["name"]
-    # The RBAC objects name only the operator's account.
+    # The RBAC objects name only the operator's account (and the approver bindings, people:
+    # approvals.roles.bindings, bound to the approver roles only).
     for rb in of_kind(objs, "ClusterRoleBinding", "RoleBinding"):
+        if rb["metadata"]["labels"]["app.kubernetes.io/component"] == "approver":
+            assert rb["roleRef"]["name"].endswith(("-approver", "-break-glass")), rb
+            assert {s["kind"] for s in rb["subjects"]} <= {"User", "Group"}, rb
+            continue
         assert [s["name"] for s in rb["subjects"]] == [
             next(sa for w, sa in ((w, s["serviceAccountName"]) for w, s in pod_specs(objs)) if w.endswith("operator"))]
 
