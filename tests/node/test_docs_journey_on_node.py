@@ -233,5 +233,10 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
                             "app.kubernetes.io/instance=agent-saga", "-o", "name").stdout.strip() == ""
     finally:
         print(f"docs journey on the node: {len(ran)} commands in {elapsed(t0):.0f}s:\n  " + "\n  ".join(ran))
-        rel.helm.run("uninstall", "agent-saga", "--namespace", NS, "--ignore-not-found", check=False)
-        node.kubectl("delete", "namespace", NS, "--wait=false", check=False)
+        # Whatever a failure left: the objects while the operator still runs, the release, and
+        # the namespace, gone before the next node test installs the session's release there.
+        node.kubectl("delete", "approvals,killswitches,budgetlimits,sagapolicies,modelroutes", "--all", "-n", NS,
+                     f"--timeout={int(DEADLINE)}s", timeout=DEADLINE + 10, check=False)
+        rel.helm.run("uninstall", "agent-saga", "--namespace", NS, "--ignore-not-found", "--wait", check=False)
+        node.kubectl("delete", "namespace", NS, "--ignore-not-found", f"--timeout={int(DEADLINE)}s",
+                     timeout=DEADLINE + 10, check=False)
