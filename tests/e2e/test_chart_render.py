@@ -445,6 +445,14 @@ BAD_VALUES = [
     (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379", "redis.db=1"], "has only database 0"),
     (["redis.topology=replicated"], "topology"),
     (["recoveryd.wal.waitReplicas=-1"], "waitReplicas"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=approver"],
+     "the approver binding in namespace team-a names nobody: set users or groups"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=admin",
+      "approvals.roles.bindings[0].users[0]=risk@corp"], "role"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=approver",
+      "approvals.roles.bindings[0].users[0]=a@corp", "approvals.roles.bindings[1].namespace=team-a",
+      "approvals.roles.bindings[1].role=approver", "approvals.roles.bindings[1].users[0]=b@corp"],
+     "two entries bind approver in namespace team-a"),
 ]
 
 
