@@ -2,7 +2,7 @@
 """A real single-node Kubernetes cluster on this machine, for a person.
 
     hack/cluster.py up      start it (or find it running) and print the export lines
-    hack/cluster.py env     print the export lines of the running one
+    hack/cluster.py env     print the export lines of the running one (eval "$(...)")
     hack/cluster.py status  say whether it runs
     hack/cluster.py down    stop it and undo every change it made to the host
 
@@ -11,6 +11,13 @@ use (tests/fixtures/node.py): containerd, etcd, kube-apiserver, kube-controller-
 kube-scheduler, the kubelet, kube-proxy and CoreDNS, with this tree's images imported
 (hack/build-images.sh). It runs detached: its keeper holds the machine's node lock until
 `down`. State lives in ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/cluster/.
+
+It also writes, for this tree's images (``fixtures.local_chart``, what the node tests
+install): ``values.yaml``, the chart values that run the chart on them with nothing
+pulled, and ``payments-agent.yaml``, the example agents (examples/payments/deployment.yaml)
+on the local agent image. The export lines name both (``AGENT_SAGA_CLUSTER_VALUES``,
+``AGENT_SAGA_CLUSTER_AGENT``) and the commands that use them (docs/install.md, "On this
+machine: make cluster").
 """
 
 from __future__ import annotations
@@ -26,11 +33,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from fixtures.binaries import cache_dir, find_asset, node_images  # noqa: E402
+import yaml  # noqa: E402
+from fixtures.binaries import Image, cache_dir, find_asset, node_images  # noqa: E402
+from fixtures.local_chart import chart_values, example_agent  # noqa: E402
 from fixtures.node import HOST_STATE_FILE, LOCK_FILE, Node  # noqa: E402
 from fixtures.procs import MissingPart, StartupError, pid_alive  # noqa: E402
 
 STATE_DIR = cache_dir() / "cluster"
+VALUES = STATE_DIR / "values.yaml"
+AGENT = STATE_DIR / "payments-agent.yaml"
+NEXT = "\n".join((
+    '# install the chart and the example agents on it (docs/install.md, "On this machine: make cluster"):',
+    '#   helm install agent-saga charts/agent-saga -n agent-saga --create-namespace -f "$AGENT_SAGA_CLUSTER_VALUES"',
+    '#   kubectl -n agent-saga apply -f "$AGENT_SAGA_CLUSTER_AGENT"'))
 
 
 def _holder() -> dict[str, object]:
@@ -58,12 +73,25 @@ def _exports() -> str:
             lines.append(f"#   image {image.ref}")
     except MissingPart:
         pass
+    if VALUES.is_file() and AGENT.is_file():
+        lines += [f"export AGENT_SAGA_CLUSTER_VALUES={VALUES}", f"export AGENT_SAGA_CLUSTER_AGENT={AGENT}", NEXT]
     lines.append("# stop it with: make cluster-down")
     return "\n".join(lines)
 
 
+def write_values(images: dict[str, Image]) -> None:
+    """The values file and the example agents' manifest for ``images`` (see the module doc)."""
+    VALUES.write_text("# The chart on this tree's images (hack/build-images.sh), nothing pulled; written by\n"
+                      "# `make cluster` (hack/cluster.py). Use: helm install ... -f THIS_FILE\n"
+                      + yaml.safe_dump(chart_values(images), sort_keys=False))
+    AGENT.write_text("# examples/payments/deployment.yaml on this tree's agent image; written by `make cluster`.\n"
+                     + yaml.safe_dump(example_agent(images), sort_keys=False))
+
+
 def up() -> int:
     if _running():
+        if not VALUES.is_file():
+            write_values(node_images())
         print(_exports())
         return 0
     if STATE_DIR.exists():
@@ -71,6 +99,7 @@ def up() -> int:
     t0 = time.monotonic()
     try:
         Node(STATE_DIR, detached=True, lock_timeout=0).start()
+        write_values(node_images())
     except (MissingPart, StartupError) as e:
         print(f"cluster: {e}", file=sys.stderr)
         return 1

@@ -20,6 +20,8 @@ ACKED, Acknowledged"):
                   generation: in force somewhere; False ``NoConsumer`` / ``NotApplied`` otherwise
 
 A message that says no agent matches names the namespaces the live agents do read.
+A BudgetLimit's and a SagaPolicy's status also counts what the agents report it made
+them refuse or hold for a human (``status.refusals``; ``refusals``).
 
 ``AckAggregator`` is one task per operator process: it subscribes to
 ``P:v1:agents:events`` (an agent notifies when what it applied changes), re-reads the
@@ -50,7 +52,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -64,6 +66,7 @@ from agent_saga.heartbeat import (
 )
 
 from .conditions import READY, Cond, Reason, set_condition
+from .refusals import RefusalBook, RefusalTotal
 
 __all__ = ["ACKNOWLEDGED", "AckAggregator", "Fleet", "Observed", "Tally", "Tracked", "desired_status", "read_fleet",
            "status_diff", "tally"]
@@ -81,6 +84,8 @@ class Fleet:
     beats: tuple[Heartbeat, ...]
     read_at: float
     problems: tuple[str, ...] = ()
+    #: What each document (by uid) made the agents refuse or hold (``refusals.RefusalBook``).
+    refusals: Mapping[str, RefusalTotal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +227,8 @@ def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tup
         return fields, (ack,)
     if t.kind == "SagaPolicy":
         fields["enforcedBy"] = list(n.acked_by[:MAX_NAMES])
+    if t.kind in _COUNTS_REFUSALS:
+        fields["refusals"] = fleet.refusals.get(t.uid, RefusalTotal()).to_status()
     if n.acknowledged:
         ready = Cond(READY, "True", t.reason, f"{t.text}; applied by {n.acknowledged} of {n.matched} agent(s): "
                                               f"{', '.join(n.acked_by[:MAX_NAMES])}{lag}")
@@ -234,6 +241,9 @@ def desired_status(t: Tracked, fleet: Fleet | None) -> tuple[dict[str, Any], tup
                      f"{_NOT_APPLIED.get(t.kind, '')}{lag}")
     return fields, (ack, ready)
 
+
+#: The kinds whose status counts what they refused or held for a human.
+_COUNTS_REFUSALS = ("BudgetLimit", "SagaPolicy")
 
 _NOT_APPLIED = {"ModelRoute": " (an agent routes by one ModelRoute: the first by name that applies to it, once its "
                               "router has read it)"}
@@ -262,6 +272,7 @@ class AckAggregator:
     api_client: Any
     interval: float = 1.0
     patches: int = 0
+    book: RefusalBook = field(default_factory=RefusalBook)
 
     @property
     def prefix(self) -> str:
@@ -275,6 +286,7 @@ class AckAggregator:
         served = self.ctx.config.namespaces or ("*",)
         await client.sadd(served_namespaces_key(self.prefix), *served)
         fleet = await read_fleet(client, self.prefix)
+        fleet = replace(fleet, refusals=self.book.fold(fleet.beats))
         for p in fleet.problems:
             log.warning("unreadable agent heartbeat %s (skipped)", p)
         self.ctx.fleet = fleet

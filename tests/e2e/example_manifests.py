@@ -1,8 +1,8 @@
 """The examples under examples/k8s, as a test applies them in its own namespace.
 
-Each example names the namespace a reader's agents would read (``payments``); a test runs
-in a namespace of its own, so it applies the same objects with only ``metadata.namespace``
-changed (``kubectl apply -n`` refuses a file whose namespace differs).
+Each example names the namespace the example agents run in, next to the chart
+(``agent-saga``); a test runs in a namespace of its own, so it applies the same objects
+with only ``metadata.namespace`` changed (``kubectl apply -n`` refuses a file whose namespace differs).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "k8s"
 #: The namespace every example sets (tests/unit/test_user_facing_text.py checks it).
-EXAMPLE_NAMESPACE = "payments"
+EXAMPLE_NAMESPACE = "agent-saga"
 
 
 def in_namespace(path: Path, namespace: str) -> str:

@@ -133,8 +133,13 @@ def test_only_the_operator_gets_a_kubernetes_token(renders: dict[str, list[dict[
     for sa in of_kind(objs, "ServiceAccount"):
         if not sa["metadata"]["name"].endswith("operator"):
             assert sa["automountServiceAccountToken"] is False, sa["metadata"]["name"]
-    # The RBAC objects name only the operator's account.
+    # The RBAC objects name only the operator's account (and the approver bindings, people:
+    # approvals.roles.bindings, bound to the approver roles only).
     for rb in of_kind(objs, "ClusterRoleBinding", "RoleBinding"):
+        if rb["metadata"]["labels"]["app.kubernetes.io/component"] == "approver":
+            assert rb["roleRef"]["name"].endswith(("-approver", "-break-glass")), rb
+            assert {s["kind"] for s in rb["subjects"]} <= {"User", "Group"}, rb
+            continue
         assert [s["name"] for s in rb["subjects"]] == [
             next(sa for w, sa in ((w, s["serviceAccountName"]) for w, s in pod_specs(objs)) if w.endswith("operator"))]
 
@@ -452,6 +457,14 @@ BAD_VALUES = [
     (["redis.topology=cluster", "redis.cluster.hosts[0]=n0:6379", "redis.db=1"], "has only database 0"),
     (["redis.topology=replicated"], "topology"),
     (["recoveryd.wal.waitReplicas=-1"], "waitReplicas"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=approver"],
+     "the approver binding in namespace team-a names nobody: set users or groups"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=admin",
+      "approvals.roles.bindings[0].users[0]=risk@corp"], "role"),
+    (["approvals.roles.bindings[0].namespace=team-a", "approvals.roles.bindings[0].role=approver",
+      "approvals.roles.bindings[0].users[0]=a@corp", "approvals.roles.bindings[1].namespace=team-a",
+      "approvals.roles.bindings[1].role=approver", "approvals.roles.bindings[1].users[0]=b@corp"],
+     "two entries bind approver in namespace team-a"),
 ]
 
 

@@ -26,8 +26,9 @@ Order: install.md up to "## Upgrade" (namespaces, Secret, values file, helm inst
 the example KillSwitch), then the README's commands (which apply the same example), then
 the rest of install.md (upgrade, uninstall, CRDs deleted). Between the phases the test
 checks what a reader would look at: the release is deployed, no ServiceMonitor was
-created on a cluster without the Prometheus Operator, the KillSwitch is in the agents'
-namespace (payments) and not in `default`, and after the uninstall nothing is left.
+created on a cluster without the Prometheus Operator, the KillSwitch is in the example
+agents' namespace (agent-saga) and not in `default`, the approver RoleBindings come from
+the chart's values, and after the uninstall nothing is left (those bindings included).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ INSTALL = REPO_ROOT / "docs" / "install.md"
 README = REPO_ROOT / "README.md"
 SKIP = re.compile(r"#.*\(not run in the docs test: (?P<why>.+)\)\s*$")
 PROGRAMS = ("kubectl", "helm", "make", "docker", "kind", "bash", "agent-saga", "agent-saga-operator", "pip",
-            ".venv/bin/python")
+            ".venv/bin/python", "eval", "echo", "export")
 #: Fenced blocks in these languages are commands; another language (dockerfile) is shown,
 #: not run; yaml with a "# FILE" first line is written to FILE.
 SHELL_LANGS = ("", "console", "bash", "sh", "shell")
@@ -154,14 +155,17 @@ def test_the_docs_are_read_whole() -> None:
     commands = [s.command for s in steps if s.command]
     assert any(c.startswith("helm install agent-saga charts/agent-saga -n agent-saga -f values.yaml")
                for c in commands)
-    assert "helm uninstall agent-saga -n agent-saga" in commands
-    assert [s.file[0] for s in steps if s.file] == ["values.yaml"]
+    assert "helm uninstall agent-saga -n agent-saga --wait" in commands
+    assert [s.file[0] for s in steps if s.file] == ["values.yaml", "approvers.yaml"]
     assert len([s for s in steps if s.command and not s.skipped]) >= 12
     readme = readme_steps()
     assert any(s.command and s.command.startswith("agent-saga status ") for s in readme)
     assert any(s.command and s.command.startswith("kubectl apply -f examples/k8s/killswitch.yaml ") for s in readme)
     assert any(s.command and s.command.startswith("kubectl saga halt ") and not s.skipped for s in readme)
-    assert any(c.startswith("kubectl saga status -n payments") for c in commands)
+    assert any(c.startswith("kubectl saga status -n agent-saga") for c in commands)
+    assert "kubectl delete approvals,killswitches,budgetlimits,sagapolicies,modelroutes --all -A" in commands
+    # The "make cluster" path runs on a node (tests/node/test_docs_journey_on_node.py), not here.
+    assert any(s.skipped and s.command and '-f "$AGENT_SAGA_CLUSTER_VALUES"' in s.command for s in steps)
     assert len([s for s in readme if s.skipped]) == 8  # make demo, make test, recover x2, reconcile, approve, mcp, ui
     for step in steps + readme:
         if step.skipped:
@@ -223,7 +227,7 @@ def _env(cluster: KubeCluster, home: Path, redis_url: str) -> dict[str, str]:
         "HELM_CONFIG_HOME": str(home / "helm-config"),
         "HELM_DATA_HOME": str(home / "helm-data"),
         "AGENT_SAGA_REDIS_URL": redis_url,
-        "AGENT_SAGA_NAMESPACE": "payments",
+        "AGENT_SAGA_NAMESPACE": "agent-saga",
     }
 
 
@@ -266,16 +270,24 @@ def test_readme_and_install_guide_as_written(cluster: KubeCluster, fresh_redis: 
     # The values file asks for ServiceMonitors; this cluster has no Prometheus Operator.
     assert "kind: ServiceMonitor" not in manifest and "no ServiceMonitor was created" in " ".join(
         status["info"]["notes"].split())
-    # The example lands where the agents read, not in `default`.
-    assert kubectl("get", "killswitch", "halt-wire-send", "-n", "payments", "-o", "name").stdout.strip()
+    # The example lands where the example agents run (next to the chart), not in `default`.
+    assert kubectl("get", "killswitch", "halt-wire-send", "-n", "agent-saga", "-o", "name").stdout.strip()
     assert kubectl("get", "killswitches", "-n", "default", "-o", "name").stdout.strip() == ""
     assert kubectl("get", "secret", "agent-saga-redis", "-n", "agent-saga", "-o", "name").stdout.strip()
 
     _run_all(readme_steps(), work, env, ran, skipped)
 
+    # The approver RoleBindings come from the chart's values (install.md step 5).
+    bindings = kubectl("get", "rolebindings", "-n", "agent-saga", "-l", "app.kubernetes.io/component=approver",
+                       "-o", "name").stdout.split()
+    assert sorted(bindings) == ["rolebinding.rbac.authorization.k8s.io/agent-saga-approver",
+                                "rolebinding.rbac.authorization.k8s.io/agent-saga-break-glass"]
+
     _run_all(steps[upgrade_at:], work, env, ran, skipped)
     assert subprocess.run(["helm", "list", "-A", "-q"], env=env, capture_output=True, text=True,
                           check=True).stdout.split() == []
+    assert kubectl("get", "rolebindings", "-A", "-l", "app.kubernetes.io/component=approver",
+                   "-o", "name").stdout.strip() == ""  # removed with the release, not left dangling
     left = kubectl("get", "crd", "-o", "name").stdout.split()
     assert [c for c in left if "agentsaga.dev" in c or "kopf.dev" in c] == []
 

@@ -268,8 +268,9 @@ def test_printer_columns(crds: KubeCluster, ns: str) -> None:
         "name": "local-7b", "endpoint": "http://127.0.0.1:8080/v1", "model": "m",
         "capabilities": {"contextTokens": 2048}}]}))
     for plural, cols in (
-        ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "REMAINING", "WINDOW", "ACKED", "READY", "AGE"]),
-        ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "ACKED", "READY", "AGE"]),
+        ("budgetlimits", ["NAME", "KIND", "MAX", "USED", "REMAINING", "WINDOW", "ACKED", "REFUSED", "HELD", "READY",
+                          "AGE"]),
+        ("sagapolicies", ["NAME", "MODE", "UNDECLARED", "TOOLS", "RULES", "ACKED", "REFUSED", "HELD", "READY", "AGE"]),
         ("approvals", ["NAME", "TOOL", "SAGA", "PHASE", "APPROVER", "DEADLINE", "READY", "AGE"]),
         ("modelroutes", ["NAME", "HOSTS", "PREFERRED", "ACKED", "READY", "AGE"]),
     ):

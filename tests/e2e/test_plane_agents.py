@@ -313,3 +313,52 @@ def test_acknowledgement_counts_follow_agents_as_they_start_die_and_lag(
                    lambda o: (o.get("status") or {}).get("acked") == "2/2", operator)
     assert "payments-agent@pod-b" not in json.dumps(obj["status"]["agents"])
     assert not a.call("wire.send")["ok"]
+
+
+def refusals(refused: int, held: int) -> Any:
+    def pred(o: dict[str, Any]) -> bool:
+        return ((o.get("status") or {}).get("refusals") or {}).get("refused") == refused \
+            and o["status"]["refusals"].get("heldForHuman") == held
+    return pred
+
+
+def test_budget_and_policy_status_count_what_they_refused_and_held_for_a_human(
+        crds: KubeCluster, fresh_redis: RedisServer, ns: str, operator: OperatorProcess, spawn: Any) -> None:
+    agent = spawn(plane_env(fresh_redis.url, ns, "payments-agent", "p-1"), "a")
+    apply(crds, ns, {"apiVersion": API, "kind": "BudgetLimit", "metadata": {"name": "wires"},
+                     "spec": {"kind": "Budget", "arg": "amount", "maxTotal": 100, "window": "1h",
+                              "tools": ["wire.*"]}})
+    obj = wait_for(crds, ns, "budgetlimits", "wires", "Acknowledged 1/1 with nothing refused",
+                   lambda o: acked("True", 1)(o) and refusals(0, 0)(o), operator)
+    assert "last" not in obj["status"]["refusals"]
+    # Another control's refusal is not the limit's: a halted tool is refused before any limit.
+    apply(crds, ns, killswitch("halt-wire-send", "wire.send"))
+    halted = until_call(agent, False, "wire.send", 1)
+    assert "e2e halt" in halted["error"], halted
+    crds.kubectl("delete", "-n", ns, "killswitch", "halt-wire-send")
+    until_call(agent, True, "wire.send", 60)
+    over = agent.call("wire.send", 60)  # over the budget: the one refusal the limit decides
+    assert not over["ok"] and f"{ns}.wires" in over["error"], over
+    obj = wait_for(crds, ns, "budgetlimits", "wires", "one refusal counted", refusals(1, 0), operator)
+    last = obj["status"]["refusals"]["last"]
+    assert {k: last[k] for k in ("outcome", "tool", "by", "agent")} == {
+        "outcome": "Refused", "tool": "wire.send", "by": f"limit:{ns}.wires", "agent": "payments-agent@p-1"}
+    assert last["saga"] and "60" not in json.dumps(last)  # names the call, never its arguments
+    crds.kubectl("delete", "-n", ns, "budgetlimit", "wires")
+    until_call(agent, True, "wire.send", 60)
+
+    # SagaPolicy: an undeclared tool is refused; a rule sends a large wire to a human.
+    apply(crds, ns, saga_policy("payments", POLICY))
+    wait_for(crds, ns, "sagapolicies", "payments", "enforced, nothing refused",
+             lambda o: acked("True", 1)(o) and refusals(0, 0)(o), operator)
+    assert not agent.call("undeclared.tool")["ok"]
+    assert agent.call("search_docs")["ok"]
+    agent.submit("call", tool="wire.send", amount=5000)
+    obj = wait_for(crds, ns, "sagapolicies", "payments", "one refused, one held", refusals(1, 1), operator)
+    last = obj["status"]["refusals"]["last"]
+    assert (last["outcome"], last["tool"], last["by"]) == ("HeldForHuman", "wire.send", f"rule:{ns}/payments:large-wires")
+    # An agent that stopped still counts: the counts do not drop with its heartbeat.
+    agent.close()
+    obj = wait_for(crds, ns, "sagapolicies", "payments", "no agent left",
+                   lambda o: (o.get("status") or {}).get("acked") == "0/0", operator)
+    assert obj["status"]["refusals"]["refused"] == 1 and obj["status"]["refusals"]["heldForHuman"] == 1

@@ -30,6 +30,9 @@ from fixtures.procs import MissingPart
 from node_support import Agents, NodeSession, Release
 
 _LAST = "test_node_lifecycle.py"
+#: Runs before any test that uses the session's release: it installs and uninstalls the
+#: same release ("agent-saga" in agent-saga) by the docs' own commands.
+_FIRST = "test_docs_journey_on_node.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -39,6 +42,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # Fixture setup counts: the first test starts the node and installs the chart,
             # several roll Deployments out on a loaded 2-core machine.
             item.add_marker(pytest.mark.timeout(900))
+    first = [i for i in items if Path(str(i.path)).parent == here and Path(str(i.path)).name == _FIRST]
+    if first:
+        rest = [i for i in items if i not in first]
+        start = min((n for n, i in enumerate(rest) if Path(str(i.path)).parent == here), default=len(rest))
+        items[:] = rest[:start] + first + rest[start:]
     last = [i for i in items if Path(str(i.path)).parent == here and Path(str(i.path)).name == _LAST]
     if last:
         rest = [i for i in items if i not in last]

@@ -25,6 +25,7 @@ import yaml
 from e2e.chart_helpers import CHART, Helm
 from fixtures.binaries import REPO_ROOT, Image, require_asset
 from fixtures.controlplane import KubeCluster
+from fixtures.local_chart import chart_values, example_agent
 from fixtures.node import Node
 from fixtures.procs import ManagedProcess, StartupError, wait_until
 from kubernetes.client.rest import ApiException
@@ -36,7 +37,6 @@ import payments_compensators as bank  # noqa: E402, F401  (re-exported for the t
 T = TypeVar("T")
 # A rollout or a recovery on a loaded 2-core machine: generous, and only ever a deadline.
 DEADLINE = 180.0
-AGENT_MANIFEST = REPO_ROOT / "examples" / "payments" / "deployment.yaml"
 AGENT_PORT = 8080
 
 
@@ -89,17 +89,6 @@ class NodeSession:
         return left
 
 
-def image_sets(images: dict[str, Image]) -> list[str]:
-    """--set values running the chart on this tree's images, pulled from nowhere."""
-    out = []
-    for key, name in (("operator.image", "agent-saga-operator"), ("recoveryd.image", "payments-recoveryd"),
-                      ("redis.inChart.image", "redis")):
-        registry, repository = images[name].repository.split("/", 1)
-        out += [f"{key}.registry={registry}", f"{key}.repository={repository}", f"{key}.tag={images[name].tag}",
-                f"{key}.pullPolicy=Never"]
-    return out
-
-
 class Release:
     """One `helm install` of the chart with the in-chart Redis and the payments example's
     recoveryd image (its compensators imported), watching its own namespace."""
@@ -109,12 +98,15 @@ class Release:
         self.cluster, self.images, self.name, self.namespace = cluster, images, name, namespace
         self.helm = Helm(home, cluster.kubeconfig)
         self.notes = ""
-        self.sets = [*image_sets(images), "redis.inChart.enabled=true", f"operator.watchNamespaces={{{namespace}}}",
-                     "recoveryd.imports={payments_compensators}", "recoveryd.interval=1", "recoveryd.claimTtl=5",
+        # The values file `make cluster` writes for a person, and the suite's own settings.
+        self.values = home / f"{name}-local-values.yaml"
+        home.mkdir(parents=True, exist_ok=True)
+        self.values.write_text(yaml.safe_dump(chart_values(images)))
+        self.sets = [f"operator.watchNamespaces={{{namespace}}}", "recoveryd.interval=1", "recoveryd.claimTtl=5",
                      *sets]
 
     def _args(self, sets: tuple[str, ...]) -> list[str]:
-        out = ["--namespace", self.namespace]
+        out = ["--namespace", self.namespace, "-f", str(self.values)]
         for s in (*self.sets, *sets):
             out += ["--set", s]
         return out
@@ -238,13 +230,10 @@ class Agents:
     def __init__(self, release: Release, replicas: int = 3, interval: float = 0.5, name: str = "payments-agent"
                  ) -> None:
         self.release, self.name, self.replicas = release, name, replicas
-        docs = [d for d in yaml.safe_load_all(AGENT_MANIFEST.read_text()) if d]
-        (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+        deploy = example_agent(release.images)
         deploy["metadata"]["name"] = name
         deploy["spec"]["replicas"] = replicas
         container = deploy["spec"]["template"]["spec"]["containers"][0]
-        container["image"] = release.images["payments-agent"].ref
-        container["imagePullPolicy"] = "Never"
         env = {e["name"]: e for e in container["env"]}
         env.setdefault("PAYMENTS_INTERVAL", {"name": "PAYMENTS_INTERVAL"})["value"] = str(interval)
         env.setdefault("PAYMENTS_LEASE_SECONDS", {"name": "PAYMENTS_LEASE_SECONDS"})["value"] = "3"

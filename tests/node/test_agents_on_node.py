@@ -2,7 +2,7 @@
 (examples/payments/deployment.yaml) running sagas against the chart's in-cluster Redis,
 and the recovery fleet behind them.
 
-- the example KillSwitch (examples/k8s/killswitch.yaml, moved to the agents' namespace): every agent pod refuses wire.send;
+- the example KillSwitch (examples/k8s/killswitch.yaml, in the agents' namespace): every agent pod refuses wire.send;
   deleting it, every pod sends again;
 - an agent pod force-deleted in the middle of a saga: a recoveryd pod refunds its charge,
   exactly once (the bank's own count of refund requests, not a balance), and no sweep of
@@ -27,10 +27,10 @@ KILLSWITCH = REPO_ROOT / "examples" / "k8s" / "killswitch.yaml"
 
 
 def killswitch_in(namespace: str) -> str:
-    """The example KillSwitch moved to ``namespace`` (the example names the namespace its
-    reader's agents read, payments; these agents run in the release's)."""
+    """The example KillSwitch in ``namespace`` (the example names the one the example
+    agents run in, next to the chart: agent-saga; these agents run in the release's)."""
     obj = yaml.safe_load(KILLSWITCH.read_text())
-    assert obj["metadata"]["namespace"] == "payments", obj["metadata"]
+    assert obj["metadata"]["namespace"] == "agent-saga", obj["metadata"]
     obj["metadata"]["namespace"] = namespace
     return yaml.safe_dump(obj, sort_keys=False)
 DONE = "{agent-saga}:recovery:done"  # recoveryd's ledger (keyNamespace agent-saga)

@@ -51,7 +51,7 @@ def test_uninstall_leaves_only_what_the_docs_say(own_release: Release) -> None:
         what="the operator's finalizer on the KillSwitch")
     assert labelled(rel.cluster, rel.name)
     # 1. (docs: `-A`; here the release's namespace, other tests' objects are not ours to delete)
-    rel.kubectl("delete", "killswitches,budgetlimits,sagapolicies,modelroutes", "--all", "--wait=true",
+    rel.kubectl("delete", "approvals,killswitches,budgetlimits,sagapolicies,modelroutes", "--all", "--wait=true",
                 f"--timeout={int(DEADLINE)}s", timeout=DEADLINE + 10)
     # 2. the release
     rel.uninstall()

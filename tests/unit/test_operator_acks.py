@@ -9,9 +9,12 @@ live agents read.
 
 from __future__ import annotations
 
-from agent_saga.heartbeat import AppliedRef, Heartbeat
+import json
+
+from agent_saga.heartbeat import AppliedRef, Heartbeat, RefusalCount
 from agent_saga_operator.acks import ACKNOWLEDGED, Fleet, Tracked, desired_status, tally
 from agent_saga_operator.conditions import READY
+from agent_saga_operator.refusals import RefusalBook, RefusalTotal
 
 KS = Tracked("KillSwitch", "payments", "halt-wires", "uid-1", 2, reason="Engaged", text="Halt: tool:wire.send")
 SP = Tracked("SagaPolicy", "payments", "payments-agent", "uid-9", 1, applies_to=("payments-*",), text="Enforce")
@@ -171,3 +174,59 @@ def test_more_than_twenty_lagging_agents_are_counted_not_listed() -> None:
     fleet = Fleet(tuple(beat("a", f"p-{i:02}") for i in range(25)), 1000.0)
     lagging = desired_status(KS, fleet)[0]["agents"]["lagging"]
     assert len(lagging) == 21 and lagging[-1] == "... and 5 more"
+
+
+# ---------------------------------------------------------------- refusal counts
+def counted(refused: int, held: int, at: float, by: str = "limit:payments.daily-spend") -> RefusalCount:
+    return RefusalCount("payments/daily-spend", "uid-b", refused, held,
+                        {"outcome": "refused", "tool": "payments.charge", "saga": "s-1", "by": by, "at": at})
+
+
+def with_refusals(pod: str, *counts: RefusalCount, pid: int = 1) -> Heartbeat:
+    return Heartbeat("payments", "payments-agent", pod, pid, ts=1000.0, ttl=6.0, namespaces=("payments",),
+                     limits=(), refusals=counts)
+
+
+def test_a_heartbeat_carries_its_refusal_counts_and_reads_them_back() -> None:
+    hb = with_refusals("p-1", counted(3, 1, 999.5))
+    back = Heartbeat.from_doc(json.loads(hb.to_json()))
+    assert back.refusals == hb.refusals
+    assert "refusals" not in hb.applied()  # a count is reported at the next beat, not notified
+    assert Heartbeat.from_doc({**hb.to_doc(), "refusals": None}).refusals is None
+
+
+def test_status_adds_the_processes_up_and_a_process_seen_again_is_not_counted_twice() -> None:
+    book = RefusalBook()
+    book.fold([with_refusals("p-1", counted(2, 0, 10.0)), with_refusals("p-2", counted(1, 1, 20.0))])
+    totals = book.fold([with_refusals("p-1", counted(3, 0, 30.0)), with_refusals("p-2", counted(1, 1, 20.0))])
+    assert (totals["uid-b"].refused, totals["uid-b"].held) == (4, 1)
+    status = totals["uid-b"].to_status()
+    assert status["last"]["agent"] == "payments-agent@p-1" and status["last"]["outcome"] == "Refused"
+    assert status["last"]["at"] == "1970-01-01T00:00:30Z"
+
+
+def test_an_agent_that_stopped_still_counts() -> None:
+    book = RefusalBook()
+    book.fold([with_refusals("p-1", counted(2, 0, 10.0)), with_refusals("p-2", counted(1, 0, 11.0))])
+    totals = book.fold([with_refusals("p-2", counted(1, 0, 11.0))])  # p-1 deleted: its heartbeat is gone
+    assert totals["uid-b"].refused == 3
+
+
+def test_a_budget_and_a_policy_show_their_counts_and_other_kinds_do_not() -> None:
+    bl = Tracked("BudgetLimit", "payments", "daily-spend", "uid-b", 1, text="Budget")
+    fleet = Fleet((beat("payments-agent", "p-1"),), 1000.0, refusals={"uid-b": RefusalTotal(5, 2)})
+    assert desired_status(bl, fleet)[0]["refusals"] == {"refused": 5, "heldForHuman": 2}
+    assert desired_status(SP, fleet)[0]["refusals"] == {"refused": 0, "heldForHuman": 0}  # nothing reported for it
+    assert "refusals" not in desired_status(KS, fleet)[0]
+
+
+def test_the_gate_counts_only_what_a_document_decided() -> None:
+    from agent_saga.heartbeat import AppliedRef, RefusalLedger
+
+    ledger = RefusalLedger()
+    ref = AppliedRef("payments/daily-spend", "uid-b", 1)
+    ledger.note(ref, "refused", tool="payments.charge", saga="s-1", by="limit:payments.daily-spend")
+    ledger.note(ref, "held", tool="payments.charge", saga="s-2", by="limit:payments.daily-spend")
+    ledger.note(AppliedRef("a/file-policy", "", 0), "refused", tool="x", saga="s-3", by="policy:a/file-policy")
+    (only,) = ledger.snapshot()  # a document without a uid (a file) is nobody's status
+    assert (only.refused, only.held, only.last["saga"]) == (1, 1, "s-2")  # type: ignore[index]

@@ -5,7 +5,10 @@
 A payment is one saga: ``payments.charge`` (undone by ``payments.refund``, from the
 ``payments_compensators`` package), then ``wire.send``. ``examples/k8s/killswitch.yaml``
 halts ``wire.send``: every payment is then refused at that step and its charge refunded.
-A payout is IRREVERSIBLE: it waits for a human (``kubectl get approvals``).
+A payout is IRREVERSIBLE: it waits for a human (``kubectl get approvals``). Every
+payment names its customer (``customer_id``): the background payments go round
+``CUSTOMERS`` customers, so the example BudgetLimits (``examples/k8s/budget.yaml``: a
+daily budget per customer) let them through and refuse a charge over one customer's budget.
 
 Environment (examples/payments/deployment.yaml sets it, as the chart's NOTES print it):
   AGENT_SAGA_REDIS_URL      the policy plane: kill switch, budgets, approvals, SagaPolicies
@@ -25,7 +28,8 @@ HTTP (JSON bodies and answers):
                   failed (Redis restarted) is reopened once Redis is back and no record
                   is in doubt; the pod is not Ready meanwhile
   GET  /stats     {"ok": n, "refused": n, "failed": n, "last": {...}}: the payments so far
-  POST /pay       {"amount": 5, "hold": false} -> {"saga", "ok", "error", "kind", "refund_key"}
+  POST /pay       {"amount": 5, "customer_id": "cus-0001", "hold": false}
+                  -> {"saga", "ok", "error", "kind", "refund_key"}
                   hold=true answers once the charge is committed and leaves the saga open:
                   delete the pod then, and recoveryd refunds the charge
   POST /wire      {"amount": 1} -> {"saga", "ok", "error", "kind"}: a saga of one wire.send
@@ -61,6 +65,9 @@ from agent_saga import (
 )
 
 log = logging.getLogger("payments_agent")
+
+#: How many customers the background payments go round (cus-0000 ... cus-0999).
+CUSTOMERS = 1000
 
 
 def _env_float(name: str, default: float) -> float:
@@ -99,8 +106,8 @@ class Agent:
         return get_default_wal()
 
     # ------------------------------------------------------------------ sagas
-    async def pay(self, amount: int, hold: bool = False, ready: asyncio.Future[dict[str, Any]] | None = None
-                  ) -> dict[str, Any]:
+    async def pay(self, amount: int, customer: str = "cus-0000", hold: bool = False,
+                  ready: asyncio.Future[dict[str, Any]] | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {"saga": None, "ok": False, "error": "", "kind": "", "refund_key": None}
 
         async def charge() -> dict[str, Any]:
@@ -113,7 +120,7 @@ class Agent:
                 out["saga"] = saga.saga_id
                 await saga.execute("payments.charge", ActionSemantics.COMPENSABLE, charge,
                                    lambda r: Compensation(handler="payments.refund", kwargs={"charge_id": r["id"]}),
-                                   policy_args={"amount": amount})
+                                   policy_args={"amount": amount, "customer_id": customer})
                 if hold and ready is not None:
                     ready.set_result(dict(out, ok=True))
                     never: asyncio.Future[None] = self.loop.create_future()
@@ -169,18 +176,20 @@ class Agent:
             started.set_result(saga_id)
 
     async def background(self, interval: float) -> None:
+        n = 0
         while interval > 0:
-            await self.pay(1)
+            await self.pay(1, f"cus-{n % CUSTOMERS:04d}")
+            n += 1
             await asyncio.sleep(interval)
 
     # ------------------------------------------------------------------ from HTTP threads
     def call(self, coro: Any, timeout: float = 120.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def pay_sync(self, amount: int, hold: bool) -> dict[str, Any]:
+    def pay_sync(self, amount: int, customer: str, hold: bool) -> dict[str, Any]:
         async def go() -> dict[str, Any]:
             ready: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-            self._keep(self.loop.create_task(self.pay(amount, hold, ready)))
+            self._keep(self.loop.create_task(self.pay(amount, customer, hold, ready)))
             return await ready
         return dict(self.call(go()))
 
@@ -248,7 +257,8 @@ def handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": f"bad request body: {e}"})
                 return
             if self.path == "/pay":
-                self._send(200, agent.pay_sync(amount, bool(body.get("hold", False))))
+                customer = str(body.get("customer_id") or "cus-0000")
+                self._send(200, agent.pay_sync(amount, customer, bool(body.get("hold", False))))
             elif self.path == "/wire":
                 self._send(200, agent.call(agent.wire(amount)))
             elif self.path == "/payout":

@@ -227,6 +227,25 @@ class AgentsStatus(CRDModel):
     )
 
 
+class LastRefusal(CRDModel):
+    """The latest call a BudgetLimit or SagaPolicy refused or held for a human."""
+
+    outcome: Literal["Refused", "HeldForHuman"] = Field(description="Refused, or HeldForHuman (sent to a human).")
+    tool: str = Field(max_length=253, description="The tool called.")
+    saga: str = Field(max_length=253, description="The saga it was a step of.")
+    by: str = Field(max_length=253, description="The limit or rule that decided (limit:<name>, rule:<policy>:<rule>).")
+    agent: str = Field(max_length=253, description="The agent that refused it (agent@pod).")
+    at: datetime = Field(description="When.")
+
+
+class RefusalsStatus(CRDModel):
+    """What the agents report this object made them refuse or hold for a human."""
+
+    refused: int = Field(ge=0, description="Calls refused because of it, summed over the agents.")
+    held_for_human: int = Field(ge=0, description="Calls it sent to a human (whatever the human answered).")
+    last: LastRefusal | None = Field(default=None, description="The latest of them.")
+
+
 # ---------------------------------------------------------------- CRD metadata
 @dataclass(frozen=True, slots=True)
 class PrinterColumn:

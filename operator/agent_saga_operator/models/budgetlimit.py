@@ -28,6 +28,7 @@ from ._base import (
     Explained,
     KindInfo,
     PrinterColumn,
+    RefusalsStatus,
     Resource,
     ToolGlob,
     cel,
@@ -115,6 +116,8 @@ class BudgetLimitStatus(BaseStatus):
     usage_updated_at: datetime | None = Field(default=None, description="When used/remaining were read.")
     agents: AgentsStatus | None = Field(default=None, description="Which agents apply it (their heartbeats).")
     acked: str | None = Field(default=None, max_length=32, description="acknowledged/matched, e.g. 3/3.")
+    refusals: RefusalsStatus | None = Field(
+        default=None, description="What the agents report it made them refuse or hold for a human.")
 
 
 class BudgetLimit(Resource):
@@ -132,6 +135,8 @@ class BudgetLimit(Resource):
             PrinterColumn("Remaining", "number", ".status.remaining", "What the fullest window still admits"),
             PrinterColumn("Window", "string", ".spec.window"),
             PrinterColumn("Acked", "string", ".status.acked", "Agents applying it / agents it governs"),
+            PrinterColumn("Refused", "integer", ".status.refusals.refused", "Calls refused because of it"),
+            PrinterColumn("Held", "integer", ".status.refusals.heldForHuman", "Calls it sent to a human"),
             PrinterColumn("Arg", "string", ".spec.arg", priority=1),
             PrinterColumn("Escalate", "boolean", ".spec.escalateToHuman", priority=1),
             *ready_columns(),

@@ -35,6 +35,7 @@ from ._base import (
     Explained,
     KindInfo,
     PrinterColumn,
+    RefusalsStatus,
     Resource,
     Sentence,
     Tag,
@@ -213,6 +214,8 @@ class SagaPolicyStatus(BaseStatus):
     agents: AgentsStatus | None = Field(default=None, description="Which agents enforce it (their heartbeats).")
     acked: str | None = Field(default=None, max_length=32, description="enforcing/matched, e.g. 3/3.")
     enforced_by: list[str] | None = Field(default=None, max_length=20, description="The agents enforcing it (agent@pod).")
+    refusals: RefusalsStatus | None = Field(
+        default=None, description="What the agents report it made them refuse or hold for a human.")
 
 
 class SagaPolicy(Resource):
@@ -229,6 +232,8 @@ class SagaPolicy(Resource):
             PrinterColumn("Tools", "integer", ".status.tools"),
             PrinterColumn("Rules", "integer", ".status.rules"),
             PrinterColumn("Acked", "string", ".status.acked", "Agents enforcing it / agents it governs"),
+            PrinterColumn("Refused", "integer", ".status.refusals.refused", "Calls refused because of it"),
+            PrinterColumn("Held", "integer", ".status.refusals.heldForHuman", "Calls it sent to a human"),
             *ready_columns(),
         ),
     )

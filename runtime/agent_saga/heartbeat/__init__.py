@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         read_heartbeats,
         served_namespaces_key,
     )
+    from ._refusals import RefusalCount, RefusalLedger, note_refusal, refusal_ledger
     from ._writer import AppliedState, HeartbeatWriter
 
 #: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
@@ -30,6 +31,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "decode_heartbeats", "heartbeat_index_key", "heartbeat_key", "read_heartbeats",
         "served_namespaces_key",
     ),
+    "._refusals": ("RefusalCount", "RefusalLedger", "note_refusal", "refusal_ledger"),
     "._writer": ("AppliedState", "HeartbeatWriter"),
 }
 
@@ -40,10 +42,14 @@ __all__ = [
     "AppliedState",
     "Heartbeat",
     "HeartbeatWriter",
+    "RefusalCount",
+    "RefusalLedger",
     "heartbeat_index_key",
     "heartbeat_key",
     "decode_heartbeats",
+    "note_refusal",
     "read_heartbeats",
+    "refusal_ledger",
     "served_namespaces_key",
 ]
 

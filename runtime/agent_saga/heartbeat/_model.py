@@ -15,7 +15,10 @@ Invariants:
 - A heartbeat says only what the process has applied (the documents it loaded and
   enforces now), never what it was asked to do: a control that is not wired is ``null``,
   a control that is wired and holds nothing is ``[]``.
-- It carries no secret and no argument value: names, ids, revisions and posture.
+- It carries no secret and no argument value: names, ids, revisions and posture, and
+  (``refusals``) how many calls each BudgetLimit or SagaPolicy made the process refuse or
+  hold for a human, with the tool, saga and rule of the last (``_refusals``); ``null``:
+  a process that does not count them.
 - A reader drops a heartbeat whose ``ts + ttl`` has passed even if Redis has not expired
   it yet, and skips a ``v`` it does not know.
 """
@@ -32,6 +35,7 @@ __all__ = [
     "HEARTBEAT_VERSION",
     "AppliedRef",
     "Heartbeat",
+    "RefusalCount",
     "heartbeat_index_key",
     "heartbeat_key",
     "decode_heartbeats",
@@ -84,12 +88,48 @@ class AppliedRef:
         return cls(str(doc.get("id", "")), str(doc.get("uid") or ""), int(doc.get("generation") or 0))
 
 
+@dataclass(frozen=True, slots=True)
+class RefusalCount:
+    """What one document made this process refuse (``refused``) or hold for a human
+    (``held``), and the last of them: ``{"outcome", "tool", "saga", "by", "at"}``."""
+
+    id: str
+    uid: str
+    refused: int = 0
+    held: int = 0
+    last: Mapping[str, Any] | None = None
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"id": self.id, "uid": self.uid, "refused": self.refused, "held": self.held,
+                "last": None if self.last is None else dict(self.last)}
+
+    @classmethod
+    def from_doc(cls, doc: Any) -> RefusalCount:
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("id"), str) or not isinstance(doc.get("uid"), str):
+            raise ValueError(f"a refusal count is {{id, uid, refused, held, last}}, got {doc!r:.100}")
+        last = doc.get("last")
+        if last is not None and not isinstance(last, Mapping):
+            raise ValueError(f"refusal count {doc['id']}: last must be an object or null")
+        refused, held = int(doc.get("refused") or 0), int(doc.get("held") or 0)
+        if refused < 0 or held < 0:
+            raise ValueError(f"refusal count {doc['id']}: counts cannot be negative")
+        return cls(doc["id"], doc["uid"], refused, held, None if last is None else dict(last))
+
+
 def _refs(value: Any) -> tuple[AppliedRef, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list):
         raise ValueError(f"a list of applied documents or null, got {value!r:.100}")
     return tuple(AppliedRef.from_doc(v) for v in value)
+
+
+def _refusals(value: Any) -> tuple[RefusalCount, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(f"a list of refusal counts or null, got {value!r:.100}")
+    return tuple(RefusalCount.from_doc(v) for v in value)
 
 
 def _dump(refs: Iterable[AppliedRef] | None) -> list[dict[str, Any]] | None:
@@ -115,6 +155,7 @@ class Heartbeat:
     limits: tuple[AppliedRef, ...] | None = None
     runtime: str = ""
     routes: tuple[AppliedRef, ...] | None = None
+    refusals: tuple[RefusalCount, ...] | None = None
 
     @property
     def instance(self) -> str:
@@ -149,6 +190,7 @@ class Heartbeat:
             "ttl": self.ttl, "namespaces": list(self.namespaces), "rev": self.rev, "posture": self.posture,
             "killswitches": _dump(self.killswitches), "policies": _dump(self.policies),
             "limits": _dump(self.limits), "routes": _dump(self.routes), "runtime": self.runtime,
+            "refusals": None if self.refusals is None else [c.to_doc() for c in self.refusals],
         }
 
     def to_json(self) -> str:
@@ -171,7 +213,7 @@ class Heartbeat:
                 posture=posture,  # type: ignore[arg-type]
                 killswitches=_refs(doc.get("killswitches")), policies=_refs(doc.get("policies")),
                 limits=_refs(doc.get("limits")), runtime=str(doc.get("runtime") or ""),
-                routes=_refs(doc.get("routes")),
+                routes=_refs(doc.get("routes")), refusals=_refusals(doc.get("refusals")),
             )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"heartbeat {doc.get('id')!r} is missing or mistypes {exc}") from None

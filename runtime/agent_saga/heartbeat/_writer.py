@@ -39,6 +39,7 @@ from ._model import (
     AppliedRef,
     Heartbeat,
     Posture,
+    RefusalCount,
     heartbeat_index_key,
     heartbeat_key,
 )
@@ -60,6 +61,8 @@ class AppliedState:
     policies: tuple[AppliedRef, ...] | None = None
     limits: tuple[AppliedRef, ...] | None = None
     routes: tuple[AppliedRef, ...] | None = None
+    #: What each BudgetLimit / SagaPolicy made this process refuse or hold (``_refusals``).
+    refusals: tuple[RefusalCount, ...] | None = None
 
 
 def pod_name(pod: str | None = None) -> str:
@@ -202,7 +205,7 @@ return 1
             namespace=self.namespace, agent=self.agent, pod=self.pod, pid=os.getpid(), ts=time.time(),
             ttl=self.ttl, started_at=self._started, namespaces=self.namespaces, rev=s.rev, posture=s.posture,
             killswitches=s.killswitches, policies=s.policies, limits=s.limits, runtime=self._runtime,
-            routes=s.routes,
+            routes=s.routes, refusals=s.refusals,
         )
 
     def beat(self) -> bool:

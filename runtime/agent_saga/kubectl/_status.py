@@ -48,6 +48,20 @@ def _agents(status: dict[str, Any]) -> str:
     return text
 
 
+def _refusals(status: dict[str, Any]) -> list[str]:
+    """What a BudgetLimit or SagaPolicy refused or held for a human (``status.refusals``)."""
+    r = status.get("refusals")
+    if not isinstance(r, dict):
+        return []
+    text = f"refused {r.get('refused', 0)}, held for a human {r.get('heldForHuman', 0)}"
+    last = r.get("last")
+    if isinstance(last, dict):
+        outcome = "held" if last.get("outcome") == "HeldForHuman" else "refused"
+        text += (f"; last: {last.get('tool')} {outcome} by {last.get('by')} ({last.get('agent')}, "
+                 f"{last.get('at')})")
+    return [text]
+
+
 def _name(obj: dict[str, Any], with_ns: bool) -> str:
     meta = obj["metadata"]
     return f"{meta.get('namespace')}/{meta['name']}" if with_ns else str(meta["name"])
@@ -68,7 +82,7 @@ def _line(kind: str, obj: dict[str, Any], with_ns: bool) -> list[str]:
         used = status.get("used")
         head = (f"{name}: {spec.get('kind')} {what} {'?' if used is None else used} of "
                 f"{status.get('max', spec.get('maxTotal', spec.get('maxCalls')))} per {spec.get('window')}")
-        detail = []
+        detail = _refusals(status)
     elif kind == "SagaPolicy":
         head = (f"{name}: {spec.get('mode', 'Enforce')}, {status.get('tools', len(spec.get('tools') or {}))} tools, "
                 f"{status.get('rules', len(spec.get('rules') or []))} rules, undeclared tools "
@@ -76,6 +90,7 @@ def _line(kind: str, obj: dict[str, Any], with_ns: bool) -> list[str]:
         detail = [_agents(status)]
         if status.get("enforcedBy"):
             detail.append("enforced by: " + ", ".join(status["enforcedBy"]))
+        detail += _refusals(status)
     else:  # ModelRoute
         head = (f"{name}: {status.get('hosts', len(spec.get('hosts') or []))} hosts, preferred "
                 f"{status.get('preferred') or (spec.get('preference') or ['?'])[0]}")

@@ -16,7 +16,8 @@ told otherwise):
     approvals       ApprovalGateway(RedisApprovalStore(url), namespace, agent)   set_approval_provider
     SagaPolicy      RedisPolicySource(url, agent, [ns], grace)                   set_policy_source
     WAL (optional)  RedisWAL(url, key=AGENT_SAGA_WAL_STREAM, identity=NS/POD)   set_default_wal
-    heartbeat       HeartbeatWriter: what this process applied, for the operator's status
+    heartbeat       HeartbeatWriter: what this process applied, and what each BudgetLimit
+                    and SagaPolicy made its gate refuse, for the operator's status
     ModelRoute      RedisRouteSource(url, agent, [ns]), only once a router asks for it
                     (``plane_router()``): a process without a router acknowledges no route
 
@@ -47,7 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ConfigurationError
-from ..heartbeat import AppliedRef, AppliedState, HeartbeatWriter, served_namespaces_key
+from ..heartbeat import (
+    AppliedRef,
+    AppliedState,
+    HeartbeatWriter,
+    refusal_ledger,
+    served_namespaces_key,
+)
 from ..heartbeat._writer import pod_name
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
 
@@ -103,7 +110,7 @@ class PlaneConnection:
         rev = self.policy.applied_rev or self.switch_store.applied_rev
         routes = None if self.routes is None else self.routes.applied()
         return AppliedState(rev=rev, posture=posture, killswitches=levers, policies=policies, limits=limits,
-                            routes=routes)
+                            routes=routes, refusals=refusal_ledger().snapshot())
 
     def wal_failed(self) -> bool:
         """Has the WAL this process writes its sagas to failed (a failed WAL refuses every

@@ -252,7 +252,10 @@ def test_status_says_which_agents_apply_what() -> None:
                                      "message": "no live agent reads payments"}]}}
     bl = {"metadata": {"name": "daily", "namespace": "payments"},
           "spec": {"kind": "Budget", "arg": "amount", "maxTotal": 50000, "window": "24h"},
-          "status": {"max": 50000, "used": 1200}}
+          "status": {"max": 50000, "used": 1200, "refusals": {
+              "refused": 2, "heldForHuman": 0, "last": {
+                  "outcome": "Refused", "tool": "payments.charge", "saga": "s-1", "by": "limit:payments.daily",
+                  "agent": "pay-1@pod-a", "at": "2026-07-01T12:04:00Z"}}}}
     text = "\n".join(render({"KillSwitch": [ks], "SagaPolicy": [sp], "ModelRoute": [mr], "BudgetLimit": [bl],
                              "Approval": [APPROVAL]}, where="namespace payments", with_ns=False,
                             now=datetime(2026, 7, 1, 12, 5, tzinfo=UTC)))
@@ -262,6 +265,8 @@ def test_status_says_which_agents_apply_what() -> None:
     assert "route: 1 hosts" in text and "none reads this namespace" in text
     assert "Ready=False (NoConsumer: no live agent reads payments)" in text
     assert "daily: Budget amount 1200 of 50000 per 24h" in text
+    assert ("refused 2, held for a human 0; last: payments.charge refused by limit:payments.daily "
+            "(pay-1@pod-a, 2026-07-01T12:04:00Z)") in text
     assert "approvals: 1 pending, 0 decided or expired" in text and "[PENDING] wire.send" in text
     # Nothing made yet: the section says none, and an unreconciled object says why.
     bare = "\n".join(render({"KillSwitch": [{**ks, "status": {}}]}, where="w", with_ns=True,

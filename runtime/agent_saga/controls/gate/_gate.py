@@ -44,6 +44,9 @@ Invariants:
   (it is authorised spend), provided the limits that do not escalate still admit it.
 - Under ``saga_scope`` the engine writes the GATE_VERDICT record; pass ``wal=`` only when
   calling ``decide`` yourself, and the gate writes it.
+- A refusal a BudgetLimit or SagaPolicy of the policy plane decided, and each question to
+  a human one of them asked, is counted against that document (``note_refusal``): the
+  heartbeat reports the counts and the operator shows them in the object's status.
 """
 
 from __future__ import annotations
@@ -53,10 +56,11 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ...errors import ConfigurationError, GateBlocked
 from ...gates import Declaration, StepRequest
+from ...heartbeat import AppliedRef, note_refusal
 from ...wal.base import BaseWAL
 from .._checks import PRECHECK_ORDER, CheckRefusal, PreCheck, as_precheck
 from .._wiring import from_environment
@@ -303,6 +307,34 @@ class PreFlightGate:
                 log.warning("%s could not record the outcome of %s (%s: %s)",
                             check.name, request.step_id, type(exc).__name__, exc)
 
+    # ------------------------------------------------------------------ refusal counts
+    def _document(self, by: str) -> AppliedRef | None:
+        """The policy-plane document behind ``decided_by`` (``limit:<name>``,
+        ``policy:<ns>/<name>``, ``rule:<ns>/<name>:<rule>``), if it is one in force."""
+        kind, _, rest = by.partition(":")
+        if kind == "limit" and self._source is not None:
+            snap = self._source.snapshot()
+            if len(snap.documents) == len(snap.limits):
+                for lim, (id_, uid, gen) in zip(snap.limits, snap.documents, strict=True):
+                    if lim.name == rest:
+                        return AppliedRef(id_, uid, gen)
+        elif kind in ("policy", "rule") and (source := self.policy) is not None:
+            pid = rest.split(":", 1)[0]
+            for p in source.view().policies.policies:
+                if p.id == pid:
+                    return AppliedRef(p.id, p.uid, p.generation)
+        return None
+
+    def _count(self, request: StepRequest, by: str, outcome: Literal["refused", "held"]) -> None:
+        """Count a refusal or a question to a human against the document that caused it
+        (never raises: a count is a report, the verdict stands)."""
+        try:
+            ref = self._document(by)
+            if ref is not None:
+                note_refusal(ref, outcome, tool=request.tool, saga=request.saga_id, by=by)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("could not count %s of %s against %s: %s", outcome, request.tool, by, exc)
+
     # ------------------------------------------------------------------ the decision
     async def decide(self, request: StepRequest) -> PreFlightDecision:
         """Decide whether ``request`` may run (see the module doc for the order and the
@@ -310,6 +342,8 @@ class PreFlightGate:
         decision = await self._decide(request)
         if self._wal is not None:
             write_verdict(self._wal, request, decision)
+        if not decision.allowed and decision.verdict == "BLOCK" and decision.stage in _COUNTED:
+            self._count(request, decision.decided_by, "refused")
         if not decision.allowed and decision.verdict == "BLOCK":
             log.info("refused %s in saga %s: %s %s: %s", request.tool, request.saga_id,
                      decision.stage.replace("_", " "), _refused_by(decision), decision.reason)
@@ -537,6 +571,8 @@ class PreFlightGate:
                                     f"{reason}: a human must approve and this gate has no approval_provider "
                                     f"({why} is refused)")
         pending = PreFlightDecision("REQUIRE_APPROVAL", reason, decided_by, False, stage, None, dict(detail))
+        for by in dict.fromkeys(c[0] for c in causes):
+            self._count(request, by, "held")
         try:
             outcome = await self._approval.request_approval(request, pending)
         except Exception as exc:  # noqa: BLE001 - a failed integration never authorises
@@ -571,6 +607,10 @@ class PreFlightGate:
         glass = " (break-glass)" if outcome.break_glass else ""
         return res.allow("REQUIRE_APPROVAL", f"{reason}; approved by {approver}{glass}{note}", decided_by,
                          "approval", outcome)
+
+
+#: The stages whose BLOCK a BudgetLimit or SagaPolicy can have decided.
+_COUNTED = ("policy", "limits", "rules")
 
 
 def _process_wide() -> tuple[PreCheck, ...]:
