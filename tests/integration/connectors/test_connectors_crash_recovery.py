@@ -52,7 +52,10 @@ def test_sigkill_after_charge_and_update_is_recovered_and_reconciles(
         assert db.execute("SELECT status FROM orders").fetchone() == ("paid",)
 
         def recovered() -> dict[str, object] | None:
-            r = cli(e, "recover", "--wal-path", str(wal), "--lease-grace", "0", "--json", *IMPORTS)
+            # The allow-list grants this log's writer the two handlers with the worker's
+            # credential references (without one, recovery uses no credential reference).
+            r = cli(e, "recover", "--wal-path", str(wal), "--lease-grace", "0", "--json", *IMPORTS,
+                    "--allow", "* stripe.*,postgres.* stripe_test,orders_db")
             assert r.returncode in (0, 1), r.stderr
             doc = json.loads(r.stdout)
             return doc if doc.get("recovered") else None
