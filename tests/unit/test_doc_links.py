@@ -80,3 +80,8 @@ def test_the_package_carries_the_license_and_notice() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "Apache-2.0"
     assert sorted(project["license-files"]) == ["LICENSE", "NOTICE"]
+
+
+def test_saga_recoveryd_is_the_recovery_daemon_under_its_short_name() -> None:
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["saga-recoveryd"] == scripts["agent-saga-recoveryd"] == "agent_saga_recoveryd.app:main"
