@@ -349,7 +349,7 @@ class Resolution:
             self._append(R.COMPENSATION_DONE.value, sp.step_id, {**base, "via": "ledger"})
             return self._outcome(sp, RollbackOutcome.COMPENSATED)
         try:
-            fn = get_compensator(handler)
+            fn = get_compensator(handler, desc.get("kwargs") if isinstance(desc.get("kwargs"), dict) else None)
         except HandlerNotRegistered as exc:
             return await self._escalate(sp, EscalationKind.HANDLER_NOT_REGISTERED, exc.message, RollbackOutcome.FAILED, desc)
         seq = self._append(

@@ -97,7 +97,7 @@ def get_kill_switch() -> KillSwitch | None:
                     "THIS HOST ONLY (`agent-saga halt` without --store writes it). For a fleet set %s to a "
                     "redis:// URL or connect the policy plane (%s).", os.path.abspath(path), ENV_SWITCH_STORE,
                     _ENV_PLANE)
-                _default = _zero_setup = KillSwitch(FileSwitchStore(path))
+                _default = _zero_setup = KillSwitch(FileSwitchStore(path, warn=False))  # warned above
             _resolved = True
         return _default
 
