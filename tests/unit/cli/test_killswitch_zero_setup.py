@@ -19,6 +19,8 @@ from agent_saga.controls import PreFlightGate, get_kill_switch, set_kill_switch
 from agent_saga.controls.killswitch import FileSwitchStore, default_switch_path, is_zero_setup
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from agent_saga.wal import set_default_wal
+from agent_saga.wal.file import iter_file_records
 
 UNSET = ("AGENT_SAGA_SWITCH_STORE", "AGENT_SAGA_REDIS_URL", "AGENT_SAGA_WAL_PATH", "AGENT_SAGA_WAL_STREAM")
 HALT = ["halt", "--scope", "tool:wire.send", "--reason", "fraud pattern", "--by", "soc@corp"]
@@ -41,10 +43,14 @@ def unconfigured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     prev = set_kill_switch(None)
+    prev_wal = set_default_wal(None)  # the switch records what it sees in the process-wide WAL
     try:
         yield tmp_path
     finally:
         set_kill_switch(prev)
+        made = set_default_wal(prev_wal)
+        if made is not None:
+            made.close()
 
 
 def test_the_default_path_sits_beside_the_default_wal() -> None:
@@ -138,6 +144,8 @@ def test_a_halt_from_the_cli_stops_a_running_agent_in_another_process(tmp_path: 
             assert line.startswith("REFUSED kill_switch") and "fraud pattern" in line, line
             assert agent.wait(timeout=60) == 0
             assert "THIS HOST ONLY" in agent.stderr.read()
+            seen = [r for _, r in iter_file_records(tmp_path / "agent-saga.wal") if r.type == "KILL_SWITCH_ENGAGED"]
+            assert [r.payload["lever"]["reason"] for r in seen] == ["fraud pattern"]  # who/why/when, in its WAL
         finally:
             if agent.poll() is None:
                 agent.kill()

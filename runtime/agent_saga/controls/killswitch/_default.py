@@ -97,7 +97,11 @@ def get_kill_switch() -> KillSwitch | None:
                     "THIS HOST ONLY (`agent-saga halt` without --store writes it). For a fleet set %s to a "
                     "redis:// URL or connect the policy plane (%s).", os.path.abspath(path), ENV_SWITCH_STORE,
                     _ENV_PLANE)
-                _default = _zero_setup = KillSwitch(FileSwitchStore(path, warn=False))  # warned above
+                from ...wal.default import (
+                    DEFAULT_WAL,  # who/why/when: the process-wide WAL, when one is seen
+                )
+
+                _default = _zero_setup = KillSwitch(FileSwitchStore(path, warn=False), wal=DEFAULT_WAL)  # warned above
             _resolved = True
         return _default
 
