@@ -34,6 +34,7 @@ demo: install
 	$(PY) examples/multi_domain.py
 	$(PY) examples/chaos_demo.py
 	$(PY) examples/crash_recovery.py
+	$(PY) examples/kill_switch.py
 	$(PY) examples/small_model_big_docs.py
 
 # A 2k-token host answers questions over a 440k-character document through the

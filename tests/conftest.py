@@ -94,3 +94,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return _rank(_scope(Path(str(item.path)).relative_to(root).as_posix()))
 
     items.sort(key=rank)  # stable: the order inside each group is kept
+
+
+# ``python -m pytest tests/test_chaos.py``: the crash suite's short entry point. Named on
+# the command line, it collects tests/chaos/ (as if that directory had been named);
+# collected with the rest (``make test``, ``pytest tests``), it holds only its own check,
+# so the crash suite never runs twice.
+_CHAOS_ENTRY = Path(__file__).resolve().parent / "test_chaos.py"
+_CHAOS_DIR = _CHAOS_ENTRY.parent / "chaos"
+
+
+def chaos_entry_named(config: pytest.Config) -> bool:
+    """tests/test_chaos.py is on the command line and nothing else there collects tests/chaos/."""
+    here = Path(config.invocation_params.dir)
+    paths = [(here / str(arg).split("::")[0]).resolve() for arg in config.args]
+    others = [p for p in paths if p != _CHAOS_ENTRY]
+    return _CHAOS_ENTRY in paths and not any(
+        p == _CHAOS_DIR or p in _CHAOS_DIR.parents or _CHAOS_DIR in p.parents for p in others)
+
+
+class _CrashSuite(pytest.File):
+    """tests/test_chaos.py's second collector: tests/chaos/, with its conftest."""
+
+    def collect(self) -> Any:
+        yield pytest.Dir.from_parent(self, path=_CHAOS_DIR)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path == _CHAOS_ENTRY and chaos_entry_named(parent.config):
+        return _CrashSuite.from_parent(parent, path=file_path, name="crash-suite")
+    return None

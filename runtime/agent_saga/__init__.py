@@ -180,7 +180,7 @@ if TYPE_CHECKING:
     )
     from .scope import saga_scope
     from .semantics import ActionSemantics
-    from .telemetry import setup_telemetry
+    from .telemetry import NoOpTracer, setup_telemetry
     from .wal import (
         AsyncSink,
         Backpressure,
@@ -266,7 +266,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     ".scope": ("saga_scope",),
     ".semantics": ("ActionSemantics",),
-    ".telemetry": ("setup_telemetry",),
+    ".telemetry": ("NoOpTracer", "setup_telemetry"),
     ".wal": (
         "AsyncSink", "Backpressure", "BaseWAL", "CompactionAborted", "CompactionReport",
         "FileWAL", "PostgresAsyncSink", "PostgresWAL", "RedisWAL", "SinkWAL", "WALStats",
@@ -347,6 +347,7 @@ __all__ = [
     "ModelActionRefused",
     "ModelRequest",
     "ModelResponse",
+    "NoOpTracer",
     "NotSerializable",
     "Notifier",
     "NotifierError",

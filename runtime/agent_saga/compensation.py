@@ -227,11 +227,13 @@ def _qualname(fn: Callable[..., Any]) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def get_compensator(name: str) -> Callable[..., Any]:
-    """The function registered as ``name``; raises ``HandlerNotRegistered`` if none is."""
+def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
+    """The function registered as ``name``; raises ``HandlerNotRegistered`` if none is
+    (its message shows the ``@compensator`` line to add, with ``kwargs``' names as the
+    handler's parameters)."""
     fn = _registry.get(name)
     if fn is None:
-        raise HandlerNotRegistered(name)
+        raise HandlerNotRegistered(name, tuple(kwargs or ()))
     return fn
 
 

@@ -13,6 +13,8 @@ One step, in order (records in capitals; "durable" = ``await wal.barrier``):
 2. The gate, if the saga has one, decides (GATE_VERDICT); a refusal writes STEP_REFUSED
    and raises ``GateBlocked``. With no gate, an IRREVERSIBLE step is always refused: the
    engine does not start an effect it cannot undo without a control that can ask a human.
+   A saga opened without a gate asks ``no_gate_fallback()`` again before each step, so a
+   lever engaged on the zero-setup kill switch mid-saga stops its next step.
 3. STEP_INTENT (durable for COMPENSABLE / IRREVERSIBLE) before the forward call.
 4. The forward call, retried inside the step under its ``RetryPolicy`` (STEP_RETRY per
    failed attempt), then ``fallback_action`` (STEP_FALLBACK). Same step id and
@@ -62,7 +64,7 @@ from .compensation import Compensation
 from .context import step_id_var
 from .errors import ConfigurationError, GateBlocked, SagaError, StepOutcomeUnknown, WALError
 from .executor import ToolExecutor
-from .gates import Declaration, Gate, StepRequest, consult
+from .gates import Declaration, Gate, StepRequest, consult, no_gate_fallback
 from .idempotency import (
     FORWARD_SCOPE,
     IDEMPOTENCY_KWARG,
@@ -327,6 +329,8 @@ class Saga:
         self._next = index + 1
         step_id = f"{self.saga_id}/{index}"
         request: StepRequest | None = None
+        if self.gate is None:  # an idle zero-setup kill switch gates nothing until a lever lands
+            self.gate = no_gate_fallback()
         if self.gate is not None or sem is _IRR:
             try:
                 request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)

@@ -67,6 +67,9 @@ what to do. Backend errors are chained with ``raise ... from``.
 
 from __future__ import annotations
 
+import keyword
+import re
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -138,14 +141,22 @@ class CompensationError(SagaError):
 class HandlerNotRegistered(CompensationError):
     """A compensation names a handler this process has not registered (``@compensator``)."""
 
-    def __init__(self, handler: str, **kw: Any) -> None:
+    def __init__(self, handler: str, params: Iterable[str] = (), **kw: Any) -> None:
+        name = re.sub(r"\W", "_", handler.rsplit(".", 1)[-1]) or "undo"
+        if not name.isidentifier() or keyword.iskeyword(name):
+            name = f"undo_{name}"
+        args = [p for p in params if isinstance(p, str) and p.isidentifier() and p != "idempotency_key"]
+        signature = ", ".join(["*", *args, "idempotency_key=None"]) if args else "*, idempotency_key=None"
         super().__init__(
-            f"compensation handler {handler!r} is not registered in this process: import the "
-            f"module that declares @compensator({handler!r}) before running or recovering "
-            f"this saga",
+            f"compensation handler {handler!r} is not registered in this process, so nothing undid this "
+            f"step. Register it before the saga runs, in every process that may roll it back or recover "
+            f"it: `@compensator({handler!r})` on `def {name}({signature}): ...` (from agent_saga import "
+            f"compensator), or import the module that declares it",
             **kw,
         )
         self.handler = handler
+        #: The decorator line that registers the handler (what to add).
+        self.fix = f"@compensator({handler!r})"
 
 
 class ConfigurationError(SagaError):

@@ -10,8 +10,10 @@
 Invariants:
 - A wrapped tool called inside ``kit.transaction()`` is exactly one ``Saga.execute`` step
   (same records, same gate, same rollback): AgentKit adds no semantics of its own.
-- Outside a transaction the wrapped callable is the original, untouched: same arguments,
-  same return value, nothing logged (a script, a notebook or a test behaves as before).
+- One shape everywhere: a wrapped tool is awaited (``await tool(...)``), sync or async
+  ``fn``, inside or outside a transaction, in a script, a notebook or a test. Outside a
+  transaction the call is the original, untouched: same arguments, same value, nothing
+  logged. ``tool.sync(...)`` is its twin for sync code outside a transaction.
 - ``guarantees()`` states what this configuration enforces, versioned, with an explicit
   ``not_claimed`` list; ``status()`` reports live posture and is never "ok" when a
   safety signal cannot be read (fail closed).
@@ -19,6 +21,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -38,6 +41,10 @@ from .wal.base import BaseWAL
 __all__ = ["AgentKit", "GUARANTEES_VERSION"]
 
 GUARANTEES_VERSION = "agent-saga.guarantees/v1"
+
+
+async def _awaited(result: Any) -> Any:
+    return await result
 
 _current: ContextVar[Saga | None] = ContextVar("agent_saga_kit_saga", default=None)
 
@@ -108,11 +115,16 @@ class AgentKit:
         retry: RetryPolicy | None = None,
         policy_args: Callable[..., Mapping[str, Any]] | None = None,
     ) -> Callable[..., Any]:
-        """Wrap ``fn`` as a saga step; return a callable with ``fn``'s name and signature.
+        """Wrap ``fn`` (sync or async) as a saga step; return an async callable with
+        ``fn``'s name and signature, awaited the same way everywhere.
 
-        Inside ``transaction()`` a call ``await tool(**kw)`` runs ``fn(**kw)`` as one
-        ``Saga.execute`` step (tool name ``name`` or ``fn.__qualname__``). Outside one,
-        the call is ``fn(**kw)`` untouched (a sync ``fn`` returns its value directly).
+        ``await tool(**kw)``: inside ``transaction()`` one ``Saga.execute`` step of
+        ``fn(**kw)`` (tool name ``name`` or ``fn.__qualname__``); outside one, ``fn(**kw)``
+        untouched (same value, nothing logged or gated), whether in ``asyncio.run``, a
+        notebook's running loop or an async test. ``tool.sync(**kw)`` is the twin for sync
+        code outside a transaction (an async ``fn`` runs under ``asyncio.run``); inside a
+        transaction, or for an async ``fn`` inside a running loop, it raises
+        ``ConfigurationError`` saying to ``await`` it.
         The gate sees the call's keyword arguments as ``policy_args`` (or what
         ``policy_args(**kw)`` returns), so ``arg_exceeds("amount", ...)`` works unchanged.
 
@@ -134,7 +146,6 @@ class AgentKit:
             )
         tool = name or f"{getattr(fn, '__module__', '') or ''}.{getattr(fn, '__qualname__', 'tool')}".lstrip(".")
         self._tools[tool] = sem
-        is_async = inspect.iscoroutinefunction(fn)
 
         async def in_saga(saga: Saga, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             if policy_args is not None:
@@ -146,26 +157,36 @@ class AgentKit:
                 timeout=timeout, retry=retry, policy_args=pargs,
             )
 
-        if is_async:
+        @functools.wraps(fn)
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            saga = _current.get()
+            if saga is None:  # untouched: fn's own call, nothing logged or gated
+                result = fn(*args, **kwargs)
+                return await result if inspect.isawaitable(result) else result
+            return await in_saga(saga, args, kwargs)
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                saga = _current.get()
-                if saga is None:
-                    return await fn(*args, **kwargs)
-                return await in_saga(saga, args, kwargs)
+        def sync(*args: Any, **kwargs: Any) -> Any:
+            if _current.get() is not None:
+                raise ConfigurationError(
+                    f"{tool}.sync() inside kit.transaction(): a step must be awaited so the saga can gate, "
+                    f"log and roll it back; write `await {getattr(fn, '__name__', 'tool')}(...)`"
+                )
+            result = fn(*args, **kwargs)
+            if not inspect.isawaitable(result):
+                return result
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(_awaited(result))
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # never started: no "never awaited" warning on top of this error
+            raise ConfigurationError(
+                f"{tool}.sync() called inside a running event loop (a notebook, an async test or "
+                f"handler) for an async tool: write `await {getattr(fn, '__name__', 'tool')}(...)`"
+            )
 
-            wrapper: Callable[..., Any] = async_wrapper
-        else:
-
-            @functools.wraps(fn)
-            def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-                saga = _current.get()
-                if saga is None:
-                    return fn(*args, **kwargs)
-                return in_saga(saga, args, kwargs)  # an awaitable inside a transaction
-
-            wrapper = sync_wrapper
+        wrapper.sync = sync  # type: ignore[attr-defined]
         wrapper.__agent_saga_tool__ = tool  # type: ignore[attr-defined]
         return wrapper
 

@@ -275,7 +275,7 @@ async def _undo(entry: RollbackEntry, wlog: _Log, executor: ToolExecutor) -> Ste
     if fn is None:
         assert comp.handler is not None  # Compensation guarantees one of the two
         try:
-            fn = get_compensator(comp.handler)
+            fn = get_compensator(comp.handler, comp.kwargs)
         except SagaError as exc:
             return await escalate(error_text(exc))
 

@@ -19,7 +19,8 @@ complete record the exception and end with ERROR status; a compensation that fai
 escalated ends its rollback span with ERROR status.
 
 Invariants:
-- Off by default: nothing here runs until ``setup_telemetry()``; importing ``agent_saga``
+- Off by default: ``current_tracer()`` is a ``NoOpTracer`` and nothing here runs until
+  ``setup_telemetry()``; importing ``agent_saga``
   never imports opentelemetry (this module imports it inside ``setup_telemetry``).
 - The saga span is current for the saga's body and the step span for the forward call, on
   the tool executor's threads too (they copy the caller's context): a sync tool's own
@@ -39,11 +40,58 @@ from . import context as _context
 from . import observe as _observe
 from .errors import ConfigurationError
 
-__all__ = ["setup_telemetry", "teardown_telemetry"]
+__all__ = ["NoOpTracer", "current_tracer", "setup_telemetry", "teardown_telemetry"]
 
 TRACER_NAME = "agent_saga"
 
 _installed: _observe.Observer | None = None
+
+
+class _NoOpSpan:
+    """A span that records nothing (the part of OpenTelemetry's ``Span`` code calls)."""
+
+    def set_attribute(self, key: str, value: Any) -> None: ...
+    def set_attributes(self, attributes: Any) -> None: ...
+    def add_event(self, name: str, attributes: Any = None) -> None: ...
+    def record_exception(self, exception: BaseException, attributes: Any = None) -> None: ...
+    def set_status(self, status: Any, description: str | None = None) -> None: ...
+    def end(self, end_time: int | None = None) -> None: ...
+    def is_recording(self) -> bool:
+        return False
+
+    def __enter__(self) -> _NoOpSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class NoOpTracer:
+    """The tracer before ``setup_telemetry()``: the calls of OpenTelemetry's ``Tracer``
+    (``start_as_current_span``, ``start_span``), doing nothing and importing nothing.
+    ``current_tracer()`` returns it until telemetry is set up, so code that opens its own
+    spans needs no ``if`` and no opentelemetry when tracing is off."""
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> _NoOpSpan:
+        """A span that records nothing (OpenTelemetry's arguments are accepted)."""
+        return _NoOpSpan()
+
+    def start_as_current_span(self, name: str, *args: Any, **kwargs: Any) -> _NoOpSpan:
+        """A span that records nothing, usable as ``with tracer.start_as_current_span(...)``."""
+        return _NoOpSpan()
+
+    def __repr__(self) -> str:
+        return "NoOpTracer()"
+
+
+_NOOP = NoOpTracer()
+_tracer: Any = _NOOP
+
+
+def current_tracer() -> Any:
+    """The tracer agent-saga's spans go to: OpenTelemetry's after ``setup_telemetry()``,
+    else a ``NoOpTracer`` (the default)."""
+    return _tracer
 
 
 def setup_telemetry(tracer_provider: Any = None) -> _observe.Observer:
@@ -66,20 +114,23 @@ def setup_telemetry(tracer_provider: Any = None) -> _observe.Observer:
         ) from None
     from ._otel import SpanObserver
 
+    global _tracer
     tracer = trace.get_tracer(TRACER_NAME, tracer_provider=tracer_provider)
     teardown_telemetry()
     _installed = _observe.add_observer(SpanObserver(tracer))
+    _tracer = tracer
     _context.set_trace_source(_trace_ids)
     return _installed
 
 
 def teardown_telemetry() -> None:
     """Stop emitting spans and trace ids (idempotent)."""
-    global _installed
+    global _installed, _tracer
     if _installed is not None:
         _observe.remove_observer(_installed)
         _installed = None
         _context.set_trace_source(None)
+    _tracer = _NOOP
 
 
 def _trace_ids() -> tuple[str, str] | None:

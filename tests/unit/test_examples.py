@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py"])
+@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py", "kill_switch.py"])
 def test_example_runs_and_ends_clean(name: str) -> None:
     r = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True,
                        text=True, timeout=120)
@@ -28,7 +28,7 @@ def test_multi_domain_shows_lifo_rollback() -> None:
     assert undo == ["github", "jira", "pinecone", "aws"]  # newest first
 
 
-@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py"])
+@pytest.mark.parametrize("name", ["multi_domain.py", "chaos_demo.py", "crash_recovery.py", "kill_switch.py"])
 def test_examples_use_public_names_only(name: str) -> None:
     import ast
 

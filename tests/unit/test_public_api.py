@@ -66,7 +66,8 @@ EXPECTED = {
     "ApprovalRefused", "ApprovalStoreUnavailable", "EscalationLevel", "FileApprovalStore",
     "Notifier", "NotifierError", "RedisApprovalStore", "WebhookNotifier",
     # integrations: FastAPI lifespan, OpenTelemetry, Prometheus, the observer hook
-    "saga_lifespan", "saga", "current_saga", "SagaRuntime", "setup_telemetry", "setup_metrics", "Observer",
+    "saga_lifespan", "saga", "current_saga", "SagaRuntime", "setup_telemetry", "NoOpTracer", "setup_metrics",
+    "Observer",
 }
 
 

@@ -7,7 +7,9 @@
 
 The store is ``--store``, else ``$AGENT_SAGA_SWITCH_STORE``, else ``$AGENT_SAGA_REDIS_URL``
 (the policy plane agents wired by it watch): a ``redis://`` URL or a file path (a
-``FileSwitchStore``: only processes on this host reading that file see it). Every command
+``FileSwitchStore``: only processes on this host reading that file see it); else the
+zero-setup default, ``agent-saga.switch.json`` beside the default WAL, which every agent
+on this host with no store configured watches (a warning says it stops this host only). Every command
 says which store it used and why. Levers are written exactly as the operator projects
 ``KillSwitch`` resources (docs/killswitch.md), with the id ``cli/<action>-<scope hash>-<random>``: each
 engagement is its own lever (two operators halting one scope do not replace each
@@ -32,6 +34,7 @@ import json
 import os
 import re
 import socket
+import sys
 from typing import Any
 
 from ..clocks import format_instant
@@ -44,6 +47,7 @@ from ..controls.killswitch import (
     LeverAction,
     SwitchStore,
     SwitchStoreUnavailable,
+    default_switch_path,
     open_switch_store,
     parse_scope,
 )
@@ -76,7 +80,8 @@ def parse_ttl(text: str) -> float:
 
 def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", default=None,
-                   help=f"redis://HOST:PORT/DB or a file path (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL})")
+                   help=f"redis://HOST:PORT/DB or a file path (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL}, "
+                        f"else the zero-setup file beside the default WAL: this host only)")
 
 
 def _wal_args(p: argparse.ArgumentParser) -> None:
@@ -87,13 +92,18 @@ def _wal_args(p: argparse.ArgumentParser) -> None:
 
 def _open_store(args: argparse.Namespace) -> SwitchStore:
     choice = choose_store(args.store, ENV_SWITCH_STORE)
-    if choice.target is None:
-        raise ConfigurationError(
-            f"no kill switch store: pass --store redis://HOST:PORT/DB (the store your agents watch) or set "
-            f"{ENV_SWITCH_STORE} or {ENV_REDIS_URL}; a file path works for agents on this host only"
-        )
-    args.store_source = choice.source
-    return open_switch_store(choice.target, grace=0.0, warn=False)
+    target = choice.target
+    if target is None:
+        target = default_switch_path()
+        choice_source = (f"the zero-setup default: no --store, ${ENV_SWITCH_STORE} or ${ENV_REDIS_URL}; it reaches "
+                         f"agents on THIS HOST only")
+        print(f"warning: no kill switch store configured: using {os.path.abspath(target)}, the zero-setup default "
+              f"every agent without a store watches. It stops agents on THIS HOST ONLY, not a fleet: set "
+              f"{ENV_SWITCH_STORE}=redis://... (the store your agents watch) or {ENV_REDIS_URL}", file=sys.stderr)
+    else:
+        choice_source = choice.source
+    args.store_source = choice_source
+    return open_switch_store(target, grace=0.0, warn=False)
 
 
 def _open_wal(args: argparse.Namespace) -> BaseWAL | None:
@@ -277,17 +287,16 @@ def register(sub: Any) -> None:
 # --------------------------------------------------------------------------- status
 def _status_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--switch-store", default=None,
-                   help=f"the kill switch store to read (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL})")
+                   help=f"the kill switch store to read (default: ${ENV_SWITCH_STORE}, else ${ENV_REDIS_URL}, "
+                        f"else the zero-setup file beside the default WAL)")
 
 
 def _collect(args: argparse.Namespace) -> StatusSection:
     choice = choose_store(getattr(args, "switch_store", None), ENV_SWITCH_STORE)
-    target = choice.target
+    target, source = choice.target, choice.source
     if target is None:
-        return StatusSection("kill switch", [
-            f"store: none configured (pass --switch-store, or set {ENV_SWITCH_STORE} or {ENV_REDIS_URL} as",
-            "your agents do): agents without a kill switch store cannot be halted from outside.",
-        ], {"store": None, "source": None, "levers": []})
+        target = default_switch_path()
+        source = "the zero-setup default: it reaches agents on this host only"
     try:
         store = open_switch_store(target, grace=0.0, warn=False)
     except ConfigurationError as exc:
@@ -296,19 +305,19 @@ def _collect(args: argparse.Namespace) -> StatusSection:
         levers = store.levers()
     except SwitchStoreUnavailable as exc:
         return StatusSection("kill switch", [
-            f"store: {store.describe()} (from {choice.source})", f"UNREADABLE: {exc.message}",
+            f"store: {store.describe()} (from {source})", f"UNREADABLE: {exc.message}",
             "agents honour their last known levers for their grace window, then refuse everything",
         ], {"store": store.describe(), "error": exc.message, "levers": []}, ok=False)
     finally:
         store.close()
     now = _now()
     active = [lv for lv in levers if not lv.expired(now)]
-    lines = [f"store: {store.describe()} (from {choice.source})"]
+    lines = [f"store: {store.describe()} (from {source})"]
     if not active:
         lines.append("no lever engaged: agents run normally")
     for lv in active:
         lines.append(_describe(lv))
-    return StatusSection("kill switch", lines, {"store": store.describe(), "source": choice.source,
+    return StatusSection("kill switch", lines, {"store": store.describe(), "source": source,
                                                 "levers": [lv.describe() for lv in active]})
 
 

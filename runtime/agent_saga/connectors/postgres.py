@@ -30,13 +30,20 @@ The reconcilers re-read the row and compare it with what the undo should have le
 a trigger that rewrote the restored value, a row that came back with other values, a row
 that is gone, or an inserted row still present are reported as not reversed.
 
+The saga steps (``update``, ``insert``, ``delete``) use psycopg's async API on the event
+loop (``*_row_async``), so a step occupies no tool-pool thread; ``AGENT_SAGA_PG_DRIVER=thread``
+pins the sync API on the tool pool instead. The compensations and reconcilers are sync
+functions (the recovery daemon and the rollback run them on the tool pool).
+
 Invariants: psycopg is imported when this module is; ``import agent_saga`` never imports
 it. Connection strings are never written to the log or into error messages.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,11 +57,13 @@ from ..semantics import ActionSemantics
 from ._common import Indeterminate, credential_fields
 
 __all__ = [
-    "delete", "delete_inserted_row", "delete_row", "insert", "insert_row", "reinsert_row",
-    "restore_row", "update", "update_row",
+    "ENV_PG_DRIVER", "delete", "delete_inserted_row", "delete_row", "delete_row_async", "driver", "insert",
+    "insert_row", "insert_row_async", "reinsert_row", "restore_row", "update", "update_row", "update_row_async",
 ]
 
 APPLICATION_NAME = "agent-saga-connector"
+#: ``async`` (default) or ``thread``: how the saga steps reach PostgreSQL (``driver()``).
+ENV_PG_DRIVER = "AGENT_SAGA_PG_DRIVER"
 CONNECT_TIMEOUT = 10
 
 
@@ -76,24 +85,32 @@ def _columns(what: str, cols: Mapping[str, Any]) -> list[str]:
     return list(cols)
 
 
-def _primary_key(conn: psycopg.Connection[Any], table: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
-        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
-        "ORDER BY array_position(i.indkey, a.attnum)",
-        (table,),
-    ).fetchall()
+_PK_QUERY = (
+    "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+    "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary "
+    "ORDER BY array_position(i.indkey, a.attnum)"
+)
+
+
+def _pk_of(table: str, rows: list[Any]) -> list[str]:
     if not rows:
         raise ConfigurationError(f"table {table!r} has no primary key: the PostgreSQL connector undoes rows by primary key")
     return [r[0] for r in rows]
 
 
-def _check_key(conn: psycopg.Connection[Any], table: str, key: Mapping[str, Any]) -> list[str]:
+def _primary_key(conn: psycopg.Connection[Any], table: str) -> list[str]:
+    return _pk_of(table, conn.execute(_PK_QUERY, (table,)).fetchall())
+
+
+def _key_matches(table: str, key: Mapping[str, Any], pk: list[str]) -> list[str]:
     cols = _columns("key", key)
-    pk = _primary_key(conn, table)
     if set(cols) != set(pk):
         raise ConfigurationError(f"key names columns {sorted(cols)} but the primary key of {table!r} is {list(pk)}: give every primary-key column, and only those")
     return list(pk)
+
+
+def _check_key(conn: psycopg.Connection[Any], table: str, key: Mapping[str, Any]) -> list[str]:
+    return _key_matches(table, key, _primary_key(conn, table))
 
 
 def _json_object(alias: str, cols: list[str]) -> sql.Composable:
@@ -142,12 +159,9 @@ def update_row(*, credential_ref: str, table: str, key: Mapping[str, Any], value
         return _update(conn, tbl, table, pk, key, cols, values)
 
 
-def _update(
-    conn: psycopg.Connection[Any], tbl: sql.Composable, table: str, pk: list[str],
-    key: Mapping[str, Any], cols: list[str], values: Mapping[str, Any],
-) -> dict[str, Any]:
+def _update_query(tbl: sql.Composable, pk: list[str], cols: list[str]) -> sql.Composed:
     sets = sql.SQL(", ").join(sql.SQL("{} = v.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in cols)
-    q = sql.SQL(
+    return sql.SQL(
         "WITH old AS (SELECT t.* FROM {tbl} AS t, {k} WHERE {kmatch} FOR UPDATE OF t) "
         "UPDATE {tbl} AS cur SET {sets} FROM old, {v} WHERE {omatch} "
         "RETURNING {before}, {after}, cur.xmin::text"
@@ -155,10 +169,33 @@ def _update(
         tbl=tbl, k=_record(tbl, "k"), kmatch=_match("t", "k", pk), sets=sets, v=_record(tbl, "v"),
         omatch=_match("cur", "old", pk), before=_json_object("old", cols), after=_json_object("cur", cols),
     )
-    row = conn.execute(q, (json.dumps(dict(key)), json.dumps(dict(values)))).fetchone()
+
+
+def _updated(table: str, key: Mapping[str, Any], row: Any) -> dict[str, Any]:
     if row is None:
         raise LookupError(f"no row of {table} has key {dict(key)!r}: nothing was updated")
     return {"table": table, "key": dict(key), "before": row[0], "after": row[1], "xmin": row[2]}
+
+
+def _update(
+    conn: psycopg.Connection[Any], tbl: sql.Composable, table: str, pk: list[str],
+    key: Mapping[str, Any], cols: list[str], values: Mapping[str, Any],
+) -> dict[str, Any]:
+    row = conn.execute(_update_query(tbl, pk, cols), (json.dumps(dict(key)), json.dumps(dict(values)))).fetchone()
+    return _updated(table, key, row)
+
+
+def _insert_query(tbl: sql.Composable, pk: list[str], cols: list[str]) -> sql.Composed:
+    return sql.SQL("INSERT INTO {tbl} AS cur ({cols}) SELECT {vals} FROM {v} RETURNING {key}, to_jsonb(cur.*), cur.xmin::text").format(
+        tbl=tbl, cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
+        vals=sql.SQL(", ").join(sql.SQL("v.{}").format(sql.Identifier(c)) for c in cols),
+        v=_record(tbl, "v"), key=_json_object("cur", pk),
+    )
+
+
+def _inserted(table: str, row: Any) -> dict[str, Any]:
+    assert row is not None  # INSERT ... SELECT of one record returns one row or raises
+    return {"table": table, "key": row[0], "row": row[1], "xmin": row[2]}
 
 
 def insert_row(*, credential_ref: str, table: str, values: Mapping[str, Any], **_: Any) -> dict[str, Any]:
@@ -167,14 +204,20 @@ def insert_row(*, credential_ref: str, table: str, values: Mapping[str, Any], **
     tbl = _table(table)
     with _connect(credential_ref) as conn:
         pk = _primary_key(conn, table)
-        q = sql.SQL("INSERT INTO {tbl} AS cur ({cols}) SELECT {vals} FROM {v} RETURNING {key}, to_jsonb(cur.*), cur.xmin::text").format(
-            tbl=tbl, cols=sql.SQL(", ").join(map(sql.Identifier, cols)),
-            vals=sql.SQL(", ").join(sql.SQL("v.{}").format(sql.Identifier(c)) for c in cols),
-            v=_record(tbl, "v"), key=_json_object("cur", pk),
-        )
-        row = conn.execute(q, (json.dumps(dict(values)),)).fetchone()
-    assert row is not None  # INSERT ... SELECT of one record returns one row or raises
-    return {"table": table, "key": row[0], "row": row[1], "xmin": row[2]}
+        row = conn.execute(_insert_query(tbl, pk, cols), (json.dumps(dict(values)),)).fetchone()
+    return _inserted(table, row)
+
+
+def _delete_query(tbl: sql.Composable, pk: list[str]) -> sql.Composed:
+    return sql.SQL("DELETE FROM {tbl} AS t USING {k} WHERE {m} RETURNING to_jsonb(t.*)").format(
+        tbl=tbl, k=_record(tbl, "k"), m=_match("t", "k", pk),
+    )
+
+
+def _deleted(table: str, key: Mapping[str, Any], row: Any) -> dict[str, Any]:
+    if row is None:
+        raise LookupError(f"no row of {table} has key {dict(key)!r}: nothing was deleted")
+    return {"table": table, "key": dict(key), "row": row[0]}
 
 
 def delete_row(*, credential_ref: str, table: str, key: Mapping[str, Any], **_: Any) -> dict[str, Any]:
@@ -183,13 +226,58 @@ def delete_row(*, credential_ref: str, table: str, key: Mapping[str, Any], **_: 
     tbl = _table(table)
     with _connect(credential_ref) as conn:
         pk = _check_key(conn, table, key)
-        q = sql.SQL("DELETE FROM {tbl} AS t USING {k} WHERE {m} RETURNING to_jsonb(t.*)").format(
-            tbl=tbl, k=_record(tbl, "k"), m=_match("t", "k", pk),
-        )
-        row = conn.execute(q, (json.dumps(dict(key)),)).fetchone()
-    if row is None:
-        raise LookupError(f"no row of {table} has key {dict(key)!r}: nothing was deleted")
-    return {"table": table, "key": dict(key), "row": row[0]}
+        row = conn.execute(_delete_query(tbl, pk), (json.dumps(dict(key)),)).fetchone()
+    return _deleted(table, key, row)
+
+
+# ------------------------------------------------------------------------- the same, async
+# psycopg's async API: the saga's steps run on the event loop, not the tool pool
+# (AGENT_SAGA_PG_DRIVER=thread runs the sync functions above on the pool instead).
+async def _aconnect(credential_ref: str) -> psycopg.AsyncConnection[Any]:
+    dsn = credential_fields(credential_ref, "PostgreSQL", ("dsn",), plain="dsn")["dsn"]
+    return await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, application_name=APPLICATION_NAME, connect_timeout=CONNECT_TIMEOUT)
+
+
+async def _apk(conn: psycopg.AsyncConnection[Any], table: str) -> list[str]:
+    return _pk_of(table, await (await conn.execute(_PK_QUERY, (table,))).fetchall())
+
+
+async def update_row_async(*, credential_ref: str, table: str, key: Mapping[str, Any], values: Mapping[str, Any],
+                           **_: Any) -> dict[str, Any]:
+    """``update_row`` over psycopg's async API."""
+    cols, tbl = _columns("values", values), _table(table)
+    async with await _aconnect(credential_ref) as conn:
+        pk = _key_matches(table, key, await _apk(conn, table))
+        cur = await conn.execute(_update_query(tbl, pk, cols), (json.dumps(dict(key)), json.dumps(dict(values))))
+        return _updated(table, key, await cur.fetchone())
+
+
+async def insert_row_async(*, credential_ref: str, table: str, values: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+    """``insert_row`` over psycopg's async API."""
+    cols, tbl = _columns("values", values), _table(table)
+    async with await _aconnect(credential_ref) as conn:
+        pk = await _apk(conn, table)
+        cur = await conn.execute(_insert_query(tbl, pk, cols), (json.dumps(dict(values)),))
+        return _inserted(table, await cur.fetchone())
+
+
+async def delete_row_async(*, credential_ref: str, table: str, key: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+    """``delete_row`` over psycopg's async API."""
+    tbl = _table(table)
+    async with await _aconnect(credential_ref) as conn:
+        pk = _key_matches(table, key, await _apk(conn, table))
+        cur = await conn.execute(_delete_query(tbl, pk), (json.dumps(dict(key)),))
+        return _deleted(table, key, await cur.fetchone())
+
+
+def driver() -> str:
+    """``async`` (psycopg's async API on the event loop, the default) or ``thread`` (the
+    sync API on the tool pool), from ``$AGENT_SAGA_PG_DRIVER``."""
+    value = os.environ.get(ENV_PG_DRIVER, "").strip().lower() or "async"
+    if value not in ("async", "thread"):
+        raise ConfigurationError(f"{ENV_PG_DRIVER} must be 'async' or 'thread', got {value!r}")
+    return value
 
 
 # ------------------------------------------------------------------------- compensations
@@ -293,19 +381,20 @@ def observe_reinsert(*, credential_ref: str, table: str, key: Mapping[str, Any],
 
 
 # ------------------------------------------------------------------------- saga steps
-_STEPS: dict[str, tuple[Any, str, tuple[str, ...]]] = {
-    # tool: (forward call, compensation handler, the result fields its kwargs take)
-    "postgres.update": (update_row, "postgres.restore_row", ("key", "before", "after", "xmin")),
-    "postgres.insert": (insert_row, "postgres.delete_inserted_row", ("key", "xmin")),
-    "postgres.delete": (delete_row, "postgres.reinsert_row", ("key", "row")),
+_STEPS: dict[str, tuple[Any, Any, str, tuple[str, ...]]] = {
+    # tool: (forward call, its async twin, compensation handler, the result fields its kwargs take)
+    "postgres.update": (update_row, update_row_async, "postgres.restore_row", ("key", "before", "after", "xmin")),
+    "postgres.insert": (insert_row, insert_row_async, "postgres.delete_inserted_row", ("key", "xmin")),
+    "postgres.delete": (delete_row, delete_row_async, "postgres.reinsert_row", ("key", "row")),
 }
 
 
 async def _step(saga: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    forward, handler, carried = _STEPS[tool]
+    sync_forward, async_forward, handler, carried = _STEPS[tool]
+    forward = functools.partial(async_forward if driver() == "async" else sync_forward, **args)
     base = {"credential_ref": args["credential_ref"], "table": args["table"]}
     return await saga.execute(  # type: ignore[no-any-return]
-        tool, ActionSemantics.COMPENSABLE, lambda: forward(**args),
+        tool, ActionSemantics.COMPENSABLE, forward,
         lambda r: None if r is None else Compensation(
             handler=handler, description=f"{handler} {args['table']} {r['key']}",
             kwargs={**base, **{k: r[k] for k in carried}},

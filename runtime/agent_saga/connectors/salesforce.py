@@ -13,16 +13,18 @@ writable), ``GET .../sobjects/{type}/{id}?fields=...`` and ``PATCH .../sobjects/
 - ``salesforce.update`` reads the fields it is about to patch, patches them, and reads
   ``LastModifiedDate`` back: the compensation carries the old values of the patched
   fields only, and that ``LastModifiedDate``.
-- ``salesforce.revert_fields`` (the compensation) puts the old values back only if the
+- ``salesforce.revert_object`` (the compensation) puts the old values back only if the
   record's ``LastModifiedDate`` is still the one the step left (and sends it as
   ``If-Unmodified-Since``): a record someone changed since is not overwritten; the
   compensation raises ``Indeterminate`` and the step is escalated. Only fields the
   describe call says are updateable are written; any other patched field is named in an
   ``Indeterminate`` after the rest is reverted. Already reverted values are success (a
   replay).
-- The ``salesforce.revert_fields`` reconciler compares only the touched fields with the
+- The ``salesforce.revert_object`` reconciler compares only the touched fields with the
   old values, so it catches a workflow rule or trigger that put a value back after the
   revert answered 204.
+- ``salesforce.revert_fields`` is the same handler and reconciler under the name older
+  logs carry (``REVERT_FIELDS``): a crash recovered from such a log still reverts.
 """
 
 from __future__ import annotations
@@ -39,7 +41,13 @@ from ..semantics import ActionSemantics
 from ._common import Indeterminate, credential_fields
 from ._http import request
 
-__all__ = ["observe_revert", "revert_fields", "update", "update_record", "writable_fields"]
+__all__ = ["REVERT", "REVERT_FIELDS", "observe_revert", "revert_fields", "revert_object", "update", "update_record",
+           "writable_fields"]
+
+#: The compensation handler (and reconciler) name new steps record.
+REVERT = "salesforce.revert_object"
+#: The same handler's earlier name, kept registered so older logs still resolve.
+REVERT_FIELDS = "salesforce.revert_fields"
 
 DEFAULT_API_VERSION = "v60.0"
 TIMEOUT = 30.0
@@ -97,8 +105,9 @@ def _differs(want: Mapping[str, Any], seen: Mapping[str, Any]) -> list[str]:
     return [f"{k}={seen.get(k)!r} (expected {v!r})" for k, v in want.items() if seen.get(k) != v]
 
 
-@compensator("salesforce.revert_fields")
-def revert_fields(
+@compensator(REVERT_FIELDS)
+@compensator(REVERT)
+def revert_object(
     *, credential_ref: str, sobject: str, record_id: str, before: Mapping[str, Any], last_modified: str, **_: Any
 ) -> str:
     """Put ``before`` back - the writable fields only - if nobody modified the record
@@ -130,7 +139,8 @@ def revert_fields(
     return "reverted"
 
 
-@reconciler("salesforce.revert_fields")
+@reconciler(REVERT_FIELDS)
+@reconciler(REVERT)
 def observe_revert(*, credential_ref: str, sobject: str, record_id: str, before: Mapping[str, Any], **_: Any) -> Observation:
     """Are the touched fields back to their old values? (only those are compared)"""
     if not before:
@@ -142,13 +152,17 @@ def observe_revert(*, credential_ref: str, sobject: str, record_id: str, before:
     return Observation(reversed_=True, exists=True, detail="reverted")
 
 
+#: The earlier name of ``revert_object`` (same function).
+revert_fields = revert_object
+
+
 async def update(saga: Any, *, credential_ref: str, sobject: str, record_id: str, fields: Mapping[str, Any]) -> dict[str, Any]:
     """``update_record`` as a COMPENSABLE saga step (tool ``salesforce.update``)."""
     args: dict[str, Any] = {"credential_ref": credential_ref, "sobject": sobject, "record_id": record_id, "fields": dict(fields)}
     return await saga.execute(  # type: ignore[no-any-return]
         "salesforce.update", ActionSemantics.COMPENSABLE, lambda: update_record(**args),
         lambda r: None if r is None else Compensation(
-            handler="salesforce.revert_fields", description=f"revert {sobject} {record_id} {sorted(r['before'])}",
+            handler=REVERT, description=f"revert {sobject} {record_id} {sorted(r['before'])}",
             kwargs={"credential_ref": credential_ref, "sobject": sobject, "record_id": record_id,
                     "before": r["before"], "last_modified": r["last_modified"]},
         ),

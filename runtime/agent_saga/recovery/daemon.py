@@ -59,6 +59,7 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .._unawaited import runs_if_discarded
 from ..audit.encryption import PayloadEncryptor
 from ..clocks import Clock, as_clock
 from ..errors import ConfigurationError
@@ -297,10 +298,12 @@ class RecoveryDaemon(Sweeping):
         if self._background:  # the claims in hand are finished before run returns
             await asyncio.gather(*self._background, return_exceptions=True)
 
+    @runs_if_discarded
     async def compact(self, grace_seconds: float, *, timeout: float | None = None) -> CompactionReport:
         """Compact the log, keeping every unresolved saga, every saga resolved less than
         ``grace_seconds`` ago and every saga with an open escalation (its evidence stays
-        until a human closes it). Raises ``SagaError`` if the backend cannot compact,
+        until a human closes it). Await it; a bare call in a script runs to completion, a
+        bare call in async code raises ``ConfigurationError`` (as ``BaseWAL.compact``). Raises ``SagaError`` if the backend cannot compact,
         ``RecoveryHalted`` if the log cannot be read, ``WriterBusy`` if a file log's owner
         is alive."""
         if grace_seconds < 0:

@@ -363,7 +363,7 @@ class Resolution:
             # The log names the call; the saga's writer must hold the right to ask for it.
             return await self._escalate(sp, EscalationKind.NOT_ALLOWED, refused, RollbackOutcome.FAILED, desc)
         try:
-            fn = get_compensator(handler)
+            fn = get_compensator(handler, desc.get("kwargs") if isinstance(desc.get("kwargs"), dict) else None)
         except HandlerNotRegistered as exc:
             return await self._escalate(sp, EscalationKind.HANDLER_NOT_REGISTERED, exc.message, RollbackOutcome.FAILED, desc)
         seq = self._append(

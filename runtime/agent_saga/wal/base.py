@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._unawaited import runs_if_discarded
 from ..errors import SagaError
 from ..records import Record
 
@@ -112,10 +113,20 @@ class BaseWAL(abc.ABC):
     def close(self, *, timeout: float = 10.0) -> None:
         """Flush what is queued (bounded by ``timeout``) and release the backend."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "compact" in cls.__dict__:  # every backend's compact(), as BaseWAL.compact
+            cls.compact = runs_if_discarded(cls.__dict__["compact"])  # type: ignore[method-assign]
+
+    @runs_if_discarded
     async def compact(
         self, keep_sagas: Collection[str] | None = None, *, timeout: float | None = None
     ) -> CompactionReport:
         """Remove the records of resolved sagas; append a chained attestation of what left.
+
+        Await it. Called as a bare statement in a script (no event loop running), it runs
+        to completion there; in async code without ``await`` it raises
+        ``ConfigurationError`` (``agent_saga._unawaited``), never silently doing nothing.
 
         Every saga without a terminal record is kept whatever ``keep_sagas`` says;
         ``keep_sagas`` names resolved sagas to keep as well. Records of the reserved saga

@@ -200,3 +200,39 @@ async def test_insert_and_delete_steps_roll_back_lifo(db: psycopg.Connection[Any
             raise RuntimeError("abort")
     wal.close()
     assert row(db, "t9", 1) is None and row(db, "t2") == ("open", "1.00", "n")
+
+
+@pytest.mark.parametrize("driver, pool_calls", [("async", 0), ("thread", 3)])
+async def test_the_steps_use_psycopgs_async_api_unless_the_thread_driver_is_pinned(
+    db: psycopg.Connection[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, driver: str, pool_calls: int
+) -> None:
+    """By default a step awaits PostgreSQL on the event loop and takes no tool-pool thread;
+    AGENT_SAGA_PG_DRIVER=thread runs the sync API on the pool. Counted at the pool's submit."""
+    from agent_saga.executor import ToolExecutor
+
+    submitted: list[str] = []
+    real_submit = ToolExecutor.submit
+
+    def counting(self: ToolExecutor, fn: Any, kwargs: Any) -> Any:
+        submitted.append(getattr(getattr(fn, "func", fn), "__name__", repr(fn)))
+        return real_submit(self, fn, kwargs)
+
+    monkeypatch.setattr(ToolExecutor, "submit", counting)
+    monkeypatch.setenv("AGENT_SAGA_PG_DRIVER", driver)
+    wal = FileWAL(tmp_path / "w")
+    with pytest.raises(RuntimeError, match="abort"):
+        async with saga_scope(wal) as saga:
+            await pg.update(saga, credential_ref=REF, table=T, key=KEY, values={"status": "cancelled"})
+            await pg.insert(saga, credential_ref=REF, table=T, values={"tenant": "t9", "id": 1, "status": "new"})
+            await pg.delete(saga, credential_ref=REF, table=T, key={"tenant": "t2", "id": 7})
+            assert len(submitted) == pool_calls, submitted
+            assert row(db) == ("cancelled", "42.50", "n") and row(db, "t9", 1) is not None and row(db, "t2") is None
+            raise RuntimeError("abort")
+    wal.close()
+    assert row(db) == ("open", "42.50", "n") and row(db, "t9", 1) is None and row(db, "t2") == ("open", "1.00", "n")
+
+
+def test_an_unknown_driver_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENT_SAGA_PG_DRIVER", "gevent")
+    with pytest.raises(ConfigurationError, match="AGENT_SAGA_PG_DRIVER must be 'async' or 'thread'"):
+        pg.driver()

@@ -111,4 +111,28 @@ async def test_a_saga_rolls_back_through_the_handler_and_the_log_holds_only_the_
     wal.close()
     assert rec(org)["StageName"] == "Prospecting"
     text = (tmp_path / "w").read_text()
-    assert "salesforce.revert_fields" in text and TOKEN not in text
+    assert "salesforce.revert_object" in text and "salesforce.revert_fields" not in text and TOKEN not in text
+
+
+async def test_a_log_naming_the_earlier_handler_still_reverts(org: SalesforceServer, tmp_path: Path) -> None:
+    """Steps recorded before the handler was named ``salesforce.revert_object`` carry
+    ``salesforce.revert_fields``: that name still resolves to the same handler and reconciler."""
+    from agent_saga import ActionSemantics, Compensation
+    from agent_saga.compensation import get_compensator
+    from agent_saga.recovery.reconcilers import get_reconciler
+
+    assert get_compensator(sf.REVERT_FIELDS) is get_compensator(sf.REVERT) is sf.revert_object
+    assert get_reconciler(sf.REVERT_FIELDS) is get_reconciler(sf.REVERT) is sf.observe_revert
+    wal = FileWAL(tmp_path / "w")
+    with pytest.raises(RuntimeError):
+        async with saga_scope(wal) as saga:
+            await saga.execute(
+                "salesforce.update", ActionSemantics.COMPENSABLE,
+                lambda: sf.update_record(credential_ref=REF, sobject="Opportunity", record_id=OPP,
+                                         fields={"StageName": "Closed Won"}),
+                lambda r: Compensation(handler=sf.REVERT_FIELDS, kwargs=kwargs(r)),
+            )
+            raise RuntimeError("the model changed its mind")
+    wal.close()
+    assert saga.rollback_report is not None and saga.rollback_report.clean
+    assert rec(org)["StageName"] == "Prospecting"

@@ -212,3 +212,31 @@ async def test_the_text_log_format_names_the_trace_once_telemetry_is_on(tmp_path
     lines = {line.rsplit("] ", 1)[1]: line for line in stream.getvalue().splitlines() if "] " in line}
     assert "trace=" not in lines["before"] and "trace=" not in lines["after"]
     assert f"trace={step.context.trace_id:032x}]" in lines["inside"]
+
+
+def test_the_default_tracer_is_a_no_op_tracer_until_telemetry_is_set_up() -> None:
+    """Off by default: code opening its own spans gets a NoOpTracer (no opentelemetry
+    call); setup_telemetry swaps in the real tracer and teardown puts the no-op back."""
+    from agent_saga import NoOpTracer
+    from agent_saga.telemetry import current_tracer
+
+    tracer = current_tracer()
+    assert isinstance(tracer, NoOpTracer)
+    with tracer.start_as_current_span("mine") as span:
+        span.set_attribute("k", "v")
+        assert not span.is_recording()
+    assert not trace.get_current_span().get_span_context().is_valid  # nothing was opened
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    setup_telemetry(tracer_provider=provider)
+    try:
+        real = current_tracer()
+        assert not isinstance(real, NoOpTracer)
+        with real.start_as_current_span("mine"):
+            pass
+        assert [s.name for s in exporter.get_finished_spans()] == ["mine"]
+    finally:
+        teardown_telemetry()
+        provider.shutdown()
+    assert isinstance(current_tracer(), NoOpTracer)

@@ -49,7 +49,7 @@ async def test_safe_tool_outside_a_transaction_is_the_untouched_function(wal) ->
     assert charge.__name__ == "stripe_charge"
     assert await charge(amount=5) == {"id": "ch_5", "amount": 5}
     sync = kit.safe_tool(sync_charge, semantics="REVERSIBLE")
-    assert sync(7) == {"id": "ch_7"}  # a sync tool stays sync outside a transaction
+    assert await sync(7) == {"id": "ch_7"}  # awaited like every wrapped tool (tests/unit/kit/test_kit_shape.py)
     assert read(wal) == []  # nothing logged outside a transaction
 
 

@@ -7,8 +7,14 @@ a saga gets this gate: the process-wide kill switch and breaker, no limits, no
 SagaPolicy, no approver — so an IRREVERSIBLE step is refused exactly as without a gate,
 and every other step runs unless a lever (or an open breaker) refuses it.
 
-Invariant: without a configured kill switch the answer is ``None`` (no gate: the
-zero-dependency fast path is unchanged); the gate is built once per kill switch.
+With nothing configured the process-wide switch is the zero-setup default (a file beside
+the default WAL, ``agent_saga.controls.killswitch.default_switch_path``): while it holds
+no lever the answer is ``None`` (no gate: the zero-dependency fast path is unchanged, and
+the engine asks again before each step, so a halt engaged mid-saga still stops the next
+step); once a lever is in force, the gate.
+
+Invariant: without a kill switch, or with an idle zero-setup one, the answer is ``None``;
+the gate is built once per kill switch.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ...gates import set_no_gate_fallback
 from .._wiring import from_environment
-from ..killswitch import get_kill_switch
+from ..killswitch import get_kill_switch, is_zero_setup
 
 if TYPE_CHECKING:
     from ._gate import PreFlightGate
@@ -35,7 +41,7 @@ def kill_switch_gate() -> PreFlightGate | None:
     global _cached
     from_environment()
     switch = get_kill_switch()
-    if switch is None:
+    if switch is None or (is_zero_setup(switch) and switch.idle()):
         return None
     cached = _cached
     if cached is not None and cached[0] is switch:

@@ -22,10 +22,13 @@ from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from ._default import (
+        DEFAULT_SWITCH_FILE,
         ENV_SWITCH_GRACE,
         ENV_SWITCH_STORE,
         SWITCH_STORES,
+        default_switch_path,
         get_kill_switch,
+        is_zero_setup,
         open_switch_store,
         set_kill_switch,
     )
@@ -46,8 +49,8 @@ if TYPE_CHECKING:
 #: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._default": (
-        "ENV_SWITCH_GRACE", "ENV_SWITCH_STORE", "SWITCH_STORES", "get_kill_switch",
-        "open_switch_store", "set_kill_switch",
+        "DEFAULT_SWITCH_FILE", "ENV_SWITCH_GRACE", "ENV_SWITCH_STORE", "SWITCH_STORES",
+        "default_switch_path", "get_kill_switch", "is_zero_setup", "open_switch_store", "set_kill_switch",
     ),
     "._local": ("FileSwitchStore",),
     "._model": (
@@ -63,6 +66,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 __all__ = [
+    "DEFAULT_SWITCH_FILE",
     "SWITCH_STORES",
     "DEGRADED",
     "ENGAGED",
@@ -84,7 +88,9 @@ __all__ = [
     "cli_lever_id",
     "compile_glob",
     "format_scope",
+    "default_switch_path",
     "get_kill_switch",
+    "is_zero_setup",
     "open_switch_store",
     "parse_scope",
     "set_kill_switch",

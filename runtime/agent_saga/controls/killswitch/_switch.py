@@ -216,6 +216,14 @@ class KillSwitch(PreCheck):
         self._started = True
         self._adopt(self._store.view())
 
+    def idle(self) -> bool:
+        """True if no lever is in force and the store's view is usable: nothing this
+        switch would refuse now (it starts the store first if needed; may block)."""
+        if not self._started:
+            self.start()
+        m = self._current()
+        return self._closed is None and m.idle and m.drain_all is None and not m.drain_tags
+
     async def admission(self, saga_id: str, tags: tuple[str, ...]) -> CheckRefusal | None:
         """Why a new saga must not start (a DRAIN covers it, or the view is unusable),
         or ``None``. A running saga is never asked: draining lets it finish."""
