@@ -53,7 +53,8 @@ SKIP = re.compile(r"#.*\(not run in the docs test: (?P<why>.+)\)\s*$")
 PROGRAMS = ("kubectl", "helm", "make", "docker", "kind", "bash", "agent-saga", "agent-saga-operator", "pip",
             ".venv/bin/python", "eval", "echo", "export")
 #: Fenced blocks in these languages are commands; another language (dockerfile) is shown,
-#: not run; yaml with a "# FILE" first line is written to FILE.
+#: not run; yaml with a "# FILE" first line is written to FILE, unless that line is marked
+#: "(not run in the docs test: WHY)" (a file of the reader's own chart, shown).
 SHELL_LANGS = ("", "console", "bash", "sh", "shell")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 
@@ -113,7 +114,10 @@ def install_steps() -> list[Step]:
                 i += 1
             text = textwrap.dedent("\n".join(t for _, t in body)) + "\n"
             first = text.splitlines()[0].strip()
-            if fence.group("lang") == "yaml":
+            skip = SKIP.search(first)
+            if fence.group("lang") == "yaml" and skip:  # a file of the user's own, shown not written
+                steps.append(Step(f"docs/install.md:{body[0][0]}", skipped=skip.group("why"), section=section))
+            elif fence.group("lang") == "yaml":
                 assert first.startswith("# "), f"docs/install.md:{body[0][0]}: a yaml block without '# FILE' first"
                 steps.append(Step(f"docs/install.md:{body[0][0]}", file=(first[2:].strip(), text), section=section))
             elif fence.group("lang") in SHELL_LANGS:
