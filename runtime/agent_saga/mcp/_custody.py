@@ -54,17 +54,6 @@ class CredentialUse:
     scheme: str = ""
     env: str | None = None
 
-    def to_doc(self) -> dict[str, str]:
-        """As in the upstreams file."""
-        doc = {"credentialRef": self.ref}
-        if self.env:
-            doc["env"] = self.env
-        else:
-            doc["header"] = self.header or "Authorization"
-            if self.scheme:
-                doc["scheme"] = self.scheme
-        return doc
-
 
 def parse_credentials(value: Any, where: str, *, http: bool) -> tuple[CredentialUse, ...]:
     """The ``credentials`` list of an upstream entry; ``ConfigurationError`` naming the
@@ -160,11 +149,18 @@ class Custody:
         return self._names
 
     def redact(self, data: bytes) -> bytes:
-        """``data`` with every resolved value masked."""
+        """``data`` with every resolved value masked. Each form is found in the original
+        bytes and the union is masked, so one secret inside or overlapping another cannot
+        leave part of either unmasked (masking one by one would break the other's match)."""
+        out: bytearray | None = None
         for form in self._forms:
-            if form in data:
-                data = data.replace(form, b"*" * len(form))
-        return data
+            i = data.find(form)
+            while i != -1:
+                if out is None:
+                    out = bytearray(data)
+                out[i:i + len(form)] = b"*" * len(form)
+                i = data.find(form, i + 1)
+        return data if out is None else bytes(out)
 
     def redact_text(self, text: str) -> str:
         """``redact`` for text."""

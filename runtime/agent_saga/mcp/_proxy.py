@@ -229,8 +229,7 @@ class McpProxy:
         if kind == "request":
             method = msg["method"]
             k = key(msg["id"])
-            own = isinstance(msg["id"], str) and msg["id"].startswith("agent-saga:")  # the proxy's own ids
-            if k in self._tasks or k in self._pending or self.upstream.waiting(k) or own:
+            if self._id_taken(msg["id"]):
                 log.warning("agent-saga mcp: refused a %s whose id %s is still in flight", method, k)
                 await self._to_client(error(msg["id"], INVALID_REQUEST, (
                     f"Invalid Request: a request with the id {k} is still in flight; give each request an id of its "
@@ -253,11 +252,11 @@ class McpProxy:
     async def _client_batch(self, batch: list[Any], line: bytes) -> None:
         refusal = batch_refusal(batch)
         if refusal is None:
-            ids = {key(m["id"]) for m in batch if classify(m)[0] == "request"}
-            if ids & (self._pending | set(self._tasks)) or len(ids) < sum(classify(m)[0] == "request" for m in batch):
+            requests = [m for m in batch if classify(m)[0] == "request"]
+            ids = {key(m["id"]) for m in requests}
+            if len(ids) < len(requests) or any(self._id_taken(m["id"]) for m in requests):
                 refusal = [error(usable_id(m), INVALID_REQUEST, "Invalid Request: a request id of the batch is still "
-                                 "in flight or repeated; give each request an id of its own") for m in batch
-                           if classify(m)[0] == "request"]
+                                 "in flight or repeated; give each request an id of its own") for m in requests]
             else:
                 self._pending |= ids
                 await self._to_upstream(line, None)
@@ -265,6 +264,14 @@ class McpProxy:
         log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
         if self._client is not None:
             await self._client.send(encode(refusal if batch else refusal[0]))
+
+    def _id_taken(self, id_: Any) -> bool:
+        """True if a client request may not use ``id_``: a request with it is in flight (a
+        call, a forwarded request, one of the proxy's own), or it has the form of the
+        proxy's own ids (``agent-saga:...``), whose answers go to the proxy, not a client."""
+        k = key(id_)
+        own = isinstance(id_, str) and id_.startswith("agent-saga:")
+        return own or k in self._tasks or k in self._pending or self.upstream.waiting(k)
 
     def _client_cancelled(self, msg: dict[str, Any]) -> None:
         k = cancelled_key(msg)

@@ -115,7 +115,9 @@ def parse(data: bytes | str) -> Any:
         raise Unreadable(INVALID_REQUEST, _too_deep_text(), top_id(text)) from None
     except ValueError as exc:
         raise Unreadable(PARSE_ERROR, f"Parse error: the message is not JSON ({exc})") from None
-    if _depth_over(doc, MAX_DEPTH):
+    # Nesting deeper than MAX_DEPTH needs more than MAX_DEPTH opening brackets in the text
+    # (brackets inside strings only raise the count): most messages skip the walk.
+    if text.count("{") + text.count("[") > MAX_DEPTH and _depth_over(doc, MAX_DEPTH):
         raise Unreadable(INVALID_REQUEST, _too_deep_text(), usable_id(doc))
     if _SURROGATE_ESCAPE.search(text) is not None:
         try:

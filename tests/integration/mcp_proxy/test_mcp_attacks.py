@@ -166,6 +166,10 @@ def test_a_client_id_of_the_proxys_own_form_is_refused(tmp_path: Path, proxies: 
     raw = start(proxies, tmp_path)
     answer = raw.request("agent-saga:1", "ping")
     assert answer["id"] == "agent-saga:1" and answer["error"]["code"] == INVALID_REQUEST
+    # Inside a batch too: its answer would reach the proxy's own waiting request.
+    raw.send([{"jsonrpc": "2.0", "id": "agent-saga:2", "method": "ping"}, {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    answers = raw.read()
+    assert [(a["id"], a["error"]["code"]) for a in answers] == [("agent-saga:2", INVALID_REQUEST), (3, INVALID_REQUEST)]
     assert raw.close() == 0
 
 

@@ -103,6 +103,20 @@ def test_every_form_of_a_value_is_masked_also_across_chunk_borders() -> None:
     assert out.feed(b"event: message\n\n") == b"event: message\n\n"  # nothing held after a newline
 
 
+def test_secrets_inside_or_overlapping_each_other_are_masked_whole() -> None:
+    values = {"a": "hunter2", "b": "hunter2xyzw", "c": "abcd", "d": "cdef"}
+    prev = set_credential_resolver(lambda ref: values[ref])
+    try:
+        custody = Custody([CredentialUse(r, header=f"X-{r}") for r in values])
+        custody.headers()
+    finally:
+        set_credential_resolver(prev)
+    for data in (b"tok=hunter2xyzw;", b"tok=hunter2;", b"[abcdef]"):
+        masked = custody.redact(data)
+        assert len(masked) == len(data) and not any(v.encode() in masked for v in values.values()), masked
+        assert masked.replace(b"*", b"") in (b"tok=;", b"[]"), masked
+
+
 def test_host_and_origin_follow_the_debugger_ui_rule() -> None:
     assert host_allowed("127.0.0.1:8931") and host_allowed("localhost") and host_allowed("[::1]:80")
     assert not host_allowed("evil.example:8931") and not host_allowed("")
