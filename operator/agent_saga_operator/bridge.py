@@ -65,6 +65,10 @@ MORE_KEY = "(not shown)"
 REFUSED_KEY = "(refused)"
 
 
+#: Characters of a field's name an Approval shows (a longer name makes it NotAllShown).
+KEY_SHOWN = 200
+
+
 def approval_problem(request: Mapping[str, Any]) -> tuple[str, str] | None:
     """Why this request cannot be approved from an Approval (reason, message), or ``None``.
 
@@ -77,10 +81,11 @@ def approval_problem(request: Mapping[str, Any]) -> tuple[str, str] | None:
         view = ApprovalRequest.from_doc(request).action_view()
     except ValueError as e:
         return "ActionMismatch", str(e)
-    if view.truncated:
+    if view.truncated or any(len(k) > KEY_SHOWN for k, _ in view.fields):
         rid = str(request.get("requestId"))
-        return "NotAllShown", (f"the action has {len(view.fields)} fields, more than an Approval shows: see it with "
-                               f"agent-saga approvals show {rid[:8]} --show-all and approve it there with --show-all")
+        return "NotAllShown", (f"the action has more than an Approval shows ({len(view.fields)} fields, names of at "
+                               f"most {KEY_SHOWN} characters): see it with agent-saga approvals show {rid[:8]} "
+                               f"--show-all and approve it there with --show-all")
     return None
 
 
@@ -97,13 +102,13 @@ def _display(request: Mapping[str, Any]) -> dict[str, str]:
     out = {}
     for k, v in view.fields[:FIELDS_SHOWN - 1]:
         cut = f"... [{len(v)} characters: see agent-saga approvals show --show-all]"
-        out[_clip(k, 200)] = v if len(v) <= VALUE_SHOWN else v[:VALUE_SHOWN - len(cut)] + cut
+        out[_clip(k, KEY_SHOWN)] = v if len(v) <= VALUE_SHOWN else v[:VALUE_SHOWN - len(cut)] + cut
     problem = approval_problem(request)
     if problem is not None:
         out[MORE_KEY] = _clip(problem[1], VALUE_SHOWN)
     elif len(view.fields) == FIELDS_SHOWN:
         k, v = view.fields[-1]
-        out[_clip(k, 200)] = v
+        out[_clip(k, KEY_SHOWN)] = v
     return out
 
 

@@ -3,10 +3,10 @@
 A request carries ``arguments``: the exact policy arguments the digest covers. Every
 reader that shows a request to a human (the CLI, the operator's ``Approval``, the UI)
 renders it from them, never from free text the agent wrote, and first checks that they
-hash to the request's ``argumentsDigest`` (``checked_action``): a request whose text does
-not match its digest is never presented as approvable.
+hash to the request's ``argumentsDigest`` (``ApprovalRequest.action_view``): a request
+whose text does not match its digest is never presented as approvable.
 
-    view = checked_action(request)          # ApprovalRefused if the digest does not match
+    view = request.action_view()            # ValueError if the digest does not match
     view.lines(show_all=False)              # at most FIELDS_SHOWN fields of VALUE_SHOWN chars
     view.digest                             # what a signed decision covers (``actionDigest``)
 
@@ -41,7 +41,7 @@ FIELDS_SHOWN = 32
 VALUE_SHOWN = 1024
 
 # Invisible or reordering characters a human cannot see on screen: shown as <U+XXXX>.
-_MARKED = frozenset([0x061C, 0x180E, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029, 0x2060, 0x2061,
+_MARKED = frozenset([0x034F, 0x061C, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180E, 0x2800, 0x3164, 0xFFA0, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029, 0x2060, 0x2061,
                      0x2062, 0x2063, 0x2064, 0xFEFF, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
 
 
@@ -58,7 +58,7 @@ def escape_text(text: str) -> str:
             out.append(f"<U+{o:04X}>")
         elif o < 0x20 or 0x7F <= o < 0xA0:
             out.append(f"\\x{o:02x}")
-        elif not c.isprintable() and o > 0xFF:
+        elif not c.isprintable():  # U+00A0 and up: spaces, soft hyphen, format characters
             out.append(f"<U+{o:04X}>")
         else:
             out.append(c)
@@ -104,10 +104,6 @@ class ActionView:
             out.append(f"[{more}: this is not the whole action; see it with agent-saga approvals show "
                        f"{request_id[:8] or 'ID'} --show-all, and approve with --show-all]")
         return out
-
-    def text(self) -> str:
-        """The complete rendering as one text (what ``show --show-all`` prints)."""
-        return "\n".join([escape_text(self.tool), *self.lines(show_all=True)])
 
 
 def render_action(tool: str, arguments: Mapping[str, Any]) -> ActionView:
