@@ -21,6 +21,7 @@ from agent_saga.plane import (
     disconnect_policy_plane,
 )
 from agent_saga.wal import get_default_wal
+from agent_saga.wal.writers import local_identity, writer_of_identity
 from agent_saga_operator.testing import poll
 from fixtures.redis_server import PLANE_PREFIX as P
 from fixtures.redis_server import WAL_KEY, RedisServer
@@ -84,6 +85,10 @@ def test_a_failed_redis_wal_is_reopened_once_redis_is_back_and_the_agent_is_read
     r = server.client()
     new = get_default_wal()
     assert r.xlen(f"{WAL_KEY}:w:{new.writer}") > 0  # type: ignore[attr-defined]
+    # The new writer is the pod's identity's, as the first was: the stream its agent ACL
+    # user may append to, and the writer its sagas are bound to (not a service writer).
+    identity = local_identity("payments")
+    assert writer_of_identity(first.writer, identity) and writer_of_identity(new.writer, identity)  # type: ignore
 
 
 def test_a_record_in_doubt_keeps_the_wal_failed_and_the_process_closed(

@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigurationError
 from ..heartbeat import (
@@ -55,8 +55,11 @@ from ..heartbeat import (
     refusal_ledger,
     served_namespaces_key,
 )
-from ..heartbeat._writer import pod_name
+from ..wal.writers import local_identity
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
+
+if TYPE_CHECKING:
+    from ..wal.redis import RedisWAL
 
 __all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env",
            "plane_router"]
@@ -144,7 +147,6 @@ class PlaneConnection:
         from ..errors import SagaError
         from ..wal import set_default_wal
         from ..wal.default import made_default_wal
-        from ..wal.redis import RedisWAL
 
         try:
             why = old.settle()
@@ -161,7 +163,7 @@ class PlaneConnection:
         if not s.wal_key:
             return False
         try:
-            new = RedisWAL(s.url, key=s.wal_key, wait_replicas=s.wal_min_replicas)
+            new = open_plane_wal(s, s.wal_key)
         except SagaError as exc:
             self.wal_recovery = f"waiting for Redis: {exc}"
             return False
@@ -332,6 +334,16 @@ def _check_reachable(s: PlaneSettings) -> None:
             f"and SagaPolicies, or add {s.namespace} to the operator's --namespace (chart: operator.watchNamespaces)")
 
 
+
+def open_plane_wal(s: PlaneSettings, key: str) -> RedisWAL:
+    """The process-wide RedisWAL of a plane connection, first or reopened: its writer is
+    this pod's identity's own (``local_identity``), the only stream an agent ACL user with
+    ``--agent NS/POD --wal-key KEY`` may append to."""
+    from ..wal.redis import RedisWAL
+
+    return RedisWAL(s.url, key=key, identity=local_identity(s.namespace), wait_replicas=s.wal_min_replicas)
+
+
 def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     from ..controls.approvals import (
         ApprovalGateway,
@@ -357,11 +369,7 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     previous: dict[str, Any] = {}
     wal = None
     if s.wal_key:
-        from ..wal.redis import RedisWAL
-        from ..wal.writers import local_identity
-
-        # The writer is this pod's identity's own: the stream its ACL user may append to.
-        wal = RedisWAL(s.url, key=s.wal_key, identity=local_identity(s.namespace), wait_replicas=s.wal_min_replicas)
+        wal = open_plane_wal(s, s.wal_key)
         previous["wal"] = set_default_wal(wal)
     default_wal = DEFAULT_WAL  # chosen when first written: connecting creates no log file
     switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)
@@ -370,9 +378,9 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
     limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
     # This pod's own part of the limit windows and its own approval requests: an agent's
     # Redis user with --agent <ns>/<pod> may write only these.
-    pod = pod_name()
-    limit_store = RedisLimitStore(s.url, part=f"{s.namespace}/{pod}")
-    approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=f"{s.namespace}/{pod}")
+    identity = local_identity(s.namespace)
+    limit_store = RedisLimitStore(s.url, part=identity)
+    approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=identity)
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)
     for reader in (switch_store, policy, limit_source):
