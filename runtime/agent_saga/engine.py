@@ -156,7 +156,6 @@ class Saga:
         self.name = name
         self.tags = tags
         self.wal = wal
-        self.gate = gate
         self.rollback_report: RollbackReport | None = None
         self._append: Callable[..., int] = wal.append
         # What each step's forward idempotency key starts with (``forward_key``).
@@ -182,10 +181,15 @@ class Saga:
         self._state = _RUNNING
         self._commit_hooks: list[Callable[[], Awaitable[None]]] = []
         self._exit_hooks: list[Callable[[Saga], Any]] = []
+        self._on_outcome: Callable[[StepRequest, bool, BaseException | None], None] | None = None
+        self._use_gate(gate)
+
+    def _use_gate(self, gate: Gate | None) -> None:
+        """Adopt ``gate`` (at open, or mid-saga once the zero-setup switch has a lever): the
+        steps ask it, and its ``on_outcome`` hears how each step it allowed ended."""
+        self.gate = gate
         hook = getattr(gate, "on_outcome", None)
-        self._on_outcome: Callable[[StepRequest, bool, BaseException | None], None] | None = (
-            hook if callable(hook) else None
-        )
+        self._on_outcome = hook if callable(hook) else None
 
     @property
     def status(self) -> str:
@@ -330,7 +334,7 @@ class Saga:
         step_id = f"{self.saga_id}/{index}"
         request: StepRequest | None = None
         if self.gate is None:  # an idle zero-setup kill switch gates nothing until a lever lands
-            self.gate = no_gate_fallback()
+            self._use_gate(no_gate_fallback())
         if self.gate is not None or sem is _IRR:
             try:
                 request, declared = await self._check_gate(step_id, tool, sem, policy_args, compensate is not None)

@@ -232,7 +232,10 @@ class SagaScope:
         """The quarantine that freezes this saga instead of rolling it back, or ``None``."""
         if isinstance(exc, SagaQuarantined) and exc.saga_id == self._saga_id:
             return dict(exc.lever) if exc.lever else {"reason": exc.reason, "by": exc.decided_by}
-        ask = getattr(self._gate, "quarantine_of", None)
+        gate = self._gate
+        if gate is None and self._saga is not None:  # adopted mid-saga, or the zero-setup switch's now
+            gate = self._saga.gate if self._saga.gate is not None else no_gate_fallback()
+        ask = getattr(gate, "quarantine_of", None)
         if ask is None:
             return None
         try:

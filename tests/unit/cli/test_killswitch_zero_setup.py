@@ -149,3 +149,31 @@ def test_a_halt_from_the_cli_stops_a_running_agent_in_another_process(tmp_path: 
         finally:
             if agent.poll() is None:
                 agent.kill()
+
+
+async def test_a_quarantine_on_the_zero_setup_switch_freezes_a_running_saga(unconfigured: Path) -> None:
+    """A saga opened while the switch was idle has no gate; a QUARANTINE engaged on the
+    file afterwards still freezes it instead of rolling it back, and the gate it adopts
+    mid-saga hears how its steps end."""
+    from agent_saga import Compensation, FileWAL, saga_scope
+    from agent_saga.errors import SagaQuarantined
+
+    switch = get_kill_switch()
+    assert switch is not None and is_zero_setup(switch) and switch.idle()
+    undone: list[str] = []
+    wal = FileWAL(str(unconfigured / "run.wal"))
+    with pytest.raises(SagaQuarantined, match="NOT rolled back"):
+        async with saga_scope(wal, name="pay") as saga:
+            await saga.execute("crm.note", ActionSemantics.REVERSIBLE, forward=lambda: "n1",
+                               compensate=lambda r: Compensation(fn=lambda **kw: undone.append(r),
+                                                                 handler="crm.unnote", kwargs={}))
+            assert saga.gate is None  # idle: the zero-dependency path
+            switch.halt("tool:wire.send", reason="fraud pattern", by="soc@corp")
+            switch.store.start()  # re-read now rather than at the next poll
+            await saga.execute("crm.tag", ActionSemantics.REVERSIBLE, forward=lambda: "t1")
+            assert saga.gate is not None and saga._on_outcome == getattr(saga.gate, "on_outcome", None)
+            switch.quarantine(saga.saga_id, reason="suspected duplicate", by="soc@corp")
+            switch.store.start()
+            raise RuntimeError("the agent failed")
+    assert saga.status == "QUARANTINED" and undone == []
+    wal.close()

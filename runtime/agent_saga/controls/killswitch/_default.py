@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 
 from ..._backends import REDIS_SCHEMES, Address, Backends
@@ -45,7 +46,8 @@ _ENV_PLANE = "AGENT_SAGA_REDIS_URL"  # the policy plane configures the switch (a
 _default_lock = threading.Lock()
 _default: KillSwitch | None = None
 _resolved = False
-_zero_setup: KillSwitch | None = None
+# Every zero-setup switch made (weakly held): restoring one with set_kill_switch keeps it one.
+_zero_setup: weakref.WeakSet[KillSwitch] = weakref.WeakSet()
 
 
 def set_kill_switch(switch: KillSwitch | None) -> KillSwitch | None:
@@ -71,7 +73,7 @@ def default_switch_path(env: Mapping[str, str] | None = None) -> str:
 
 def is_zero_setup(switch: object) -> bool:
     """True if ``switch`` is the zero-setup default (a file on this host, nothing configured)."""
-    return switch is not None and switch is _zero_setup
+    return isinstance(switch, KillSwitch) and switch in _zero_setup
 
 
 def get_kill_switch() -> KillSwitch | None:
@@ -80,7 +82,7 @@ def get_kill_switch() -> KillSwitch | None:
     ``FileSwitchStore`` at ``default_switch_path()`` (logged as a WARNING: it stops this
     host only). ``None`` only while the policy plane (``$AGENT_SAGA_REDIS_URL``) is about
     to set its own."""
-    global _default, _resolved, _zero_setup
+    global _default, _resolved
     if _resolved:
         return _default
     with _default_lock:
@@ -101,7 +103,8 @@ def get_kill_switch() -> KillSwitch | None:
                     DEFAULT_WAL,  # who/why/when: the process-wide WAL, when one is seen
                 )
 
-                _default = _zero_setup = KillSwitch(FileSwitchStore(path, warn=False), wal=DEFAULT_WAL)  # warned above
+                _default = KillSwitch(FileSwitchStore(path, warn=False), wal=DEFAULT_WAL)  # warned above
+                _zero_setup.add(_default)
             _resolved = True
         return _default
 
