@@ -23,6 +23,8 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -37,6 +39,7 @@ __all__ = [
     "SystemControlClock",
     "as_clock",
     "format_instant",
+    "parse_duration",
     "parse_instant",
 ]
 
@@ -184,3 +187,24 @@ def parse_instant(value: object) -> float | None:
             when = when.replace(tzinfo=_dt.UTC)
         return when.timestamp()
     raise ValueError(f"not an instant: {value!r}")
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Positive, finite seconds from ``600``, ``600s``, ``10m`` or ``1h30m``.
+
+    Raises ``ValueError`` saying what to give (the caller names the option)."""
+    t = text.strip()
+    try:
+        value = float(t)
+    except ValueError:
+        m = _DURATION.match(t)
+        if not t or m is None:
+            raise ValueError("give seconds (600) or a duration (10m, 1h30m)") from None
+        h, mi, s = m.groups()
+        value = int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0)
+    if not 0 < value < math.inf:
+        raise ValueError("must be positive")
+    return value

@@ -32,12 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
 import sys
 from typing import Any
 
-from ..clocks import format_instant
+from ..clocks import format_instant, parse_duration
 from ..controls.killswitch import (
     ENGAGED,
     ENV_SWITCH_STORE,
@@ -59,23 +58,12 @@ from .status_commands import StatusSection, register_section
 
 __all__ = ["register"]
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
-
-
 def parse_ttl(text: str) -> float:
     """Seconds from ``600``, ``600s``, ``10m`` or ``1h30m``."""
-    t = text.strip()
     try:
-        value = float(t)
-    except ValueError:
-        m = _DURATION.match(t)
-        if not t or m is None:
-            raise argparse.ArgumentTypeError(f"--ttl {text!r}: give seconds (600) or a duration (10m, 1h30m)") from None
-        h, mi, s = m.groups()
-        value = int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"--ttl must be positive, got {text!r}")
-    return value
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--ttl {text!r}: {exc}") from None
 
 
 def _store_args(p: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ import re
 import sys
 from typing import Any
 
+from ..clocks import parse_duration
 from ..controls.killswitch import Lever, LeverAction, format_scope, parse_scope
 from ..errors import ConfigurationError
 from ._cluster import GROUP, PLURALS, VERSION, Cluster, ClusterError, connect, network_errors
@@ -34,24 +35,15 @@ MANAGED_BY = "kubectl-saga"
 LABEL = "app.kubernetes.io/managed-by"
 _PLURAL = PLURALS["KillSwitch"]
 _SLUG = re.compile(r"[^a-z0-9.-]+")
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
 def parse_ttl(text: str) -> int:
     """Whole seconds from ``600``, ``600s``, ``10m`` or ``1h30m`` (the KillSwitch's
     ``ttlSeconds`` is an integer: a fraction rounds up)."""
-    t = text.strip()
     try:
-        value = float(t)
-    except ValueError:
-        m = _DURATION.match(t)
-        if not t or m is None:
-            raise argparse.ArgumentTypeError(f"--ttl {text!r}: give seconds (600) or a duration (10m, 1h30m)") from None
-        h, mi, s = m.groups()
-        value = int(h or 0) * 3600 + int(mi or 0) * 60 + int(s or 0)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"--ttl must be positive, got {text!r}")
-    return math.ceil(value)
+        return math.ceil(parse_duration(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--ttl {text!r}: {exc}") from None
 
 
 def switch_name(action: LeverAction, scope: str) -> str:
