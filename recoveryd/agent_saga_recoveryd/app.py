@@ -237,8 +237,7 @@ class Recoveryd:
                     print(f"{redact(url)}: the log cannot be opened: {why}")
                 if any(r.halted for r in reports):
                     code = 2
-                elif any(r.escalations or r.error or r.foreign or any(": BROKEN:" in h or ": CONTESTED:" in h for h in r.held_writers)
-                         for r in reports) or self._unopened:
+                elif any(r.escalations or r.error or r.awaits_human for r in reports) or self._unopened:
                     code = 1
             else:
                 await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons),

@@ -284,13 +284,18 @@ def test_a_quarantined_writers_sagas_are_left_alone_and_named(fleet: Fleet) -> N
     write_orphan(attacker, "s-a", "ch_a")
     attacker.close()
     q = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(fleet.operator), "--writer", attacker.writer,
-                      "--by", "oncall@corp", "--reason", "INC-8")
+                      "--by", "oncall@corp", "--reason", "INC-8: BROKEN: CONTESTED: reads like a verdict")
     assert q.returncode == 0, q.stdout + q.stderr
     listed = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(), "--list", "--json")
     assert [(e["writer"], e["by"]) for e in json.loads(listed.stdout)] == [(attacker.writer, "oncall@corp")]
+    # The verdict comes from what the sweep found, never from the text of a reason: a
+    # quarantine is a decision already taken, whatever its reason says.
     r = fleet.recover()
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"writer {attacker.writer}: QUARANTINED by oncall@corp: INC-8" in r.stdout
+    assert f"writer {attacker.writer}: QUARANTINED by oncall@corp: INC-8: BROKEN" in r.stdout
+    r = fleet.env.recoveryd_once("--wal-url", fleet.log_url(), "--redis-url", fleet.server.url,
+                                 "--namespace", f"ns-{fleet.key.strip('{}')}")
+    assert r.returncode == 0, r.stdout + r.stderr
     assert fleet.env.calls() == []
     lift = fleet.env.cli("wal", "quarantine", "--wal-url", fleet.log_url(fleet.operator), "--writer", attacker.writer,
                          "--by", "oncall@corp", "--reason", "cleared", "--lift")

@@ -144,7 +144,7 @@ async def _recover(args: argparse.Namespace) -> int:
         return 2
     needs_human = any(r.status not in ("ROLLED_BACK", "PLANNED", "RESOLVED", "LIVE") for r in report.results)
     # A broken writer's sagas, or records one writer forged into another's saga, wait for a human.
-    needs_human = needs_human or bool(report.foreign) or any(": BROKEN:" in h or ": CONTESTED:" in h for h in report.held_writers)
+    needs_human = needs_human or report.awaits_human
     return 1 if needs_human or report.error else 0
 
 

@@ -48,6 +48,17 @@ class SweepReport:
     held: int = 0
     #: writers that wrote records of sagas they do not own (ignored), one line each
     foreign: tuple[str, ...] = ()
+    #: the writers among ``held_writers`` whose chain failed verification (not the ones
+    #: an operator quarantined: that is a decision already taken)
+    broken_writers: tuple[str, ...] = ()
+    #: orphans two writers started (among ``held``)
+    contested: int = 0
+
+    @property
+    def awaits_human(self) -> bool:
+        """A broken writer's sagas, a contested saga, or records one writer forged into
+        another's saga: recovery left them for a human to decide."""
+        return bool(self.broken_writers or self.contested or self.foreign)
 
     def count(self, *statuses: str) -> int:
         """How many sagas ended in one of ``statuses``."""
@@ -122,5 +133,6 @@ class SweepReport:
             "halted": self.halted, "error": self.error, "drained": self.drained,
             "dry_run": self.dry_run, "unknown_types": list(self.unknown_types),
             "held_writers": list(self.held_writers), "held": self.held, "foreign": list(self.foreign),
+            "broken_writers": list(self.broken_writers), "contested": self.contested,
             "results": [r.to_dict() for r in self.results],
         }

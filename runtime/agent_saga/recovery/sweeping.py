@@ -110,6 +110,8 @@ class Sweeping(DaemonReads):
                 held_writers=(*(f"writer {w}: {why}" for w, why in sorted(held_writers.items())), *contested),
                 held=held,
                 foreign=tuple(self.scan.foreign.describe()),
+                broken_writers=tuple(sorted(w for w in held_writers if w not in self.source.quarantined)),
+                contested=len(contested),
             )
 
         if self.halted is not None:
