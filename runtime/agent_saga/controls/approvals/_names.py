@@ -10,7 +10,10 @@ verification (the agent, before it accepts an approval):
 - it is in Unicode normal form NFKC (full-width letters, ligatures and other
   compatibility forms are refused, not silently folded);
 - it has no control, format (zero-width, bidirectional) or private-use characters;
-- its letters come from one script (``Latin`` with ``Cyrillic`` is refused);
+- its letters come from one script (``Latin`` with ``Cyrillic`` is refused), or from one
+  of the combinations a language writes with, as Unicode's "highly restrictive" level
+  (UTS #39) allows: Latin with Han, Hiragana and Katakana (Japanese), with Han and
+  Bopomofo (Chinese), with Han and Hangul (Korean) — so ``田中さん@corp`` is a name;
 - it has no Cyrillic or Greek letter that looks like a Latin one (``а``, ``с``, ``ο``,
   ``Ρ`` ...), even in a name of that script alone (``аре`` reads as ``ape``).
 
@@ -45,6 +48,15 @@ _SCRIPTS = ("LATIN", "CYRILLIC", "GREEK", "ARMENIAN", "HEBREW", "ARABIC", "DEVAN
             "HANGUL", "HIRAGANA", "KATAKANA", "CJK")
 
 
+#: Scripts a name may mix: each set is a combination a language writes with (UTS #39's
+#: "highly restrictive" level). Any other mix is refused.
+_WRITTEN_TOGETHER = (
+    frozenset({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}),
+    frozenset({"LATIN", "HAN", "BOPOMOFO"}),
+    frozenset({"LATIN", "HAN", "HANGUL"}),
+)
+
+
 def _script(ch: str) -> str | None:
     """The script of a letter, from its Unicode name (``None``: not a letter)."""
     if not unicodedata.category(ch).startswith("L"):
@@ -52,7 +64,7 @@ def _script(ch: str) -> str | None:
     name = unicodedata.name(ch, "")
     for script in _SCRIPTS:
         if name.startswith(script):
-            return script
+            return "HAN" if script == "CJK" else script  # CJK UNIFIED IDEOGRAPH-...
     return name.split(" ", 1)[0] or "UNKNOWN"
 
 
@@ -72,7 +84,7 @@ def name_problem(name: str) -> str | None:
             return (f"it holds {unicodedata.name(ch, 'a letter').title()} (U+{ord(ch):04X}), which looks like the "
                     f"Latin {LOOKALIKES[ch]!r}: a look-alike name could pass for another approver")
     scripts = sorted({s for s in map(_script, name) if s is not None})
-    if len(scripts) > 1:
+    if len(scripts) > 1 and not any(together.issuperset(scripts) for together in _WRITTEN_TOGETHER):
         return (f"it mixes letters of the {' and '.join(s.title() for s in scripts)} scripts: a look-alike name "
                 f"could pass for another approver")
     return None

@@ -18,13 +18,18 @@ from agent_saga.controls.approvals._names import name_problem
     ("\uff43fo@corp", "not in Unicode normal form NFKC (it would read as 'cfo@corp')"),
     ("cfo\u200b@corp", "invisible or control character U+200B"),
     ("\u0436\u0438\u043b@corp", "mixes letters of the Cyrillic and Latin scripts"),
+    ("\u5f20\u0436", "mixes letters of the Cyrillic and Han scripts"),
+    ("\u3042\ud55c", "mixes letters of the Hangul and Hiragana scripts"),  # no language writes both
     ("", "it is empty"),
 ])
 def test_look_alike_names_are_refused_saying_why(name: str, why: str) -> None:
     assert why in (name_problem(name) or ""), name_problem(name)
 
 
-@pytest.mark.parametrize("name", ["risk@corp", "Risk Team", "o'brien@corp.example", "\u0436\u0438\u043b", "\u5f20\u4f1f"])
+@pytest.mark.parametrize("name", ["risk@corp", "Risk Team", "o'brien@corp.example", "\u0436\u0438\u043b", "\u5f20\u4f1f",
+                                  # the scripts a language writes together, with a Latin address
+                                  "\u7530\u4e2d\u3055\u3093@corp", "\u30bf\u30ca\u30ab\u592a\u90ce",
+                                  "\u5f20\u4f1f@corp", "\uae40\u6c11\uc218@corp"])
 def test_plain_names_in_one_script_are_accepted(name: str) -> None:
     assert name_problem(name) is None
 
