@@ -179,3 +179,18 @@ def test_every_public_name_and_its_public_methods_have_a_docstring() -> None:
                 if inspect.isfunction(fn) and not fn.__doc__:
                     missing.append(f"{package}.{name}.{attr}")
     assert missing == [], f"public names without a docstring: {missing}"
+
+
+def test_the_packages_ship_py_typed_so_users_type_checkers_read_their_hints() -> None:
+    import tomllib
+    from importlib import resources
+    from pathlib import Path
+
+    import agent_saga_operator
+    import agent_saga_recoveryd
+
+    data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package in (agent_saga, agent_saga_operator, agent_saga_recoveryd):
+        name = package.__name__
+        assert resources.files(name).joinpath("py.typed").is_file(), name  # PEP 561's marker
+        assert "py.typed" in data.get(name, []), f"{name}: py.typed is not in the wheel's package data"
