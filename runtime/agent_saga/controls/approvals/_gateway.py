@@ -622,14 +622,20 @@ class ApprovalGateway:
     # ------------------------------------------------------------------ answering
     async def decide(
         self, request_id: str, *, approved: bool, approver: str, note: str | None = None, break_glass: bool = False,
-        signer: DecisionSigner | None = None,
+        signer: DecisionSigner | None = None, show_all: bool = False,
     ) -> ApprovalRequest:
         """Record a human's decision from this process (what ``agent-saga approvals
-        approve/deny`` does from another). Raises ``ApprovalRefused`` (no approver, already
-        decided, expired) or ``ApprovalStoreUnavailable``."""
+        approve/deny`` does from another), under the same rules: ``show_all`` says the
+        human saw every field of an action the default view cuts short, and with approver
+        keys trusted here (configured or published) an approval the agents would ignore
+        (unsigned, or signed by a key they do not trust) is refused rather than recorded.
+        Raises ``ApprovalRefused`` (no approver, already decided, expired, not shown whole,
+        unproven) or ``ApprovalStoreUnavailable``."""
+        await self._learn_keys()
         return await asyncio.to_thread(
             decide_request, self.store, request_id, approved=approved, approver=approver,
-            now=self._clock.time(), note=note, break_glass=break_glass, signer=signer,
+            now=self._clock.time(), note=note, break_glass=break_glass, signer=signer, show_all=show_all,
+            trusted=self._trust,
         )
 
     async def pending(self) -> Sequence[ApprovalRequest]:

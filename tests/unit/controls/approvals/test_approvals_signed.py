@@ -237,3 +237,21 @@ def test_trusted_keys_without_cryptography_fail_closed_naming_the_fix(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code, pub], capture_output=True, text=True, check=True).stdout
     assert "pip install 'agent-saga[signing]'" in out and "refused" in out
+
+
+async def test_deciding_in_process_refuses_what_the_agents_would_ignore_and_a_signed_yes_proceeds(tmp_path, wal):
+    import asyncio
+
+    from agent_saga.controls.approvals import ApprovalRefused
+    from fixtures.polling import until_async
+
+    signer, pub = keypair(tmp_path, "operator")
+    asked: list = []
+    gw = gateway(tmp_path, wal, lambda store, r: asked.append(r), trusted=pub)
+    sent = asyncio.create_task(wire(wal, gw, saga_id="s-in"))
+    await until_async("the approval request", lambda: asked, timeout=10)
+    with pytest.raises(ApprovalRefused, match="an unsigned approval would be ignored"):
+        await gw.decide(asked[0].id, approved=True, approver="risk@corp")  # unsigned: it would wait forever
+    assert not sent.done() and gw.store.get(asked[0].id).decision is None
+    await gw.decide(asked[0].id, approved=True, approver="risk@corp", signer=signer, note="verified by phone")
+    assert await asyncio.wait_for(sent, 10) == ["sent"]
