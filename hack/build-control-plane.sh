@@ -345,6 +345,10 @@ EOF
 build_promtool() {
     local rel="${PROMETHEUS_VERSION#v0.}" pkg=github.com/prometheus/common/version
     rel="${rel:0:1}.$((10#${rel:1:2})).${rel#*.}"
+    if ! user_asset TEST_ASSET_PROMTOOL promtool >/dev/null && [ ! -x "$PROMTOOL_BIN" ]; then
+        need_go
+        log "if this fails: the Go module proxy must be reachable (GOPROXY=$("$GO" env GOPROXY)), or set TEST_ASSET_PROMTOOL to a promtool binary"
+    fi
     build_one promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" github.com/prometheus/prometheus \
         github.com/prometheus/prometheus/cmd/promtool \
         "-s -w -X $pkg.Version=$rel -X $pkg.Revision=$PROMETHEUS_VERSION -X $pkg.Branch=HEAD" remove_all_sd
