@@ -92,15 +92,10 @@ def recoveryd_port(tmp_path: Path) -> Iterator[int]:
 
 @pytest.fixture
 def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
+    with OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
                          extra_args=["--standalone", "--usage-interval", "0.5", "--approval-poll-interval", "0.2",
-                                     "--health-host", "127.0.0.1"])
-    op.start()
-    try:
-        op.wait_ready()
+                                     "--health-host", "127.0.0.1"]).running() as op:
         yield op
-    finally:
-        op.stop()
 
 
 async def test_every_metric_a_rule_or_panel_uses_is_exported(
