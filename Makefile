@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds monitoring system-deps control-plane stripe-mock promtool node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,7 +62,7 @@ test: test-deps
 # Everything the suites need, prepared in parallel: the two pip installs and the image
 # build overlap the Go builds (which take turns on one lock).
 test-deps:
-	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock node
+	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock promtool node
 
 # The Redis integration suite against a 3-master Redis Cluster instead of one server
 # (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster): every
@@ -90,6 +90,11 @@ control-plane:
 # ~/.cache/agent-saga/bin (once; TEST_ASSET_STRIPE_MOCK wins). A failed build fails here.
 stripe-mock:
 	bash hack/build-control-plane.sh stripe-mock
+
+# promtool (Prometheus's rule checker and rule unit tester) built from its Go module into
+# ~/.cache/agent-saga/bin (once; TEST_ASSET_PROMTOOL wins). See docs/observability.md.
+promtool:
+	bash hack/build-control-plane.sh promtool
 
 # The single-node cluster's binaries (kubelet, kube-controller-manager, kube-scheduler,
 # kube-proxy, CoreDNS; Go modules) and images (buildah over a Debian base), in parallel;
@@ -135,6 +140,10 @@ chart-lint: control-plane
 	helm=$$(bash hack/build-control-plane.sh --print-paths 2>/dev/null | sed -n 's/^helm=//p'); \
 	$$helm lint --strict charts/agent-saga; \
 	for f in charts/agent-saga/ci/*.yaml; do $$helm lint --strict charts/agent-saga -f $$f; done
+
+# The chart's alert rules copied to deploy/prometheus/ (a unit test fails when they differ).
+monitoring:
+	$(PYTHON) hack/monitoring.py
 
 chart-test: install control-plane
 	$(PY) -m pytest tests/unit/k8s/test_chart_values.py tests/e2e/test_chart_render.py tests/e2e/test_chart_apiserver.py

@@ -2,8 +2,9 @@
 # Build (once) and cache the local control plane's binaries from their Go modules:
 #   etcd, kube-apiserver, kubectl (from k8s.io/kubernetes) and helm;
 #   on request, the single-node cluster's too: kubelet, kube-controller-manager,
-#   kube-scheduler, kube-proxy (`node`, same k8s.io/kubernetes version) and CoreDNS; and stripe-mock
-#   (github.com/stripe/stripe-mock, the Stripe connector's conformance server).
+#   kube-scheduler, kube-proxy (`node`, same k8s.io/kubernetes version) and CoreDNS; stripe-mock
+#   (github.com/stripe/stripe-mock, the Stripe connector's conformance server); and promtool
+#   (github.com/prometheus/prometheus, which checks and unit-tests the chart's alert rules).
 #
 # Versions are pinned in hack/versions.env. Binaries land in
 #   ${AGENT_SAGA_CACHE:-~/.cache/agent-saga}/bin/<name>-<version>/<name>
@@ -12,11 +13,11 @@
 #   KUBEBUILDER_ASSETS=<dir with etcd, kube-apiserver[, kubectl]>  (envtest's name)
 #   TEST_ASSET_ETCD / TEST_ASSET_KUBE_APISERVER / TEST_ASSET_KUBECTL / TEST_ASSET_HELM
 #   (and TEST_ASSET_KUBELET / _KUBE_CONTROLLER_MANAGER / _KUBE_SCHEDULER / _KUBE_PROXY /
-#   _COREDNS for the node)
+#   _COREDNS for the node; TEST_ASSET_STRIPE_MOCK, TEST_ASSET_PROMTOOL)
 #
-# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|node|coredns|stripe-mock ...]
+# Usage: hack/build-control-plane.sh [--print-paths] [etcd|kube|helm|node|coredns|stripe-mock|promtool ...]
 #   With no component names, builds etcd, kube and helm (what `make control-plane` needs);
-#   `make node` adds node and coredns, `make stripe-mock` stripe-mock.
+#   `make node` adds node and coredns, `make stripe-mock` stripe-mock, `make promtool` promtool.
 #
 # Why scratch modules: `go install k8s.io/kubernetes/cmd/kube-apiserver@v1.Y.Z` is refused
 # because k8s.io/kubernetes's go.mod replaces its k8s.io/<staging> modules with ./staging
@@ -46,8 +47,9 @@ for arg in "$@"; do
         --print-paths) PRINT_PATHS=1 ;;
         etcd|kube|helm|node|coredns) COMPONENTS+=("$arg") ;;
         stripe-mock) COMPONENTS+=(stripe_mock) ;;
-        -h|--help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
-        *) die "unknown argument: $arg (expected etcd, kube, helm, node, coredns, stripe-mock or --print-paths)" ;;
+        promtool) COMPONENTS+=(promtool) ;;
+        -h|--help) sed -n '2,23p' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) die "unknown argument: $arg (expected etcd, kube, helm, node, coredns, stripe-mock, promtool or --print-paths)" ;;
     esac
 done
 [ ${#COMPONENTS[@]} -gt 0 ] || COMPONENTS=(etcd kube helm)
@@ -60,6 +62,7 @@ KUBE_BIN_DIR="$BIN_ROOT/kube-$KUBE_VERSION"
 NODE_COMMANDS=(kubelet kube-controller-manager kube-scheduler kube-proxy)
 COREDNS_BIN="$BIN_ROOT/coredns-$COREDNS_VERSION-node/coredns"  # -node: the plugins the node uses
 STRIPE_MOCK_BIN="$BIN_ROOT/stripe-mock-$STRIPE_MOCK_VERSION/stripe-mock"
+PROMTOOL_BIN="$BIN_ROOT/promtool-$PROMETHEUS_VERSION/promtool"
 
 # A user-supplied binary (envtest's variables) replaces the cached one.
 user_asset() {  # $1 = TEST_ASSET_* variable name, $2 = file name inside KUBEBUILDER_ASSETS
@@ -274,8 +277,8 @@ build_node() {
 
 # ------------------------------------------------------------------------ helm, CoreDNS
 # A command from a module that needs no replace directives: a scratch module requiring it.
-build_one() {  # $1 = name, $2 = version, $3 = binary, $4 = module, $5 = package, $6 = ldflags
-    local name="$1" version="$2" bin="$3" module="$4" pkg="$5" ld="$6" p
+build_one() {  # $1 = name, $2 = version, $3 = binary, $4 = module, $5 = package, $6 = ldflags[, $7 = build tags]
+    local name="$1" version="$2" bin="$3" module="$4" pkg="$5" ld="$6" tags="${7:-}" p
     if p=$(user_asset "$(asset_var "$name")" "$name"); then log "$name: using $p (user-supplied)"; return; fi
     if [ -x "$bin" ]; then log "$name $version: cached at $bin"; return; fi
     need_go
@@ -284,7 +287,7 @@ build_one() {  # $1 = name, $2 = version, $3 = binary, $4 = module, $5 = package
     printf 'require %s %s\n' "$module" "$version" | scratch_module "$dir" "agent-saga.local/build/$name"
     mkdir -p "$out"
     (cd "$dir" && timed_build "$name" "$version" "$out" \
-        "$GO" build -ldflags "$ld" -o "$out/$name.tmp" "$pkg")
+        "$GO" build -tags "$tags" -ldflags "$ld" -o "$out/$name.tmp" "$pkg")
     mv -f "$out/$name.tmp" "$bin"
 }
 
@@ -335,6 +338,22 @@ EOF
     mv -f "$out/stripe-mock.tmp" "$STRIPE_MOCK_BIN"
 }
 
+# -------------------------------------------------------------------------------- promtool
+# Prometheus's rule checker and rule unit tester. Module v0.3MM.P is release 3.MM.P.
+# `remove_all_sd` leaves out the service discovery plugins (cloud SDKs, most of the build)
+# that `check rules` and `test rules` never use.
+build_promtool() {
+    local rel="${PROMETHEUS_VERSION#v0.}" pkg=github.com/prometheus/common/version
+    rel="${rel:0:1}.$((10#${rel:1:2})).${rel#*.}"
+    if ! user_asset TEST_ASSET_PROMTOOL promtool >/dev/null && [ ! -x "$PROMTOOL_BIN" ]; then
+        need_go
+        log "if this fails: the Go module proxy must be reachable (GOPROXY=$("$GO" env GOPROXY)), or set TEST_ASSET_PROMTOOL to a promtool binary"
+    fi
+    build_one promtool "$PROMETHEUS_VERSION" "$PROMTOOL_BIN" github.com/prometheus/prometheus \
+        github.com/prometheus/prometheus/cmd/promtool \
+        "-s -w -X $pkg.Version=$rel -X $pkg.Revision=$PROMETHEUS_VERSION -X $pkg.Branch=HEAD" remove_all_sd
+}
+
 # One build at a time per cache (two `make test` runs at once would otherwise race).
 exec 9>"$CACHE/.build.lock"
 if command -v flock >/dev/null 2>&1; then
@@ -353,4 +372,5 @@ if [ $PRINT_PATHS = 1 ]; then
     done
     printf 'coredns=%s\n' "$(user_asset TEST_ASSET_COREDNS coredns || echo "$COREDNS_BIN")"
     printf 'stripe-mock=%s\n' "${TEST_ASSET_STRIPE_MOCK:-$STRIPE_MOCK_BIN}"
+    printf 'promtool=%s\n' "${TEST_ASSET_PROMTOOL:-$PROMTOOL_BIN}"
 fi

@@ -45,6 +45,7 @@ from typing import Any
 
 from .config import Context
 from .keys_configmap import KeysConfigMap
+from .metrics import Waiting
 from .models import API_VERSION, GROUP, VERSION
 
 __all__ = ["ApprovalBridge", "approval_object"]
@@ -221,9 +222,20 @@ class ApprovalBridge:
         unmirrored = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}
         for request_id in sorted((pending | unmirrored) - self.mirrored.keys() - self.refused):
             await self.mirror(request_id)
+        for request_id in self.ctx.waiting.keys() - pending:
+            del self.ctx.waiting[request_id]
         for request_id in sorted(self.mirrored.keys() - pending):
             namespace = self.mirrored.pop(request_id)
             await self._reflect(namespace, request_id)
+
+    def _waits(self, request_id: str, request: Mapping[str, Any]) -> None:
+        """Export a mirrored request as waiting (``metrics.Waiting``) while it is pending."""
+        from agent_saga.clocks import parse_instant
+
+        asked, deadline = parse_instant(request.get("requestedAt")), parse_instant(request.get("deadline"))
+        if asked is not None and deadline is not None:
+            self.ctx.waiting[request_id] = Waiting(str(request.get("namespace") or "default"),
+                                                   str(request.get("tool") or ""), asked, deadline)
 
     async def mirror(self, request_id: str) -> None:
         """Create ``Approval/<request id>`` for one request (a 409 means it exists)."""
@@ -261,6 +273,7 @@ class ApprovalBridge:
                 raise
         await client.zrem(self.keys.unmirrored, request_id)  # the Approval exists
         self.mirrored[request_id] = namespace
+        self._waits(request_id, request)
 
     async def _reflect(self, namespace: str, request_id: str) -> None:
         try:
@@ -282,6 +295,7 @@ class ApprovalBridge:
         if kind == "ApprovalRequest" and request_id and request_id not in self.mirrored:
             await self.mirror(request_id)
         elif kind == "ApprovalDecision" and request_id:
+            self.ctx.waiting.pop(request_id, None)
             namespace = self.mirrored.pop(request_id, None)
             if namespace is None:
                 with contextlib.suppress(ValueError, TypeError):

@@ -166,6 +166,11 @@ class Context:
     #: each one as kopf's watch last showed it (what the API server holds).
     tracked: dict[tuple[str, str], Any] = field(default_factory=dict)
     observed: dict[tuple[str, str], Any] = field(default_factory=dict)
+    #: "<ns>/<name>" -> (use in the fullest window, cap): each BudgetLimit as last read back.
+    budgets: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: request id -> ``metrics.Waiting``: the approval requests pending in the policy plane
+    #: that the Approval bridge mirrored (the state ``metrics.StateCollector`` exports).
+    waiting: dict[str, Any] = field(default_factory=dict)
     #: Signs every decision the operator writes (``None``: unsigned; see docs/approvals.md).
     signer: DecisionSigner | None = None
     #: The approver public keys published for agents (key id -> PEM): the signer's and

@@ -175,6 +175,7 @@ async def remove(kind: str, *, body: kopf.Body, meta: Mapping[str, Any], spec: M
     try:
         rev = await ctx.projector.delete(kind, id_)
         if kind == "BudgetLimit":
+            ctx.budgets.pop(id_, None)
             try:
                 ctx.usage.forget(runtime_limit(BudgetLimitSpec.model_validate(dict(spec)),
                                                Identity.from_meta(meta)).name)
@@ -326,6 +327,7 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         settings.peering.stealth = True
         ctx = Context.create(config)
         memo["ctx"] = ctx
+        metrics.watch(ctx)
         try:
             await ctx.projector.ping()
         except ProjectionUnavailable as e:

@@ -8,14 +8,30 @@
     agentsaga_operator_objects{kind}                            objects this replica manages
     agentsaga_operator_killswitches_engaged                     KillSwitches in force now
 
+State, read from this replica's memory at each scrape (``StateCollector``; a standby
+replica exports no series):
+
+    agentsaga_operator_agents{kind,namespace,name,state}        live agents a lever governs
+                                                                (state matched) and those that
+                                                                apply its generation (acknowledged)
+    agentsaga_operator_budget_used{namespace,name}              a BudgetLimit's use in its fullest
+    agentsaga_operator_budget_max{namespace,name}               window, and its cap (status.used, .max)
+    agentsaga_operator_approval_requested_timestamp_seconds{namespace,name,tool}
+    agentsaga_operator_approval_deadline_timestamp_seconds{namespace,name,tool}
+                                                                each approval request still
+                                                                pending in the policy plane
+
 ``trigger`` is create / update / resume / resync / delete / expire; ``result`` is ok or
 error. Projection lag is measured from the latest spec write the API server recorded
-(``managedFields``, one-second resolution) to the end of the projection.
+(``managedFields``, one-second resolution) to the end of the projection. The state series
+exist only once known: no ``agents`` series before the first heartbeat read, none for a
+KillSwitch no longer engaged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,8 +52,11 @@ __all__ = [
     "RECONCILES",
     "RECONCILE_SECONDS",
     "REDIS_ERRORS",
+    "StateCollector",
+    "Waiting",
     "last_spec_write",
     "serve",
+    "watch",
 ]
 
 RECONCILES = Counter(
@@ -58,6 +77,70 @@ PROJECTIONS = Counter(
 REDIS_ERRORS = Counter("agentsaga_operator_redis_errors", "Policy-plane (Redis) failures.", ["kind"])
 OBJECTS = Gauge("agentsaga_operator_objects", "Objects this replica currently manages.", ["kind"])
 KILLSWITCHES_ENGAGED = Gauge("agentsaga_operator_killswitches_engaged", "KillSwitches in force now.")
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """An approval request pending in the policy plane, as the Approval bridge read it."""
+
+    namespace: str
+    tool: str
+    requested_at: float  # epoch seconds
+    deadline: float
+
+
+class StateCollector:
+    """The state series (module doc), read from the operator's ``Context`` at each scrape:
+    a value is never older than the memory it comes from, and a series leaves with the
+    object. Registered once; ``watch(ctx)`` points it at the running operator's context."""
+
+    ctx: Any = None
+
+    def collect(self) -> Iterator[Any]:
+        """The families, empty until ``watch`` (their names are always exported)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        from .acks import tally
+
+        agents = GaugeMetricFamily("agentsaga_operator_agents", "Live agents a lever governs (state=matched) and "
+                                   "those applying its generation (state=acknowledged).",
+                                   labels=["kind", "namespace", "name", "state"])
+        used = GaugeMetricFamily("agentsaga_operator_budget_used", "A BudgetLimit's use in its fullest window.",
+                                 labels=["namespace", "name"])
+        cap = GaugeMetricFamily("agentsaga_operator_budget_max", "A BudgetLimit's cap per window.",
+                                labels=["namespace", "name"])
+        asked = GaugeMetricFamily("agentsaga_operator_approval_requested_timestamp_seconds",
+                                  "When a pending approval request was made (epoch seconds).",
+                                  labels=["namespace", "name", "tool"])
+        deadline = GaugeMetricFamily("agentsaga_operator_approval_deadline_timestamp_seconds",
+                                     "When a pending approval request expires, denied (epoch seconds).",
+                                     labels=["namespace", "name", "tool"])
+        ctx = self.ctx
+        if ctx is not None:
+            fleet = ctx.fleet
+            for t in list(ctx.tracked.values()):
+                if fleet is None or not t.engaged:
+                    continue
+                n = tally(fleet, t)
+                agents.add_metric([t.kind, t.namespace, t.name, "matched"], n.matched)
+                agents.add_metric([t.kind, t.namespace, t.name, "acknowledged"], n.acknowledged)
+            for id_, (u, m) in sorted(ctx.budgets.items()):
+                ns, name = id_.split("/", 1)
+                used.add_metric([ns, name], u)
+                cap.add_metric([ns, name], m)
+            for request_id, w in sorted(ctx.waiting.items()):
+                asked.add_metric([w.namespace, request_id, w.tool], w.requested_at)
+                deadline.add_metric([w.namespace, request_id, w.tool], w.deadline)
+        yield from (agents, used, cap, asked, deadline)
+
+
+STATE = StateCollector()
+REGISTRY.register(STATE)
+
+
+def watch(ctx: Any) -> None:
+    """Export ``ctx``'s state (the running operator's ``Context``) from now on."""
+    STATE.ctx = ctx
 
 
 def last_spec_write(meta: Mapping[str, Any]) -> datetime | None:

@@ -128,6 +128,7 @@ async def reconcile_budget_limit(ctx: Context, spec: BudgetLimitSpec, who: Ident
     rows = await ctx.usage.read(lspec)
     used = max((r.used for r in rows), default=0.0)
     remaining = max(0.0, lspec.max_total - used)
+    ctx.budgets[who.id] = (used, lspec.max_total)
     fields: dict[str, Any] = {
         "limitName": lspec.name,
         "max": lspec.max_total,

@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -192,6 +192,16 @@ class OperatorProcess:
     def metrics(self) -> str:
         """The /metrics text (empty if it does not answer)."""
         return self._get(self.metrics_port, "/metrics") or ""
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[OperatorProcess]:
+        """Start it, wait until it watches, and stop it on leaving (a fixture's body)."""
+        self.start()
+        try:
+            self.wait_ready()
+            yield self
+        finally:
+            self.stop()
 
     def stop(self, timeout: float = 10, sig: int = signal.SIGTERM) -> int | None:
         """Signal the process group, SIGKILL it after ``timeout``, reap it; the exit code."""

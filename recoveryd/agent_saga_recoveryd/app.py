@@ -181,6 +181,26 @@ class Recoveryd:
             return 503, "text/plain", ("not ready:\n" + "\n".join(problems) + "\n").encode()
         return 200, "text/plain", b"ready\n"
 
+    def render_metrics(self) -> tuple[int, str, bytes]:
+        """The /metrics answer, readiness as /readyz says it now."""
+        self.metrics.set_state(ready=self.readyz()[0] == 200, claim_ttl=self.config.claim_ttl)
+        return self.metrics.render()
+
+    async def count_escalations(self) -> None:
+        """Export the open escalations of every ledger (``agent_saga_recovery_escalations_open``)
+        every ``interval`` seconds; a ledger that cannot be read keeps the last counts."""
+        while not self._draining:
+            by_source: dict[str, int] = {}
+            try:
+                for ledger in {id(d.ledger): d.ledger for d in self.daemons}.values():
+                    for e in await ledger.escalations():
+                        by_source[e.source] = by_source.get(e.source, 0) + 1
+            except SagaError as exc:
+                log.debug("open escalations not counted: %s", exc)
+            else:
+                self.metrics.set_open_escalations(by_source)
+            await asyncio.sleep(self.config.interval)
+
     def on_report(self, rep: SweepReport) -> None:
         """Fold one sweep's report into the metrics and the readiness state."""
         self._last[rep.source] = rep
@@ -213,7 +233,7 @@ class Recoveryd:
             loop.add_signal_handler(sig, self.drain)
         if c.metrics_port >= 0:
             self.server = HealthServer(
-                {"/metrics": self.metrics.render, "/livez": self.livez, "/healthz": self.livez, "/readyz": self.readyz},
+                {"/metrics": self.render_metrics, "/livez": self.livez, "/healthz": self.livez, "/readyz": self.readyz},
                 c.bind, c.metrics_port,
             )
             port = await self.server.start()
@@ -240,8 +260,10 @@ class Recoveryd:
                 elif any(r.escalations or r.error or r.awaits_human for r in reports) or self._unopened:
                     code = 1
             else:
+                counting = asyncio.create_task(self.count_escalations(), name="escalations")
                 await asyncio.gather(*(d.run(interval=c.interval, on_report=self.on_report) for d in self.daemons),
                                      *(self._open_when_reachable(url) for url in list(self._unopened)))
+                counting.cancel()
                 log.info("drained: every claim in hand finished; exiting")
         finally:
             for d in self.daemons:

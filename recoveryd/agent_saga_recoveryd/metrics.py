@@ -15,6 +15,11 @@
     agent_saga_recovery_sweep_stopped{source}                   1 = the last sweep stopped early
                                                                 (reason on /readyz); retried
     agent_saga_recovery_draining                                1 after SIGTERM
+    agent_saga_recovery_ready                                   1 while /readyz answers 200
+    agent_saga_recovery_claim_ttl_seconds                       --claim-ttl: an orphan older than a
+                                                                few of these is stuck
+    agent_saga_recovery_escalations_open{source}                escalations in the ledger no human
+                                                                resolved yet, by the log they came from
 
 ``prometheus-client`` is the ``recoveryd`` extra; without it ``render`` says so (HTTP 501)
 and everything else works.
@@ -62,6 +67,12 @@ class RecoveryMetrics:
             f"{ns}_sweep_stopped", "1 when the last sweep stopped early (the reason is on /readyz)", ["source"], registry=r,
         )
         self.draining = prom.Gauge(f"{ns}_draining", "1 after SIGTERM: no new claims are taken", registry=r)
+        self.ready = prom.Gauge(f"{ns}_ready", "1 while /readyz answers 200 (the reason it does not is on /readyz)",
+                                registry=r)
+        self.claim_ttl = prom.Gauge(f"{ns}_claim_ttl_seconds", "Seconds a claim lives unrenewed (--claim-ttl)",
+                                    registry=r)
+        self.escalations_open = prom.Gauge(f"{ns}_escalations_open", "Escalations no human has resolved yet",
+                                           ["source"], registry=r)
 
     def observe(self, rep: SweepReport) -> None:
         """Count one sweep's outcomes."""
@@ -95,6 +106,19 @@ class RecoveryMetrics:
         """Set the draining gauge."""
         if self.available:
             self.draining.set(1 if on else 0)
+
+    def set_state(self, *, ready: bool, claim_ttl: float) -> None:
+        """Set the readiness and configuration gauges (at each scrape)."""
+        if self.available:
+            self.ready.set(1 if ready else 0)
+            self.claim_ttl.set(claim_ttl)
+
+    def set_open_escalations(self, by_source: dict[str, int]) -> None:
+        """Replace the open escalation counts (a source with none left leaves the series)."""
+        if self.available:
+            self.escalations_open.clear()
+            for source, n in by_source.items():
+                self.escalations_open.labels(source).set(n)
 
     def render(self) -> tuple[int, str, bytes]:
         """(HTTP status, content type, body) of /metrics."""

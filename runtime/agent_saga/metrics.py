@@ -18,6 +18,14 @@ Metrics (the process that runs the sagas; the recovery daemon has its own, see
                                                   waited for the log (fences already
                                                   satisfied when asked wait 0 and are not
                                                   observed)
+    agent_saga_wal_failstops_total{how}           WAL writers that failed-stop: how is
+                                                  stalled (the log did not answer within
+                                                  its bound) or failed (a write raised);
+                                                  the writer refuses every record after
+    agent_saga_policy_plane_errors_total{kind}    failed reads of the policy plane (Redis),
+                                                  by the reader's kind (KillSwitch,
+                                                  BudgetLimit, SagaPolicy, ...); one per
+                                                  attempt while it stays unreachable
 
 Invariants:
 - Off by default; importing ``agent_saga`` never imports prometheus_client (this module
@@ -53,6 +61,10 @@ class SagaMetrics(_observe.Observer):
                                  ["result"], registry=registry)
         self.fence = Histogram("agent_saga_wal_fence_seconds", "Time a WAL durability fence waited for the log",
                                buckets=FENCE_BUCKETS, registry=registry)
+        self.failstops = Counter("agent_saga_wal_failstops", "WAL writers that failed-stop, stalled or failed",
+                                 ["how"], registry=registry)
+        self.plane_errors = Counter("agent_saga_policy_plane_errors", "Failed reads of the policy plane (Redis)",
+                                    ["kind"], registry=registry)
 
     def step_started(self, saga_id: str, step_id: str, tool: str, semantics: str) -> Any:
         """Remember the step's semantics for its outcome."""
@@ -78,12 +90,21 @@ class SagaMetrics(_observe.Observer):
         """Observe the fence's wait."""
         self.fence.observe(seconds)
 
+    def wal_failed(self, wal: str, how: str) -> None:
+        """Count the writer's fail-stop."""
+        self.failstops.labels(how=how).inc()
+
+    def plane_unreachable(self, kind: str) -> None:
+        """Count the failed read."""
+        self.plane_errors.labels(kind=kind).inc()
+
 
 _installed: dict[int, SagaMetrics] = {}
 
 
 def setup_metrics(registry: Any = None) -> SagaMetrics:
-    """Count steps, refusals, rollbacks and WAL fence waits into ``registry`` (default:
+    """Count steps, refusals, rollbacks, WAL fence waits and fail-stops, and failed
+    policy-plane reads into ``registry`` (default:
     ``prometheus_client.REGISTRY``). Idempotent per registry. Raises ``ConfigurationError``
     naming the extra to install if prometheus-client is missing."""
     try:

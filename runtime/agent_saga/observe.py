@@ -18,6 +18,12 @@ returned, handed back to the matching ``*_ended``):
     rollback_ended(saga_id, clean)
     saga_ended(handle, status, error)           status: COMPLETED | ROLLED_BACK | FAILED | QUARANTINED
     fence_waited(seconds)                       a durability fence that had to wait
+    wal_failed(wal, how)                        a WAL writer failed-stop: how is stalled (a
+                                                fence or append passed its bound) or failed
+                                                (a write raised); called under its lock
+    plane_unreachable(kind)                     a policy-plane reader (kind: KillSwitch,
+                                                BudgetLimit, ...) failed to read Redis; once
+                                                per attempt while it stays unreachable
     traceparent()                               written in SAGA_STARTED when not None
     recovery_started(saga_id, traceparent)      -> handle   (a daemon resolving a saga)
     recovery_ended(handle, state, error)
@@ -94,6 +100,14 @@ class Observer:
     def fence_waited(self, seconds: float) -> None:
         """A durability fence (``barrier``) waited ``seconds`` for the log."""
 
+    def wal_failed(self, wal: str, how: str) -> None:
+        """The WAL writer ``wal`` failed-stop (``how``: ``stalled`` or ``failed``): it refuses
+        every record from now on. Called under the writer's lock: return quickly."""
+
+    def plane_unreachable(self, kind: str) -> None:
+        """A policy-plane reader of ``kind`` could not read Redis (each attempt; it retries
+        and its control does what it does on a lost plane, docs/policy-plane.md)."""
+
 
 class _Fanout(Observer):
     """Several observers as one; a handle is the tuple of theirs."""
@@ -149,6 +163,14 @@ class _Fanout(Observer):
     def fence_waited(self, seconds: float) -> None:
         for o in self.members:
             safely(o.fence_waited, seconds)
+
+    def wal_failed(self, wal: str, how: str) -> None:
+        for o in self.members:
+            safely(o.wal_failed, wal, how)
+
+    def plane_unreachable(self, kind: str) -> None:
+        for o in self.members:
+            safely(o.plane_unreachable, kind)
 
 
 _members: tuple[Observer, ...] = ()

@@ -8,6 +8,7 @@ kube-apiserver, and checks NOTES.txt: helm renders it only against a cluster.)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from chart_helpers import (
     one,
     pod_specs,
 )
+from fixtures.monitoring import DASHBOARD, RULES
 
 VALUE_SETS: list[tuple[str, list[Path]]] = [("default", [])] + [(p.stem, [p]) for p in CI_VALUES]
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
@@ -66,6 +68,7 @@ def test_default_values_render_the_documented_objects(renders: dict[str, list[di
         ("ClusterRole", "rel-agent-saga-operator"),
         ("ClusterRoleBinding", "rel-agent-saga-operator"),
         ("ConfigMap", "rel-agent-saga-approval-keys"),
+        ("ConfigMap", "rel-agent-saga-dashboard"),
         ("Role", "rel-agent-saga-approval-keys"),
         ("RoleBinding", "rel-agent-saga-approval-keys"),
         ("Secret", "rel-agent-saga-approval-signing"),
@@ -382,6 +385,38 @@ def test_service_monitors_only_where_the_cluster_serves_them(helm: Helm) -> None
     assert not of_kind(helm.render("rel", "agent-saga", full), "ServiceMonitor")
     assert len(of_kind(helm.render("rel", "agent-saga", full, api_versions=(SERVICE_MONITOR_API,)),
                        "ServiceMonitor")) == 2
+
+
+PROMETHEUS_RULE_API = "monitoring.coreos.com/v1/PrometheusRule"
+
+
+def test_alert_rules_render_only_where_the_cluster_serves_prometheus_rules(helm: Helm) -> None:
+    """With the default values: no PrometheusRule on a cluster without the kind (helm
+    install would fail on it), and the one rules file, as it is, where the API is served."""
+    assert not of_kind(helm.render("rel", "agent-saga"), "PrometheusRule")
+    assert not of_kind(helm.render("rel", "agent-saga", api_versions=(SERVICE_MONITOR_API,)), "PrometheusRule")
+    rule = one(helm.render("rel", "agent-saga", api_versions=(PROMETHEUS_RULE_API,)), "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["namespace"] == "agent-saga"
+    assert rule["spec"] == yaml.safe_load(RULES.read_text())
+    off = helm.render("rel", "agent-saga", sets=["metrics.prometheusRule.enabled=false"],
+                      api_versions=(PROMETHEUS_RULE_API,))
+    assert not of_kind(off, "PrometheusRule")
+    placed = one(helm.render("rel", "agent-saga", [CHART / "ci" / "full-values.yaml"],
+                             sets=["metrics.prometheusRule.namespace=monitoring"],
+                             api_versions=(PROMETHEUS_RULE_API,)), "PrometheusRule")
+    assert placed["metadata"]["namespace"] == "monitoring"
+    assert placed["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_the_dashboard_is_a_configmap_for_grafanas_sidecar(helm: Helm) -> None:
+    cm = one(helm.render("rel", "agent-saga"), "ConfigMap", "dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(cm["data"]["agent-saga.json"]) == json.loads(DASHBOARD.read_text())
+    full = one(helm.render("rel", "agent-saga", [CHART / "ci" / "full-values.yaml"]), "ConfigMap", "dashboard")
+    assert full["metadata"]["annotations"] == {"grafana_folder": "agent-saga"}
+    assert not [o for o in helm.render("rel", "agent-saga", sets=["metrics.dashboard.enabled=false"])
+                if o["metadata"]["name"].endswith("dashboard")]
 
 
 # --------------------------------------------------------------------------- HA Redis

@@ -87,6 +87,7 @@ def test_metrics_health_and_recovery(tmp_path: Path, fresh_redis) -> None:  # ty
     require_prometheus()
     wal, bank = tmp_path / "a.wal", Bank(tmp_path / "bank")
     orphan(wal, bank, "s1", "chaos.refund")
+    orphan(wal, bank, "s2", "chaos.not_imported")  # no handler: escalated to a human
     proc, port = start(tmp_path, "--wal-path", str(wal), "--imports", "chaos_handlers", "--redis-url", fresh_redis.url)
     try:
         assert get(port, "/livez") == (200, "alive\n")
@@ -96,8 +97,15 @@ def test_metrics_health_and_recovery(tmp_path: Path, fresh_redis) -> None:  # ty
                      "agent_saga_recovery_oldest_orphan_age_seconds", "agent_saga_recovery_sagas_escalated_total",
                      "agent_saga_recovery_halted"):
             assert name in body, name
-        (c,) = bank.state().values()
-        assert len(c.applied) == len(c.attempts) == 1
+        assert metric(body, "agent_saga_recovery_ready") == 1
+        assert metric(body, "agent_saga_recovery_claim_ttl_seconds") == 30
+        # The escalation waits in the ledger for a human: counted under its log, until resolved.
+        body = until("the open escalation counted", lambda: (b := get(port, "/metrics")[1])
+                     and metric(b, "agent_saga_recovery_escalations_open") == 1 and b)
+        assert f'agent_saga_recovery_escalations_open{{source="{wal}"}} 1.0' in body
+        refunded, escalated = sorted(bank.state().values(), key=lambda c: len(c.applied), reverse=True)
+        assert len(refunded.applied) == len(refunded.attempts) == 1
+        assert not escalated.applied and not escalated.attempts
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
@@ -141,6 +149,7 @@ def test_an_unreadable_log_halts_and_readiness_says_so(tmp_path: Path) -> None:
         assert get(port, "/livez")[0] == 200  # alive: restarting would not repair the log
         require_prometheus()
         assert metric(get(port, "/metrics")[1], "agent_saga_recovery_halted") == 1
+        assert metric(get(port, "/metrics")[1], "agent_saga_recovery_ready") == 0
         assert not any(c.attempts for c in bank.state().values())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0

@@ -1,4 +1,4 @@
-"""The manual is navigable: every relative link in README.md, MANUAL.md and docs/*.md
+"""The manual is navigable: every relative link in README.md, MANUAL.md, docs/*.md and docs/runbooks/*.md
 resolves to a file in the repository (and its #anchor to a heading there), every page
 under docs/ is linked from MANUAL.md, and the files the README names exist."""
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "MANUAL.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "MANUAL.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted((ROOT / "docs" / "runbooks").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 

@@ -254,3 +254,14 @@ NOTES.txt says why there is no ServiceMonitor. "true" or empty.
 true
 {{- end -}}
 {{- end -}}
+
+{{/*
+The alert rules are rendered as a PrometheusRule only where the Prometheus Operator's CRD is
+served (metrics.prometheusRule.enabled, on by default): elsewhere the install succeeds
+without it, and deploy/prometheus/ holds the same rules as a plain rules file. "true" or empty.
+*/}}
+{{- define "agent-saga.prometheusRule.render" -}}
+{{- if and .Values.metrics.prometheusRule.enabled (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule") -}}
+true
+{{- end -}}
+{{- end -}}

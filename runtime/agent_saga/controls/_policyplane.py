@@ -73,6 +73,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar
 
+from .. import observe as _observe
 from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
 from .._repeat import OnRepeat, ReplyLost, check_retries, lost_text, repeating_sync
 from ..errors import ConfigurationError, StoreUnavailable
@@ -358,6 +359,9 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
             first = self.connected or self.last_error is None
             self.connected = False
             self.last_error = self._target.error_text(exc)
+        obs = _observe.current
+        if obs is not None:
+            _observe.safely(obs.plane_unreachable, self.KIND)
         self._on_lost(self.last_error, first)
         self._changed()
 

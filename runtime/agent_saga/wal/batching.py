@@ -457,6 +457,9 @@ class BatchingWAL(BaseWAL):
         return the compaction requests to fail."""
         self._failed = exc
         self._failed_msg = msg
+        obs = _observe.current
+        if obs is not None:  # a counter's increment: quick enough to make under the lock
+            _observe.safely(obs.wal_failed, self.name, "stalled" if isinstance(exc, WALStalled) else "failed")
         reqs = [x for x in self._pending if isinstance(x, CompactionRequest)]
         if self._current is not None:
             reqs.append(self._current)

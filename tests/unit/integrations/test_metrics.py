@@ -116,3 +116,53 @@ async def test_a_failing_observer_never_breaks_a_saga(tmp_path: Path, caplog):
         wal.close()
     warned = [r for r in caplog.records if "exporter down" in r.getMessage()]
     assert len(warned) == 1, "logged once per observer method, not per step"
+
+
+async def test_a_wal_that_stalls_counts_one_fail_stop(registry, tmp_path: Path):
+    """The flusher wedged in its fsync (the named fault point ``before_sync``): the fence
+    passes its bound, the writer fails-stop, and the fail-stop is counted once, as stalled."""
+    import threading
+
+    from agent_saga import WALStalled
+
+    wedged, release = threading.Event(), threading.Event()
+
+    def hook(point: str) -> None:
+        if point == "before_sync" and not release.is_set():
+            wedged.set()
+            release.wait(60)
+
+    wal = FileWAL(tmp_path / "w.wal", stall_timeout=3600, fault_hook=hook)
+    try:
+        seq = wal.append("X", "s-1")
+        with pytest.raises(WALStalled):
+            await wal.barrier(seq, timeout=0.2)
+        with pytest.raises(WALStalled):
+            wal.append("X", "s-2")  # refused at once: counted once, not per refusal
+        assert value(registry, "agent_saga_wal_failstops_total", how="stalled") == 1
+        assert value(registry, "agent_saga_wal_failstops_total", how="failed") == 0
+    finally:
+        release.set()
+        with pytest.raises(WALStalled):
+            wal.close()
+
+
+def test_a_policy_plane_that_cannot_be_reached_is_counted_by_kind(registry):
+    """A kill switch reader pointed at a port nothing listens on: its failed reads are
+    counted under its kind while it keeps trying."""
+    import socket
+
+    from agent_saga.controls.killswitch import RedisSwitchStore
+    from fixtures.polling import until
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = RedisSwitchStore(f"redis://127.0.0.1:{port}/0", grace=30, heartbeat=0.05, connect_timeout=0.2)
+    try:
+        store.start()
+        until("two failed reads counted",
+              lambda: value(registry, "agent_saga_policy_plane_errors_total", kind="KillSwitch") >= 2)
+    finally:
+        store.close()
+    assert value(registry, "agent_saga_policy_plane_errors_total", kind="BudgetLimit") == 0

@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "agent-saga"
 SCHEMA = CHART / "values.schema.json"
-COMPONENTS = {"operator", "recoveryd", "redis", "agent", "approver"}
+COMPONENTS = {"operator", "recoveryd", "redis", "agent", "approver", "monitoring"}
 # Objects the schema passes through to the API server (Kubernetes types, validated there).
 PASS_THROUGH = {"podSecurityContext", "securityContext", "affinity", "global",
                 "startupProbe", "livenessProbe", "readinessProbe"}
