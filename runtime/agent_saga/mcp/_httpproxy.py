@@ -307,9 +307,10 @@ class HttpProxy:
             await writer.drain()
         s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
+        answer: list[tuple[dict[str, Any], bytes, bool]] = []  # the upstream's answer as it arrived
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
-            return await self._forward(req, m, s, k, writer if stream else None)
+            return await self._forward(req, m, s, k, writer if stream else None, answer)
 
         task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
         s.tasks[k] = task
@@ -328,15 +329,26 @@ class HttpProxy:
         if k in s.cancelled:
             s.cancelled.discard(k)
             return
-        if stream:
-            event = http.sse_event(reply)
+        raw = answer[0][1] if answer and answer[0][0] == reply and answer[0][2] == stream else None
+        if stream:  # the upstream's own event (its id kept for a client resuming the stream), else the proxy's
+            event = raw if raw is not None else http.sse_event(reply)
             writer.write(self.custody.redact(event) if self.custody else event)
+            await writer.drain()
+        elif raw is not None:
+            http.write_head(writer, 200, _JSON, len(raw))
+            writer.write(raw)
             await writer.drain()
         else:
             await self._reply(writer, 200, reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       relay: asyncio.StreamWriter | None) -> dict[str, Any]:
+                       relay: asyncio.StreamWriter | None,
+                       answer: list[tuple[dict[str, Any], bytes, bool]]) -> dict[str, Any]:
+        """Send the call upstream; its response. Events before it are relayed to ``relay``
+        while the client reads them; a client that went away does not end the call (MCP:
+        a disconnection is not a cancellation), it is answered and recorded all the same.
+        ``answer`` gets the response as the upstream sent it (masked), and whether it came
+        as an event."""
         headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up, host, path = await http.open_connection(self.upstream)
@@ -346,6 +358,7 @@ class HttpProxy:
         cancel = s.cancels[k]
 
         async def exchange() -> dict[str, Any]:
+            client = relay
             body = encode(m)
             lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
             lines += [f"{a}: {b}" for a, b in headers if a.lower() not in http.NOT_FORWARDED]
@@ -362,10 +375,14 @@ class HttpProxy:
                                                  f"{doc.message}")
                         continue  # never relayed
                     if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
+                        answer.append((doc, raw, True))
                         return doc
-                    if relay is not None:
-                        relay.write(raw)
-                        await relay.drain()
+                    if client is not None:
+                        try:
+                            client.write(raw)
+                            await client.drain()
+                        except (ConnectionError, RuntimeError):
+                            client = None  # the client stopped reading; the call goes on
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
             data = await resp.body(self.max_message)
             if self.custody is not None:
@@ -377,6 +394,7 @@ class HttpProxy:
                 raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
                                      f"refuses: {exc.message}") from None
             if isinstance(doc, dict) and doc.get("id") == m["id"]:
+                answer.append((doc, data, False))
                 return doc
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
 
@@ -423,15 +441,16 @@ class HttpProxy:
                 if resp.content_type == "text/event-stream":
                     out = bytearray()
                     async for raw, doc in http.sse_events(_once(body), self.max_message):
-                        if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc:
-                            raw = http.sse_event(self._tools_listed(doc))
+                        if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc \
+                                and self._tools_listed(doc):
+                            raw = http.sse_event(doc)
                         out += raw
                     body = bytes(out)
                 elif resp.content_type == "application/json":
                     with contextlib.suppress(Unreadable):
                         doc = parse(body)
-                        if isinstance(doc, dict) and "result" in doc:
-                            body = encode(self._tools_listed(doc))
+                        if isinstance(doc, dict) and "result" in doc and self._tools_listed(doc):
+                            body = encode(doc)
                 http.write_head(writer, resp.status, head, len(body))
                 writer.write(body)
                 await writer.drain()
@@ -471,16 +490,19 @@ class HttpProxy:
         names = self.custody.names()
         return [(k, v) for k, v in req.headers if k.lower() not in names] + self.custody.headers()
 
-    def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _tools_listed(self, msg: dict[str, Any]) -> bool:
+        """Read a ``tools/list`` response; True if the boundary tools were added to it
+        (else the upstream's bytes are relayed as they are)."""
         result = msg.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
-            return msg
+            return False
         if self._on_tools is not None:
             self._on_tools(result["tools"])
-        if self._inject and not result.get("nextCursor"):
-            names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
-            result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
-        return msg
+        if not self._inject or result.get("nextCursor"):
+            return False
+        names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
+        result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
+        return True
 
 
 async def _once(body: bytes) -> Any:
