@@ -297,20 +297,13 @@ class HttpProxy:
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
                           writer: asyncio.StreamWriter) -> None:
         k = key(msg["id"])
-        stream = "text/event-stream" in (http.header(req.headers, "accept") or "")
-        head: list[tuple[str, str]] = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
-        sid = http.header(req.headers, "mcp-session-id")
-        if sid:
-            head.append(("Mcp-Session-Id", sid))
-        if stream:
-            http.write_head(writer, 200, head)
-            await writer.drain()
+        out = _CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
+                          http.header(req.headers, "mcp-session-id"), self.custody)
         s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
-        answer: list[tuple[dict[str, Any], bytes, bool]] = []  # the upstream's answer as it arrived
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
-            return await self._forward(req, m, s, k, writer if stream else None, answer)
+            return await self._forward(req, m, s, k, out)
 
         task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
         s.tasks[k] = task
@@ -319,6 +312,7 @@ class HttpProxy:
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise
+            await out.open()
             return  # cancelled by the client before it was sent: no response
         finally:
             s.busy -= 1
@@ -328,27 +322,16 @@ class HttpProxy:
             s.sent.discard(k)
         if k in s.cancelled:
             s.cancelled.discard(k)
-            return
-        raw = answer[0][1] if answer and answer[0][0] == reply and answer[0][2] == stream else None
-        if stream:  # the upstream's own event (its id kept for a client resuming the stream), else the proxy's
-            event = raw if raw is not None else http.sse_event(reply)
-            writer.write(self.custody.redact(event) if self.custody else event)
-            await writer.drain()
-        elif raw is not None:
-            http.write_head(writer, 200, _JSON, len(raw))
-            writer.write(raw)
-            await writer.drain()
-        else:
-            await self._reply(writer, 200, reply)
+            await out.open()
+            return  # a cancelled request gets no response
+        await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       relay: asyncio.StreamWriter | None,
-                       answer: list[tuple[dict[str, Any], bytes, bool]]) -> dict[str, Any]:
-        """Send the call upstream; its response. Events before it are relayed to ``relay``
-        while the client reads them; a client that went away does not end the call (MCP:
+                       out: _CallAnswer) -> dict[str, Any]:
+        """Send the call upstream; its response. Events before it are relayed to the client
+        (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
-        ``answer`` gets the response as the upstream sent it (masked), and whether it came
-        as an event."""
+        ``out`` keeps the upstream's answer as it arrived (masked)."""
         headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up, host, path = await http.open_connection(self.upstream)
@@ -358,14 +341,14 @@ class HttpProxy:
         cancel = s.cancels[k]
 
         async def exchange() -> dict[str, Any]:
-            client = relay
             body = encode(m)
             lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
             lines += [f"{a}: {b}" for a, b in headers if a.lower() not in http.NOT_FORWARDED]
             up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await up.drain()
             resp = await http.read_response(reader, up)
-            if resp.content_type == "text/event-stream":
+            if resp.content_type == "text/event-stream" and 200 <= resp.status < 300:
+                await out.open()
                 async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
                     if isinstance(doc, Unreadable):
                         log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
@@ -375,18 +358,16 @@ class HttpProxy:
                                                  f"{doc.message}")
                         continue  # never relayed
                     if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
-                        answer.append((doc, raw, True))
+                        out.upstream = (doc, raw, None)
                         return doc
-                    if client is not None:
-                        try:
-                            client.write(raw)
-                            await client.drain()
-                        except (ConnectionError, RuntimeError):
-                            client = None  # the client stopped reading; the call goes on
+                    await out.open(raw)
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
             data = await resp.body(self.max_message)
             if self.custody is not None:
                 data = self.custody.redact(data)
+            if not 200 <= resp.status < 300:  # relayed as it came (a session the server no longer knows: 404)
+                out.refused = (resp.status, self.custody.redact_headers(resp.headers) if self.custody else resp.headers,
+                               data)
             try:
                 doc = parse(data)
             except Unreadable as exc:
@@ -394,8 +375,12 @@ class HttpProxy:
                 raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
                                      f"refuses: {exc.message}") from None
             if isinstance(doc, dict) and doc.get("id") == m["id"]:
-                answer.append((doc, data, False))
+                out.upstream = (doc, data, resp.status)
                 return doc
+            if 400 <= resp.status < 500:  # MCP: the server could not accept the message; it did not run
+                why = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else {}
+                return error(m["id"], why.get("code") if isinstance(why.get("code"), int) else INVALID_REQUEST,
+                             f"the upstream refused the call with HTTP {resp.status}: {why.get('message', '')}")
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
 
         task = asyncio.ensure_future(exchange())
@@ -503,6 +488,69 @@ class HttpProxy:
         names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
         result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
         return True
+
+
+class _CallAnswer:
+    """The client's side of one ``tools/call``: an event stream when it accepts one, else
+    one JSON body. The head goes out with the first bytes, so an upstream's own refusal
+    (an HTTP error status: a session it no longer knows) reaches the client as it came.
+    The answer is the upstream's own bytes when the proxy answers what the upstream said
+    (an event keeps its id: a client resumes the stream by it), else the proxy's."""
+
+    def __init__(self, writer: asyncio.StreamWriter, stream: bool, sid: str | None, custody: Custody | None) -> None:
+        self.writer = writer
+        self.stream = stream
+        self.custody = custody
+        self.head: http.Headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
+        if sid:
+            self.head.append(("Mcp-Session-Id", sid))
+        self.started = False
+        self.gone = False
+        self.upstream: tuple[dict[str, Any], bytes, int | None] | None = None  # doc, bytes, status (None: an event)
+        self.refused: tuple[int, http.Headers, bytes] | None = None  # the upstream's HTTP error, as it came
+
+    async def open(self, raw: bytes = b"") -> None:
+        """Open the client's event stream (once), then relay ``raw``, an event of the
+        upstream's, while the client reads (never raises). A call that ends unanswered
+        (cancelled) leaves the stream empty."""
+        if not self.stream or self.gone:
+            return
+        try:
+            if not self.started:
+                http.write_head(self.writer, 200, self.head)
+                self.started = True
+            self.writer.write(raw)
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):
+            self.gone = True  # the client stopped reading; the call goes on
+
+    async def finish(self, reply: dict[str, Any]) -> None:
+        """Send the answer to the call."""
+        if self.refused is not None and not self.started:
+            status, headers, body = self.refused
+            http.write_head(self.writer, status, headers, len(body))
+            self.writer.write(body)
+            await self.writer.drain()
+            return
+        own = self.upstream is not None and self.upstream[0] == reply
+        if self.stream:
+            if own and self.upstream is not None and self.upstream[2] is None:
+                event = self.upstream[1]
+            else:
+                event = http.sse_event(reply)
+            if self.custody is not None:
+                event = self.custody.redact(event)
+            if not self.started:
+                http.write_head(self.writer, 200, self.head)
+                self.started = True
+            self.writer.write(event)
+            await self.writer.drain()
+        elif own and self.upstream is not None and self.upstream[2] is not None:
+            http.write_head(self.writer, 200, _JSON, len(self.upstream[1]))
+            self.writer.write(self.upstream[1])
+            await self.writer.drain()
+        else:
+            await _reply(self.writer, 200, reply, self.custody)
 
 
 async def _once(body: bytes) -> Any:

@@ -98,6 +98,17 @@ def _refused(wal: Path, tool: str) -> list[str]:
     return [r["type"] for r in ms.records(wal) if r.get("step") in steps]
 
 
+def _step_ended(wal: Path, tool: str, arguments: dict[str, Any]) -> list[str]:
+    """The record types of the step that called ``tool`` with ``arguments``, once it ended
+    (a REVERSIBLE step's records reach the file a moment after the answer)."""
+    def ended() -> list[str]:
+        steps = {r["step"] for r in ms.of_type(wal, "STEP_INTENT", tool=tool, policy_args=arguments)}
+        types = [r["type"] for r in ms.records(wal) if r.get("step") in steps]
+        return types if {"STEP_COMMITTED", "STEP_FAILED", "STEP_UNKNOWN"} & set(types) else []
+
+    return until(f"the step of {tool} ended", ended)
+
+
 def _same(doc: Any, seen: ec.Seen) -> Any:
     return json.loads(ec.normalized(json.dumps(doc, sort_keys=True).encode(), seen.session_id))
 
@@ -133,14 +144,14 @@ def test_each_tools_call_is_a_step_an_undeclared_tool_is_refused(sessions: tuple
     refusal = proxied.results["get-env"]
     assert refusal["code"] == REFUSED and "get-env is not declared" in refusal["message"]
     wal = tmp / "proxy.wal"
+    # the client's DELETE ended the session cleanly (after every step's records)
+    until("the session committed", lambda: ms.of_type(wal, "SAGA_COMPLETED"))
     assert _refused(wal, "get-env") == ["GATE_VERDICT", "STEP_REFUSED"]
     assert ms.step_types(wal, "get-env") == []  # never an intent: never sent
     for tool in ("echo", "get-sum", "trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"):
         assert "STEP_COMMITTED" in ms.step_types(wal, tool), tool
     # the call the client cancelled after it was sent: it may have happened
     assert "STEP_UNKNOWN" in ms.step_types(wal, "trigger-long-running-operation")
-    # the client's DELETE ended the session cleanly
-    until("the session committed", lambda: ms.of_type(wal, "SAGA_COMPLETED"))
 
 
 async def test_a_halted_tool_and_one_that_needs_a_human_are_refused_unsent(urls: tuple[str, str],
@@ -185,8 +196,6 @@ def _post(http: httpx2.Client, url: str, sid: str | None, msg: dict[str, Any]) -
 
 def test_a_call_whose_client_stopped_reading_is_recorded_and_replayed(urls: tuple[str, str], tmp: Path) -> None:
     _, proxy_url = urls
-    wal = tmp / "proxy.wal"
-    before = len(ms.step_types(wal, "trigger-long-running-operation"))
     with httpx2.Client(timeout=30) as http:
         init = _post(http, proxy_url, None, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
@@ -202,9 +211,8 @@ def test_a_call_whose_client_stopped_reading_is_recorded_and_replayed(urls: tupl
         assert first.startswith("id: ")
         last_event = first[4:]
         # The client went away; the call goes on and is recorded with its answer.
-        steps = until("the call's step ended", lambda: [t for t in ms.step_types(wal, "trigger-long-running-operation")
-                                                        [before:] if t in ("STEP_COMMITTED", "STEP_UNKNOWN")])
-        assert steps == ["STEP_COMMITTED"]
+        assert _step_ended(tmp / "proxy.wal", "trigger-long-running-operation", {"duration": 0.6, "steps": 2}) == [
+            "GATE_VERDICT", "STEP_INTENT", "STEP_COMMITTED"]
         # The client resumes the stream where it stopped: the rest of it, the answer included.
         replayed = []
         with http.stream("GET", proxy_url, headers={"Accept": "text/event-stream", "Mcp-Session-Id": sid,
@@ -218,3 +226,21 @@ def test_a_call_whose_client_stopped_reading_is_recorded_and_replayed(urls: tupl
         assert [m["params"]["progress"] for m in replayed if m.get("method") == "notifications/progress"] == [1, 2]
         assert "Long running operation completed" in replayed[-1]["result"]["content"][0]["text"]
         http.delete(proxy_url, headers={"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})
+
+
+def test_a_call_on_a_session_the_server_does_not_know_gets_the_servers_own_answer(urls: tuple[str, str],
+                                                                                   tmp: Path) -> None:
+    # The client learns from the HTTP status that its session is gone (and starts a new
+    # one), as it would talking to the server directly: not a 200 wrapping an error.
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "echo", "arguments": {
+        "message": "to a session that ended"}}}
+    answers = []
+    with httpx2.Client(timeout=30) as http:
+        for url in urls:
+            resp = _post(http, url, "a-session-that-ended", call)
+            answers.append((resp.status_code, resp.headers.get("content-type"), resp.content))
+    assert answers[0][0] == 400 and b"No valid session ID" in answers[0][2]
+    assert answers[1] == answers[0]
+    # HTTP 400: the server did not accept the call, so it did not happen: the step failed
+    assert _step_ended(tmp / "proxy.wal", "echo", {"message": "to a session that ended"}) == [
+        "GATE_VERDICT", "STEP_INTENT", "STEP_FAILED"]
