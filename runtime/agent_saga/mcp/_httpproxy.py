@@ -378,8 +378,10 @@ class HttpProxy:
                 out.upstream = (doc, data, resp.status)
                 return doc
             if 400 <= resp.status < 500:  # MCP: the server could not accept the message; it did not run
-                why = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else {}
-                return error(m["id"], why.get("code") if isinstance(why.get("code"), int) else INVALID_REQUEST,
+                why: dict[str, Any] = doc["error"] if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
+                    else {}
+                code = why.get("code")
+                return error(m["id"], code if isinstance(code, int) else INVALID_REQUEST,
                              f"the upstream refused the call with HTTP {resp.status}: {why.get('message', '')}")
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
 
