@@ -33,7 +33,12 @@ Invariants:
   masked before the proxy reads or relays it, and every answer of the proxy's own on
   its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
-  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
+  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A client that stops reading
+  has not cancelled (MCP): the call goes on and is recorded with its answer.
+- What the upstream said reaches the client as its bytes: a call's answer (its event id
+  kept, for a client resuming the stream), a ``tools/list`` response unless boundary
+  tools were added, an HTTP error status and body (a 4xx: the call was not accepted,
+  STEP_FAILED).
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ it is recorded, and its answer is replayed to the client that resumes the stream
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -28,7 +27,12 @@ import everything_client as ec
 import httpx2
 import mcp_support as ms
 import pytest
-from fixtures.mcp_servers import LISTEN_FD_PRELOAD, require_node, require_server_everything
+from fixtures.mcp_servers import (
+    LISTEN_FD_PRELOAD,
+    node_server_env,
+    require_node,
+    require_server_everything,
+)
 from fixtures.polling import until
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -50,8 +54,7 @@ def urls(tmp: Path) -> Iterator[tuple[str, str]]:
     # proxy binds port 0 and names its port: no port is chosen free and then taken.
     listening = socket.create_server(("127.0.0.1", 0))
     up = listening.getsockname()[1]
-    server_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
-                  "AGENT_SAGA_LISTEN_FD": str(listening.fileno())}
+    server_env = node_server_env(listening.fileno(), tmp)
     env = ms.proxy_env(tmp, AGENT_SAGA_SWITCH_STORE=str(tmp / "switches.json"))
     with listening, open(tmp / "server.log", "w") as slog, open(tmp / "proxy.log", "w") as plog:
         server = subprocess.Popen([node, "--require", str(LISTEN_FD_PRELOAD), str(entry), "streamableHttp"],
