@@ -55,6 +55,7 @@ from typing import Any
 from .. import hosts
 from . import _http as http
 from ._custody import CredentialUnavailable, Custody, masked
+from ._httpanswer import CallAnswer
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import UpstreamGone
 from ._wire import (
@@ -302,7 +303,7 @@ class HttpProxy:
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
                           writer: asyncio.StreamWriter) -> None:
         k = key(msg["id"])
-        out = _CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
+        out = CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
                           http.header(req.headers, "mcp-session-id"), self.custody)
         s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
@@ -332,7 +333,7 @@ class HttpProxy:
         await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       out: _CallAnswer) -> dict[str, Any]:
+                       out: CallAnswer) -> dict[str, Any]:
         """Send the call upstream; its response. Events before it are relayed to the client
         (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
@@ -495,69 +496,6 @@ class HttpProxy:
         names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
         result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
         return True
-
-
-class _CallAnswer:
-    """The client's side of one ``tools/call``: an event stream when it accepts one, else
-    one JSON body. The head goes out with the first bytes, so an upstream's own refusal
-    (an HTTP error status: a session it no longer knows) reaches the client as it came.
-    The answer is the upstream's own bytes when the proxy answers what the upstream said
-    (an event keeps its id: a client resumes the stream by it), else the proxy's."""
-
-    def __init__(self, writer: asyncio.StreamWriter, stream: bool, sid: str | None, custody: Custody | None) -> None:
-        self.writer = writer
-        self.stream = stream
-        self.custody = custody
-        self.head: http.Headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
-        if sid:
-            self.head.append(("Mcp-Session-Id", sid))
-        self.started = False
-        self.gone = False
-        self.upstream: tuple[dict[str, Any], bytes, int | None] | None = None  # doc, bytes, status (None: an event)
-        self.refused: tuple[int, http.Headers, bytes] | None = None  # the upstream's HTTP error, as it came
-
-    async def open(self, raw: bytes = b"") -> None:
-        """Open the client's event stream (once), then relay ``raw``, an event of the
-        upstream's, while the client reads (never raises). A call that ends unanswered
-        (cancelled) leaves the stream empty."""
-        if not self.stream or self.gone:
-            return
-        try:
-            if not self.started:
-                http.write_head(self.writer, 200, self.head)
-                self.started = True
-            self.writer.write(raw)
-            await self.writer.drain()
-        except (ConnectionError, RuntimeError):
-            self.gone = True  # the client stopped reading; the call goes on
-
-    async def finish(self, reply: dict[str, Any]) -> None:
-        """Send the answer to the call."""
-        if self.refused is not None and not self.started:
-            status, headers, body = self.refused
-            http.write_head(self.writer, status, headers, len(body))
-            self.writer.write(body)
-            await self.writer.drain()
-            return
-        own = self.upstream is not None and self.upstream[0] == reply
-        if self.stream:
-            if own and self.upstream is not None and self.upstream[2] is None:
-                event = self.upstream[1]
-            else:
-                event = http.sse_event(reply)
-            if self.custody is not None:
-                event = self.custody.redact(event)
-            if not self.started:
-                http.write_head(self.writer, 200, self.head)
-                self.started = True
-            self.writer.write(event)
-            await self.writer.drain()
-        elif own and self.upstream is not None and self.upstream[2] is not None:
-            http.write_head(self.writer, 200, _JSON, len(self.upstream[1]))
-            self.writer.write(self.upstream[1])
-            await self.writer.drain()
-        else:
-            await _reply(self.writer, 200, reply, self.custody)
 
 
 async def _once(body: bytes) -> Any:
