@@ -213,5 +213,7 @@ def note(n: dict[str, Any], session_id: str) -> bytes:
 
 
 def events(body: bytes) -> list[bytes]:
-    """The SSE events of a body, each as its bytes."""
-    return [e + b"\n\n" for e in body.replace(b"\r\n", b"\n").split(b"\n\n") if e]
+    """The SSE events of a body, each as its bytes; comments alone (the server's timed
+    ``: keepalive``) left out."""
+    return [e + b"\n\n" for e in body.replace(b"\r\n", b"\n").split(b"\n\n")
+            if e and not all(line.startswith(b":") for line in e.split(b"\n"))]
