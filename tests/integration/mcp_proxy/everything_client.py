@@ -82,7 +82,7 @@ def _dump(x: Any) -> Any:
 
 
 async def _first(events: list[Any], what: str, pred: Any) -> Any:
-    with anyio.fail_after(20):
+    with anyio.fail_after(60):
         while True:
             for e in events:
                 if pred(e):
