@@ -33,7 +33,12 @@ Invariants:
   masked before the proxy reads or relays it, and every answer of the proxy's own on
   its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
-  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``.
+  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A client that stops reading
+  has not cancelled (MCP): the call goes on and is recorded with its answer.
+- What the upstream said reaches the client as its bytes: a call's answer (its event id
+  kept, for a client resuming the stream), a ``tools/list`` response unless boundary
+  tools were added, an HTTP error status and body (a 4xx: the call was not accepted,
+  STEP_FAILED).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from typing import Any
 from .. import hosts
 from . import _http as http
 from ._custody import CredentialUnavailable, Custody, masked
+from ._httpanswer import CallAnswer
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import UpstreamGone
 from ._wire import (
@@ -297,19 +303,13 @@ class HttpProxy:
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
                           writer: asyncio.StreamWriter) -> None:
         k = key(msg["id"])
-        stream = "text/event-stream" in (http.header(req.headers, "accept") or "")
-        head: list[tuple[str, str]] = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
-        sid = http.header(req.headers, "mcp-session-id")
-        if sid:
-            head.append(("Mcp-Session-Id", sid))
-        if stream:
-            http.write_head(writer, 200, head)
-            await writer.drain()
+        out = CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
+                          http.header(req.headers, "mcp-session-id"), self.custody)
         s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
-            return await self._forward(req, m, s, k, writer if stream else None)
+            return await self._forward(req, m, s, k, out)
 
         task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
         s.tasks[k] = task
@@ -318,6 +318,7 @@ class HttpProxy:
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise
+            await out.open()
             return  # cancelled by the client before it was sent: no response
         finally:
             s.busy -= 1
@@ -327,16 +328,16 @@ class HttpProxy:
             s.sent.discard(k)
         if k in s.cancelled:
             s.cancelled.discard(k)
-            return
-        if stream:
-            event = http.sse_event(reply)
-            writer.write(self.custody.redact(event) if self.custody else event)
-            await writer.drain()
-        else:
-            await self._reply(writer, 200, reply)
+            await out.open()
+            return  # a cancelled request gets no response
+        await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       relay: asyncio.StreamWriter | None) -> dict[str, Any]:
+                       out: CallAnswer) -> dict[str, Any]:
+        """Send the call upstream; its response. Events before it are relayed to the client
+        (``out``) while it reads them; a client that went away does not end the call (MCP:
+        a disconnection is not a cancellation), it is answered and recorded all the same.
+        ``out`` keeps the upstream's answer as it arrived (masked)."""
         headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up, host, path = await http.open_connection(self.upstream)
@@ -352,7 +353,8 @@ class HttpProxy:
             up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
             await up.drain()
             resp = await http.read_response(reader, up)
-            if resp.content_type == "text/event-stream":
+            if resp.content_type == "text/event-stream" and 200 <= resp.status < 300:
+                await out.open()
                 async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
                     if isinstance(doc, Unreadable):
                         log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
@@ -362,14 +364,16 @@ class HttpProxy:
                                                  f"{doc.message}")
                         continue  # never relayed
                     if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
+                        out.upstream = (doc, raw, None)
                         return doc
-                    if relay is not None:
-                        relay.write(raw)
-                        await relay.drain()
+                    await out.open(raw)
                 raise OutcomeUnknown("the upstream closed its event stream before answering the call")
             data = await resp.body(self.max_message)
             if self.custody is not None:
                 data = self.custody.redact(data)
+            if not 200 <= resp.status < 300:  # relayed as it came (a session the server no longer knows: 404)
+                out.refused = (resp.status, self.custody.redact_headers(resp.headers) if self.custody else resp.headers,
+                               data)
             try:
                 doc = parse(data)
             except Unreadable as exc:
@@ -377,7 +381,14 @@ class HttpProxy:
                 raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
                                      f"refuses: {exc.message}") from None
             if isinstance(doc, dict) and doc.get("id") == m["id"]:
+                out.upstream = (doc, data, resp.status)
                 return doc
+            if 400 <= resp.status < 500:  # MCP: the server could not accept the message; it did not run
+                why: dict[str, Any] = doc["error"] if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
+                    else {}
+                code = why.get("code")
+                return error(m["id"], code if isinstance(code, int) else INVALID_REQUEST,
+                             f"the upstream refused the call with HTTP {resp.status}: {why.get('message', '')}")
             raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
 
         task = asyncio.ensure_future(exchange())
@@ -423,15 +434,16 @@ class HttpProxy:
                 if resp.content_type == "text/event-stream":
                     out = bytearray()
                     async for raw, doc in http.sse_events(_once(body), self.max_message):
-                        if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc:
-                            raw = http.sse_event(self._tools_listed(doc))
+                        if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc \
+                                and self._tools_listed(doc):
+                            raw = http.sse_event(doc)
                         out += raw
                     body = bytes(out)
                 elif resp.content_type == "application/json":
                     with contextlib.suppress(Unreadable):
                         doc = parse(body)
-                        if isinstance(doc, dict) and "result" in doc:
-                            body = encode(self._tools_listed(doc))
+                        if isinstance(doc, dict) and "result" in doc and self._tools_listed(doc):
+                            body = encode(doc)
                 http.write_head(writer, resp.status, head, len(body))
                 writer.write(body)
                 await writer.drain()
@@ -471,16 +483,19 @@ class HttpProxy:
         names = self.custody.names()
         return [(k, v) for k, v in req.headers if k.lower() not in names] + self.custody.headers()
 
-    def _tools_listed(self, msg: dict[str, Any]) -> dict[str, Any]:
+    def _tools_listed(self, msg: dict[str, Any]) -> bool:
+        """Read a ``tools/list`` response; True if the boundary tools were added to it
+        (else the upstream's bytes are relayed as they are)."""
         result = msg.get("result")
         if not isinstance(result, dict) or not isinstance(result.get("tools"), list):
-            return msg
+            return False
         if self._on_tools is not None:
             self._on_tools(result["tools"])
-        if self._inject and not result.get("nextCursor"):
-            names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
-            result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
-        return msg
+        if not self._inject or result.get("nextCursor"):
+            return False
+        names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
+        result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
+        return True
 
 
 async def _once(body: bytes) -> Any:

@@ -1,0 +1,86 @@
+"""The client's side of one ``tools/call`` over Streamable HTTP (``_httpproxy``): an event
+stream when the client accepts one, else one JSON body.
+
+Invariants:
+- The head goes out when the upstream's stream opens, or with the answer: an upstream's
+  own refusal (an HTTP error status: a session it no longer knows) reaches the client as
+  it came, status and body.
+- The answer is the upstream's own bytes when the proxy answers what the upstream said
+  (an event keeps its id: a client resumes the stream by it), else the proxy's message.
+- A client that stopped reading is noted (``gone``), never raised while the call runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from . import _http as http
+from ._custody import Custody
+from ._wire import encode
+
+__all__ = ["CallAnswer"]
+
+_JSON = [("Content-Type", "application/json")]
+
+
+class CallAnswer:
+    """The client's side of one ``tools/call`` (see the module doc)."""
+
+    def __init__(self, writer: asyncio.StreamWriter, stream: bool, sid: str | None, custody: Custody | None) -> None:
+        self.writer = writer
+        self.stream = stream
+        self.custody = custody
+        self.head: http.Headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
+        if sid:
+            self.head.append(("Mcp-Session-Id", sid))
+        self.started = False
+        self.gone = False
+        self.upstream: tuple[dict[str, Any], bytes, int | None] | None = None  # doc, bytes, status (None: an event)
+        self.refused: tuple[int, http.Headers, bytes] | None = None  # the upstream's HTTP error, as it came
+
+    async def open(self, raw: bytes = b"") -> None:
+        """Open the client's event stream (once), then relay ``raw``, an event of the
+        upstream's, while the client reads (never raises). A call that ends unanswered
+        (cancelled) leaves the stream empty."""
+        if not self.stream or self.gone:
+            return
+        try:
+            if not self.started:
+                http.write_head(self.writer, 200, self.head)
+                self.started = True
+            self.writer.write(raw)
+            await self.writer.drain()
+        except (ConnectionError, RuntimeError):
+            self.gone = True  # the client stopped reading; the call goes on
+
+    async def finish(self, reply: dict[str, Any]) -> None:
+        """Send the answer to the call."""
+        if self.refused is not None and not self.started:
+            status, headers, body = self.refused
+            http.write_head(self.writer, status, headers, len(body))
+            self.writer.write(body)
+            await self.writer.drain()
+            return
+        own = self.upstream is not None and self.upstream[0] == reply
+        if self.stream:
+            if own and self.upstream is not None and self.upstream[2] is None:
+                event = self.upstream[1]
+            else:
+                event = http.sse_event(reply)
+            if self.custody is not None:
+                event = self.custody.redact(event)
+            if not self.started:
+                http.write_head(self.writer, 200, self.head)
+                self.started = True
+            self.writer.write(event)
+            await self.writer.drain()
+        elif own and self.upstream is not None and self.upstream[2] is not None:
+            http.write_head(self.writer, 200, _JSON, len(self.upstream[1]))
+            self.writer.write(self.upstream[1])
+            await self.writer.drain()
+        else:
+            body = encode(reply) if self.custody is None else self.custody.redact(encode(reply))
+            http.write_head(self.writer, 200, _JSON, len(body))
+            self.writer.write(body)
+            await self.writer.drain()
