@@ -278,7 +278,8 @@ def test_the_mcp_proxy_with_its_output_in_a_file_says_to_pipe_it(installed: Path
     with open(tmp_path / "out", "w") as out, open(os.devnull) as devnull:
         r = subprocess.run(["agent-saga", "mcp", "--observe", "--emit-policy", "x.json", "--", "python", "-m", "my_mcp_server"], cwd=project,
                            env=user_env(installed), stdin=devnull, stdout=out, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert r.returncode == 2 and "stdout is a regular file here" in r.stderr and "pipe it instead" in r.stderr, r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("agent-saga mcp: stdout is a regular file here"), r.stderr
+    assert "pipe it instead" in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------------- the debugger
