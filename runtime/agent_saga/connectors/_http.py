@@ -91,7 +91,9 @@ def request(
     url, data, hdrs = _prepare(url, headers, form, json_body, query)
     req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - https/http URLs from the credential
+        # An opener per call (not urlopen's, built once): the proxy it takes from the environment
+        # is the one ``arequest`` checks at the same moment.
+        with urllib.request.build_opener().open(req, timeout=timeout) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         status, raw = exc.code, exc.read()

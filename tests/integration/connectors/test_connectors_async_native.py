@@ -281,3 +281,26 @@ def test_asyncpg_named_as_the_driver_is_refused_naming_the_choices(monkeypatch: 
     monkeypatch.setenv("AGENT_SAGA_PG_DRIVER", "asyncpg")
     with pytest.raises(ConfigurationError, match="must be 'async' or 'thread', got 'asyncpg': 'async' is psycopg's async API"):
         pg.driver()
+
+
+async def test_behind_an_http_proxy_the_call_goes_through_urllib_which_honours_it(
+    salesforce: SalesforceServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async client does not tunnel: with ``http_proxy`` naming a proxy for the URL, the
+    request goes through ``urllib`` on the tool pool, to the proxy. (The sObject server
+    stands in for the proxy: it answers the absolute-URI request a proxy receives.)"""
+    from agent_saga.connectors._http import arequest
+
+    salesforce.describe["Account"] = {"Name": True}
+    salesforce.add("Account", "001000000000001", Name="Acme")
+    monkeypatch.setenv("http_proxy", salesforce.url)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    hops = Hops(monkeypatch)
+    try:
+        got = await arequest("GET", "http://crm.example.invalid/services/data/v60.0/sobjects/Account/001000000000001",
+                             headers={"Authorization": f"Bearer {TOKEN}"}, query={"fields": "Name"})
+    finally:
+        hops.default.shutdown(wait=True)
+    assert got == {"attributes": {"type": "Account"}, "Name": "Acme"}  # answered by way of the proxy
+    assert [h[0] for h in hops.seen] == ["tool pool"], hops.seen
