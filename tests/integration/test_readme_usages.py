@@ -101,7 +101,7 @@ def project(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def runner(installed: Path, project: Path, *argv: str) -> list[dict[str, Any]]:
     r = subprocess.run([sys.executable, str(USAGES_DIR / "runner.py"), *argv], cwd=project, env=user_env(installed),
-                       capture_output=True, text=True, timeout=180)
+                       capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
 
@@ -279,28 +279,30 @@ def test_the_mcp_proxy_with_its_output_in_a_file_says_to_pipe_it(installed: Path
         r = subprocess.run(["agent-saga", "mcp", "--observe", "--emit-policy", "x.json", "--", "python", "-m", "my_mcp_server"], cwd=project,
                            env=user_env(installed), stdin=devnull, stdout=out, stderr=subprocess.PIPE, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith("agent-saga mcp: stdout is a regular file here"), r.stderr
+    assert not (project / "x.json").exists()  # no session: no skeleton to review
     assert "pipe it instead" in r.stderr, r.stderr
 
 
 # ------------------------------------------------------------------------- the debugger
-@pytest.mark.parametrize("argv", [
-    ["agent-saga", "ui", "--wal-path", "./agent-saga.wal", "--port", "0"],
-    ["python", "-m", "agent_saga.ui", "--wal-path", "./agent-saga.wal", "--port", "0"],
-], ids=["agent-saga ui", "python -m agent_saga.ui"])
-def test_the_debugger_serves_the_projects_log(argv: list[str], installed: Path, project: Path,
-                                              code_results: dict[str, dict[str, Any]]) -> None:
-    """(``--port 0``: the documented 8080 may be taken on a shared machine.)"""
-    proc = subprocess.Popen(argv, cwd=project, env=user_env(installed), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+def test_the_debugger_serves_the_projects_log_both_ways(installed: Path, project: Path,
+                                                        code_results: dict[str, dict[str, Any]]) -> None:
+    """``agent-saga ui`` and ``python -m agent_saga.ui``, side by side (``--port 0``: the
+    documented 8080 may be taken on a shared machine)."""
+    argvs = [["agent-saga", "ui", "--wal-path", "./agent-saga.wal", "--port", "0"],
+             ["python", "-m", "agent_saga.ui", "--wal-path", "./agent-saga.wal", "--port", "0"]]
+    procs = [subprocess.Popen(argv, cwd=project, env=user_env(installed), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for argv in argvs]
     try:
-        assert proc.stdout is not None
-        line = until("the debugger's address", proc.stdout.readline, proc=proc)
-        url = line.split(" at ", 1)[1].split(" ", 1)[0]
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            assert resp.status == 200
+        for proc in procs:
+            assert proc.stdout is not None
+            line = until("the debugger's address", proc.stdout.readline, proc=proc)
+            url = line.split(" at ", 1)[1].split(" ", 1)[0]
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                assert resp.status == 200
     finally:
-        proc.terminate()
-        proc.communicate(timeout=30)
+        for proc in procs:
+            proc.terminate()
+            proc.communicate(timeout=30)
 
 
 @pytest.fixture(autouse=True, scope="module")
