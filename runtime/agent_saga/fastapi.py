@@ -278,6 +278,13 @@ def _open(target: str | os.PathLike[str] | BaseWAL) -> BaseWAL:
     except ConfigurationError as exc:
         raise ConfigurationError(f"saga_lifespan: wal_path_or_url {redact(text)!r} cannot be used: {exc.message}") from None
     except OSError as exc:
+        parent = os.path.dirname(text)
+        if isinstance(exc, FileNotFoundError) and parent and not os.path.isdir(parent):
+            raise ConfigurationError(
+                f"saga_lifespan: the WAL {redact(text)!r} cannot be opened: its directory {parent!r} does not exist. "
+                f"Create it (mkdir -p {parent}), or give a path on a writable volume or a reachable "
+                f"redis:// / postgresql:// URL"
+            ) from None
         raise ConfigurationError(
             f"saga_lifespan: the WAL {redact(text)!r} cannot be opened ({exc.strerror or exc}): give a path on "
             f"a writable volume or a reachable redis:// / postgresql:// URL"

@@ -262,13 +262,32 @@ def _tree(records: Sequence[Record]) -> MerkleTree:
     return MerkleTree([leaf_hash(r.hash) for r in records])
 
 
-def audit_root(records: Iterable[Record]) -> AuditRoot:
+def _records(items: Iterable[Record | tuple[str, Record | WALCorrupt]], what: str) -> list[Record]:
+    """``Record`` s, or the ``(location, record)`` pairs ``read_log`` yields, as records.
+    Raises ``ConfigurationError`` for a damaged line or anything else, naming the fix."""
+    out: list[Record] = []
+    for entry in items:
+        item: object = entry
+        if isinstance(entry, tuple) and len(entry) == 2:
+            location, item = entry
+            if isinstance(item, WALCorrupt):
+                raise ConfigurationError(f"{what}: the log is damaged at {location}: {item}; verify it first (agent-saga verify)")
+        if not isinstance(item, Record):
+            raise ConfigurationError(
+                f"{what} takes the log's records (Record objects, or the (location, record) pairs "
+                f"read_log(path) yields), got {type(item).__name__}")
+        out.append(item)
+    return out
+
+
+def audit_root(records: Iterable[Record | tuple[str, Record | WALCorrupt]]) -> AuditRoot:
     """The Merkle root over ``records`` in log order (publish it once; disclose against it).
 
-    The records are taken as given: check the chain first (``verify_records``; the CLI's
-    ``audit-root`` refuses a broken chain) so that the root is over a log worth proving.
+    ``records``: ``Record`` s, or what ``read_log(path)`` yields. They are taken as given:
+    check the chain first (``verify_records``; the CLI's ``audit-root`` refuses a broken
+    chain) so that the root is over a log worth proving.
     """
-    recs = list(records)
+    recs = _records(records, "audit_root")
     tree = _tree(recs)
     last = recs[-1] if recs else None
     return AuditRoot(tree.size, tree.root.hex(), last.seq if last else 0, last.hash if last else "")
@@ -282,14 +301,15 @@ def _revealed(rec: Record) -> dict[str, Any]:
     return out
 
 
-def build_disclosure(records: Iterable[Record], saga_id: str) -> dict[str, Any]:
+def build_disclosure(records: Iterable[Record | tuple[str, Record | WALCorrupt]], saga_id: str) -> dict[str, Any]:
     """A proof that saga ``saga_id``'s records are in the tree of ``audit_root(records)``.
 
     The proof is JSON-ready: the saga's records (hashed fields only) each with its leaf
     index and RFC 6962 audit path, plus the tree size and root. Nothing of another record
-    appears but node hashes. Raises ``ConfigurationError`` if the saga has no record.
+    appears but node hashes. ``records`` as ``audit_root`` takes them. Raises
+    ``ConfigurationError`` if the saga has no record.
     """
-    recs = list(records)
+    recs = _records(records, "build_disclosure")
     tree = _tree(recs)
     entries = [
         {"index": i, "record": _revealed(r),
@@ -374,13 +394,13 @@ def _line(d: Any) -> str:
     return json.dumps(d)
 
 
-def build_consistency(records: Iterable[Record], old_size: int) -> dict[str, Any]:
+def build_consistency(records: Iterable[Record | tuple[str, Record | WALCorrupt]], old_size: int) -> dict[str, Any]:
     """A proof that the tree over ``records`` extends the tree over its first ``old_size``.
 
     Holds only while the log only grew: a compaction (records removed) or any rewrite
     makes the earlier root unprovable, which is the point.
     """
-    recs = list(records)
+    recs = _records(records, "build_consistency")
     tree = _tree(recs)
     proof = tree.consistency_proof(old_size)
     return {

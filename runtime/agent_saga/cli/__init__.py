@@ -8,6 +8,7 @@ chain, an uncertified log), 2 bad usage or unreadable input.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -62,12 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code (also used as the console script)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "imports", None):
+        _importable_from_cwd()
     try:
         code: int = args.handler(args)
     except SagaError as exc:
         print(f"agent-saga {args.command}: {exc}", file=sys.stderr)
         return 2
     return code
+
+
+def _importable_from_cwd() -> None:
+    """``--import myapp.handlers`` finds a module in the current directory, as ``python -m``
+    would (a console script's path starts at its own directory, not the current one).
+    Appended, so nothing installed is shadowed by a file of the same name here."""
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
 
 
 if __name__ == "__main__":  # pragma: no cover

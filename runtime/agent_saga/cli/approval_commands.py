@@ -90,7 +90,8 @@ def _store(args: argparse.Namespace) -> tuple[ApprovalStore, str]:
         raise ConfigurationError(
             f"no approval store configured: pass --store redis://HOST:PORT/DB, or set {ENV_APPROVAL_STORE} or "
             f"{ENV_REDIS_URL} (the policy plane your agents use); a directory (FileApprovalStore) works for "
-            f"agents on this host only")
+            f"agents on this host only. FileApprovalStore() writes ./{DEFAULT_DIR}, which does not exist here: "
+            f"no agent run from this directory has asked for an approval yet (or pass --store DIR)")
     return open_approval_store(choice.target), f"store: {choice.describe()}"
 
 

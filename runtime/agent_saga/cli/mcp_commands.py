@@ -69,13 +69,13 @@ def register(sub: Any) -> None:
     p.add_argument("--max-message-bytes", type=int, default=64 * 1024 * 1024, metavar="N",
                    help="the largest JSON-RPC message read from either side (default 64 MiB); a larger one is "
                    "refused with a JSON-RPC error")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the MCP server to start")
+    p.add_argument("server", nargs=argparse.REMAINDER, metavar="-- CMD ARGS...", help="the MCP server to start")
     p.set_defaults(handler=cmd_mcp)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """``agent-saga mcp``: serve one session."""
-    command = list(args.command)
+    command = list(args.server)
     if command and command[0] == "--":
         command = command[1:]
     from ..mcp import ProxyOptions, run_proxy  # the proxy and its protocol, for this command only

@@ -42,10 +42,12 @@ import logging
 import os
 import select
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import ConfigurationError
 from ._custody import CredentialUnavailable
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import MAX_LINE, StdioUpstream, UpstreamGone, read_line
@@ -102,6 +104,12 @@ class ClientChannel:
 
 async def stdio_client_channel(limit: int = MAX_LINE) -> ClientChannel:
     """The proxy's own stdin and stdout as the client channel (messages up to ``limit`` bytes)."""
+    for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)):
+        if stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise ConfigurationError(
+                f"{name} is a regular file here, but the proxy speaks MCP on its stdin and stdout, which an "
+                f"MCP client connects as pipes: pipe it instead (e.g. `... | tee proxy.out`), or let the "
+                f"MCP client start the proxy")
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=limit)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)

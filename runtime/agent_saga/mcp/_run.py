@@ -141,8 +141,9 @@ async def run_proxy(opts: ProxyOptions) -> int:
     if opts.observe:
         surface = Surface()
         proxy = McpProxy(upstream, on_tools=surface.listed, on_call=surface.called)
+        client = await stdio_client_channel(opts.max_message)  # (no channel, no session: no skeleton)
         try:
-            return await proxy.serve(await stdio_client_channel(opts.max_message))
+            return await proxy.serve(client)
         finally:
             assert opts.emit_policy is not None
             written = surface.write(opts.emit_policy, name=opts.name, source=" ".join(opts.command))

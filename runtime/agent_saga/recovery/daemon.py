@@ -353,8 +353,12 @@ def import_modules(names: Iterable[str]) -> Sequence[str]:
         try:
             importlib.import_module(name.strip())
         except Exception as exc:
+            missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+            where = (f"; {missing!r} is not on this process's path: install it in this environment, or add "
+                     f"the directory that holds it to PYTHONPATH" if missing and
+                     (name.strip() + ".").startswith(missing + ".") else "")
             raise ConfigurationError(
-                f"cannot import {name!r} ({type(exc).__name__}: {exc}): the recovery process must "
+                f"cannot import {name!r} ({type(exc).__name__}: {exc}){where}: the recovery process must "
                 f"import the same handler modules as the agents, or every saga escalates"
             ) from exc
         done.append(name.strip())

@@ -35,6 +35,7 @@ import logging
 import os
 import stat
 import time
+import weakref
 from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 
 from ..chain import seal
@@ -49,6 +50,8 @@ from .urls import Scrubber
 log = logging.getLogger("agent_saga.wal")
 
 _TAIL_CHUNK = 1 << 16
+#: The FileWALs this process holds open, so a second open of the same file can say so.
+_OPEN_HERE: weakref.WeakSet[FileWAL] = weakref.WeakSet()
 
 
 class FileWAL(BatchingWAL):
@@ -122,6 +125,7 @@ class FileWAL(BatchingWAL):
         except BaseException:
             os.close(self._fd)
             raise
+        _OPEN_HERE.add(self)
         self._start(head, last_seq)
         if torn is not None:
             nbytes, sidecar = torn
@@ -143,10 +147,7 @@ class FileWAL(BatchingWAL):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError as exc:
-                    raise ConfigurationError(
-                        f"WAL {self.path!r} is already open for writing by another process; "
-                        f"give each process its own WAL file (or use a fleet backend)"
-                    ) from exc
+                    raise ConfigurationError(self._held_message()) from exc
                 try:
                     same = os.stat(self.path).st_ino == st.st_ino
                 except FileNotFoundError:
@@ -211,7 +212,22 @@ class FileWAL(BatchingWAL):
             n = os.write(self._fd, view)
             view = view[n:]
 
+    def _held_message(self) -> str:
+        here = os.path.realpath(self.path)
+        if any(os.path.realpath(w.path) == here for w in list(_OPEN_HERE)):
+            return (
+                f"WAL {self.path!r} is already open for writing in this process, by another FileWAL "
+                f"(saga_scope() without a wal opens the default one, $AGENT_SAGA_WAL_PATH or "
+                f"./agent-saga.wal): pass that FileWAL instead of opening the file again "
+                f"(agent_saga.get_default_wal() returns the default), or close() it first"
+            )
+        return (
+            f"WAL {self.path!r} is already open for writing by another process; "
+            f"give each process its own WAL file (or use a fleet backend)"
+        )
+
     def _release(self) -> None:
+        _OPEN_HERE.discard(self)
         try:
             if self._sealer is not None:
                 self._sealer.close()  # it exits on end of file, closing its copy of the fd

@@ -121,8 +121,8 @@ async def test_a_log_naming_the_earlier_handler_still_reverts(org: SalesforceSer
     from agent_saga.compensation import get_compensator
     from agent_saga.recovery.reconcilers import get_reconciler
 
-    assert get_compensator(sf.REVERT_FIELDS) is get_compensator(sf.REVERT) is sf.revert_object
-    assert get_reconciler(sf.REVERT_FIELDS) is get_reconciler(sf.REVERT) is sf.observe_revert
+    assert get_compensator(sf.REVERT_FIELDS) is get_compensator(sf.REVERT) is sf.revert_object_async
+    assert get_reconciler(sf.REVERT_FIELDS) is get_reconciler(sf.REVERT) is sf.observe_revert_async
     wal = FileWAL(tmp_path / "w")
     with pytest.raises(RuntimeError):
         async with saga_scope(wal) as saga:

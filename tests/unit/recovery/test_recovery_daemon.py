@@ -286,3 +286,20 @@ async def test_a_partial_rollback_by_the_owner_still_reaches_the_human_queue(tmp
     assert "not registered" in esc.reason
     await daemon(wal).sweep()
     assert len(await d.ledger.escalations()) == 1
+
+
+def test_a_handler_module_not_on_the_path_is_named_with_how_to_put_it_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_saga.errors import ConfigurationError
+    from agent_saga.recovery.daemon import import_modules
+
+    with pytest.raises(ConfigurationError, match=r"'no_such_pkg_q7' is not on this process's path: install it in "
+                                                 r"this environment, or add the directory that holds it to PYTHONPATH"):
+        import_modules(["no_such_pkg_q7.handlers"])
+    # A module that is there but needs something missing: its own error, not a path hint.
+    (tmp_path / "needs_dep_q7.py").write_text("import no_such_dep_q7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigurationError, match=r"No module named 'no_such_dep_q7'\)") as info:
+        import_modules(["needs_dep_q7"])
+    assert "is not on this process's path" not in str(info.value)

@@ -212,6 +212,34 @@ def test_second_writer_is_refused(tmp_path: Path) -> None:
     FileWAL(p).close()  # released on close
 
 
+def test_a_second_open_in_the_same_process_says_so_and_how_to_reuse_the_first(tmp_path: Path) -> None:
+    """(A notebook that ran saga_scope() holds the default WAL; opening the file again there
+    is not "another process".)"""
+    p = tmp_path / "w.wal"
+    wal = FileWAL(p)
+    with pytest.raises(ConfigurationError, match="already open for writing in this process, by another FileWAL") as info:
+        FileWAL(str(tmp_path / "." / "w.wal"))  # the same file, named differently
+    assert "get_default_wal()" in str(info.value) and "close() it first" in str(info.value)
+    wal.close()
+    FileWAL(p).close()
+
+
+def test_a_writer_in_another_process_is_named_as_such(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    p = tmp_path / "w.wal"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from agent_saga import FileWAL; w = FileWAL(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(p)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(ConfigurationError, match="already open for writing by another process"):
+            FileWAL(p)
+    finally:
+        holder.communicate("")
+
+
 def test_closed_wal_refuses_appends(tmp_path: Path) -> None:
     wal = FileWAL(tmp_path / "c.wal")
     wal.append("X", "s-1")
