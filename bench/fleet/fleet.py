@@ -131,7 +131,8 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
         op.wait_ready(timeout=120)
         time.sleep(2)  # the operator's first steps: a baseline window, not a condition
         op_cpu0, op_rss0 = proc_stat(op.pid)
-        mem0 = int(r.info("memory")["used_memory"])
+        m0 = r.info("memory")
+        mem0, cl0, ds0 = int(m0["used_memory"]), int(m0["mem_clients_normal"]), int(m0["used_memory_dataset"])
         t0 = time.monotonic()
         fleet = Fleet(url, ns, n, args.processes, work / f"fleet-{n}", heartbeat=args.heartbeat)
         out["start_s"] = round(time.monotonic() - t0, 1)
@@ -139,7 +140,9 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
         fleet.policy_trial(cluster, 0, timeout=args.timeout)
         costs = steady(r, {"operator": [op.pid], "workers": fleet.pids()}, args.window)
         op_cpu1, op_rss1 = proc_stat(op.pid)
-        mem1 = int(r.info("memory")["used_memory"])
+        m1 = r.info("memory")
+        mem1, cl1, ds1 = int(m1["used_memory"]), int(m1["mem_clients_normal"]), int(m1["used_memory_dataset"])
+        clients = int(r.info("clients")["connected_clients"])
         out["costs"] = {
             **costs,
             "operator_rss_kb": op_rss1, "operator_rss_growth_kb": op_rss1 - op_rss0,
@@ -148,22 +151,44 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
             "worker_cpu_per_agent_ms_per_s": round(costs["workers_cpu_cores"] * 1000 / n, 3),
             "worker_rss_kb": sum(proc_stat(p)[1] for p in fleet.pids()),
             "redis_memory_per_agent_bytes": round((mem1 - mem0) / n, 1),
+            # the documents the agents keep (heartbeats, parts) vs their connections' buffers
+            "redis_data_per_agent_bytes": round(((mem1 - cl1) - (mem0 - cl0)) / n, 1),
+            "redis_dataset_per_agent_bytes": round((ds1 - ds0) / n, 1),
+            "redis_client_buffers_per_agent_bytes": round((cl1 - cl0) / n, 1),
             "redis_ops_per_s_per_agent": round(costs["redis_ops_per_s"] / n, 2),
-            "redis_connected_clients": int(r.info("clients")["connected_clients"]),
+            "redis_connected_clients": clients,
+            "redis_connections_per_agent": round(clients / n, 2),
         }
-        halts = [fleet.halt_trial(cluster, i, timeout=args.timeout) for i in range(args.trials)]
-        refused = [x for h in halts for x in h["refused_ms"]]
-        out["halt_until_every_agent_refuses"] = {**summary([max(h["refused_ms"]) for h in halts]),
-                                                 "per_agent": summary(refused)}
-        out["halt_until_acknowledged"] = summary([h["acknowledged_ms"] for h in halts])
-        out["sagapolicy_edit_until_applied_by_all"] = summary(
-            [fleet.policy_trial(cluster, i, timeout=args.timeout) for i in range(1, args.trials + 1)])
-        cap = max(10.0, round(n * args.rate * args.budget_seconds * 0.5))
-        b = fleet.budget(cluster, cap=cap, rate=args.rate, seconds=args.budget_seconds)
-        b["exact"] = b["authorised"] <= b["cap"] and b["recorded"] >= b["authorised"]
-        out["budget"] = b
+        def measure(key: str, fn: Any) -> None:
+            """One measurement; a failure (a trial past --timeout) is recorded, not fatal."""
+            try:
+                out.update(fn())
+            except AssertionError as e:
+                out[key] = {"error": str(e)[:1000]}
+
+        def halt() -> dict[str, Any]:
+            halts = [fleet.halt_trial(cluster, i, timeout=args.timeout) for i in range(args.trials)]
+            refused = [x for h in halts for x in h["refused_ms"]]
+            return {"halt_until_every_agent_refuses": {**summary([max(h["refused_ms"]) for h in halts]),
+                                                       "per_agent": summary(refused)},
+                    "halt_until_acknowledged": summary([h["acknowledged_ms"] for h in halts])}
+
+        def policy() -> dict[str, Any]:
+            return {"sagapolicy_edit_until_applied_by_all": summary(
+                [fleet.policy_trial(cluster, i, timeout=args.timeout) for i in range(1, args.trials + 1)])}
+
+        def budget() -> dict[str, Any]:
+            cap = max(10.0, round(n * args.rate * args.budget_seconds * 0.5))
+            b = fleet.budget(cluster, cap=cap, rate=args.rate, seconds=args.budget_seconds, timeout=args.timeout)
+            b["exact"] = b["authorised"] <= b["cap"] and b["recorded"] >= b["authorised"]
+            return {"budget": b}
+
+        measure("halt_until_every_agent_refuses", halt)
+        measure("sagapolicy_edit_until_applied_by_all", policy)
+        measure("budget", budget)
         if args.approvals:
-            out["approvals"] = fleet.approvals(cluster, args.approvals, timeout=args.timeout * 10)
+            measure("approvals", lambda: {"approvals": fleet.approvals(cluster, args.approvals,
+                                                                       timeout=args.timeout * 10)})
         out["largest_status_object"] = largest_status(cluster, ns)
         out["largest_redis_key"] = largest_redis(r)
         out["operator_rss_kb_end"] = proc_stat(op.pid)[1]

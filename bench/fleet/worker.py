@@ -167,6 +167,12 @@ class Worker:
 
 
 async def main() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Each pod has its own threads for the controls' blocking reads (an approval waiter's
+    # poll, a first start): a pool as large as a few pods', not one pod's six threads
+    # shared by hundreds of agents.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(64, thread_name_prefix="fleet-io"))
     w = Worker()
 
     async def handle(cmd: dict[str, Any], answer: Answer) -> None:
