@@ -221,20 +221,11 @@ def main() -> int:
     ap.add_argument("--out", help="write the JSON here too")
     args = ap.parse_args()
 
-    from agent_saga_operator.testing import install_crds
-    from fixtures.controlplane import ControlPlane, KubeCluster
-
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     cp = None
     result: dict[str, Any] = {"bench": "fleet", "machine": machine(), "runs": []}
     try:
-        if args.kubeconfig:
-            cluster = KubeCluster(kubeconfig=Path(args.kubeconfig), local=False)
-        else:
-            cp = ControlPlane(work / "kube")
-            cp.start()
-            cluster = cp.cluster()
-        install_crds(cluster.kubectl, cluster.api_client())
+        cluster, cp = _common.kube_cluster(args.kubeconfig, work)
         for n in (int(x) for x in args.agents.split(",")):
             run = run_n(cluster, n, args, work)
             result["runs"].append(run)

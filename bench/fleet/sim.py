@@ -22,11 +22,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "tests"):
+for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "tests", ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
 from agent_process import AgentProcess  # noqa: E402
+from agent_saga_operator.testing import poll  # noqa: E402
+from bench_acks import acknowledged_by as acknowledged  # noqa: E402
 
 AGENT = "fleet-agent"
 
@@ -40,15 +42,6 @@ def pct(samples: list[float], q: float) -> float:
 def summary(ms: list[float]) -> dict[str, Any]:
     return {"n": len(ms), "p50_ms": round(pct(ms, 0.5), 1), "p99_ms": round(pct(ms, 0.99), 1),
             "max_ms": round(max(ms), 1) if ms else None}
-
-
-def acknowledged(obj: dict[str, Any], n: int, generation: int) -> bool:
-    st = obj.get("status") or {}
-    for c in st.get("conditions") or ():
-        if c["type"] == "Acknowledged":
-            return (c["status"] == "True" and c.get("observedGeneration") == generation
-                    and (st.get("agents") or {}).get("acknowledged") == n)
-    return False
 
 
 class Fleet:
@@ -160,8 +153,9 @@ class Fleet:
         gen = int(api.get_namespaced_custom_object(GROUP, VERSION, self.ns, "budgetlimits", "fleet-budget")
                   ["metadata"]["generation"])
         # every agent applies the limit before the first debit (Acknowledged by all)
-        self._wait(lambda: acknowledged(api.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "budgetlimits", "fleet-budget"), self.n, gen), timeout, "budget acknowledged")
+        poll(lambda: acknowledged(api.get_namespaced_custom_object(
+            GROUP, VERSION, self.ns, "budgetlimits", "fleet-budget"), self.n, gen), timeout=timeout,
+             what="the budget acknowledged by every agent", interval=0.1)
         t0 = time.monotonic()
         runs = self.each("loop", rate=rate, amount=amount, seconds=seconds, timeout=seconds + timeout)
         wall = time.monotonic() - t0
@@ -192,7 +186,7 @@ class Fleet:
         def mirrored_all() -> list[dict[str, Any]] | None:
             items = api.list_namespaced_custom_object(GROUP, VERSION, self.ns, "approvals")["items"]
             return items if len(items) >= count else None
-        items = self._wait(mirrored_all, timeout, f"{count} Approval objects", interval=2.0)
+        items = poll(mirrored_all, timeout=timeout, what=f"{count} Approval objects", interval=2.0)
         # a request the agent's gateway denied on its own (its store did not answer) shows Denied
         names = [o["metadata"]["name"] for o in items if (o.get("status") or {}).get("phase") in (None, "Pending")]
         mirrored = time.monotonic() - t0
@@ -215,17 +209,6 @@ class Fleet:
                 "kubectl_get_ms": round(get_ms, 1), "kubectl_get_lines": len(listed.splitlines()) - 1, "decided_s": round(decided, 2),
                 "all_seen_s": round(seen, 2), "approved": sum(a.get("approved", 0) for a in answers),
                 "not_approved": other}
-
-    @staticmethod
-    def _wait(fn: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = fn()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{what}: not within {timeout}s")
-            time.sleep(interval)
 
     def close(self) -> None:
         if self.workers:

@@ -30,11 +30,6 @@ Invariants:
   agent's name is taken only if it is that agent's (``owner_problem``).
 - Requests in namespaces this operator does not watch are left alone (another operator,
   or nobody, answers them; the agent's deadline still denies), in both sets.
-- Many at once: hundreds of requests made within a second (a fleet asking at once) are
-  mirrored ``CONCURRENCY`` at a time, and every notification already received when the
-  bridge wakes is handled with the first (at most ``BATCH``; more wait for the next
-  wake-up), so the API server sees a bounded number of creates in flight and no request
-  waits behind another's round trip. Each request is still mirrored exactly as alone.
 """
 
 from __future__ import annotations
@@ -44,13 +39,12 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from .config import Context
 from .keys_configmap import KeysConfigMap
-from .metrics import APPROVALS_MIRRORED
 from .models import API_VERSION, GROUP, VERSION
 
 __all__ = ["ApprovalBridge", "approval_object"]
@@ -73,21 +67,6 @@ REFUSED_KEY = "(refused)"
 
 #: Characters of a field's name an Approval shows (a longer name makes it NotAllShown).
 KEY_SHOWN = 200
-#: Approval creates (and decision reflections) in flight at once (module doc, "Many at once").
-CONCURRENCY = 16
-#: Notifications handled together with the one that woke the bridge.
-BATCH = 10_000
-
-
-async def bounded(limit: int, fn: Callable[[str], Any], items: Iterable[str]) -> None:
-    """``await fn(item)`` for every item, at most ``limit`` at once, each to completion."""
-    sem = asyncio.Semaphore(limit)
-
-    async def one(item: str) -> None:
-        async with sem:
-            await fn(item)
-
-    await asyncio.gather(*(one(i) for i in items))
 
 
 def approval_problem(request: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -240,9 +219,11 @@ class ApprovalBridge:
         await client.zremrangebyscore(self.keys.unmirrored, "-inf", f"({time.time()!r}")
         raw_ids = await client.zrange(self.keys.unmirrored, 0, -1)
         unmirrored = {i.decode() if isinstance(i, bytes) else str(i) for i in raw_ids}
-        await bounded(CONCURRENCY, self.mirror, sorted((pending | unmirrored) - self.mirrored.keys() - self.refused))
-        decided = {i: self.mirrored.pop(i) for i in sorted(self.mirrored.keys() - pending)}
-        await bounded(CONCURRENCY, lambda i: self._reflect(decided[i], i), decided)
+        for request_id in sorted((pending | unmirrored) - self.mirrored.keys() - self.refused):
+            await self.mirror(request_id)
+        for request_id in sorted(self.mirrored.keys() - pending):
+            namespace = self.mirrored.pop(request_id)
+            await self._reflect(namespace, request_id)
 
     async def mirror(self, request_id: str) -> None:
         """Create ``Approval/<request id>`` for one request (a 409 means it exists)."""
@@ -266,7 +247,6 @@ class ApprovalBridge:
         try:
             await asyncio.to_thread(self.api.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, obj)
             self.created += 1
-            APPROVALS_MIRRORED.inc()
             log.info("approval request %s (%s in saga %s) mirrored as Approval %s/%s",
                      request_id, obj["spec"]["tool"], obj["spec"]["sagaId"], namespace, request_id)
         except ApiException as e:
@@ -289,14 +269,6 @@ class ApprovalBridge:
                 await result
         except Exception as e:  # noqa: BLE001 - the resync timer reflects it later anyway
             log.warning("could not reflect the decision on Approval %s/%s: %s", namespace, request_id, e)
-
-    async def on_notifications(self, datas: Iterable[Any]) -> None:
-        """Handle a batch of change notifications, ``CONCURRENCY`` at a time (each as
-        ``on_notification``; one request named twice is handled once)."""
-        seen: dict[str, Any] = {}
-        for data in datas:
-            seen.setdefault(data.decode() if isinstance(data, bytes) else str(data), data)
-        await bounded(CONCURRENCY, lambda k: self.on_notification(seen[k]), seen)
 
     async def on_notification(self, data: Any) -> None:
         """Mirror the request a change notification names (others are ignored)."""
@@ -332,15 +304,8 @@ class ApprovalBridge:
                 while not stopped.is_set():
                     timeout = max(0.0, next_sync - asyncio.get_running_loop().time())
                     msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=min(timeout, 1.0))
-                    batch = []
-                    while msg is not None:
-                        if msg.get("type") == "message":
-                            batch.append(msg.get("data"))
-                        if len(batch) >= BATCH:
-                            break
-                        msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
-                    if batch:
-                        await self.on_notifications(batch)
+                    if msg is not None and msg.get("type") == "message":
+                        await self.on_notification(msg.get("data"))
                     if asyncio.get_running_loop().time() >= next_sync:
                         await self.sync()
                         next_sync = asyncio.get_running_loop().time() + self.interval

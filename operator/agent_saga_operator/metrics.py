@@ -9,7 +9,6 @@
     agentsaga_operator_killswitches_engaged                     KillSwitches in force now
     agentsaga_operator_ack_notifications_total                  agent heartbeat notifications received
     agentsaga_operator_ack_reads_total                          reads of every heartbeat (tally steps)
-    agentsaga_operator_approvals_mirrored_total                 Approval objects created from requests
 
 ``trigger`` is create / update / resume / resync / delete / expire; ``result`` is ok or
 error. Projection lag is measured from the latest spec write the API server recorded
@@ -34,7 +33,6 @@ from prometheus_client import (
 __all__ = [
     "ACK_NOTIFICATIONS",
     "ACK_READS",
-    "APPROVALS_MIRRORED",
     "KILLSWITCHES_ENGAGED",
     "OBJECTS",
     "PROJECTIONS",
@@ -68,7 +66,6 @@ ACK_NOTIFICATIONS = Counter("agentsaga_operator_ack_notifications",
                             "Agent heartbeat notifications received (an applied state changed).")
 ACK_READS = Counter("agentsaga_operator_ack_reads",
                     "Reads of every live heartbeat by the acknowledgement tally (one per burst of notifications).")
-APPROVALS_MIRRORED = Counter("agentsaga_operator_approvals_mirrored", "Approval objects created from requests.")
 
 
 def last_spec_write(meta: Mapping[str, Any]) -> datetime | None:

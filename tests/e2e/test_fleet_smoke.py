@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +25,13 @@ from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "fleet"))
 from sim import Fleet  # noqa: E402
+from test_operator_status_writers import operator  # noqa: E402 - the operator, its resync timer off
 
 pytestmark = pytest.mark.e2e
 NS_PREFIX = "fl"
 AGENTS = 50
 DEADLINE = 60.0
-
-
-@pytest.fixture
-def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    # No resync: whatever brings the status in line is the tally, not the timer.
-    op = OperatorProcess(crds.kubeconfig, fresh_redis.url, tmp_path / "operator.log", namespaces=[ns],
-                         extra_args=["--standalone", "--resync-interval", "3600", "--health-host", "127.0.0.1"])
-    op.start()
-    op.wait_ready()
-    try:
-        yield op
-    finally:
-        op.stop()
+__all__ = ["operator"]
 
 
 def status(kube: KubeCluster, ns: str, plural: str, name: str) -> dict[str, Any]:
