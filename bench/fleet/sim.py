@@ -94,10 +94,16 @@ class Fleet:
         ks = {"apiVersion": API_VERSION, "kind": "KillSwitch", "metadata": {"name": f"halt-{i}"},
               "spec": {"action": "Halt", "scope": {"tool": tool}, "reason": "fleet bench",
                        "requestedBy": "bench@corp"}}
-        returned, gen, acked = self._apply_and_watch(cluster, ks, "killswitches", timeout)
+        cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(ks))
+        returned = time.time()
         at = [t for a in self.each("refused", tool=tool, timeout=timeout) for t in a["at"]]
-        return {"refused_ms": [(t - returned) * 1000 for t in at], "acknowledged_ms": (acked - returned) * 1000,
-                "generation": gen}
+        out: dict[str, Any] = {"refused_ms": [(t - returned) * 1000 for t in at]}
+        try:
+            gen, acked = self._watch(cluster, "killswitches", ks["metadata"]["name"], timeout)
+            out["acknowledged_ms"] = (acked - returned) * 1000
+        except AssertionError as e:  # every agent refused, but the status never said so
+            out["acknowledged_error"] = str(e)[:500]
+        return out
 
     def policy_trial(self, cluster: Any, i: int, *, timeout: float = 60.0) -> float:
         """Create or edit the SagaPolicy ``fleet-policy``: ms until applied by all (Acknowledged)."""
@@ -107,24 +113,22 @@ class Fleet:
                 "tools": {"search_docs": {"semantics": "REVERSIBLE"}},
                 "rules": [{"name": "big", "argExceeds": {"arg": "amount", "threshold": 1_000_000 + i}}]}
         doc = {"apiVersion": API_VERSION, "kind": "SagaPolicy", "metadata": {"name": "fleet-policy"}, "spec": spec}
-        returned, _, acked = self._apply_and_watch(cluster, doc, "sagapolicies", timeout)
+        cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(doc))
+        returned = time.time()
+        _, acked = self._watch(cluster, "sagapolicies", "fleet-policy", timeout)
         return (acked - returned) * 1000
 
-    def _apply_and_watch(self, cluster: Any, doc: dict[str, Any], plural: str,
-                         timeout: float) -> tuple[float, int, float]:
-        """kubectl apply ``doc``; (when kubectl returned, the generation, when the object
-        was Acknowledged by all N at that generation: a watch, no polling interval)."""
+    def _watch(self, cluster: Any, plural: str, name: str, timeout: float) -> tuple[int, float]:
+        """(the generation, when ``name`` was Acknowledged by all N at that generation: a
+        watch, no polling interval)."""
         from agent_saga_operator.models import GROUP, VERSION
         from kubernetes import client, watch
 
         api = client.CustomObjectsApi(cluster.api_client())
-        name = doc["metadata"]["name"]
-        cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(doc))
-        returned = time.time()
         obj = api.get_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name)
         gen = int(obj["metadata"]["generation"])
         if acknowledged(obj, self.n, gen):
-            return returned, gen, time.time()
+            return gen, time.time()
         w = watch.Watch()
         deadline = time.monotonic() + timeout
         for ev in w.stream(api.list_namespaced_custom_object, GROUP, VERSION, self.ns, plural,
@@ -133,7 +137,7 @@ class Fleet:
             obj = ev["object"]
             if acknowledged(obj, self.n, gen):
                 w.stop()
-                return returned, gen, time.time()
+                return gen, time.time()
             if time.monotonic() > deadline:
                 break
         raise AssertionError(f"{plural}/{name} not acknowledged by {self.n} agents at generation {gen} within "
@@ -143,19 +147,13 @@ class Fleet:
                timeout: float = 120.0) -> dict[str, Any]:
         """A BudgetLimit of ``cap`` shared by the fleet; every agent debits ``amount`` at
         ``rate``/s for ``seconds``. What was authorised, and what the windows hold."""
-        from agent_saga_operator.models import API_VERSION, GROUP, VERSION
-        from kubernetes import client
+        from agent_saga_operator.models import API_VERSION
 
         doc = {"apiVersion": API_VERSION, "kind": "BudgetLimit", "metadata": {"name": "fleet-budget"},
                "spec": {"kind": "Budget", "arg": "amount", "maxTotal": cap, "window": "1h", "tools": ["wire.*"]}}
         cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(doc))
-        api = client.CustomObjectsApi(cluster.api_client())
-        gen = int(api.get_namespaced_custom_object(GROUP, VERSION, self.ns, "budgetlimits", "fleet-budget")
-                  ["metadata"]["generation"])
-        # every agent applies the limit before the first debit (Acknowledged by all)
-        poll(lambda: acknowledged(api.get_namespaced_custom_object(
-            GROUP, VERSION, self.ns, "budgetlimits", "fleet-budget"), self.n, gen), timeout=timeout,
-             what="the budget acknowledged by every agent", interval=0.1)
+        # every agent holds the limit before the first debit
+        self.each("limit", name="fleet-budget", timeout=timeout)
         t0 = time.monotonic()
         runs = self.each("loop", rate=rate, amount=amount, seconds=seconds, timeout=seconds + timeout)
         wall = time.monotonic() - t0

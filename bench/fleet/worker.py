@@ -20,6 +20,7 @@ Commands (JSON lines; answers as ``tests/e2e/agent_process.py`` writes them):
                                                 {"authorised", "debits", "refused", "latency_ms"}
     approve    {count, timeout}                 ``count`` IRREVERSIBLE sagas wait for a human at once:
                                                 {"approved", "denied", "other"} once every one is decided
+    limit      {name, timeout}                  wait until every agent's limit source holds the BudgetLimit ``name``
     usage      {}                               the BudgetLimit windows as the first agent's gate reads them
 """
 
@@ -156,6 +157,15 @@ class Worker:
                                           cmd.get("timeout", 600))
         approved = sum(1 for o in outcomes if not o)
         return {"approved": approved, "other": {o: outcomes.count(o) for o in set(outcomes) if o}}
+
+    async def limit(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        deadline = time.monotonic() + float(cmd.get("timeout", 60))
+        while not all(any(lim.name.endswith(cmd["name"]) for lim in a.conn.limit_source.snapshot().limits)
+                      for a in self.agents):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not every agent holds the BudgetLimit {cmd['name']}")
+            await asyncio.sleep(0.05)
+        return {}
 
     async def usage(self, cmd: dict[str, Any]) -> dict[str, Any]:
         rows = await self.agents[0].kit.gate.usage()

@@ -48,6 +48,7 @@ def test_fifty_agents_all_refuse_after_a_halt_are_counted_exactly_and_share_one_
         # is refused by the kill switch in every agent.
         halt = fleet.halt_trial(crds, 0, timeout=DEADLINE)
         assert len(halt["refused_ms"]) == AGENTS and all(t is not None for t in halt["refused_ms"])
+        assert "acknowledged_ms" in halt, halt  # Acknowledged by all 50 at the generation applied
         calls = fleet.each("call", tool="fleet.halt-0", timeout=DEADLINE)
         assert sum(c["ran"] for c in calls) == 0, calls
         refused: dict[str, int] = {}
