@@ -311,11 +311,16 @@ def open_plane(env: Mapping[str, str], *, wal: BaseWAL | None = None, heartbeat:
     simulator, ``bench/fleet``) gives each its own kill switch reader, limits, approval
     gateway, SagaPolicy reader and heartbeat, and calls ``close()`` on each. ``gate()`` is
     a ``PreFlightGate`` over them; ``wal`` is where the kill switch and the approval
-    gateway record (default: the process WAL). Raises ``ConfigurationError`` as
-    ``connect_policy_plane`` does, or when ``AGENT_SAGA_REDIS_URL`` is not in ``env``."""
+    gateway record (default: the process WAL; with ``AGENT_SAGA_WAL_STREAM`` in ``env``
+    it must be given). Raises ``ConfigurationError`` as ``connect_policy_plane`` does, or
+    when ``AGENT_SAGA_REDIS_URL`` is not in ``env``."""
     settings = PlaneSettings.from_env(env)
     if settings is None:
         raise ConfigurationError(f"open_plane needs {ENV_REDIS_URL} in the environment it is given")
+    if settings.wal_key and wal is None:
+        raise ConfigurationError(f"open_plane does not open the process WAL that AGENT_SAGA_WAL_STREAM="
+                                 f"{settings.wal_key} names (one process, many agents): pass wal=RedisWAL(...) "
+                                 f"or another WAL, or leave AGENT_SAGA_WAL_STREAM out of the environment given")
     _check_reachable(settings)
     return _build(settings, heartbeat, install=False, pod=(env.get("POD_NAME") or "").strip() or None, wal=wal)
 
