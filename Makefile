@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv mcp-servers unit lint typecheck bench bench-node clean crds monitoring system-deps control-plane stripe-mock promtool node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv mcp-servers unit lint typecheck bench bench-fleet bench-node clean crds monitoring system-deps control-plane stripe-mock promtool node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -172,6 +172,12 @@ bench: install system-deps
 	$(PY) bench/bench_ha_redis.py
 	$(PY) bench/bench_mesh.py
 	$(PY) bench/bench_isolation.py
+
+# N real agents (10, 100, 300, 1000) on one policy plane: halt, Acknowledged, SagaPolicy,
+# a shared budget, approvals, per-agent costs; JSON in bench/results/ (docs/performance.md).
+FLEET_AGENTS ?= 10,100,300,1000
+bench-fleet: install system-deps control-plane
+	$(PY) bench/fleet/fleet.py --agents $(FLEET_AGENTS) --out bench/results/fleet.json
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node

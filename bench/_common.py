@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: percentiles and a throwaway redis-server on a free port."""
+"""Shared by the benchmarks: percentiles, a throwaway redis-server on a free port, and the
+cluster a benchmark drives."""
 
 from __future__ import annotations
 
@@ -94,3 +95,28 @@ def start_redis(prefix: str = "bench-redis-") -> tuple[str, subprocess.Popen[byt
             time.sleep(0.05)
     proc.kill()
     sys.exit("redis-server did not start")
+
+
+def kube_cluster(kubeconfig: str | None, work: Any) -> tuple[Any, Any]:
+    """``(cluster, control plane)`` with this tree's CRDs installed: the cluster of
+    ``kubeconfig`` (``--kubeconfig``; control plane ``None``), else the local control
+    plane started under ``work`` (the caller stops it)."""
+    from pathlib import Path
+
+    from agent_saga_operator.testing import install_crds
+    from fixtures.controlplane import ControlPlane, KubeCluster
+
+    cp = None
+    if kubeconfig:
+        cluster = KubeCluster(kubeconfig=Path(kubeconfig), local=False)
+    else:
+        cp = ControlPlane(Path(work) / "kube")
+        cp.start()
+        cluster = cp.cluster()
+    try:
+        install_crds(cluster.kubectl, cluster.api_client())
+    except BaseException:
+        if cp is not None:
+            cp.stop()
+        raise
+    return cluster, cp

@@ -160,21 +160,14 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args()
 
-    from agent_saga_operator.testing import OperatorProcess, install_crds
-    from fixtures.controlplane import ControlPlane, KubeCluster
+    from agent_saga_operator.testing import OperatorProcess
     from kubernetes import client
 
     work = Path(tempfile.mkdtemp(prefix="bench-acks-"))
     url, redis_proc, redis_dir = _common.start_redis("bench-acks-redis-")
     cp = None
     try:
-        if args.kubeconfig:
-            cluster = KubeCluster(kubeconfig=Path(args.kubeconfig), local=False)
-        else:
-            cp = ControlPlane(work / "kube")
-            cp.start()
-            cluster = cp.cluster()
-        install_crds(cluster.kubectl, cluster.api_client())
+        cluster, cp = _common.kube_cluster(args.kubeconfig, work)
         ns = f"bench-{secrets.token_hex(3)}"
         client.CoreV1Api(cluster.api_client()).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))

@@ -37,6 +37,7 @@ from typing import Any, cast
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator"), str(ROOT / "tests"), str(Path(__file__).parent)]
 
+import _common  # noqa: E402
 from bench_killswitch import AGENT, bare_ping, histogram, pct, start_redis  # noqa: E402
 
 KILLSWITCH_YAML = ROOT / "examples" / "k8s" / "killswitch.yaml"
@@ -142,8 +143,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON result")
     args = ap.parse_args()
 
-    from agent_saga_operator.testing import OperatorProcess, install_crds
-    from fixtures.controlplane import ControlPlane, KubeCluster
+    from agent_saga_operator.testing import OperatorProcess
     from kubernetes import client
 
     work = Path(tempfile.mkdtemp(prefix="bench-operator-"))
@@ -151,13 +151,7 @@ def main() -> int:
     cp = None
     ping_ms = 0.0
     try:
-        if args.kubeconfig:
-            cluster = KubeCluster(kubeconfig=Path(args.kubeconfig), local=False)
-        else:
-            cp = ControlPlane(work / "kube")
-            cp.start()
-            cluster = cp.cluster()
-        install_crds(cluster.kubectl, cluster.api_client())
+        cluster, cp = _common.kube_cluster(args.kubeconfig, work)
         ns = f"bench-{secrets.token_hex(3)}"
         client.CoreV1Api(cluster.api_client()).create_namespace(
             client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))

@@ -7,6 +7,8 @@
     agentsaga_operator_redis_errors_total{kind}                 policy-plane failures
     agentsaga_operator_objects{kind}                            objects this replica manages
     agentsaga_operator_killswitches_engaged                     KillSwitches in force now
+    agentsaga_operator_ack_notifications_total                  agent heartbeat notifications received
+    agentsaga_operator_ack_reads_total                          reads of every heartbeat (tally steps)
 
 State, read from this replica's memory at each scrape (``StateCollector``; a standby
 replica exports no series):
@@ -45,6 +47,8 @@ from prometheus_client import (
 )
 
 __all__ = [
+    "ACK_NOTIFICATIONS",
+    "ACK_READS",
     "KILLSWITCHES_ENGAGED",
     "OBJECTS",
     "PROJECTIONS",
@@ -77,6 +81,10 @@ PROJECTIONS = Counter(
 REDIS_ERRORS = Counter("agentsaga_operator_redis_errors", "Policy-plane (Redis) failures.", ["kind"])
 OBJECTS = Gauge("agentsaga_operator_objects", "Objects this replica currently manages.", ["kind"])
 KILLSWITCHES_ENGAGED = Gauge("agentsaga_operator_killswitches_engaged", "KillSwitches in force now.")
+ACK_NOTIFICATIONS = Counter("agentsaga_operator_ack_notifications",
+                            "Agent heartbeat notifications received (an applied state changed).")
+ACK_READS = Counter("agentsaga_operator_ack_reads",
+                    "Reads of every live heartbeat by the acknowledgement tally (one per burst of notifications).")
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,3 +200,56 @@ def test_an_agent_on_a_read_only_root_filesystem_connects_and_names_the_wal_sett
     r = fresh_redis.client()
     writers = r.smembers(f"{WAL_KEY}:writers")
     assert writers and sum(r.xlen(f"{WAL_KEY}:w:".encode() + w) for w in writers) > 0
+
+
+def test_open_plane_gives_each_agent_of_a_process_its_own_controls_and_heartbeat(
+        fresh_redis: RedisServer, tmp_path: Path) -> None:
+    # Two agents in one process (the fleet simulator's way), each wired from an environment
+    # of its own (the process's has no AGENT_SAGA_REDIS_URL): each its own kill switch
+    # reader, limit part and heartbeat, named by its POD_NAME; no process-wide plane; a
+    # halt engaged through one reaches both gates.
+    code = """
+        import asyncio, json, os
+        from agent_saga import AgentKit
+        from agent_saga.errors import ConfigurationError
+        from agent_saga.plane import get_plane, open_plane
+        from agent_saga.wal import FileWAL
+        base = json.loads(os.environ["FLEET_ENV"])
+        wal = FileWAL("fleet.wal", sync=False)
+        conns = [open_plane({**base, "POD_NAME": pod}, wal=wal) for pod in ("pod-a", "pod-b")]
+        try:
+            open_plane({**base, "AGENT_SAGA_WAL_STREAM": "s"})
+            refused = ""
+        except ConfigurationError as e:
+            refused = str(e)
+        conns[0].kill_switch.halt("tool:wire.send", reason="test", by="ops@corp")
+        async def call(conn):
+            kit = AgentKit(name="payments-agent", wal=wal, gate=conn.gate())
+            send = kit.safe_tool(lambda amount=0: {"id": "tx"}, semantics="REVERSIBLE", name="wire.send")
+            for _ in range(200):
+                try:
+                    async with kit.transaction():
+                        await send(amount=1)
+                except Exception as e:
+                    return type(e).__name__
+                await asyncio.sleep(0.05)
+            return "ran"
+        async def main():
+            return await asyncio.gather(*(call(c) for c in conns))
+        outcomes = asyncio.run(main())
+        print(json.dumps({"heartbeats": [c.heartbeat.id for c in conns],
+                          "parts": [c.limit_store.part for c in conns],
+                          "switches": len({id(c.switch_store) for c in conns}),
+                          "no_process_plane": get_plane() is None, "refused": refused, "outcomes": outcomes}))
+        for c in conns:
+            c.close()
+    """
+    out = run(code, {"FLEET_ENV": json.dumps(env(fresh_redis.url))}, tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert [h.split(".")[0] for h in doc["heartbeats"]] == ["payments/pod-a", "payments/pod-b"]
+    assert doc["parts"] == ["payments/pod-a", "payments/pod-b"] and doc["switches"] == 2
+    assert doc["no_process_plane"], doc
+    assert "AGENT_SAGA_WAL_STREAM" in doc["refused"] and "wal=" in doc["refused"]
+    assert doc["outcomes"] == ["GateBlocked", "GateBlocked"], doc
+    assert fresh_redis.client().zcard(f"{P}:agent:index") == 0  # closed: both heartbeats removed

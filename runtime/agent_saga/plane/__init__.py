@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         connect_policy_plane,
         disconnect_policy_plane,
         get_plane,
+        open_plane,
         plane_from_env,
         plane_router,
     )
@@ -38,7 +39,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "._acl": ("ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"),
     "._connect": (
         "PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane",
-        "plane_from_env", "plane_router",
+        "open_plane", "plane_from_env", "plane_router",
     ),
     "._settings": (
         "DEFAULT_GRACE", "ENV_AGENT", "ENV_NAMESPACE", "ENV_REDIS_URL", "PlaneSettings",
@@ -62,6 +63,7 @@ __all__ = [
     "connect_policy_plane",
     "disconnect_policy_plane",
     "get_plane",
+    "open_plane",
     "plane_from_env",
     "plane_router",
     "preload_scripts",

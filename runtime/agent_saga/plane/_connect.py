@@ -44,6 +44,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -59,10 +60,11 @@ from ..wal.writers import local_identity
 from ._settings import ENV_NAMESPACE, ENV_REDIS_URL, PlaneSettings
 
 if TYPE_CHECKING:
+    from ..wal.base import BaseWAL
     from ..wal.redis import RedisWAL
 
-__all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "plane_from_env",
-           "plane_router"]
+__all__ = ["PlaneConnection", "connect_policy_plane", "disconnect_policy_plane", "get_plane", "open_plane",
+           "plane_from_env", "plane_router"]
 
 log = logging.getLogger("agent_saga.plane")
 
@@ -179,6 +181,14 @@ class PlaneConnection:
         self._wal_unsettled = None
         return True
 
+    def gate(self) -> Any:
+        """A ``PreFlightGate`` over this connection's own controls (its kill switch, limits,
+        approvals and SagaPolicy reader), whatever the process defaults are."""
+        from ..controls import PreFlightGate
+
+        return PreFlightGate(limits=self.limit_source, approval_provider=self.approvals, store=self.limit_store,
+                             checks=[self.kill_switch], policy=self.policy)
+
     def route_source(self, *, timeout: float = 60.0, stream: bool = False, stall_timeout: float = 10.0) -> Any:
         """The ``RedisRouteSource`` of this agent (made and started on first use; later
         calls return it): from then on the heartbeat acknowledges the ModelRoute it routes by."""
@@ -294,6 +304,27 @@ def plane_router(*, timeout: float = 60.0, stream: bool = False, stall_timeout: 
     return Router(source, timeout=timeout, **router_options)
 
 
+def open_plane(env: Mapping[str, str], *, wal: BaseWAL | None = None, heartbeat: bool = True) -> PlaneConnection:
+    """One agent's controls, wired from ``env`` exactly as a pod is from its environment
+    (``AGENT_SAGA_REDIS_URL``, ``AGENT_SAGA_NAMESPACE``, ``AGENT_SAGA_AGENT``, ``POD_NAME``,
+    ...), but NOT made the process defaults: a process hosting many agents (the fleet
+    simulator, ``bench/fleet``) gives each its own kill switch reader, limits, approval
+    gateway, SagaPolicy reader and heartbeat, and calls ``close()`` on each. ``gate()`` is
+    a ``PreFlightGate`` over them; ``wal`` is where the kill switch and the approval
+    gateway record (default: the process WAL; with ``AGENT_SAGA_WAL_STREAM`` in ``env``
+    it must be given). Raises ``ConfigurationError`` as ``connect_policy_plane`` does, or
+    when ``AGENT_SAGA_REDIS_URL`` is not in ``env``."""
+    settings = PlaneSettings.from_env(env)
+    if settings is None:
+        raise ConfigurationError(f"open_plane needs {ENV_REDIS_URL} in the environment it is given")
+    if settings.wal_key and wal is None:
+        raise ConfigurationError(f"open_plane does not open the process WAL that AGENT_SAGA_WAL_STREAM="
+                                 f"{settings.wal_key} names (one process, many agents): pass wal=RedisWAL(...) "
+                                 f"or another WAL, or leave AGENT_SAGA_WAL_STREAM out of the environment given")
+    _check_reachable(settings)
+    return _build(settings, heartbeat, install=False, pod=(env.get("POD_NAME") or "").strip() or None, wal=wal)
+
+
 def disconnect_policy_plane() -> None:
     """Undo ``connect_policy_plane`` (tests, a process that switches planes)."""
     global _current, _env_checked
@@ -344,7 +375,10 @@ def open_plane_wal(s: PlaneSettings, key: str) -> RedisWAL:
     return RedisWAL(s.url, key=key, identity=local_identity(s.namespace), wait_replicas=s.wal_min_replicas)
 
 
-def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
+def _build(s: PlaneSettings, heartbeat: bool, *, install: bool = True, pod: str | None = None,
+           wal: BaseWAL | None = None) -> PlaneConnection:
+    """The controls of ``s``; ``install``: made the process defaults (``connect_policy_plane``),
+    else this agent's own (``open_plane``: ``pod`` names it, ``wal`` is where it records)."""
     from ..controls.approvals import (
         ApprovalGateway,
         ApprovalPolicy,
@@ -367,36 +401,38 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
 
     ns = [s.namespace]
     previous: dict[str, Any] = {}
-    wal = None
-    if s.wal_key:
-        wal = open_plane_wal(s, s.wal_key)
-        previous["wal"] = set_default_wal(wal)
-    default_wal = DEFAULT_WAL  # chosen when first written: connecting creates no log file
+    plane_wal = None
+    if s.wal_key and install:
+        plane_wal = open_plane_wal(s, s.wal_key)
+        previous["wal"] = set_default_wal(plane_wal)
+    # the process WAL is chosen when first written: connecting creates no log file
+    default_wal = DEFAULT_WAL if wal is None else wal
     switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)
     switch = KillSwitch(switch_store, wal=default_wal)
     policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
     limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
     # This pod's own part of the limit windows and its own approval requests: an agent's
     # Redis user with --agent <ns>/<pod> may write only these.
-    identity = local_identity(s.namespace)
+    identity = local_identity(s.namespace, pod)
     limit_store = RedisLimitStore(s.url, part=identity)
     approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=identity)
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)
     for reader in (switch_store, policy, limit_source):
         reader.start()
-    previous.update(switch=get_kill_switch(), limits=get_limit_source(), store=peek_limit_store(),
-                    approvals=get_approval_provider(), policy=get_policy_source())
-    set_kill_switch(switch)
-    set_limit_store(limit_store)
-    set_limit_source(limit_source)
-    set_approval_provider(approvals)
-    set_policy_source(policy)
+    if install:
+        previous.update(switch=get_kill_switch(), limits=get_limit_source(), store=peek_limit_store(),
+                        approvals=get_approval_provider(), policy=get_policy_source())
+        set_kill_switch(switch)
+        set_limit_store(limit_store)
+        set_limit_source(limit_source)
+        set_approval_provider(approvals)
+        set_policy_source(policy)
     conn = PlaneConnection(s, switch_store, switch, limit_store, limit_source, approval_store, approvals, policy,
-                           wal=wal, _previous=previous)
+                           wal=plane_wal, _previous=previous)
     if heartbeat:
         writer = HeartbeatWriter(s.url, namespace=s.namespace, agent=s.agent, state=conn.state, prefix=s.prefix,
-                                 interval=s.heartbeat_interval)
+                                 interval=s.heartbeat_interval, pod=pod)
         for reader in (switch_store, policy, limit_source):
             reader.add_listener(writer.poke)
         try:
@@ -406,7 +442,8 @@ def _build(s: PlaneSettings, heartbeat: bool) -> PlaneConnection:
             raise ConfigurationError(f"{exc}: the agent's heartbeat could not be written; check the URL and the "
                                      f"Redis user's rights (docs/policy-plane.md, Access)") from None
         conn.heartbeat = writer
-        atexit.register(writer.close)
+        if install:
+            atexit.register(writer.close)
     return conn
 
 
