@@ -16,6 +16,12 @@ field (one ``HEXISTS``). When it is missing (a fresh installation, or data loss)
 3. sets the field (``Projector.mark_synced``), unless the pending key is gone (the
    server lost its data again meanwhile: start over).
 
+A Redis restored from an older snapshot still holds the field (an old one). So each check
+also reads the change counter: lower than the last one seen means the plane went back in
+time. The task then removes the field (``Projector.unmark``) and proceeds as above; the
+field it sets at the end is a new value, which tells readers that noticed the regression
+themselves that the plane is whole again.
+
 Invariants:
 - It never writes a document itself: documents are written only by kopf's handlers, so
   a paused standby replica (whose handlers do not run) never sets the marker, and a
@@ -52,6 +58,8 @@ class SyncMarker:
         self.interval = interval
         self.pending: tuple[str, float] | None = None  # (nonce, since: monotonic)
         self.marked = 0
+        self.went_back = 0  # times the plane was seen going back in time
+        self.last_rev: int | None = None  # the change counter at the last check
         self._waiting_logged: frozenset[str] = frozenset()
 
     async def _list(self, plural: str) -> list[dict[str, Any]]:
@@ -84,6 +92,15 @@ class SyncMarker:
     async def step(self) -> None:
         """One check (see the module doc). Raises on Redis or API failures."""
         projector = self.ctx.projector
+        rev = await projector.plane_rev()  # before the marker: a restore in between is seen next time
+        last, self.last_rev = self.last_rev, rev
+        if rev is not None and last is not None and rev < last:
+            self.went_back += 1
+            self.pending = None
+            await projector.unmark()
+            log.warning("the policy plane went back in time (%s is %d, it was %d: Redis restored from an older "
+                        "snapshot): synced marker %s removed; every resource is projected again",
+                        projector.keys.rev, rev, last, projector.keys.synced)
         if await projector.is_synced():
             self.pending = None
             return
