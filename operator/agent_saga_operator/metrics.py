@@ -7,6 +7,9 @@
     agentsaga_operator_redis_errors_total{kind}                 policy-plane failures
     agentsaga_operator_objects{kind}                            objects this replica manages
     agentsaga_operator_killswitches_engaged                     KillSwitches in force now
+    agentsaga_operator_plane_synced                             1 while the synced marker is set
+    agentsaga_operator_plane_rev                                the policy plane's change counter
+    agentsaga_operator_plane_reprojections_total{cause}         full re-projections (lost, went_back)
 
 ``trigger`` is create / update / resume / resync / delete / expire; ``result`` is ok or
 error. Projection lag is measured from the latest spec write the API server recorded
@@ -31,6 +34,9 @@ from prometheus_client import (
 __all__ = [
     "KILLSWITCHES_ENGAGED",
     "OBJECTS",
+    "PLANE_REPROJECTIONS",
+    "PLANE_REV",
+    "PLANE_SYNCED",
     "PROJECTIONS",
     "PROJECTION_LAG",
     "RECONCILES",
@@ -58,6 +64,14 @@ PROJECTIONS = Counter(
 REDIS_ERRORS = Counter("agentsaga_operator_redis_errors", "Policy-plane (Redis) failures.", ["kind"])
 OBJECTS = Gauge("agentsaga_operator_objects", "Objects this replica currently manages.", ["kind"])
 KILLSWITCHES_ENGAGED = Gauge("agentsaga_operator_killswitches_engaged", "KillSwitches in force now.")
+PLANE_SYNCED = Gauge("agentsaga_operator_plane_synced",
+                     "1 while the policy plane carries this operator's synced marker, 0 while it re-projects.")
+PLANE_REV = Gauge("agentsaga_operator_plane_rev", "The policy plane's change counter at the last marker check.")
+PLANE_REPROJECTIONS = Counter(
+    "agentsaga_operator_plane_reprojections",
+    "Full re-projections begun: cause lost (no marker: a fresh or wiped Redis) or went_back (an older snapshot).",
+    ["cause"],
+)
 
 
 def last_spec_write(meta: Mapping[str, Any]) -> datetime | None:
