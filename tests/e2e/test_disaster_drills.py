@@ -8,7 +8,7 @@ policy plane was whole again, and what the agent refused meanwhile.
 
 One fleet serves the module (a namespace, Redis, the operator, one agent, a KillSwitch,
 a BudgetLimit, a SagaPolicy and a ModelRoute): each drill starts from a healthy fleet and
-leaves one behind, in file order. The intervals are short (resync 2 s, marker check 2 s,
+leaves one behind, in file order. The intervals are short (resync 1 s, marker check 2 s,
 the agent's kill-switch reads 0.2 s apart and a grace window of 1 s); nothing waits for
 wall-clock time to pass, everything polls with a deadline.
 """
@@ -66,7 +66,7 @@ class Fleet:
         operator_key, _ = generate_signing_key(tmp / "operator.pem")
         self.approver_key, public = generate_signing_key(tmp / "risk.pem")
         Path(public).write_text(approver_header([APPROVER]) + Path(public).read_text())
-        self.args = ["--standalone", "--resync-interval", "2", "--usage-interval", "0.5", "--retry-delay", "0.5",
+        self.args = ["--standalone", "--resync-interval", "1", "--usage-interval", "0.5", "--retry-delay", "0.5",
                      "--approval-poll-interval", "0.5", "--health-host", "127.0.0.1",
                      "--approval-signing-key", operator_key, "--approval-keys", public]
         self.starts = 0
@@ -216,7 +216,7 @@ def report(name: str, **numbers: Any) -> None:
 
 
 # ---------------------------------------------------------------------- the operator down
-READS = 12  # kill-switch reads 0.2 s apart: more than twice the agent's grace window
+READS = 8  # kill-switch reads 0.2 s apart: longer than the agent's grace window
 
 
 def test_drill_operator_down(fleet: Fleet) -> None:
