@@ -159,6 +159,10 @@ class Context:
     #: (kind, "<ns>/<name>") -> monotonic instant the last completed reconciliation began
     #: (``marker.SyncMarker`` waits for every resource to have one after a data loss).
     projected: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: ``<Kind> <ns>/<name>`` of the first document a periodic resync found changed and
+    #: wrote again although its generation was already projected: the policy plane changed
+    #: behind the operator (a restore, a hand edit). ``marker.SyncMarker`` takes it.
+    drifted: str | None = None
     #: The agent heartbeats last read (``acks.Fleet``; None until the first read).
     fleet: Any = None
     #: (kind, "<ns>/<name>") -> ``acks.Tracked``: the resources whose status follows the

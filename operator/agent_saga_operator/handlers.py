@@ -144,6 +144,8 @@ async def reconcile(
         if outcome.rev:
             metrics.PROJECTIONS.labels(kind, "put" if outcome.engaged is not False else "delete").inc()
             metrics.observe_lag(kind, meta, now)
+            if trigger == "resync" and kind in _PROJECTED_KINDS and _was_projected(status, generation):
+                ctx.drifted = ctx.drifted or f"{kind} {who.id}"
         _track(ctx, kind, who.id, outcome)
         ctx.projected[(kind, who.id)] = began
     except BaseException:
@@ -153,6 +155,12 @@ async def reconcile(
     finally:
         metrics.RECONCILES.labels(kind, trigger, result).inc()
         metrics.RECONCILE_SECONDS.labels(kind).observe(time.perf_counter() - started)
+
+
+def _was_projected(status: Mapping[str, Any], generation: int) -> bool:
+    """Did the status say this generation was in the policy plane before this run?"""
+    synced = find(status.get("conditions"), SYNCED)
+    return synced is not None and synced.get("status") == "True" and status.get("observedGeneration") == generation
 
 
 def _track(ctx: Context, kind: str, id_: str, outcome: Outcome) -> None:

@@ -16,6 +16,14 @@ field (one ``HEXISTS``). When it is missing (a fresh installation, or data loss)
 3. sets the field (``Projector.mark_synced``), unless the pending key is gone (the
    server lost its data again meanwhile: start over).
 
+A Redis restored from an older snapshot still holds the field (an old one). Two signs
+tell the task the plane went back in time: the change counter is lower than at the last
+check, or a periodic resync had to write a document whose generation was already
+projected (``Context.drifted``: the resync overtook the counter, or someone edited the
+plane by hand). The task then removes the field (``Projector.unmark``) and proceeds as
+above; the field it sets at the end is a new value, which tells readers that noticed the
+regression themselves that the plane is whole again.
+
 Invariants:
 - It never writes a document itself: documents are written only by kopf's handlers, so
   a paused standby replica (whose handlers do not run) never sets the marker, and a
@@ -31,6 +39,7 @@ import secrets
 import time
 from typing import Any, cast
 
+from . import metrics
 from .config import Context
 from .models import GROUP, KINDS, VERSION
 
@@ -52,6 +61,8 @@ class SyncMarker:
         self.interval = interval
         self.pending: tuple[str, float] | None = None  # (nonce, since: monotonic)
         self.marked = 0
+        self.went_back = 0  # times the plane was seen going back in time
+        self.last_rev: int | None = None  # the change counter at the last check
         self._waiting_logged: frozenset[str] = frozenset()
 
     async def _list(self, plural: str) -> list[dict[str, Any]]:
@@ -84,17 +95,37 @@ class SyncMarker:
     async def step(self) -> None:
         """One check (see the module doc). Raises on Redis or API failures."""
         projector = self.ctx.projector
-        if await projector.is_synced():
+        rev = await projector.plane_rev()  # before the marker: a restore in between is seen next time
+        last, self.last_rev = self.last_rev, rev
+        metrics.PLANE_REV.set(rev or 0)
+        drifted, self.ctx.drifted = self.ctx.drifted, None  # while re-projecting, drift is expected
+        went_back = rev is not None and last is not None and rev < last
+        synced, cause = await projector.is_synced(), "lost"
+        if synced and (went_back or drifted):
+            self.went_back += 1
+            await projector.unmark()
+            synced = False
+            why = (f"{projector.keys.rev} is {rev}, it was {last}" if went_back else
+                   f"the resync had to write {drifted} again although it was projected")
+            log.warning("the policy plane went back in time (%s: Redis restored from an older snapshot, or edited "
+                        "by hand): synced marker %s removed; every resource is projected again", why,
+                        projector.keys.synced)
+            cause = "went_back"
+        if synced:
+            metrics.PLANE_SYNCED.set(1)
             self.pending = None
             return
+        metrics.PLANE_SYNCED.set(0)
         if self.pending is None:
+            metrics.PLANE_REPROJECTIONS.labels(cause).inc()
             nonce = secrets.token_hex(8)
             since = time.monotonic()
             await projector.begin_sync(nonce)
             self.pending = (nonce, since)
-            log.warning("the policy plane carries no synced marker (%s: a fresh installation, or the server "
-                        "lost its data): agents keep their last known kill switches until every resource is "
-                        "projected again", projector.keys.synced)
+            if cause == "lost":
+                log.warning("the policy plane carries no synced marker (%s: a fresh installation, or the server "
+                            "lost its data): agents keep their last known kill switches until every resource "
+                            "is projected again", projector.keys.synced)
         nonce, since = self.pending
         waiting = await self.awaiting(since)
         if waiting:
@@ -110,6 +141,7 @@ class SyncMarker:
             log.warning("the policy plane lost its data again during the projection: projecting again")
             return
         self.marked += 1
+        metrics.PLANE_SYNCED.set(1)
         log.info("every resource is in the policy plane: synced marker %s set (rev %d)", projector.keys.synced, rev)
 
     async def run(self, stopped: asyncio.Event) -> None:

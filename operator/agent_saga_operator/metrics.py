@@ -9,6 +9,9 @@
     agentsaga_operator_killswitches_engaged                     KillSwitches in force now
     agentsaga_operator_ack_notifications_total                  agent heartbeat notifications received
     agentsaga_operator_ack_reads_total                          reads of every heartbeat (tally steps)
+    agentsaga_operator_plane_synced                             1 while the synced marker is set
+    agentsaga_operator_plane_rev                                the policy plane's change counter
+    agentsaga_operator_plane_reprojections_total{cause}         full re-projections (lost, went_back)
 
 State, read from this replica's memory at each scrape (``StateCollector``; a standby
 replica exports no series):
@@ -51,6 +54,9 @@ __all__ = [
     "ACK_READS",
     "KILLSWITCHES_ENGAGED",
     "OBJECTS",
+    "PLANE_REPROJECTIONS",
+    "PLANE_REV",
+    "PLANE_SYNCED",
     "PROJECTIONS",
     "PROJECTION_LAG",
     "RECONCILES",
@@ -85,6 +91,15 @@ ACK_NOTIFICATIONS = Counter("agentsaga_operator_ack_notifications",
                             "Agent heartbeat notifications received (an applied state changed).")
 ACK_READS = Counter("agentsaga_operator_ack_reads",
                     "Reads of every live heartbeat by the acknowledgement tally (one per burst of notifications).")
+
+PLANE_SYNCED = Gauge("agentsaga_operator_plane_synced",
+                     "1 while the policy plane carries this operator's synced marker, 0 while it re-projects.")
+PLANE_REV = Gauge("agentsaga_operator_plane_rev", "The policy plane's change counter at the last marker check.")
+PLANE_REPROJECTIONS = Counter(
+    "agentsaga_operator_plane_reprojections",
+    "Full re-projections begun: cause lost (no marker: a fresh or wiped Redis) or went_back (an older snapshot).",
+    ["cause"],
+)
 
 
 @dataclass(frozen=True, slots=True)

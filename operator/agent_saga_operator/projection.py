@@ -322,6 +322,15 @@ return rev
         """Does the policy plane carry this operator's synced marker?"""
         return bool(await self._io("hexists", lambda: self.client.hexists(self.keys.synced, self.WRITER)))
 
+    async def plane_rev(self) -> int | None:
+        """The change counter (``None``: none, the plane is empty)."""
+        rev = await self._io("get", lambda: self.client.get(self.keys.rev))
+        return None if rev is None else int(rev)
+
+    async def unmark(self) -> None:
+        """Remove this operator's synced marker field (the plane is not whole any more)."""
+        await self._io("hdel", lambda: self.client.hdel(self.keys.synced, self.WRITER))
+
     # ------------------------------------------------------------------ reads
     async def get(self, kind: str, id_: str) -> dict[str, Any] | None:
         """The document ``id_`` of ``kind``, or ``None``."""

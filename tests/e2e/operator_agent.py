@@ -1,6 +1,6 @@
 """A test agent: a separate process using only the runtime library with Redis stores.
 
-    python tests/e2e/operator_agent.py REDIS_URL NAMESPACE WAL_DIR [APPROVAL_TIMEOUT]
+    python tests/e2e/operator_agent.py REDIS_URL NAMESPACE WAL_DIR [APPROVAL_TIMEOUT [SWITCH_GRACE]]
 
 It reads the policy plane exactly as a pod would (kill switch, limits from the
 operator's BudgetLimit documents, approvals through Redis) and never talks to the
@@ -12,6 +12,7 @@ answer is one JSON line ``{"id", "ok", "error", "kind"}`` on stdout:
     {"id": 3, "op": "step", "saga": "s1", "tool": "...", "amount": 1} a step in an open saga
     {"id": 4, "op": "close", "saga": "s1"}                          leave its scope
     {"id": 5, "op": "call", "tool": "wire.final", "semantics": "IRREVERSIBLE", "amount": 5}
+    {"id": 6, "op": "status"}    the readers' state: reloads, data_lost, connected (switch, limits)
 
 A "call" of an IRREVERSIBLE tool waits for a human (ApprovalGateway, RedisApprovalStore)
 for APPROVAL_TIMEOUT seconds, or for the command's own ``"approval_timeout"``: a request a
@@ -43,9 +44,10 @@ from agent_saga.controls import (
 async def main() -> None:
     url, namespace, wal_dir = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     timeout = float(sys.argv[4]) if len(sys.argv) > 4 else 30.0
+    grace = float(sys.argv[5]) if len(sys.argv) > 5 else 5.0
     wal_dir.mkdir(parents=True, exist_ok=True)
     wal = FileWAL(str(wal_dir / "agent.wal"))
-    switch_store = RedisSwitchStore(url, grace=5, heartbeat=0.2, namespaces=[namespace])
+    switch_store = RedisSwitchStore(url, grace=grace, heartbeat=0.2, namespaces=[namespace])
     switch_store.start()
     source = RedisLimitSource(url, namespaces=[namespace], heartbeat=0.5)
     source.start()
@@ -112,6 +114,11 @@ async def main() -> None:
             elif op == "step":
                 await step(open_sagas[cmd["saga"]][0], cmd)
                 await answer(cid, True)
+            elif op == "status":
+                await answer(cid, True, switch={"reloads": switch_store.reloads, "data_lost": switch_store.data_lost,
+                                                "connected": switch_store.connected},
+                             limits={"reloads": source.reloads, "data_lost": source.data_lost,
+                                     "connected": source.connected})
             elif op == "close":
                 _, _, done, task = open_sagas.pop(cmd["saga"])
                 done.set()

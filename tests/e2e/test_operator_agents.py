@@ -62,10 +62,10 @@ def operator(crds: KubeCluster, fresh_redis: RedisServer, ns: str, tmp_path: Pat
 class Agent(AgentProcess):
     """One ``operator_agent.py`` process; ``send`` a command and wait for its answer."""
 
-    def __init__(self, url: str, ns: str, wal_dir: Path, approval_timeout: float = 30.0) -> None:
+    def __init__(self, url: str, ns: str, wal_dir: Path, approval_timeout: float = 30.0, grace: float = 5.0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "runtime"), env.get("PYTHONPATH", "")])
-        super().__init__([sys.executable, str(AGENT), url, ns, str(wal_dir), str(approval_timeout)], env,
+        super().__init__([sys.executable, str(AGENT), url, ns, str(wal_dir), str(approval_timeout), str(grace)], env,
                          wal_dir.with_suffix(".stderr"), ready_timeout=STARTED)
 
     def send(self, op: str, timeout: float = DEADLINE, **kw: Any) -> dict[str, Any]:

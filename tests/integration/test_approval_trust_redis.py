@@ -175,8 +175,9 @@ async def test_a_key_approves_only_as_the_approver_it_is_bound_to(plane: Plane, 
 async def test_after_a_data_loss_an_unsigned_approval_is_refused(plane: Plane, fresh_redis: RedisServer,
                                                                  tmp_path: Path) -> None:
     """The agent trusts only published keys (no AGENT_SAGA_APPROVAL_KEYS). Keys were
-    published when it asked; the server then loses its data (the keys with it) and an
-    unsigned approval is written for its next request: refused, not accepted."""
+    published when it asked; the server then loses its data (the keys with it): the
+    waiting agent stores its request again as it was (no decision) and it expires. An
+    unsigned approval is then written for its next request: refused, not accepted."""
     risk, _ = plane.key("risk.pem", "risk@corp")
     plane.publish(risk, "risk@corp")
     wal = FileWAL(tmp_path / "w.wal")
@@ -189,7 +190,10 @@ async def test_after_a_data_loss_an_unsigned_approval_is_refused(plane: Plane, f
         admin.close()
         preload_scripts(plane.op)  # the operator loads the scripts again; it has not republished yet
     outs = await asyncio.gather(gw.request_approval(call("s-before"), PENDING), lose_data())
-    assert not outs[0].approved and "disappeared" in outs[0].note
+    assert not outs[0].approved and "expiry denies" in outs[0].note, outs[0].note
+    remade = [r.payload for r in [x async for x in wal.read_all()]
+              if r.type == "APPROVAL_RESUMED" and r.payload["request_id"] == outs[0].request_id]
+    assert remade and "disappeared from the store" in remade[0]["note"], remade
     assert not plane.op.exists(f"{P}:approval:keys")
 
     async def unsigned() -> None:

@@ -165,3 +165,41 @@ def test_the_write_scripts_set_the_marker_with_the_document():
     for script in (RedisSwitchStore.LUA_PUT, RedisSwitchStore.LUA_DELETE):
         assert "redis.call('HSET', KEYS[4]" in script
     assert RedisSwitchStore.WRITER == "store"
+
+
+async def test_a_plane_gone_back_in_time_keeps_a_later_halt_until_the_operator_vouches_again(plane, clock):
+    """Redis restored from an older snapshot: ``rev`` lower than one read, the marker's
+    old value present. A halt engaged after the snapshot is not lifted; the plane is
+    trusted again only once the operator writes its marker anew."""
+    redis, store = plane, make(clock, grace=30)
+    ks = KillSwitch(store, clock=clock)
+    c = redis.client
+    redis.halt(clock, "tool:wire.send")
+    c.hset(f"{K}:synced", "operator", '{"rev":10}')
+    c.set(f"{K}:rev", 10)
+    store._load(c)
+    snapshot = {k: c.dump(k) for k in c.keys(f"{K}:*")}
+    redis.halt(clock, "tool:stripe.*")  # engaged after the snapshot
+    c.set(f"{K}:rev", 12)
+    store._load(c)
+    assert store.top_rev == 12 and await refusal(ks, "stripe.charge")
+
+    c.flushall()  # restored from the snapshot: the old documents, the old marker, rev 10
+    for k, v in snapshot.items():
+        c.restore(k, 0, v)
+    store._load(c)
+    assert store.data_lost and "went back in time" in store.data_lost and "is 10" in store.data_lost
+    assert await refusal(ks, "stripe.charge"), "a halt engaged after the snapshot is not lifted"
+    assert ks.status()["posture"] == "degraded"
+    clock.advance(31)
+    assert await refusal(ks, "search.docs"), "past grace, the kill switch fails closed"
+
+    # the operator re-projects, then writes its marker anew
+    redis.put(Lever.new("Halt", "tool:stripe.*", reason="fraud pattern", by="soc@corp", now=clock.time()))
+    c.set(f"{K}:rev", 11)
+    store._load(c)
+    assert store.data_lost, "documents alone, under the old marker, are not the whole plane"
+    c.hset(f"{K}:synced", "operator", '{"rev":11}')
+    store._load(c)
+    assert store.data_lost is None and store.top_rev == 11 and ks.status()["posture"] == "ok"
+    assert await refusal(ks, "stripe.charge") and await refusal(ks, "search.docs") is None

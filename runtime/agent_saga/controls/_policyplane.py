@@ -29,6 +29,11 @@ What the base does, so a reader only says how to read its documents:
   (or the ``AUTHORITY`` field is, for a kind only that writer writes). A reader that has
   never seen a field takes what it finds: an empty plane without a marker is a fresh
   installation.
+- Going back in time. ``P:rev`` lower than one this process has adopted means the server
+  was restored from an older snapshot: its documents (and its marker) are old. The
+  marker's field values present at that read are remembered as stale; a field counts as
+  present only once its value differs (its writer wrote it again: the operator after
+  re-projecting every resource), so the same rule as for a lost marker applies.
 - Failure bookkeeping: ``connected``, ``last_error`` (never with a password), ``reloads``,
   ``writers_seen``; a failed read raises the reader's ``UNAVAILABLE`` error (a
   ``StoreUnavailable``) and calls ``_on_lost``. What the reader then honours and for how
@@ -106,6 +111,14 @@ def about_kind(kind: str, data: Any) -> bool:
     return not isinstance(found, str) or _norm(found) in (_norm(kind), "policyplane")
 
 
+def _rev_number(rev: Any) -> int | None:
+    """``P:rev`` as read (bytes, str or nil) as a number; ``None`` when absent or unreadable."""
+    try:
+        return None if rev is None else int(rev)
+    except (TypeError, ValueError):
+        return None
+
+
 def _norm(kind: str) -> str:
     return kind.replace("-", "").replace("_", "").lower()
 
@@ -132,7 +145,8 @@ class PolicyPlaneReader:
     # KEYS[1] the kind's index   KEYS[2] the change counter   KEYS[3] the synced marker
     # ARGV[1] the documents' key prefix ("P:v1:<slug>:")   ARGV[2] "1": keep only the
     # namespaces ARGV[3..] ("0": every namespace)
-    # One atomic read: {rev or nil, marker fields, ids, documents} (an id whose document
+    # One atomic read: {rev or nil, marker fields and values (flat, as HGETALL), ids,
+    # documents} (an id whose document
     # is missing is left out). The document keys are derived from the index, as the
     # operator writes them; on a Redis Cluster the "{agentsaga}" prefix puts them all in
     # the index's slot.
@@ -152,7 +166,7 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     end
   end
 end
-return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
+return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
 """
 
     def __init__(
@@ -188,6 +202,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         self._scrub = self._target.scrub
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
+        self._load_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -200,6 +215,10 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         self.writers_seen: frozenset[str] = frozenset()
         #: Set while the marker is missing after having been seen (data loss).
         self.data_lost: str | None = None
+        #: The highest ``P:rev`` adopted (a lower one later: restored from an older snapshot).
+        self.top_rev: int | None = None
+        #: The marker's values when the plane went back in time (``None``: it has not).
+        self._stale_marks: dict[str, str] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._initial_state()
 
@@ -292,19 +311,20 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         return s
 
     def _read(self, client: Any, *, retries: int | None = None, deadline: float | None = None,
-              on_repeat: OnRepeat | None = None) -> tuple[Any, frozenset[str], list[tuple[str, Any]]]:
-        """``(rev, marker fields, [(id, raw document)])`` in one atomic round trip (repeated
-        at most ``retries`` times, default the reader's, and not after ``deadline``)."""
+              on_repeat: OnRepeat | None = None) -> tuple[Any, dict[str, str], list[tuple[str, Any]]]:
+        """``(rev, {marker field: value}, [(id, raw document)])`` in one atomic round trip
+        (repeated at most ``retries`` times, default the reader's, and not after ``deadline``)."""
         args = [f"{self.prefix}:{self.SLUG}:", "0" if self.namespaces is None else "1",
                 *sorted(self.namespaces or ())]
         run = self._script(client, self.LUA_READ)
         rev, fields, ids, raws = self._repeated(
             client, lambda: run(keys=[self.index_key, self.rev_key, self.synced_key], args=args, client=client),
             retries=retries, deadline=deadline, on_repeat=on_repeat)
-        writers = frozenset(f.decode() if isinstance(f, bytes) else str(f) for f in fields or ())
+        flat = [f.decode() if isinstance(f, bytes) else str(f) for f in fields or ()]
+        marks = dict(zip(flat[::2], flat[1::2], strict=True))
         docs = sorted(zip((i.decode() if isinstance(i, bytes) else str(i) for i in ids or ()), raws or (),
                           strict=True))
-        return rev, writers, docs
+        return rev, marks, docs
 
     def _repeated(self, client: Any, read: Callable[[], Any], *, retries: int | None = None,
                   deadline: float | None = None, on_repeat: OnRepeat | None = None) -> Any:
@@ -320,34 +340,57 @@ return {redis.call('GET', KEYS[2]), redis.call('HKEYS', KEYS[3]), ids, docs}
         return self._target.unavailable(self.UNAVAILABLE, message, exc, store=self.describe())
 
     def _load(self, client: Any) -> None:
-        """One read, then adopt it (or note the data loss). Raises ``UNAVAILABLE``."""
+        """One read, then adopt it (or note the data loss). Raises ``UNAVAILABLE``.
+
+        Loads run one at a time: a read overtaken by a later one must not look like the
+        plane going back in time."""
+        with self._load_lock:
+            self._load_once(client)
+
+    def _load_once(self, client: Any) -> None:
         try:
-            rev, writers, docs = self._read(client)
+            rev, marks, docs = self._read(client)
         except Exception as exc:
             self._lost(exc)
             raise self._unavailable(f"{self.describe()} could not be read", exc) from exc
+        number = _rev_number(rev)
+        went_back = self._stale_marks is None and number is not None and self.top_rev is not None \
+            and number < self.top_rev
+        if went_back:
+            self._stale_marks = dict(marks)
+        # A field still holding the value it had when the plane went back in time is as
+        # good as missing: its writer has not vouched for the restored plane yet.
+        writers = frozenset(f for f, v in marks.items() if self._stale_marks is None or self._stale_marks.get(f) != v)
         missing = self.writers_seen - writers
         if missing and (self.AUTHORITY is None or self.AUTHORITY not in writers):
-            self._marker_lost(missing)
+            self._marker_lost(missing, went_back=self._stale_marks is not None, rev=number)
             return
         self._apply(docs)
         with self._lock:
             restored, self.data_lost = self.data_lost, None
             self.writers_seen |= writers
             self._rev = rev
+            self._stale_marks = None
+            if number is not None:  # loads are serial: a lower rev adopted here starts a new timeline
+                self.top_rev = number
             self.connected = True
             self.reloads += 1
         if restored is not None:
             self._on_restored(writers)
         self._changed()
 
-    def _marker_lost(self, missing: frozenset[str]) -> None:
+    def _marker_lost(self, missing: frozenset[str], *, went_back: bool = False, rev: int | None = None) -> None:
         with self._lock:
             first = self.data_lost is None
             self.connected = True
             self.reloads += 1
             self._rev = _NEVER  # re-read on every heartbeat until the marker is back
-            if first:
+            if first and went_back:
+                self.data_lost = (f"{self.describe()} went back in time: {self.rev_key} is {rev}, this process "
+                                  f"had read {self.top_rev} (restored from an older snapshot); the synced "
+                                  f"marker's writer {', '.join(sorted(missing))} has not vouched for it "
+                                  f"since{self.DATA_LOST_SUFFIX}")
+            elif first:
                 self.data_lost = (f"{self.describe()} lost its data: the policy plane's synced marker "
                                   f"({self.synced_key}, writer {', '.join(sorted(missing))}) is gone "
                                   f"(FLUSHALL, or a restart without persistence){self.DATA_LOST_SUFFIX}")

@@ -334,9 +334,26 @@ class ApprovalGateway:
             await self._clock.sleep(wait if wait > 0 else self._poll / 10)
             latest = await asyncio.to_thread(self.store.get, rid)
             if latest is None:
-                return self._deny_locally(request, rid, current.arguments_digest,
-                                          f"approval request {rid} disappeared from {self.store.describe()}")
+                latest = await self._remake(request, current)
             current = self._pin(latest)
+
+    async def _remake(self, request: StepRequest, current: ApprovalRequest) -> ApprovalRequest:
+        """The request vanished from the store before its deadline (the policy plane lost
+        its data, or was restored from an older snapshot): store it again as this agent
+        made it, with no decision (none is assumed from before the loss), and keep
+        waiting. The operator mirrors it into the ``Approval`` that already exists."""
+        again = replace(current.with_decision(None), consumed_at=None, consumed_by=None)
+        stored, created = await asyncio.to_thread(self.store.create, again)
+        if created:
+            log.warning("approval request %s disappeared from %s before its deadline (the policy plane lost its "
+                        "data?): stored again as it was asked, without any decision; still waiting until %s",
+                        again.id, self.store.describe(), format_instant(again.deadline))
+            seq = self.wal.append(RESUMED, request.saga_id, request.step_id, {
+                **self._about(again), "state": "Pending",
+                "note": "the request disappeared from the store: stored again as it was asked, no decision kept",
+            })
+            await self.wal.barrier(seq)
+        return stored
 
     async def _escalate(self, request: StepRequest, current: ApprovalRequest, now: float) -> ApprovalOutcome | None:
         for level, (targets, after_s) in enumerate(current.levels):

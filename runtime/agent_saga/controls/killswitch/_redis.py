@@ -233,10 +233,9 @@ return cur
         self._degrade(lambda until: f"{self.data_lost}: honouring the last known levers until {until} (grace "
                                     f"{self.grace:g}s), then refusing everything until it is re-projected",
                       once=False)
-        log.warning("%s: the policy plane lost its data (synced marker %s gone, writer %s); an empty "
-                    "index is not read as 'no levers': the last known levers are honoured for %gs, then "
-                    "every call is refused until the plane is re-projected",
-                    self.describe(), self.synced_key, ", ".join(sorted(missing)), self.grace)
+        log.warning("%s; an empty or old index is not read as the levers in force: the last known levers are "
+                    "honoured for %gs, then every call is refused until the plane is re-projected",
+                    self.data_lost, self.grace)
 
     def _on_lost(self, error: str, first: bool) -> None:
         """The store stopped answering: honour the last known levers for ``grace``."""

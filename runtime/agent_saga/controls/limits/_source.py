@@ -206,11 +206,10 @@ class RedisLimitSource(PolicyPlaneReader):
         """Keep the last known definitions (never the empty or partial state)."""
         self.last_error = None
         if first:
-            log.warning("%s: the policy plane lost its data (synced marker %s gone, writer %s); an empty or "
-                        "partial index is not read as 'no limits': the last %d known limit definition(s) stay "
-                        "in force until the operator re-projects them and sets its synced marker again. Spend "
-                        "windows kept in a Redis without persistence restarted empty.",
-                        self.describe(), self.synced_key, ", ".join(sorted(missing)), len(self._snapshot.limits))
+            log.warning("%s; an empty, partial or old index is not read as the limits in force: the last %d known "
+                        "limit definition(s) stay in force until the operator re-projects them and sets its synced "
+                        "marker again. Spend windows kept in a Redis without persistence restarted empty.",
+                        self.data_lost, len(self._snapshot.limits))
 
 
 def _about_limits(data: Any) -> bool:

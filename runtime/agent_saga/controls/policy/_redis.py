@@ -197,9 +197,8 @@ class RedisPolicySource(PolicyPlaneReader):
     def _on_data_lost(self, missing: frozenset[str], first: bool) -> None:
         self._degrade(str(self.data_lost))
         if first:
-            log.warning("%s: the policy plane lost its data (synced marker gone, writer %s): the last known "
-                        "SagaPolicies hold for %gs, then every call is refused until they are re-projected",
-                        self.describe(), ", ".join(sorted(missing)), self.grace)
+            log.warning("%s: the last known SagaPolicies hold for %gs, then every call is refused until they are "
+                        "re-projected", self.data_lost, self.grace)
 
     def _on_restored(self, writers: frozenset[str]) -> None:
         log.warning("%s: the policy plane's synced marker is back (%s): the SagaPolicies in Redis are "
