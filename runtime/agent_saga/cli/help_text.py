@@ -284,7 +284,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "appliesTo). Exit 0 nothing the gate does changes, 1 stricter only, 3 something looser "
         "(or a change that cannot be ordered), 2 an invalid file.",
         ("agent-saga policy diff policy.yaml proposed.yaml",
-         "agent-saga policy diff policy.yaml proposed.yaml --markdown > diff.md"),
+         "agent-saga policy diff policy.yaml proposed.yaml --markdown   # a pull-request comment"),
     ),
     "limits": (
         "Replay proposed BudgetLimits over a recorded log.",

@@ -23,29 +23,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..clocks import parse_duration
 from ..controls.policy import PolicyError, PolicyInForce, load_policy_file, policies_from_documents
 from ..errors import ConfigurationError, SagaError
-from ..records import Record
-from ..review import (
-    diff_exit_code,
-    diff_markdown,
-    diff_policies,
-    diff_text,
-    limits_markdown,
-    limits_text,
-    load_limit_file,
-    policy_set,
-    recorded_calls,
-    replay_limits,
-    replay_markdown,
-    replay_policies,
-    replay_text,
-)
 from ..wal.readers import FileLogReader, LogReader, open_reader
 from .keys import add_key_option, encryptor_from_args
+
+if TYPE_CHECKING:
+    from ..records import Record
+
+# The review modules (the gate, the limit store) are imported by the commands that use
+# them: every other `agent-saga` command starts without them.
 
 __all__ = ["add_policy_commands", "register"]
 
@@ -186,6 +176,8 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str, markdown: st
 # --------------------------------------------------------------------------- commands
 def cmd_replay(args: argparse.Namespace) -> int:
     """``agent-saga policy replay``."""
+    from ..review import policy_set, recorded_calls, replay_markdown, replay_policies, replay_text
+
     try:
         proposed = _policies(args.proposed)
         current = _policies(args.current)
@@ -223,6 +215,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """``agent-saga policy diff``."""
+    from ..review import diff_exit_code, diff_markdown, diff_policies, diff_text
+
     try:
         old = load_policy_file(args.old)
         new = load_policy_file(args.new)
@@ -248,6 +242,14 @@ def _by_tool(changes: list[Any]) -> dict[str, list[dict[str, Any]]]:
 
 def cmd_limits_replay(args: argparse.Namespace) -> int:
     """``agent-saga limits replay``."""
+    from ..review import (
+        limits_markdown,
+        limits_text,
+        load_limit_file,
+        recorded_calls,
+        replay_limits,
+    )
+
     try:
         limits = load_limit_file(args.file)
         encryptor = encryptor_from_args(args)

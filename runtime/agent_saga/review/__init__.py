@@ -40,7 +40,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "._diff": ("Change", "diff_exit_code", "diff_policies"),
     "._limits": ("LimitFileError", "load_limit_file", "replay_limits"),
     "._render": ("diff_markdown", "diff_text", "limits_markdown", "limits_text", "replay_markdown", "replay_text"),
-    "._replay": ("ReplayReport", "ReplayedCall", "policy_set", "replay_calls", "replay_policies"),
+    "._replay": ("ReplayedCall", "ReplayReport", "policy_set", "replay_calls", "replay_policies"),
 }
 
 __all__ = [

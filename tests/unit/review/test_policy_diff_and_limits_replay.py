@@ -97,7 +97,7 @@ def test_the_diff_command_exits_by_the_same_scheme_and_2_naming_the_field(
 
 
 def call(ts_s: float, amount: Any, customer: str = "c1", tool: str = "charge") -> RecordedCall:
-    req = StepRequest("s-%d" % int(ts_s), "s/0", tool, ActionSemantics.COMPENSABLE,
+    req = StepRequest(f"s-{int(ts_s)}", "s/0", tool, ActionSemantics.COMPENSABLE,
                       MappingProxyType({"amount": amount, "customer_id": customer}), (), True)
     return RecordedCall(req, int(ts_s * 1e6))
 

@@ -1,21 +1,27 @@
 """`agent-saga policy replay`: a proposed SagaPolicy over what the agents actually did.
 
 Each test is named after a sentence of docs/gitops.md. The log is written by real sagas
-through a real PreFlightGate (FileWAL on disk); the CLI runs as the console script.
+through a real PreFlightGate (FileWAL on disk); the CLI runs in process (tests/unit/review/test_gitops_doc.py runs the console script, as
+docs/gitops.md does).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_saga import ActionSemantics, ApprovalOutcome, Compensation, FileWAL, PreFlightGate, compensator, saga_scope
+from agent_saga import (
+    ActionSemantics,
+    ApprovalOutcome,
+    Compensation,
+    FileWAL,
+    PreFlightGate,
+    compensator,
+    saga_scope,
+)
 from agent_saga.audit.redaction import redact_records, saga_seqs
 from agent_saga.controls.policy import PolicyInForce, StaticPolicySource, parse_policy
 from agent_saga.errors import GateBlocked
@@ -100,14 +106,6 @@ async def record(path: Path, policy: dict[str, Any] | None = POLICY, agent: str 
     return [r.payload["verdict"] for r in FileLogReader(str(path)).records() if r.type == "GATE_VERDICT"]
 
 
-def console(*args: str) -> subprocess.CompletedProcess[str]:
-    """The installed console script, in a process of its own."""
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_WAL_KEY")}
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, env=env)
-
-
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """The CLI's own ``main`` in this process (a process each costs the suite seconds)."""
@@ -190,13 +188,13 @@ def test_exit_3_when_any_call_becomes_looser(log: Path, tmp_path: Path, cli: Any
     doc = json.loads(r.stdout)
     assert doc["looser"] == 1 and doc["stricter"] == 2
     assert doc["by_tool"]["crm.update"]["changes"] == {"BLOCK -> ALLOW": 1}
-    md = console("policy", "replay", new, "--current", cur, "--wal-path", str(log), "--markdown")
+    md = cli("policy", "replay", new, "--current", cur, "--wal-path", str(log), "--markdown")
     assert md.returncode == 3 and "| `crm.update` :warning: | 1 |" in md.stdout
 
 
 def test_exit_2_for_a_bad_policy_naming_the_field(log: Path, tmp_path: Path, cli: Any) -> None:
     bad = write_policy(tmp_path / "bad.json", {"tools": {"charge": {"semantics": "COMPENSABLE"}}})
-    r = console("policy", "replay", bad, "--wal-path", str(log))
+    r = cli("policy", "replay", bad, "--wal-path", str(log))
     assert r.returncode == 2 and "tools.charge.compensate" in r.stderr
 
 
