@@ -25,6 +25,12 @@ def _when(ts: int | None) -> str:
     return _dt.datetime.fromtimestamp(ts / 1e6, _dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _by(direction: str, example: dict[str, str]) -> str:
+    """Who made the difference: the proposed policy's objection, or the current one's that goes."""
+    by = example["decided_by"]
+    return f"now {by}" if direction == "stricter" else f"was {by}" if by else "no objection"
+
+
 def _verdicts(counts: dict[str, int]) -> str:
     return " / ".join(f"{counts[v]} {_SHORT[v]}" for v in VERDICTS)
 
@@ -64,7 +70,7 @@ def replay_text(r: ReplayReport, meta: dict[str, Any]) -> str:
         for direction in ("looser", "stricter"):
             for x in t.examples[direction]:
                 lines.append(f"  {direction}: {tool} in saga {x['saga']} ({x['step']}): {x['current']} -> "
-                             f"{x['proposed']} ({x['decided_by'] or 'no objection'})")
+                             f"{x['proposed']} ({_by(direction, x)})")
     for line in _unevaluable_lines(r):
         lines.append(f"NOT REPLAYED: {line}")
     lines += [f"note: {n}" for n in meta.get("notes", ())]
@@ -93,7 +99,7 @@ def replay_markdown(r: ReplayReport, meta: dict[str, Any]) -> str:
     if examples:
         lines += ["", "<details><summary>Examples</summary>", ""]
         lines += [f"- {d}: `{tool}` in saga `{x['saga']}`: {x['current']} → {x['proposed']} "
-                  f"({x['decided_by'] or 'no objection'})" for tool, d, x in examples]
+                  f"({_by(d, x)})" for tool, d, x in examples]
         lines += ["", "</details>"]
     if r.unevaluable:
         lines += ["", f"**Not replayed: {r.unevaluated} call(s).**", ""]

@@ -156,8 +156,11 @@ class ReplayReport:
         tool.changes[key] = tool.changes.get(key, 0) + 1
         shown = tool.examples[direction]
         if len(shown) < EXAMPLES:
+            # Who asked or refused: the proposed policy's rule for a stricter call, the
+            # current one's (the objection that goes away) for a looser one.
             shown.append({"saga": req.saga_id, "step": req.step_id, "current": item.current,
-                          "proposed": item.proposed, "decided_by": item.proposed_by or item.current_by})
+                          "proposed": item.proposed,
+                          "decided_by": item.proposed_by if change > 0 else item.current_by})
 
     @property
     def unevaluated(self) -> int:
