@@ -30,7 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_saga import FileWAL
+from agent_saga.chain import GENESIS, seal
+from agent_saga.records import Record, encode_line
 
 STEPS_PER_SAGA = 4
 TOOLS = ("payments.charge", "wire.send", "search_docs", "crm.update")
@@ -56,29 +57,36 @@ BUDGET = {"kind": "List", "items": [
 
 
 def build_log(path: Path, steps: int) -> int:
-    """A log of ``steps`` gated steps; the records written."""
-    wal = FileWAL(path, sync=False)
+    """A log of ``steps`` gated steps, sealed into one hash chain as a FileWAL writes it
+    (``chain.seal``, ``records.encode_line``), without the writer's fsyncs: the bench
+    measures reading. Returns the records written."""
+    prev = GENESIS
     n = 0
+    ts = int(time.time() * 1e6) - steps * 1000
     amounts = (120, 900, 15_000, 40, 2_500, 12_000, 75, 30_000)
-    for i in range(steps // STEPS_PER_SAGA):
-        s = f"bench-{i:08d}"
-        wal.append("SAGA_STARTED", s, None, {"name": "payment", "tags": ["eu"] if i % 10 == 3 else ["us"]})
-        for j, tool in enumerate(TOOLS):
-            step = f"{s}/{j}"
-            sem = "REVERSIBLE" if tool in ("search_docs", "crm.update") else "COMPENSABLE"
-            wal.append("GATE_VERDICT", step.split("/")[0], step, {
-                "tool": tool, "semantics": sem, "verdict": "ALLOW", "allowed": True, "reason": "",
-                "decided_by": "PreFlightGate", "stage": "allow", "detail": {}})
-            wal.append("STEP_INTENT", s, step, {"tool": tool, "semantics": sem, "policy_args": {
-                "amount": amounts[(i + j) % len(amounts)], "customer_id": f"cus-{i % 1000:04d}"}})
-            wal.append("STEP_COMMITTED", s, step, {"compensation": None})
-            n += 3
-        wal.append("SAGA_COMPLETED", s, None, {"steps": STEPS_PER_SAGA})
-        n += 2
-        if i % 500 == 499:  # small batches: a loaded machine never stalls the writer
-            wal.barrier_sync()
-    wal.barrier_sync()
-    wal.close()
+    with open(path, "wb", buffering=1 << 20) as f:
+
+        def put(type_: str, saga: str, step: str | None, payload: dict[str, Any]) -> None:
+            nonlocal prev, n, ts
+            n += 1
+            ts += 250
+            rec = Record(type_, saga, step, payload, seq=n, ts=ts)
+            f.write(encode_line(rec, seal(rec, prev)))
+            prev = rec.hash
+
+        for i in range(steps // STEPS_PER_SAGA):
+            s = f"bench-{i:08d}"
+            put("SAGA_STARTED", s, None, {"name": "payment", "tags": ["eu"] if i % 10 == 3 else ["us"]})
+            for j, tool in enumerate(TOOLS):
+                step = f"{s}/{j}"
+                sem = "REVERSIBLE" if tool in ("search_docs", "crm.update") else "COMPENSABLE"
+                put("GATE_VERDICT", s, step, {"tool": tool, "semantics": sem, "verdict": "ALLOW", "allowed": True,
+                                              "reason": "", "decided_by": "PreFlightGate", "stage": "allow",
+                                              "detail": {}})
+                put("STEP_INTENT", s, step, {"tool": tool, "semantics": sem, "policy_args": {
+                    "amount": amounts[(i + j) % len(amounts)], "customer_id": f"cus-{i % 1000:04d}"}})
+                put("STEP_COMMITTED", s, step, {"compensation": None})
+            put("SAGA_COMPLETED", s, None, {"steps": STEPS_PER_SAGA})
     return n
 
 
