@@ -21,9 +21,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..clocks import parse_duration
 from ..controls.policy import PolicyError, PolicyInForce, load_policy_file, policies_from_documents
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # them: every other `agent-saga` command starts without them.
 
 __all__ = ["add_policy_commands", "register"]
+
+T = TypeVar("T")
 
 ENV_REDIS_URL = "AGENT_SAGA_REDIS_URL"
 BAD_INPUT = 2
@@ -164,6 +166,26 @@ def _records(reader: LogReader) -> Iterator[Record]:
     return reader.records(skip=frozenset(reader.quarantined()))
 
 
+def _replayed(args: argparse.Namespace, command: str, consume: Callable[[Iterator[Any]], T]
+              ) -> tuple[T | None, int, str]:
+    """``(consume(the log's recorded calls), 0, the log's description)``, or ``(None, 2, ...)``
+    after saying why the key, ``--since`` or the log cannot be used."""
+    from ..review import recorded_calls
+
+    try:
+        encryptor = encryptor_from_args(args)
+        since = _since(args)
+        reader = _reader(args)
+    except SagaError as exc:
+        return None, _fail(command, str(exc)), ""
+    try:
+        return consume(recorded_calls(_records(reader), encryptor=encryptor, since_us=since)), 0, reader.description
+    except SagaError as exc:
+        return None, _fail(command, f"the log {reader.description} could not be read: {exc}"), reader.description
+    finally:
+        reader.close()
+
+
 def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str, markdown: str) -> None:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
@@ -176,7 +198,7 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any], text: str, markdown: st
 # --------------------------------------------------------------------------- commands
 def cmd_replay(args: argparse.Namespace) -> int:
     """``agent-saga policy replay``."""
-    from ..review import policy_set, recorded_calls, replay_markdown, replay_policies, replay_text
+    from ..review import policy_set, replay_markdown, replay_policies, replay_text
 
     try:
         proposed = _policies(args.proposed)
@@ -191,22 +213,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return _fail("policy replay", f"--agent: {', '.join(scoped)} governs only some agents (appliesTo): name the "
                      f"agent whose calls the log holds with --agent NAME (its AGENT_SAGA_AGENT)")
     agent = args.agent or "agent"
-    try:
-        encryptor = encryptor_from_args(args)
-        since = _since(args)
-        reader = _reader(args)
-    except SagaError as exc:
-        return _fail("policy replay", str(exc))
-    try:
-        report = replay_policies(recorded_calls(_records(reader), encryptor=encryptor, since_us=since),
-                                 policy_set(current, agent), policy_set(proposed, agent))
-    except SagaError as exc:
-        return _fail("policy replay", f"the log {reader.description} could not be read: {exc}")
-    finally:
-        reader.close()
+    report, code, where = _replayed(args, "policy replay", lambda calls: replay_policies(
+        calls, policy_set(current, agent), policy_set(proposed, agent)))
+    if report is None:
+        return code
     notes = ["rules the agent's code adds to its gate, the limits, the kill switch and the breaker are not "
              "replayed; the inverses a policy names are taken as registered in the agent"]
-    meta = {"log": reader.description, "agent": args.agent, "since": args.since,
+    meta = {"log": where, "agent": args.agent, "since": args.since,
             "current": [p.id for p in current], "proposed": [p.id for p in proposed], "notes": notes}
     doc = {**report.to_doc(), **meta}
     _emit(args, doc, replay_text(report, meta), replay_markdown(report, meta))
@@ -246,23 +259,16 @@ def cmd_limits_replay(args: argparse.Namespace) -> int:
         limits_markdown,
         limits_text,
         load_limit_file,
-        recorded_calls,
         replay_limits,
     )
 
     try:
         limits = load_limit_file(args.file)
-        encryptor = encryptor_from_args(args)
-        since = _since(args)
-        reader = _reader(args)
     except SagaError as exc:
         return _fail("limits replay", str(exc))
-    try:
-        doc = replay_limits(recorded_calls(_records(reader), encryptor=encryptor, since_us=since), limits)
-    except SagaError as exc:
-        return _fail("limits replay", f"the log {reader.description} could not be read: {exc}")
-    finally:
-        reader.close()
-    doc["log"] = reader.description
+    doc, code, where = _replayed(args, "limits replay", lambda calls: replay_limits(calls, limits))
+    if doc is None:
+        return code
+    doc["log"] = where
     _emit(args, doc, limits_text(doc), limits_markdown(doc))
     return 1 if doc["refused"] or doc["escalated"] else 0
