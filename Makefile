@@ -157,6 +157,7 @@ bench: install system-deps
 	$(PY) bench/bench_ha_redis.py
 	$(PY) bench/bench_mesh.py
 	$(PY) bench/bench_isolation.py
+	$(PY) bench/bench_replay.py
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node

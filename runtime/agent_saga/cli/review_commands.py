@@ -29,6 +29,7 @@ from ..clocks import parse_duration
 from ..controls.policy import PolicyError, PolicyInForce, load_policy_file, policies_from_documents
 from ..errors import ConfigurationError, SagaError
 from ..wal.readers import FileLogReader, LogReader, open_reader
+from ..wal.writers import SagaOwners
 from .keys import add_key_option, encryptor_from_args
 
 if TYPE_CHECKING:
@@ -163,7 +164,10 @@ def _since(args: argparse.Namespace) -> int | None:
 
 
 def _records(reader: LogReader) -> Iterator[Record]:
-    return reader.records(skip=frozenset(reader.quarantined()))
+    """The log as inspect and certify read it: quarantined writers skipped, and in a fleet
+    log the records a writer wrote of a saga it does not own left out."""
+    owners = SagaOwners()
+    return (r for r in reader.records(skip=frozenset(reader.quarantined())) if owners.admit(r))
 
 
 def _replayed(args: argparse.Namespace, command: str, consume: Callable[[Iterator[Any]], T]
