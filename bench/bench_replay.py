@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -147,7 +148,7 @@ def main() -> None:
         print(f"{r['command']:15} {r['exit']:>4} {r['seconds']:>8} {r['ratio_to_verify']:>8} {r['peak_rss_mib']:>13}")
     print(json.dumps({"steps": args.steps, "records": records, "log_mib": round(size, 1), "rows": rows,
                       "target": "policy replay <= 3x verify"}))
-    log.unlink()
+    shutil.rmtree(tmp)
 
 
 if __name__ == "__main__":
