@@ -22,12 +22,12 @@ from agent_saga import (
     ApprovalOutcome,
     Compensation,
     FileWAL,
+    GateBlocked,
     PreFlightGate,
     compensator,
     saga_scope,
 )
 from agent_saga.controls.policy import StaticPolicySource
-from agent_saga.errors import GateBlocked
 
 POLICY = Path(__file__).resolve().parents[1] / "k8s" / "policy.yaml"
 C, IRR, R = ActionSemantics.COMPENSABLE, ActionSemantics.IRREVERSIBLE, ActionSemantics.REVERSIBLE
