@@ -172,6 +172,7 @@ bench: install system-deps
 	$(PY) bench/bench_ha_redis.py
 	$(PY) bench/bench_mesh.py
 	$(PY) bench/bench_isolation.py
+	$(PY) bench/bench_replay.py
 
 # N real agents (10, 100, 300, 1000) on one policy plane: halt, Acknowledged, SagaPolicy,
 # a shared budget, approvals, per-agent costs; JSON in bench/results/ (docs/performance.md).

@@ -189,11 +189,11 @@ def parse_instant(value: object) -> float | None:
     raise ValueError(f"not an instant: {value!r}")
 
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
 def parse_duration(text: str) -> float:
-    """Positive, finite seconds from ``600``, ``600s``, ``10m`` or ``1h30m``.
+    """Positive, finite seconds from ``600``, ``600s``, ``10m``, ``1h30m`` or ``7d``.
 
     Raises ``ValueError`` saying what to give (the caller names the option)."""
     t = text.strip()
@@ -202,9 +202,9 @@ def parse_duration(text: str) -> float:
     except ValueError:
         m = _DURATION.match(t)
         if not t or m is None:
-            raise ValueError("give seconds (600) or a duration (10m, 1h30m)") from None
-        h, mi, s = m.groups()
-        value = int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0)
+            raise ValueError("give seconds (600) or a duration (10m, 1h30m, 7d)") from None
+        d, h, mi, s = m.groups()
+        value = int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi or 0) * 60 + float(s or 0)
     if not 0 < value < math.inf:
         raise ValueError("must be positive")
     return value

@@ -11,8 +11,8 @@ Invariants:
   says so explicitly (an approval that is not stated as granted is denied).
 - A gate that raises, or returns anything but a ``GateDecision``, refuses the step
   (fail closed); the engine never treats a broken gate as a yes.
-- ``consult`` writes GATE_VERDICT for every decision and STEP_REFUSED for every refusal
-  before raising ``GateBlocked`` (``SagaQuarantined`` when the decision says
+- ``consult`` writes GATE_VERDICT for every decision and STEP_REFUSED (with the call's
+  ``policy_args``, as an intent holds them) for every refusal before raising ``GateBlocked`` (``SagaQuarantined`` when the decision says
   ``quarantined``: the saga is then frozen by its scope, not rolled back); with no gate, an IRREVERSIBLE step is refused (the
   engine does not start an effect it cannot undo without a control that can ask a human).
 """
@@ -163,7 +163,7 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> Ga
     if gate is None:
         append(
             RecordType.STEP_REFUSED.value, saga_id, step_id,
-            {**base, "reason": NO_GATE_REASON, "decided_by": ENGINE},
+            {**base, "reason": NO_GATE_REASON, "decided_by": ENGINE, "policy_args": dict(request.policy_args)},
         )
         raise GateBlocked(
             f"step {step_id} ({tool}) refused: {NO_GATE_REASON}; nothing was executed",
@@ -198,7 +198,9 @@ async def consult(gate: Gate | None, request: StepRequest, append: Append) -> Ga
     append(RecordType.GATE_VERDICT.value, saga_id, step_id, verdict)
     if decision.allowed:
         return decision
-    append(RecordType.STEP_REFUSED.value, saga_id, step_id, dict(verdict))
+    # The refused call's policy arguments: the step wrote no intent, and a replay of the
+    # log under another policy needs them (the engine checked them as it does an intent's).
+    append(RecordType.STEP_REFUSED.value, saga_id, step_id, {**verdict, "policy_args": dict(request.policy_args)})
     by = f", decided by {decision.decided_by}" if decision.decided_by else ""
     stage = verdict.get("stage")
     if getattr(decision, "quarantined", False) is True:

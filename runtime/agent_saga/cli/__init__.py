@@ -24,6 +24,7 @@ from . import (
     quarantine_commands,
     reconcile_commands,
     recover_commands,
+    review_commands,
     status_commands,
     switch_commands,
     ui_commands,
@@ -33,7 +34,7 @@ from . import (
 _MODULES = (
     wal_commands, status_commands, audit_commands, recover_commands, reconcile_commands, switch_commands,
     approval_commands, policy_commands, mcp_commands, acl_commands, ui_commands, mesh_commands,
-    quarantine_commands,
+    quarantine_commands, review_commands,
 )
 
 

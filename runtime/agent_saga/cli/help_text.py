@@ -251,7 +251,8 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
          "--policy-from-plane payments/payments-mcp"),
     ),
     "policy": (
-        "Check a SagaPolicy file, or write a skeleton from the tool surface agents recorded.",
+        "Check a SagaPolicy file, diff it against the one in force, replay it over a recorded "
+        "log, or write a skeleton from the tool surface agents recorded.",
         ("agent-saga policy check examples/k8s/policy.yaml",
          "agent-saga policy skeleton -n payments --agent payments-agent -o payments-policy.yaml"),
     ),
@@ -265,6 +266,37 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...]]] = {
         "Write a SagaPolicy listing every tool agents were seen calling, each IRREVERSIBLE "
         "with a TODO: the safe start for a review.",
         ("agent-saga policy skeleton -n payments --agent payments-agent -o payments-policy.yaml",),
+    ),
+    "policy replay": (
+        "Evaluate every call a log records under the policies in force (--current, --from-plane; "
+        "default: none) and the proposed ones, with the gate's own evaluation. Reports, overall "
+        "and per tool, the verdicts under each, the calls that become stricter or looser, with "
+        "example sagas, and every call it could not evaluate (redacted, encrypted without the "
+        "key) and why. Exit 0 nothing changes, 1 stricter only, 3 something looser, 2 bad input.",
+        ("agent-saga policy replay proposed.yaml --current policy.yaml --agent payments-agent "
+         "--wal-path audit/records.ndjson",
+         "agent-saga policy replay proposed.yaml --from-plane agent-saga/payments-agent --agent payments-agent "
+         "--wal-url 'redis://:PASSWORD@redis:6379/0?key=agent-saga:wal' --since 7d --markdown"),
+    ),
+    "policy diff": (
+        "A semantic diff of two SagaPolicy files: per tool and per rule, what became stricter "
+        "or looser (semantics, inverse, approvals, policy arguments, undeclared tools, rules, "
+        "appliesTo). Exit 0 nothing the gate does changes, 1 stricter only, 3 something looser "
+        "(or a change that cannot be ordered), 2 an invalid file.",
+        ("agent-saga policy diff policy.yaml proposed.yaml",
+         "agent-saga policy diff policy.yaml proposed.yaml --markdown   # a pull-request comment"),
+    ),
+    "limits": (
+        "Replay proposed BudgetLimits over a recorded log.",
+        ("agent-saga limits replay examples/k8s/budget.yaml --wal-path ./agent-saga.wal",),
+    ),
+    "limits replay": (
+        "Charge the calls a log records, in time order, against BudgetLimit manifests (Budget "
+        "and Rate), with the gate's pricing and the limit store's sliding windows: on which "
+        "windows the cap would have refused calls or asked a human, how many and how much. "
+        "Exit 0 nothing refused, 1 some calls refused or sent to a human, 2 bad input.",
+        ("agent-saga limits replay examples/k8s/budget.yaml --wal-path ./agent-saga.wal",
+         "agent-saga limits replay budget.yaml --wal-path audit/records.ndjson --since 7d --json"),
     ),
 }
 

@@ -1,5 +1,7 @@
 """``agent-saga policy check FILE | skeleton``: review a SagaPolicy before it governs.
 
+(``policy replay`` and ``policy diff`` live in ``review_commands``.)
+
     agent-saga policy check saga-policy.json          # exit 0 if the file is a valid policy
     agent-saga policy skeleton -n payments -o policy.yaml
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from ..controls.policy import PolicyError, load_policy_file, skeleton_yaml
 from ..controls.policy._surface import read_surface
+from . import review_commands
 from .status_commands import StatusSection, register_section
 
 __all__ = ["register"]
@@ -37,7 +40,7 @@ ENV_NAMESPACE = "AGENT_SAGA_NAMESPACE"
 
 def register(sub: Any) -> None:
     """Add ``agent-saga policy check|skeleton`` to the CLI."""
-    p = sub.add_parser("policy", help="check a SagaPolicy file, or write a skeleton from the recorded tool surface")
+    p = sub.add_parser("policy", help="check, diff or replay a SagaPolicy, or write a skeleton from the recorded tool surface")
     psub = p.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")
 
     c = psub.add_parser("check", help="validate a policy file (JSON, or a SagaPolicy manifest)")
@@ -53,6 +56,8 @@ def register(sub: Any) -> None:
     s.add_argument("--store", default=None, help=f"the policy plane, redis://... (default: ${ENV_REDIS_URL})")
     s.add_argument("--key-prefix", default="agentsaga", help="the policy plane's key prefix (default: agentsaga)")
     s.set_defaults(handler=cmd_skeleton)
+
+    review_commands.add_policy_commands(psub)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

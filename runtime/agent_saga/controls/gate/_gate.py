@@ -14,8 +14,9 @@ One decision, in this order; the first control that refuses ends it:
 Steps 1-2 are ``PreCheck`` objects passed as ``checks=``, ordered by their ``stage``;
 without ``checks=`` the gate uses the process-wide kill switch and breaker
 (``set_kill_switch``, ``set_breaker``), looked up at each decision. Each step is one
-method, named for what it does: ``_run_prechecks``, ``_reserve`` (the limits: a
-``Reservation`` that hands itself back on a refusal), ``_apply_rules``, ``_ask_human``.
+method, named for what it does: ``_run_prechecks``, ``_apply_policy`` (the policies and
+the rules, by ``evaluate_call``), ``_reserve`` (the limits: a ``Reservation`` that hands
+itself back on a refusal), ``_judge``, ``_ask_human``.
 
 Hooks the engine calls on a gate that has them (``PreFlightGate`` does):
 - ``admit_saga`` when a saga starts: a DRAIN refuses it (``GateBlocked``) before
@@ -84,10 +85,10 @@ from ..limits import (
     peek_limit_store,
     warn_if_fleet,
 )
-from ..policy import PolicySource, get_policy_source
-from ._policy import compile_rules, inverse_factory, observe
+from ..policy import PolicySet, PolicySource, PolicyView, get_policy_source
+from ._policy import Evaluation, evaluate_call, inverse_factory, observe
 from ._reservation import GATE, Reservation, charges_doc, new_debit_id, over_reason, store_reason
-from ._rules import DEFAULT_RULES, Rule, RuleHit, RuleUnreadable
+from ._rules import DEFAULT_RULES, Rule, RuleHit
 from ._verdicts import PreFlightDecision, Stage, write_verdict
 
 __all__ = ["PreFlightGate"]
@@ -388,30 +389,33 @@ class PreFlightGate:
 
     async def _apply_policy(self, request: StepRequest, checks: Sequence[PreCheck]) -> PreFlightDecision:
         """3. The SagaPolicies in force: refuse an undeclared tool (nothing spent yet), or go
-        on with the request they tightened, their rules, and their questions for a human."""
+        on with the request they tightened, their rules, and their questions for a human.
+        The policies and the rules are evaluated once, by ``evaluate_call`` (what
+        ``agent-saga policy replay`` runs); the limits are applied between its answers."""
         source = self.policy
-        if source is None:
-            return await self._after_prechecks(request, checks)
-        try:
-            view = source.view()
-        except Exception as exc:  # noqa: BLE001 - a source that breaks refuses
-            return _block("policy", _POLICY_SOURCE, f"SagaPolicy source {source.describe()} failed "
-                          f"({type(exc).__name__}: {exc}); the call is refused", {})
-        if not view.usable:
-            return _block("policy", _POLICY_SOURCE, (
-                f"SagaPolicies from {source.describe()} cannot be used ({view.problem}): the gate fails closed "
-                f"and refuses every call until they can be read"), {"source": source.describe()})
-        pset = view.policies
-        if not pset:
-            return await self._after_prechecks(request, checks)
-        adm = pset.admit(request, has_compensation=request.has_inverse)
+        pset: PolicySet | None = None
+        view: PolicyView | None = None
+        if source is not None:
+            try:
+                view = source.view()
+            except Exception as exc:  # noqa: BLE001 - a source that breaks refuses
+                return _block("policy", _POLICY_SOURCE, f"SagaPolicy source {source.describe()} failed "
+                              f"({type(exc).__name__}: {exc}); the call is refused", {})
+            if not view.usable:
+                return _block("policy", _POLICY_SOURCE, (
+                    f"SagaPolicies from {source.describe()} cannot be used ({view.problem}): the gate fails closed "
+                    f"and refuses every call until they can be read"), {"source": source.describe()})
+            pset = view.policies or None
+        ev = evaluate_call(request, pset, self._rules)
+        adm = ev.admission
+        if adm is None or source is None or pset is None or view is None:
+            return await self._after_prechecks(request, checks, ev)
         if pset.observing:
             source.record(request)
-        enforced, observed = compile_rules(pset)
         detail: Mapping[str, Any] = adm.detail  # shared per tool: never mutated
-        if adm.observed or observed or view.degraded:
+        if adm.observed or ev.observed_rules or view.degraded:
             extra = dict(adm.detail)
-            seen = [*adm.observed, *observe(observed, adm.request)]
+            seen = [*adm.observed, *observe(ev.observed_rules, adm.request)]
             if seen:
                 extra["observed"] = seen
             if view.degraded:
@@ -419,16 +423,14 @@ class PreFlightGate:
             detail = extra
         if adm.verdict == "BLOCK":
             return _block("policy", adm.decided_by, adm.reason, {"policy": detail})
-        asks = [(name, RuleHit("REQUIRE_APPROVAL", why)) for name, why in adm.asks] if adm.asks else ()
-        decision = await self._after_prechecks(adm.request, checks, enforced, asks, detail)
+        decision = await self._after_prechecks(adm.request, checks, ev, detail)
         if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
             declared = Declaration(adm.request.semantics, None if adm.compensate is None
                                    else inverse_factory(request.tool, adm.compensate))
             return replace(decision, declaration=declared)
         return decision
 
-    async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck],
-                               more_rules: Sequence[Rule] = (), asks: Sequence[tuple[str, RuleHit]] = (),
+    async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck], ev: Evaluation,
                                policy: Mapping[str, Any] | None = None) -> PreFlightDecision:
         reserved = await self._reserve(request)
         if isinstance(reserved, PreFlightDecision):
@@ -438,7 +440,7 @@ class PreFlightGate:
         if policy is not None:
             reserved.detail["policy"] = policy
         try:
-            return await self._judge(request, reserved, checks, more_rules, asks)
+            return await self._judge(request, reserved, checks, ev)
         except BaseException:
             await reserved.refund()  # a refusal is the one outcome where the effect did not happen
             raise
@@ -516,38 +518,18 @@ class PreFlightGate:
         return res
 
     async def _judge(self, request: StepRequest, res: Reservation, checks: Sequence[PreCheck],
-                     more_rules: Sequence[Rule] = (), policy_asks: Sequence[tuple[str, RuleHit]] = ()
-                     ) -> PreFlightDecision:
-        """5-6. The rules (the gate's, then the SagaPolicies'), then a human if a rule, a
-        SagaPolicy or an escalating limit asks for one."""
-        blocked, asks = self._apply_rules(request, more_rules)
-        asks = [*asks, *policy_asks]
+                     ev: Evaluation) -> PreFlightDecision:
+        """5-6. The rules' answer (the gate's, then the SagaPolicies', evaluated by
+        ``evaluate_call``), then a human if a rule, a SagaPolicy or an escalating limit
+        asks for one."""
+        blocked, asks = ev.judge()
         if blocked is not None:
             name, hit = blocked
             res.detail["rules"] = [{"rule": name, "verdict": "BLOCK", "reason": hit.reason}]
             return await res.refuse("BLOCK", "rules", "rule:" + name, hit.reason)
         if not asks and not res.escalated:
             return res.allow()
-        return await self._ask_human(request, res, asks, checks)
-
-    def _apply_rules(self, request: StepRequest, more: Sequence[Rule] = ()
-                     ) -> tuple[tuple[str, RuleHit] | None, list[tuple[str, RuleHit]]]:
-        """5. ``(the first rule that blocks, or None; the rules that ask for a human)``.
-        A rule that cannot read the call, or raises, blocks (rules fail closed)."""
-        asks: list[tuple[str, RuleHit]] = []
-        for r in (*self._rules, *more) if more else self._rules:
-            try:
-                hit = r.evaluate(request)
-            except RuleUnreadable as exc:
-                hit = RuleHit("BLOCK", f"rule {r.name} cannot read {request.tool}'s arguments: {exc}; rules fail closed")
-            except Exception as exc:  # noqa: BLE001 - a rule that breaks refuses
-                hit = RuleHit("BLOCK", f"rule {r.name} failed ({type(exc).__name__}: {exc}); rules fail closed")
-            if hit is None:
-                continue
-            if hit.verdict == "BLOCK":
-                return (r.name, hit), asks
-            asks.append((r.name, hit))
-        return None, asks
+        return await self._ask_human(request, res, list(asks), checks)
 
     async def _ask_human(self, request: StepRequest, res: Reservation, asks: list[tuple[str, RuleHit]],
                          checks: Sequence[PreCheck]) -> PreFlightDecision:

@@ -123,10 +123,14 @@ class _ToolPlan:
 
 class PolicySet:
     """The policies in force for one agent (see the module doc). ``version`` changes
-    whenever the set does; ``refs`` is what the agent reports it applied."""
+    whenever the set does; ``refs`` is what the agent reports it applied.
+    ``inverses_elsewhere``: the inverses the policies name are registered in another
+    process (a replay of an agent's log), so this one's registry is not asked."""
 
-    def __init__(self, policies: Sequence[PolicyInForce] = (), *, agent: str, version: int = 0) -> None:
+    def __init__(self, policies: Sequence[PolicyInForce] = (), *, agent: str, version: int = 0,
+                 inverses_elsewhere: bool = False) -> None:
         self.agent = agent
+        self.inverses_elsewhere = inverses_elsewhere
         self.version = version
         chosen = sorted((p for p in policies if p.policy.applies(agent)), key=lambda p: p.id)
         self.policies: tuple[PolicyInForce, ...] = tuple(chosen)
@@ -172,7 +176,7 @@ class PolicySet:
         compensate: Compensate | None = None
         if sem is ActionSemantics.COMPENSABLE and not has_compensation and plan.compensate is not None:
             pid, compensate = plan.compensate
-            if compensate.target not in registered_compensators():
+            if not self.inverses_elsewhere and compensate.target not in registered_compensators():
                 what = f"inverse tool {compensate.tool!r}" if compensate.tool else f"handler {compensate.handler!r}"
                 return Admission("BLOCK", request, (
                     f"SagaPolicy {pid} declares {request.tool} COMPENSABLE with {what}, which this process cannot "
