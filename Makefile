@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
-.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock node cluster cluster-down dev-cluster dev-cluster-down
+.PHONY: chart-lint chart-test demo demo-docs demo-cluster test test-deps test-redis-cluster install crewai-venv unit lint typecheck bench bench-node clean crds system-deps control-plane stripe-mock mcp-servers node cluster cluster-down dev-cluster dev-cluster-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,7 +62,7 @@ test: test-deps
 # Everything the suites need, prepared in parallel: the two pip installs and the image
 # build overlap the Go builds (which take turns on one lock).
 test-deps:
-	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock node
+	@$(MAKE) --no-print-directory -j4 install crewai-venv system-deps control-plane stripe-mock mcp-servers node
 
 # The Redis integration suite against a 3-master Redis Cluster instead of one server
 # (AGENT_SAGA_TEST_REDIS=cluster makes the redis_server fixture a cluster): every
@@ -90,6 +90,12 @@ control-plane:
 # ~/.cache/agent-saga/bin (once; TEST_ASSET_STRIPE_MOCK wins). A failed build fails here.
 stripe-mock:
 	bash hack/build-control-plane.sh stripe-mock
+
+# The third-party MCP servers from npm the proxy's tests run (the reference filesystem
+# server), pinned by hack/mcp-servers/package-lock.json, into ~/.cache/agent-saga/npm
+# (once). mcp-server-git comes from PyPI with the dev extra.
+mcp-servers:
+	bash hack/install-mcp-servers.sh
 
 # The single-node cluster's binaries (kubelet, kube-controller-manager, kube-scheduler,
 # kube-proxy, CoreDNS; Go modules) and images (buildah over a Debian base), in parallel;

@@ -165,7 +165,7 @@ def test_the_policys_inverse_is_used_when_the_code_has_none() -> None:
         unregister_compensator("test.refund")
     assert a.verdict == "ALLOW" and a.request.semantics is C
     assert a.compensate is not None
-    assert a.compensate.kwargs_from({"id": "ch_9", "amount": 7}) == {"charge": "ch_9"}
+    assert a.compensate.kwargs_for({}, {"id": "ch_9", "amount": 7}) == {"charge": "ch_9"}
 
 
 def test_the_codes_inverse_wins_over_the_policys() -> None:

@@ -66,7 +66,7 @@ def test_the_briefs_policy_file_is_read_exactly_as_it_shows_it() -> None:
     charge = p.tools["stripe__create_charge"]
     assert charge.semantics is ActionSemantics.COMPENSABLE
     assert charge.compensate is not None and charge.compensate.tool == "stripe__create_refund"
-    assert charge.compensate.kwargs_from({"id": "ch_1", "amount": 5}) == {"charge": "ch_1"}
+    assert charge.compensate.kwargs_for({}, {"id": "ch_1", "amount": 5}) == {"charge": "ch_1"}
     assert {k: v.text for k, v in charge.policy_args.items()} == {"amount": "$.amount"}
     assert p.tools["search_docs"].semantics is ActionSemantics.REVERSIBLE
 
