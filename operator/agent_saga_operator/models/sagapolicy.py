@@ -25,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from agent_saga.compensation import HANDLER_PATTERN
 from agent_saga.controls.policy import JSON_PATH_PATTERN, PolicyError, parse_policy
-from pydantic import BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
 
 from ._base import (
     TOOL_NAME_PATTERN,
@@ -79,6 +79,10 @@ HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=128, pat
                        Explained(HANDLER_PATTERN.pattern, "the name a handler is registered under with "
                                  "@compensator (letters, digits, . _ : / -), e.g. stripe.refund")]
 
+#: A JSON value (a constant argument of an inverse), kept as written. Not null in an object
+#: (`kubectl apply` reads a null field as "delete it"): the runtime's parser refuses it.
+JsonValue = Annotated[Any, WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})]
+
 RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN),
                     Explained(RULE_NAME_PATTERN, "a rule name of letters, digits and . _ : -, e.g. big-wires")]
@@ -101,9 +105,9 @@ class Inverse(CRDModel):
             cel("has(self.tool) != has(self.handler)",
                 "name exactly one inverse: tool (another tool of the same server) or handler "
                 "(a function registered with @compensator)"),
+            # values holds any JSON, which CEL cannot read: a name in values and in args or
+            # callArgs is refused by the operator (Ready=False, Invalid), as by the runtime.
             _one_source("args", "callArgs"),
-            _one_source("args", "values"),
-            _one_source("callArgs", "values"),
         )
     }
 
@@ -122,11 +126,11 @@ class Inverse(CRDModel):
         description='Argument name -> path into the call\'s arguments: {"repo_path": "$.repo_path"}. A call '
                     "without one of them is refused before it runs (its undo could not be built).",
     )
-    values: dict[str, Any] | None = Field(
+    values: dict[str, JsonValue] | None = Field(
         default=None,
         max_length=32,
         description='Argument name -> a constant JSON value: {"force": true}. Never a secret (it is written to '
-                    "the log with the inverse).",
+                    "the log with the inverse). A name also in args or callArgs makes the policy Invalid.",
     )
 
 

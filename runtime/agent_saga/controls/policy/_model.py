@@ -355,7 +355,8 @@ def _compensate(value: Any, where: str) -> Compensate:
 
 def _constants(value: Any, where: str) -> dict[str, Any]:
     """``compensate.values``: name -> a JSON constant, at most ``MAX_VALUE`` characters
-    each, none that looks like a credential (it is written in the WAL with the inverse)."""
+    each, none that looks like a credential (it is written in the WAL with the inverse),
+    no null as a member of an object (the resource could not keep it)."""
     if not isinstance(value, Mapping):
         raise PolicyError(where, f"must be an object of name -> constant (like {{\"force\": true}}), got "
                           f"{_kind(value)}")
@@ -376,7 +377,26 @@ def _constants(value: Any, where: str) -> dict[str, Any]:
         size = len(json.dumps(out[name], separators=(",", ":")))
         if size > MAX_VALUE:
             raise PolicyError(here, f"at most {MAX_VALUE} characters as JSON, got {size}")
+        null = _null_field(out[name], here) if out[name] is not None else here
+        if null is not None:
+            raise PolicyError(null, "is null, which kubectl apply reads as \"delete this field\", so the resource "
+                              "would silently lose it: omit it, or give a value the inverse accepts")
     return out
+
+
+def _null_field(value: Any, where: str) -> str | None:
+    """The path of the first object member that is null in ``value``, if any."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _join(where, k) if v is None else _null_field(v, _join(where, k))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _null_field(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _tool(name: str, value: Any, where: str) -> ToolDeclaration:
