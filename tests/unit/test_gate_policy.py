@@ -219,14 +219,16 @@ async def test_a_result_without_an_argument_the_inverse_reads_escalates_as_befor
     assert "STEP_COMMITTED" in types(wal, saga.saga_id) and "ESCALATED" in types(wal, saga.saga_id)
 
 
-async def test_a_secret_in_the_call_an_inverse_reads_never_reaches_the_log(wal) -> None:
+async def test_a_secret_in_the_call_an_inverse_reads_is_refused_before_it_runs_and_never_logged(wal) -> None:
     compensator("test.policy-move")(lambda **kw: None)
     secret = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    ran: list[str] = []
     try:
         with pytest.raises(Exception, match="looks like a secret"):
             async with saga_scope(wal, gate=PreFlightGate(default_rules=(), policy=source(MOVE))) as saga:
-                await saga.execute("move", R, lambda: {"version": 1}, policy_args={"from": "/a", "to": secret})
+                await saga.execute("move", R, lambda: ran.append("moved") or {"version": 1},
+                                   policy_args={"from": "/a", "to": secret})
     finally:
         unregister_compensator("test.policy-move")
     wal.barrier_sync()
-    assert secret.encode() not in Path(wal.path).read_bytes()
+    assert ran == [] and secret.encode() not in Path(wal.path).read_bytes()
