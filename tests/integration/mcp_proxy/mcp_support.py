@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fixtures.polling import until
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -155,9 +156,42 @@ class HeldSession:
 def start_client(tmp: Path, script: Sequence[dict[str, Any]], *options: str, **env: str) -> subprocess.Popen[str]:
     """A client process (tests/integration/mcp/mcp_client.py) that runs ``script``
     through the proxy, prints each answer as a JSON line, then ``ready``, and waits."""
-    cmd = [sys.executable, str(CLIENT), json.dumps(script), json.dumps(proxy_argv(*options))]
+    return start_client_argv(tmp, script, proxy_argv(*options), **env)
+
+
+def start_client_argv(tmp: Path, script: Sequence[dict[str, Any]], argv: Sequence[str], **env: str
+                      ) -> subprocess.Popen[str]:
+    """``start_client`` in front of any proxy command line (``python ARGV``)."""
+    cmd = [sys.executable, str(CLIENT), json.dumps(script), json.dumps(list(argv))]
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=proxy_env(tmp, **env), cwd=str(ROOT))
+
+
+def recoveryd_once(tmp: Path, wal: Path, upstreams: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """One sweep of ``agent-saga-recoveryd --once`` over ``wal``, reaching the MCP servers
+    of ``upstreams`` (the ``AGENT_SAGA_MCP_UPSTREAMS`` file's content) to undo calls."""
+    path = tmp / "mcp-upstreams.json"
+    path.write_text(json.dumps(upstreams))
+    return subprocess.run(
+        [sys.executable, "-m", "agent_saga_recoveryd", "--once", "--wal-path", str(wal),
+         "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
+         "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+        env=proxy_env(tmp, AGENT_SAGA_MCP_UPSTREAMS=str(path)))
+
+
+def observed_skeleton(tmp: Path, argv: Sequence[str], target: Path) -> str:
+    """Run ``agent-saga mcp --observe`` (``python ARGV``) for one client session that lists
+    the tools; the skeleton it writes to ``target`` when the session ends."""
+    server = StdioServerParameters(command=sys.executable, args=list(argv), env=proxy_env(tmp), cwd=str(ROOT))
+
+    async def go() -> None:
+        with open(tmp / "observe.log", "w", encoding="utf-8") as errlog:
+            async with stdio_client(server, errlog=errlog) as (r, w), ClientSession(r, w) as s:
+                await s.initialize()
+                await s.list_tools()
+
+    asyncio.run(go())
+    return until("the skeleton is written", lambda: target.exists() and target.read_text())
 
 
 def read_until_ready(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:

@@ -21,15 +21,13 @@ from agent_saga.controls.policy import load_policy_file
 from fixtures.gitrepo import tree
 from fixtures.mcp_servers import require_mcp_server_filesystem
 from fixtures.polling import until
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import StdioServerParameters
 
 POLICY = ms.ROOT / "examples" / "policies" / "mcp-server-filesystem.yaml"
 
 
-def _params(tmp: Path, server: Path, root: Path, *options: str, **env: str) -> StdioServerParameters:
-    argv = ["-m", "agent_saga.cli", "mcp", *options, "--", str(server), str(root)]
-    return StdioServerParameters(command=sys.executable, args=argv, env=ms.proxy_env(tmp, **env),
-                                 cwd=str(ms.ROOT))
+def _argv(server: Path, root: Path, *options: str) -> list[str]:
+    return ["-m", "agent_saga.cli", "mcp", *options, "--", str(server), str(root)]
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +53,10 @@ def root(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def held(tmp: Path, server: Path, root: Path) -> Iterator[ms.HeldSession]:
     (tmp / "approvals").mkdir()
-    params = _params(tmp, server, root, "--policy", str(POLICY), "--wal", str(tmp / "proxy.wal"), "--name", "files",
-                     "--boundary", "explicit", "--approvals", str(tmp / "approvals"),
-                     AGENT_SAGA_SWITCH_STORE=str(tmp / "switches.json"))
+    argv = _argv(server, root, "--policy", str(POLICY), "--wal", str(tmp / "proxy.wal"), "--name", "files",
+                 "--boundary", "explicit", "--approvals", str(tmp / "approvals"))
+    params = StdioServerParameters(command=sys.executable, args=argv, cwd=str(ms.ROOT),
+                                   env=ms.proxy_env(tmp, AGENT_SAGA_SWITCH_STORE=str(tmp / "switches.json")))
     session = ms.HeldSession(params, tmp / "proxy.log")
     yield session
     session.close()
@@ -101,16 +100,7 @@ def test_a_write_is_irreversible_and_not_sent_while_it_waits_for_a_human(held: m
 def test_observe_writes_the_swapped_paths_inverse_as_a_comment_only(tmp_path: Path, server: Path,
                                                                      root: Path) -> None:
     target = tmp_path / "saga-policy.yaml"
-
-    async def go() -> None:
-        with open(tmp_path / "proxy.log", "w") as errlog:
-            params = _params(tmp_path, server, root, "--observe", "--emit-policy", str(target))
-            async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as s:
-                await s.initialize()
-                await s.list_tools()
-
-    asyncio.run(go())
-    text = until("the skeleton is written", lambda: target.exists() and target.read_text())
+    text = ms.observed_skeleton(tmp_path, _argv(server, root, "--observe", "--emit-policy", str(target)), target)
     move = text.split('"move_file":', 1)[1].split('\n  "', 1)[0]
     assert "#   compensate: {tool: move_file, callArgs: {source: $.destination, destination: $.source}}" in move
     assert "# destructiveHint: true" in text.split('"write_file":', 1)[1].split('\n  "', 1)[0]

@@ -25,7 +25,7 @@ from fixtures.gitrepo import git, make_repo, state
 from fixtures.mcp_servers import require_mcp_server_git
 from fixtures.polling import until
 from fixtures.procs import pid_alive
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 POLICY = ms.ROOT / "examples" / "policies" / "mcp-server-git.yaml"
@@ -149,9 +149,7 @@ def test_the_recovery_daemon_undoes_git_add_after_the_proxy_is_killed(tmp_path: 
     argv = _argv(server, repo, "--policy", str(POLICY), "--wal", str(tmp_path / "proxy.wal"), "--name", "git",
                  "--lease-seconds", "1")
     script = [{"tool": "git_add", "args": {"repo_path": str(repo), "files": ["README.md", "notes-crash.txt"]}}]
-    client = subprocess.Popen([sys.executable, str(ms.CLIENT), json.dumps(script), json.dumps(argv)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=ms.proxy_env(tmp_path), cwd=str(ms.ROOT))
+    client = ms.start_client_argv(tmp_path, script, argv)
     assert "ok" in ms.read_until_ready(client)[0]
     assert git(repo, "status", "--porcelain", "--untracked-files=all") != before
     proxy = ms.children(client.pid)[0]
@@ -159,8 +157,6 @@ def test_the_recovery_daemon_undoes_git_add_after_the_proxy_is_killed(tmp_path: 
     until("the proxy is gone", lambda: not pid_alive(proxy))
     client.kill()
     client.communicate(timeout=60)
-    upstreams = tmp_path / "mcp-upstreams.json"
-    upstreams.write_text(json.dumps({"git": {"command": [str(server), "--repository", str(repo)]}}))
 
     # The lease (1 s) runs from the dead proxy's last record (docs: agent_saga.leases): one
     # sweep once it has lapsed, instead of one recoveryd start per poll.
@@ -168,11 +164,8 @@ def test_the_recovery_daemon_undoes_git_add_after_the_proxy_is_killed(tmp_path: 
     until("the dead proxy's lease lapsed", lambda: time.time() > lapse, timeout=10)
 
     def swept() -> bool:
-        done = subprocess.run(
-            [sys.executable, "-m", "agent_saga_recoveryd", "--once", "--wal-path", str(tmp_path / "proxy.wal"),
-             "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
-             "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, cwd=str(ms.ROOT),
-            env=ms.proxy_env(tmp_path, AGENT_SAGA_MCP_UPSTREAMS=str(upstreams)))
+        done = ms.recoveryd_once(tmp_path, tmp_path / "proxy.wal",
+                                 {"git": {"command": [str(server), "--repository", str(repo)]}})
         assert done.returncode in (0, 1), done.stderr[-3000:]
         return any(r["type"] == "SAGA_ROLLED_BACK" for r in ms.records(tmp_path / "proxy.wal"))
 
@@ -185,16 +178,7 @@ def test_the_recovery_daemon_undoes_git_add_after_the_proxy_is_killed(tmp_path: 
 def test_observe_writes_the_candidate_inverse_as_a_comment_only(tmp_path: Path, server: Path) -> None:
     repo = make_repo(tmp_path / "repo")
     target = tmp_path / "saga-policy.yaml"
-    argv = _argv(server, repo, "--observe", "--emit-policy", str(target))
-
-    async def go() -> None:
-        with open(tmp_path / "proxy.log", "w") as errlog:
-            async with stdio_client(_params(tmp_path, argv), errlog=errlog) as (r, w), ClientSession(r, w) as s:
-                await s.initialize()
-                await s.list_tools()
-
-    asyncio.run(go())
-    text = until("the skeleton is written", lambda: target.exists() and target.read_text())
+    text = ms.observed_skeleton(tmp_path, _argv(server, repo, "--observe", "--emit-policy", str(target)), target)
     add = text.split('"git_add":', 1)[1].split('\n  "', 1)[0]
     assert "#   compensate: {tool: git_reset, callArgs: {repo_path: $.repo_path}}" in add
     assert "# candidate (readOnlyHint: true): semantics: REVERSIBLE" in text.split('"git_status":', 1)[1]

@@ -205,6 +205,9 @@ class PolicySet:
         out: list[str] = []
         if plan.refuse is not None:
             out.append(f"would refuse: {plan.refuse[1]}")
+        unbound = _unbound(plan.bind, request) if plan.bind else None
+        if unbound is not None:
+            out.append(f"would refuse: {unbound[1]}")
         if plan.semantics is not None and _RANK[plan.semantics] > _RANK[request.semantics]:
             out.append(f"would gate {request.tool} as {plan.semantics.value}")
         out.extend(f"would ask a human: {reason}" for _, reason in plan.asks)

@@ -295,17 +295,24 @@ def _list(value: Any, where: str, min_len: int, max_len: int) -> list[Any]:
     return list(value)
 
 
-def _paths(value: Any, where: str, into: str) -> dict[str, JsonPath]:
+def _named(value: Any, where: str, what: str) -> list[tuple[str, str, Any]]:
+    """``(name, field path, value)`` of an object of argument name -> ``what``."""
     if not isinstance(value, Mapping):
-        raise PolicyError(where, f"must be an object of name -> path into {into} (like {{\"charge\": \"$.id\"}}), "
-                          f"got {_kind(value)}")
+        raise PolicyError(where, f"must be an object of name -> {what}, got {_kind(value)}")
     if len(value) > MAX_ARGS:
         raise PolicyError(where, f"at most {MAX_ARGS} entries, got {len(value)}")
-    out: dict[str, JsonPath] = {}
-    for name, path in value.items():
+    out = []
+    for name, item in value.items():
         here = _join(where, str(name))
         if not isinstance(name, str) or not name:
             raise PolicyError(here, "an argument name must be a non-empty string")
+        out.append((name, here, item))
+    return out
+
+
+def _paths(value: Any, where: str, into: str) -> dict[str, JsonPath]:
+    out: dict[str, JsonPath] = {}
+    for name, here, path in _named(value, where, f"path into {into} (like {{\"charge\": \"$.id\"}})"):
         try:
             out[name] = compile_path(path, field=here)
         except JsonPathError as e:
@@ -357,16 +364,8 @@ def _constants(value: Any, where: str) -> dict[str, Any]:
     """``compensate.values``: name -> a JSON constant, at most ``MAX_VALUE`` characters
     each, none that looks like a credential (it is written in the WAL with the inverse),
     no null as a member of an object (the resource could not keep it)."""
-    if not isinstance(value, Mapping):
-        raise PolicyError(where, f"must be an object of name -> constant (like {{\"force\": true}}), got "
-                          f"{_kind(value)}")
-    if len(value) > MAX_ARGS:
-        raise PolicyError(where, f"at most {MAX_ARGS} entries, got {len(value)}")
     out: dict[str, Any] = {}
-    for name, constant in value.items():
-        here = _join(where, str(name))
-        if not isinstance(name, str) or not name:
-            raise PolicyError(here, "an argument name must be a non-empty string")
+    for name, here, constant in _named(value, where, "constant (like {\"force\": true})"):
         try:
             out[name] = snapshot(constant, here)
         except SecretDetected as e:  # written in the WAL with the inverse: never a credential
