@@ -1,8 +1,8 @@
 """The reviewed policy for the reference filesystem server
 (examples/policies/mcp-server-filesystem.yaml) on the real server from npm, through
 ``agent-saga mcp``, with the official SDK client: reads pass, ``move_file`` is undone by
-moving the file back (both paths from the call), what cannot be undone waits for a human,
-and ``--observe`` writes the swapped-paths inverse as a comment only.
+moving the file back (both paths from the call), and a write, which cannot be undone,
+waits for a human unsent.
 
 (mcp-server-sqlite, the other candidate, is not used: its last release, 2025.4.25, is
 written against the MCP SDK's 1.x server API and fails at start with the 2.x SDK this
@@ -95,14 +95,3 @@ def test_a_write_is_irreversible_and_not_sent_while_it_waits_for_a_human(held: m
     until("the write waits for a human", lambda: list((root.parent / "approvals").iterdir()))
     assert not call.done() and tree(root) == before
     call.cancel()
-
-
-def test_observe_writes_the_swapped_paths_inverse_as_a_comment_only(tmp_path: Path, server: Path,
-                                                                     root: Path) -> None:
-    target = tmp_path / "saga-policy.yaml"
-    text = ms.observed_skeleton(tmp_path, _argv(server, root, "--observe", "--emit-policy", str(target)), target)
-    move = text.split('"move_file":', 1)[1].split('\n  "', 1)[0]
-    assert "#   compensate: {tool: move_file, callArgs: {source: $.destination, destination: $.source}}" in move
-    assert "# destructiveHint: true" in text.split('"write_file":', 1)[1].split('\n  "', 1)[0]
-    skeleton = load_policy_file(target)
-    assert {d.semantics.value for d in skeleton.tools.values()} == {"IRREVERSIBLE"}

@@ -122,17 +122,16 @@ def test_a_commit_is_irreversible_and_waits_for_a_human_who_denies_it(
     head = git(repo, "rev-parse", "HEAD")
     call = asyncio.run_coroutine_threadsafe(
         held.session.call_tool("git_commit", {"repo_path": str(repo), "message": "agent commit"}), held.loop)
-    store = str(tmp / "approvals")
+    store = tmp / "approvals"
 
-    def pending() -> list[dict[str, Any]]:
-        out = subprocess.run([sys.executable, "-m", "agent_saga.cli", "approvals", "list", "--store", store, "--json"],
-                             capture_output=True, text=True, timeout=60, cwd=str(ms.ROOT))
-        return [r for r in json.loads(out.stdout or "[]") if r.get("tool") == "git_commit"]
+    def pending() -> list[dict[str, Any]]:  # the store's request files (<id>.json), read as the CLI would
+        docs = [json.loads(f.read_text()) for f in store.glob("*.json") if not f.name.endswith(".decision.json")]
+        return [d for d in docs if d.get("tool") == "git_commit"]
 
     request = until("the commit waits for a human", pending)[0]
     assert not call.done() and git(repo, "rev-parse", "HEAD") == head
     denied = subprocess.run([sys.executable, "-m", "agent_saga.cli", "approvals", "deny", request["requestId"],
-                             "--store", store, "--approver", "lead@corp", "--note", "not now"],
+                             "--store", str(store), "--approver", "lead@corp", "--note", "not now"],
                             capture_output=True, text=True, timeout=60, cwd=str(ms.ROOT))
     assert denied.returncode == 0, denied.stderr
     with pytest.raises(MCPError) as err:
