@@ -2,8 +2,7 @@
 real server from PyPI, through ``agent-saga mcp``, with the official SDK client: reads
 pass, ``git_add`` is undone by ``git_reset`` with the repository taken from the call (in
 the proxy's rollback, and by the recovery daemon after the proxy is killed), a call the
-inverse cannot be built from is refused before it runs, a commit waits for a human, and
-``--observe`` writes the candidate inverse as a comment only."""
+inverse cannot be built from is refused before it runs, and a commit waits for a human."""
 
 from __future__ import annotations
 
@@ -172,16 +171,3 @@ def test_the_recovery_daemon_undoes_git_add_after_the_proxy_is_killed(tmp_path: 
     assert git(repo, "status", "--porcelain", "--untracked-files=all") == before
     undo = [r for r in ms.records(tmp_path / "proxy.wal") if r["type"] == "COMPENSATION_DONE"]
     assert len(undo) == 1
-
-
-def test_observe_writes_the_candidate_inverse_as_a_comment_only(tmp_path: Path, server: Path) -> None:
-    repo = make_repo(tmp_path / "repo")
-    target = tmp_path / "saga-policy.yaml"
-    text = ms.observed_skeleton(tmp_path, _argv(server, repo, "--observe", "--emit-policy", str(target)), target)
-    add = text.split('"git_add":', 1)[1].split('\n  "', 1)[0]
-    assert "#   compensate: {tool: git_reset, callArgs: {repo_path: $.repo_path}}" in add
-    assert "# candidate (readOnlyHint: true): semantics: REVERSIBLE" in text.split('"git_status":', 1)[1]
-    assert "# destructiveHint: true" in text.split('"git_reset":', 1)[1].split('\n  "', 1)[0]
-    skeleton = load_policy_file(target)
-    assert {d.semantics.value for d in skeleton.tools.values()} == {"IRREVERSIBLE"}
-    assert all(d.compensate is None for d in skeleton.tools.values())
