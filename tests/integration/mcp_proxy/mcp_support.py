@@ -17,7 +17,6 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fixtures.polling import until
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -177,21 +176,6 @@ def recoveryd_once(tmp: Path, wal: Path, upstreams: dict[str, Any]) -> subproces
          "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
          "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, cwd=str(ROOT),
         env=proxy_env(tmp, AGENT_SAGA_MCP_UPSTREAMS=str(path)))
-
-
-def observed_skeleton(tmp: Path, argv: Sequence[str], target: Path) -> str:
-    """Run ``agent-saga mcp --observe`` (``python ARGV``) for one client session that lists
-    the tools; the skeleton it writes to ``target`` when the session ends."""
-    server = StdioServerParameters(command=sys.executable, args=list(argv), env=proxy_env(tmp), cwd=str(ROOT))
-
-    async def go() -> None:
-        with open(tmp / "observe.log", "w", encoding="utf-8") as errlog:
-            async with stdio_client(server, errlog=errlog) as (r, w), ClientSession(r, w) as s:
-                await s.initialize()
-                await s.list_tools()
-
-    asyncio.run(go())
-    return until("the skeleton is written", lambda: target.exists() and target.read_text())
 
 
 def read_until_ready(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
