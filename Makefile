@@ -96,9 +96,10 @@ stripe-mock:
 promtool:
 	bash hack/build-control-plane.sh promtool
 
-# The third-party MCP servers the proxy's tests run against (the reference "everything"
-# server, npm; Node.js >= 20), pinned in hack/versions.env and hack/npm/, installed once
-# into ~/.cache/agent-saga/npm (offline after). See docs/mcp.md.
+# The third-party MCP servers from npm the proxy's tests run against (the reference
+# "everything" and filesystem servers; Node.js >= 20), pinned in hack/versions.env,
+# hack/npm/ and hack/mcp-servers/, installed once into ~/.cache/agent-saga/npm (offline
+# after). mcp-server-git comes from PyPI with the dev extra. See docs/mcp.md.
 mcp-servers:
 	bash hack/install-mcp-servers.sh
 

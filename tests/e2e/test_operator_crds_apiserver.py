@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,6 +130,13 @@ INVALID: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
     ("rule-two-conditions", "SagaPolicy",
      {"rules": [{"name": "r", "tagged": "eu", "toolMatches": ["wire.*"]}]}, ("spec.rules[0]", "exactly one condition")),
     ("undeclared-forward", "SagaPolicy", {"undeclaredTools": "Forward"}, ("spec.undeclaredTools", "Unsupported value")),
+    ("inverse-arg-from-call-and-result", "SagaPolicy",
+     {"tools": {"g": {"semantics": "COMPENSABLE", "compensate": {
+         "tool": "git_reset", "callArgs": {"repo_path": "$.repo_path"}, "args": {"repo_path": "$.path"}}}}},
+     ("spec.tools[g].compensate.callArgs", "named in both args and callArgs", "keep it in one of them")),
+    ("bad-call-arg-path", "SagaPolicy",
+     {"tools": {"g": {"semantics": "COMPENSABLE", "compensate": {"tool": "r", "callArgs": {"repo": "repo_path"}}}}},
+     ("spec.tools[g].compensate.callArgs[repo]", "a path starting at $")),
     ("inverse-tool-and-handler", "SagaPolicy",
      {"tools": {"c": {"semantics": "COMPENSABLE", "compensate": {"tool": "r", "handler": "stripe.refund"}}}},
      ("spec.tools[c].compensate", "exactly one inverse")),
@@ -182,6 +190,17 @@ def test_valid_objects_are_accepted_and_defaulted(crds: KubeCluster, ns: str) ->
     apply(crds, ns, obj("SagaPolicy", "p", {"tools": {"search_docs": {"semantics": "REVERSIBLE"}}}))
     got = api.get_namespaced_custom_object(GROUP, VERSION, ns, "sagapolicies", "p")
     assert got["spec"]["undeclaredTools"] == "Refuse" and got["spec"]["mode"] == "Enforce"
+    values = {"s": "mixed", "n": 1.5, "b": False, "l": [1, "a", None], "o": {"k": [None]}}
+    apply(crds, ns, obj("SagaPolicy", "inverse", {"tools": {"git_add": {"semantics": "COMPENSABLE", "compensate": {
+        "tool": "git_reset", "callArgs": {"repo_path": "$.repo_path"}, "values": values}}}}))
+    got = api.get_namespaced_custom_object(GROUP, VERSION, ns, "sagapolicies", "inverse")
+    assert got["spec"]["tools"]["git_add"]["compensate"]["values"] == values  # every JSON value kept as written
+
+
+def test_the_reviewed_example_policies_are_valid_resources(crds: KubeCluster, ns: str) -> None:
+    for path in sorted((Path(__file__).resolve().parents[2] / "examples" / "policies").glob("*.yaml")):
+        proc = crds.kubectl("apply", "-n", ns, "-f", str(path), check=False)
+        assert proc.returncode == 0, f"{path.name}: {proc.stderr}"
 
 
 def test_approval_decision_is_immutable_once_made(crds: KubeCluster, ns: str) -> None:

@@ -8,6 +8,7 @@ surface; a source that cannot be used refuses every call.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -22,7 +23,7 @@ from agent_saga.controls.policy import (
     parse_policy,
     set_policy_source,
 )
-from agent_saga.errors import GateBlocked
+from agent_saga.errors import GateBlocked, RollbackIncomplete
 from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
@@ -167,3 +168,67 @@ async def test_an_undeclared_tool_in_a_saga_raises_gate_blocked_and_nothing_runs
             await saga.execute("wire.send", R, lambda: ran.append("sent"))
     assert ran == [] and info.value.decided_by == "policy:payments/p"
     assert "STEP_INTENT" not in types(wal, saga.saga_id) and "STEP_REFUSED" in types(wal, saga.saga_id)
+
+
+MOVE = {"tools": {"move": {"semantics": "COMPENSABLE", "compensate": {
+    "handler": "test.policy-move", "callArgs": {"src": "$.to", "dst": "$.from"}, "values": {"overwrite": False},
+    "args": {"version": "$.version"}}}}}
+
+
+async def test_a_rollback_builds_the_policys_inverse_from_the_call_the_constants_and_the_result(wal) -> None:
+    undone: list[dict[str, object]] = []
+    compensator("test.policy-move")(lambda src, dst, overwrite, version: undone.append(
+        {"src": src, "dst": dst, "overwrite": overwrite, "version": version}))
+    try:
+        gate = PreFlightGate(default_rules=(), policy=source(MOVE))
+        with pytest.raises(RuntimeError):
+            async with saga_scope(wal, gate=gate) as saga:
+                await saga.execute("move", R, lambda: {"version": 7}, policy_args={"from": "/a", "to": "/b"})
+                raise RuntimeError("the model regretted it")
+    finally:
+        unregister_compensator("test.policy-move")
+    assert undone == [{"src": "/b", "dst": "/a", "overwrite": False, "version": 7}]
+    (committed,) = of_type(wal, saga.saga_id, "STEP_COMMITTED")  # what a recovery process replays
+    assert payload(committed)["compensation"]["kwargs"] == undone[0]
+
+
+async def test_a_call_without_an_argument_the_inverse_reads_is_refused_before_it_runs(wal) -> None:
+    ran: list[str] = []
+    compensator("test.policy-move")(lambda **kw: None)
+    try:
+        with pytest.raises(GateBlocked) as info:
+            async with saga_scope(wal, gate=PreFlightGate(default_rules=(), policy=source(MOVE))) as saga:
+                await saga.execute("move", R, lambda: ran.append("moved"), policy_args={"from": "/a"})
+    finally:
+        unregister_compensator("test.policy-move")
+    assert ran == [] and info.value.decided_by == "policy:payments/p"
+    assert "'src' from the call's $.to (compensate.callArgs)" in info.value.reason
+    assert "$ has no field 'to' (fields: from)" in info.value.reason
+    assert "STEP_INTENT" not in types(wal, saga.saga_id) and "STEP_REFUSED" in types(wal, saga.saga_id)
+
+
+async def test_a_result_without_an_argument_the_inverse_reads_escalates_as_before(wal) -> None:
+    compensator("test.policy-move")(lambda **kw: None)
+    try:
+        with pytest.raises(RollbackIncomplete, match="could not read its arguments: [$].version"):
+            async with saga_scope(wal, gate=PreFlightGate(default_rules=(), policy=source(MOVE))) as saga:
+                await saga.execute("move", R, lambda: {"no": "version"}, policy_args={"from": "/a", "to": "/b"})
+                raise RuntimeError("the model regretted it")
+    finally:
+        unregister_compensator("test.policy-move")
+    assert "STEP_COMMITTED" in types(wal, saga.saga_id) and "ESCALATED" in types(wal, saga.saga_id)
+
+
+async def test_a_secret_in_the_call_an_inverse_reads_is_refused_before_it_runs_and_never_logged(wal) -> None:
+    compensator("test.policy-move")(lambda **kw: None)
+    secret = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"
+    ran: list[str] = []
+    try:
+        with pytest.raises(Exception, match="looks like a secret"):
+            async with saga_scope(wal, gate=PreFlightGate(default_rules=(), policy=source(MOVE))) as saga:
+                await saga.execute("move", R, lambda: ran.append("moved") or {"version": 1},
+                                   policy_args={"from": "/a", "to": secret})
+    finally:
+        unregister_compensator("test.policy-move")
+    wal.barrier_sync()
+    assert ran == [] and secret.encode() not in Path(wal.path).read_bytes()

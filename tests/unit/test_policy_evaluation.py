@@ -165,7 +165,7 @@ def test_the_policys_inverse_is_used_when_the_code_has_none() -> None:
         unregister_compensator("test.refund")
     assert a.verdict == "ALLOW" and a.request.semantics is C
     assert a.compensate is not None
-    assert a.compensate.kwargs_from({"id": "ch_9", "amount": 7}) == {"charge": "ch_9"}
+    assert a.compensate.kwargs_for({}, {"id": "ch_9", "amount": 7}) == {"charge": "ch_9"}
 
 
 def test_the_codes_inverse_wins_over_the_policys() -> None:
@@ -189,6 +189,16 @@ def test_observe_mode_refuses_nothing_and_says_what_it_would_have_done() -> None
     assert a.observed == ("would gate t as IRREVERSIBLE",)
     assert [n for n, _ in ps.observed_rule_specs] == ["payments/p0:big"]
     assert ps.admit(req("other", sem=R), has_compensation=False).observed[0].startswith("would refuse: other")
+
+
+def test_observe_mode_says_it_would_refuse_a_call_its_inverse_cannot_be_built_from() -> None:
+    ps = pset({"mode": "Observe", "tools": {"git_add": {"semantics": "COMPENSABLE", "compensate": {
+        "tool": "git_reset", "callArgs": {"repo_path": "$.repo_path"}}}}})
+    a = ps.admit(req("git_add", sem=R, path="/srv/repo"), has_compensation=False)
+    assert a.verdict == "ALLOW"
+    assert a.observed[0].startswith("would refuse: SagaPolicy payments/p0 builds the inverse of git_add (git_reset)")
+    assert ps.admit(req("git_add", sem=R, repo_path="/r"), has_compensation=False).observed == (
+        "would gate git_add as COMPENSABLE",)
 
 
 def test_a_policy_governs_only_the_agents_its_applies_to_matches() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 from agent_saga.controls.policy import (
@@ -66,7 +67,7 @@ def test_the_briefs_policy_file_is_read_exactly_as_it_shows_it() -> None:
     charge = p.tools["stripe__create_charge"]
     assert charge.semantics is ActionSemantics.COMPENSABLE
     assert charge.compensate is not None and charge.compensate.tool == "stripe__create_refund"
-    assert charge.compensate.kwargs_from({"id": "ch_1", "amount": 5}) == {"charge": "ch_1"}
+    assert charge.compensate.kwargs_for({}, {"id": "ch_1", "amount": 5}) == {"charge": "ch_1"}
     assert {k: v.text for k, v in charge.policy_args.items()} == {"amount": "$.amount"}
     assert p.tools["search_docs"].semantics is ActionSemantics.REVERSIBLE
 
@@ -149,6 +150,40 @@ def test_an_inverse_is_a_tool_or_a_handler_never_both_or_neither() -> None:
     p = parse_policy({"tools": {"charge": {"semantics": "COMPENSABLE",
                                            "compensate": {"handler": "stripe.refund", "args": {"c": "$.id"}}}}})
     assert p.tools["charge"].compensate is not None and p.tools["charge"].compensate.target == "stripe.refund"
+
+
+def _inverse(**comp: object) -> dict[str, object]:
+    return {"tools": {"git_add": {"semantics": "COMPENSABLE", "compensate": {"tool": "git_reset", **comp}}}}
+
+
+def test_an_inverse_takes_arguments_from_the_call_constants_and_the_result() -> None:
+    p = parse_policy(_inverse(callArgs={"repo_path": "$.repo_path"}, values={"mode": "mixed", "paths": ["."]},
+                              args={"ref": "$.head"}))
+    comp = p.tools["git_add"].compensate
+    assert comp is not None and parse_policy(p.to_doc()) == p
+    assert comp.kwargs_for({"repo_path": "/srv/repo", "files": ["a"]}, {"head": "abc"}) == {
+        "repo_path": "/srv/repo", "mode": "mixed", "paths": ["."], "ref": "abc"}
+    assert comp.kwargs_for({"repo_path": "/r"}, {"head": "x"})["paths"] is not comp.values["paths"]  # a fresh copy
+    assert parse_policy(_inverse(call_args={"r": "$.r"})).tools["git_add"].compensate.call_args["r"].text == "$.r"
+
+
+def test_an_inverse_argument_comes_from_one_place_only() -> None:
+    e = refused(_inverse(callArgs={"repo_path": "$.repo_path"}, args={"repo_path": "$.path"}))
+    assert e.field == "tools.git_add.compensate.callArgs.repo_path"
+    assert "'repo_path' is also in args" in str(e) and "keep it in one of them" in str(e)
+    e = refused(_inverse(callArgs={"repo_path": "$.repo_path"}, values={"repo_path": "/srv"}))
+    assert e.field == "tools.git_add.compensate.values.repo_path" and "also in callArgs" in str(e)
+
+
+def test_a_constant_is_json_bounded_and_never_a_secret() -> None:
+    e = refused(_inverse(values={"token": "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc"}))
+    assert e.field == "tools.git_add.compensate.values.token" and "looks like a secret" in str(e)
+    assert "a policy names constants, never secrets" in str(e)
+    e = refused(_inverse(values={"at": float("inf")}))
+    assert e.field == "tools.git_add.compensate.values.at" and "not JSON" in str(e)
+    e = refused(_inverse(values={"note": "x" * 1100}))
+    assert "at most 1024 characters as JSON" in str(e)
+    assert "must be an object of name -> constant" in str(refused(_inverse(values=["force"])))
 
 
 def test_tool_names_are_exact_names_without_wildcards_or_spaces() -> None:
@@ -249,7 +284,17 @@ def test_policy_check_says_what_a_valid_file_declares(tmp_path, capsys) -> None:
     f = tmp_path / "saga-policy.json"
     f.write_text(BRIEF_FILE)
     assert main(["policy", "check", str(f)]) == 0
-    assert "valid. mode Enforce, undeclared tools Refuse, 1 COMPENSABLE, 1 REVERSIBLE, 0 rule(s)" in \
+    out = capsys.readouterr().out
+    assert "valid. mode Enforce, undeclared tools Refuse, 1 COMPENSABLE, 1 REVERSIBLE, 0 rule(s)" in out
+    assert "  stripe__create_charge: undone by tool stripe__create_refund(charge <- result $.id)" in out
+
+
+def test_policy_check_says_where_each_inverse_argument_comes_from(capsys) -> None:
+    from agent_saga.cli import main
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "policies" / "mcp-server-filesystem.yaml"
+    assert main(["policy", "check", str(example)]) == 0
+    assert "  move_file: undone by tool move_file(destination <- call $.source, source <- call $.destination)" in \
         capsys.readouterr().out
 
 

@@ -31,6 +31,10 @@ VALID: dict[str, Any] = {
             "compensate": {"tool": "stripe__create_refund", "args": {"charge": "$.id"}},
             "policyArgs": {"amount": "$.amount"},
         },
+        "git_add": {
+            "semantics": "COMPENSABLE",
+            "compensate": {"tool": "git_reset", "callArgs": {"repo_path": "$.repo_path"}, "values": {"hard": False}},
+        },
         "search_docs": {"semantics": "REVERSIBLE"},
         "wire.send": {"semantics": "IRREVERSIBLE", "requireApproval": True},
     },
@@ -74,6 +78,7 @@ def with_(path: tuple[Any, ...], value: Any, base: dict[str, Any] = VALID) -> di
 DELETE = object()
 T = ("tools", "stripe__create_charge")
 R0 = ("rules", 0)
+G = ("tools", "git_add", "compensate")
 
 CASES: list[tuple[str, Any]] = [
     ("valid", VALID),
@@ -123,6 +128,28 @@ CASES: list[tuple[str, Any]] = [
     ("path too long", with_((*T, "compensate", "args", "charge"), "$" + ".a" * 128)),
     ("path of 129 characters", with_((*T, "compensate", "args", "charge"), "$" + ".a" * 64)),
     ("33 args", with_((*T, "policyArgs"), {f"a{i}": "$.x" for i in range(33)})),
+    ("call args snake case", with_((*G, "call_args"), {"repo_path": "$.repo_path"}, with_((*G, "callArgs"), DELETE))),
+    ("call args both spellings", with_((*G, "call_args"), {"r": "$.r"})),
+    ("call args null", with_((*G, "callArgs"), None)),
+    ("call args a list", with_((*G, "callArgs"), ["$.repo_path"])),
+    ("call args bad path", with_((*G, "callArgs", "repo_path"), "repo_path")),
+    ("call args with index", with_((*G, "callArgs", "first"), "$.files[0]")),
+    ("33 call args", with_((*G, "callArgs"), {f"a{i}": "$.x" for i in range(33)})),
+    ("call args only", with_((*G, "values"), DELETE)),
+    ("call args and args share a name", with_((*G, "args"), {"repo_path": "$.path"})),
+    ("call args and values share a name", with_((*G, "values", "repo_path"), "/srv/repo")),
+    ("args and values share a name", with_((*T, "compensate", "values"), {"charge": "ch_1"})),
+    ("values of every JSON type", with_((*G, "values"), {"s": "x", "n": 1.5, "b": True, "l": [1, "a", None],
+                                                          "o": {"k": [None]}})),
+    ("value null", with_((*G, "values", "z"), None)),
+    ("value with a null member", with_((*G, "values", "o"), {"k": None})),
+    ("values null", with_((*G, "values"), None)),
+    ("values a string", with_((*G, "values"), "force")),
+    ("33 values", with_((*G, "values"), {f"v{i}": i for i in range(33)})),
+    ("value too long", with_((*G, "values", "note"), "x" * 1100)),
+    ("value a secret", with_((*G, "values", "token"), "sk_live_" + "a" * 30)),
+    ("inverse with only values", with_(G, {"tool": "git_reset", "values": {"repo_path": "/srv/repo"}})),
+    ("handler with call args", with_(G, {"handler": "git.reset", "callArgs": {"repo": "$.repo_path"}})),
     ("policy args null", with_((*T, "policyArgs"), None)),
     ("require approval a string", with_(("tools", "wire.send", "requireApproval"), "yes")),
     ("require approval null", with_(("tools", "wire.send", "requireApproval"), None)),
@@ -170,12 +197,14 @@ def test_the_name_patterns_are_the_same_strings() -> None:
 
 # ---------------------------------------------------------------- generated documents
 NAMES = st.sampled_from(["mode", "undeclaredTools", "undeclared_tools", "appliesTo", "tools", "rules", "semantics",
-                         "compensate", "tool", "handler", "args", "policyArgs", "policy_args", "requireApproval",
+                         "compensate", "tool", "handler", "args", "callArgs", "call_args", "values", "policyArgs",
+                         "policy_args", "requireApproval",
                          "name", "verdict", "reason", "toolMatches", "tagged", "argExceeds", "arg", "threshold",
                          "agents", "extra"])
 SCALARS = st.one_of(
     st.sampled_from(["Enforce", "observe", "Refuse", "Allow", "RequireApproval", "REQUIRE_APPROVAL", "Block",
-                     "REVERSIBLE", "compensable", "IRREVERSIBLE", "$.id", "$.a[0]", "$..x", "x", "wire.*", "eu",
+                     "REVERSIBLE", "compensable", "IRREVERSIBLE", "$.id", "$.a[0]", "$..x", "$.repo_path", "x",
+                     "wire.*", "eu",
                      "", " ", "stripe.refund", "a b"]),
     st.integers(-3, 20000), st.floats(allow_nan=False, allow_infinity=False, width=32), st.booleans(), st.none())
 

@@ -2,13 +2,15 @@
 
 The CRD form of the policy schema the runtime defines (``agent_saga.controls.policy``,
 also the MCP proxy's policy file): per tool its semantics, for a COMPENSABLE tool the
-inverse (another tool, or a named handler) and how its arguments are taken from the
-forward result (``{"charge": "$.id"}``), and the policy arguments the gate and the limits
-read (``{"amount": "$.amount"}``); plus gate rules and which agents it governs. A file a
-security team can review, diff and sign off, now with ``kubectl diff``.
+inverse (another tool, or a named handler) and where each of its arguments comes from
+(the call: ``callArgs: {"repo_path": "$.repo_path"}``; a constant: ``values``; the
+forward result: ``args: {"charge": "$.id"}``), and the policy arguments the gate and the
+limits read (``{"amount": "$.amount"}``); plus gate rules and which agents it governs. A
+file a security team can review, diff and sign off, now with ``kubectl diff``.
 
 Rules the API server enforces: a COMPENSABLE tool declares its inverse; an IRREVERSIBLE
-one cannot (no automated undo exists); an inverse is a tool or a handler; tool names are
+one cannot (no automated undo exists); an inverse is a tool or a handler; an inverse
+argument comes from one place (no name in two of args, callArgs, values); tool names are
 exact; each gate rule has exactly one condition; ``undeclaredTools`` defaults to Refuse.
 
 This model and the runtime's parser accept and refuse the same documents
@@ -23,7 +25,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from agent_saga.compensation import HANDLER_PATTERN
 from agent_saga.controls.policy import JSON_PATH_PATTERN, PolicyError, parse_policy
-from pydantic import BeforeValidator, Field, StringConstraints, model_validator
+from pydantic import BeforeValidator, Field, StringConstraints, WithJsonSchema, model_validator
 
 from ._base import (
     TOOL_NAME_PATTERN,
@@ -77,20 +79,35 @@ HandlerName = Annotated[str, StringConstraints(min_length=1, max_length=128, pat
                        Explained(HANDLER_PATTERN.pattern, "the name a handler is registered under with "
                                  "@compensator (letters, digits, . _ : / -), e.g. stripe.refund")]
 
+#: A JSON value (a constant argument of an inverse), kept as written. Not null in an object
+#: (`kubectl apply` reads a null field as "delete it"): the runtime's parser refuses it.
+JsonValue = Annotated[Any, WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})]
+
 RULE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
 RuleName = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=RULE_NAME_PATTERN),
                     Explained(RULE_NAME_PATTERN, "a rule name of letters, digits and . _ : -, e.g. big-wires")]
 
 
+def _one_source(first: str, second: str) -> dict[str, str]:
+    """The CEL rule refusing an inverse argument named in both ``first`` and ``second``."""
+    return cel(f"!has(self.{first}) || !has(self.{second}) || !self.{second}.exists(k, k in self.{first})",
+               f"an inverse argument is named in both {first} and {second}: each comes from one place, the call "
+               f"(callArgs), a constant (values) or the forward result (args); keep it in one of them",
+               field_path=f".{second}")
+
+
 class Inverse(CRDModel):
-    """The inverse (a tool, or a named handler) and its arguments, each a path into the
-    forward result."""
+    """The inverse (a tool, or a named handler) and where each of its arguments comes
+    from: the call (callArgs), a constant (values) or the forward result (args)."""
 
     model_config = CRDModel.model_config | {
         "json_schema_extra": validations(
             cel("has(self.tool) != has(self.handler)",
                 "name exactly one inverse: tool (another tool of the same server) or handler "
                 "(a function registered with @compensator)"),
+            # values holds any JSON, which CEL cannot read: a name in values and in args or
+            # callArgs is refused by the operator (Ready=False, Invalid), as by the runtime.
+            _one_source("args", "callArgs"),
         )
     }
 
@@ -100,7 +117,20 @@ class Inverse(CRDModel):
     args: dict[str, JsonPath] = Field(
         default_factory=dict,
         max_length=32,
-        description='Argument name -> path into the forward result: {"charge": "$.id"}.',
+        description='Argument name -> path into the forward result: {"charge": "$.id"}. A path the result does '
+                    "not have leaves the step without an undo: a rollback escalates it to a human.",
+    )
+    call_args: dict[str, JsonPath] | None = Field(
+        default=None,
+        max_length=32,
+        description='Argument name -> path into the call\'s arguments: {"repo_path": "$.repo_path"}. A call '
+                    "without one of them is refused before it runs (its undo could not be built).",
+    )
+    values: dict[str, JsonValue] | None = Field(
+        default=None,
+        max_length=32,
+        description='Argument name -> a constant JSON value: {"force": true}. Never a secret (it is written to '
+                    "the log with the inverse). A name also in args or callArgs makes the policy Invalid.",
     )
 
 
@@ -110,7 +140,8 @@ class ToolPolicy(CRDModel):
     model_config = CRDModel.model_config | {
         "json_schema_extra": validations(
             cel("self.semantics != 'COMPENSABLE' || has(self.compensate)",
-                "a COMPENSABLE tool must declare its inverse (compensate.tool and args)",
+                "a COMPENSABLE tool must declare its inverse (compensate.tool, and where its arguments come from: "
+                "callArgs, values, args)",
                 field_path=".compensate", reason="FieldValueRequired"),
             cel("self.semantics != 'IRREVERSIBLE' || !has(self.compensate)",
                 "an IRREVERSIBLE tool has no automated undo: remove compensate, or classify it COMPENSABLE",

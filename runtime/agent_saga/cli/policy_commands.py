@@ -7,7 +7,8 @@
 
 ``check`` reads a policy file (the MCP proxy's JSON, or a SagaPolicy manifest in YAML or
 JSON) with the same parser the runtime's gate and the operator use, and prints what it
-declares, or the first error with the field it names.
+declares (for each COMPENSABLE tool, its inverse and where each argument comes from), or
+the first error with the field it names.
 
 ``skeleton`` writes a SagaPolicy manifest from the tool surface agents recorded in the
 policy plane while an Observe-mode SagaPolicy governed them: every tool IRREVERSIBLE with
@@ -73,6 +74,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(sems.items())) or "no tools"
     print(f"{args.file}: valid. mode {policy.mode}, undeclared tools {policy.undeclared_tools}, {counts}, "
           f"{len(policy.rules)} rule(s); governs {who}")
+    for name in sorted(policy.tools):
+        comp = policy.tools[name].compensate
+        if comp is not None:
+            how = f"tool {comp.tool}" if comp.tool is not None else f"handler {comp.handler}"
+            print(f"  {name}: undone by {how}({comp.sources()})")
     return 0
 
 

@@ -1,7 +1,7 @@
 """``--observe``: the tool surface a session showed, and the skeleton written from it.
 
 The proxy forwards everything and records, from ``tools/list`` responses, each tool's
-name and input schema, and from ``tools/call`` requests, how often each was called
+name, input schema and annotations, and from ``tools/call`` requests, how often each was called
 (names only, never argument values). At the end of the session it writes, with the same
 generator as ``agent-saga policy skeleton``:
 
@@ -11,8 +11,10 @@ generator as ``agent-saga policy skeleton``:
   resource (``kubectl apply -f``), with the TODOs.
 
 Every tool is IRREVERSIBLE: a skeleton that guessed COMPENSABLE and invented an inverse
-would assert that an operation is undoable on the evidence of its name. Neither file is
-ever overwritten.
+would assert that an operation is undoable on the evidence of its name. In the YAML, a
+tool whose name or annotations (``readOnlyHint``, ``destructiveHint``) suggest a class
+gets a comment with the candidate (an inverse's shape), for a reviewer to verify; it is
+only a comment. Neither file is ever overwritten.
 """
 
 from __future__ import annotations
@@ -41,15 +43,17 @@ class Surface:
 
     def __init__(self) -> None:
         self.schemas: dict[str, dict[str, Any] | None] = {}
+        self.annotations: dict[str, dict[str, Any] | None] = {}
         self.calls: dict[str, int] = {}
         self.first = time.time()
 
     def listed(self, tools: list[Any]) -> None:
-        """Note the tools of a ``tools/list`` response (name and input schema)."""
+        """Note the tools of a ``tools/list`` response (name, input schema, annotations)."""
         for t in tools:
             if isinstance(t, dict) and isinstance(t.get("name"), str):
-                schema = t.get("inputSchema")
+                schema, notes = t.get("inputSchema"), t.get("annotations")
                 self.schemas[t["name"]] = schema if isinstance(schema, dict) else None
+                self.annotations[t["name"]] = notes if isinstance(notes, dict) else None
 
     def called(self, tool: str) -> None:
         """Count one ``tools/call`` of ``tool``."""
@@ -59,7 +63,8 @@ class Surface:
         """The surface as entries for the skeleton generator."""
         now = time.time()
         names = sorted(set(self.schemas) | set(self.calls))
-        return [SurfaceEntry(n, None, (), self.schemas.get(n), self.first, now, self.calls.get(n, 0)) for n in names]
+        return [SurfaceEntry(n, None, (), self.schemas.get(n), self.first, now, self.calls.get(n, 0),
+                             annotations=self.annotations.get(n)) for n in names]
 
     def write(self, path: str, *, name: str, namespace: str = "default", source: str = "") -> list[str]:
         """Write the spec file and the manifest (never over an existing file); their paths."""

@@ -13,8 +13,11 @@ policy's semantics; a ``compensate: {tool: ...}`` becomes the step's compensatio
 handler ``mcp:<name>``); a tool no policy declares is IRREVERSIBLE (the gate refuses it
 when ``undeclaredTools`` is ``Refuse``, the default).
 
-The result a ``compensate.args`` path reads is the call's ``structuredContent``, else the
-first text content parsed as JSON, else the whole ``result``.
+The inverse's arguments are built when the call answers, from the call's ``arguments``
+(``compensate.callArgs``), the policy's constants (``values``) and the result
+(``args``): the call's ``structuredContent``, else the first text content parsed as JSON,
+else the whole ``result``. They are in the WAL with the step (the compensation
+descriptor), so a recovery process after a crash runs the same inverse.
 
 Boundaries (``--boundary``): ``session`` — one saga per session: a clean end commits it,
 anything else rolls it back; ``explicit`` — the same, and ``saga_commit`` /
@@ -38,7 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 from ..compensation import Compensation
-from ..controls.policy import PolicySource
+from ..controls.policy import Compensate, PolicySource
 from ..errors import CompensationError, ConfigurationError, SagaError, SagaRefused
 from ..gates import Gate
 from ..rollback import RollbackReport
@@ -224,7 +227,7 @@ class ToolSession:
             text = await self.end(tool == COMMIT_TOOL, "saga_rollback was called") or "nothing to do: no call since "\
                 "the last commit"
             return {"jsonrpc": "2.0", "id": id_, "result": {"content": [{"type": "text", "text": text}]}}
-        semantics, factory = self._declaration(tool)
+        semantics, factory = self._declaration(tool, arguments)
         answered: list[dict[str, Any]] = []
 
         async def step() -> dict[str, Any]:
@@ -276,7 +279,8 @@ class ToolSession:
                 log.error("agent-saga mcp: %s answered, but the log failed: %s", tool, exc.message)
             return error(id_, OUTCOME_UNKNOWN, f"agent-saga could not record {tool}: {exc.message}")
 
-    def _declaration(self, tool: str) -> tuple[ActionSemantics, Callable[[Any], Any] | None]:
+    def _declaration(self, tool: str, arguments: dict[str, Any]
+                     ) -> tuple[ActionSemantics, Callable[[Any], Any] | None]:
         """How the engine is told about ``tool`` (see the module doc)."""
         view = self.policy.view() if self.policy is not None else None
         if view is None or not view.usable:
@@ -289,20 +293,22 @@ class ToolSession:
             declared = True
             comp = decl.compensate
             if comp is not None and comp.tool is not None:
-                return ActionSemantics.REVERSIBLE, self._factory(tool, comp.tool, comp.kwargs_from)
+                return ActionSemantics.REVERSIBLE, self._factory(tool, comp, arguments)
         if declared:
             return ActionSemantics.REVERSIBLE, None  # the gate tightens it to the policy's semantics
         return ActionSemantics.IRREVERSIBLE, None
 
-    def _factory(self, tool: str, inverse: str, derive: Callable[[Any], dict[str, Any]]
+    def _factory(self, tool: str, comp: Compensate, arguments: dict[str, Any]
                  ) -> Callable[[Any], Compensation | None]:
         hname = handler_name(self.upstream_name)
+        inverse = str(comp.tool)
 
         def factory(resp: Any) -> Compensation | None:
             if resp is None:
                 return None  # the outcome is unknown: nothing to derive from; the rollback escalates
             doc = result_document(resp.get("result") if isinstance(resp, dict) else None)
-            return Compensation(fn=self.undo, handler=hname, kwargs={"tool": inverse, "arguments": derive(doc)},
+            kwargs = {"tool": inverse, "arguments": comp.kwargs_for(arguments, doc)}
+            return Compensation(fn=self.undo, handler=hname, kwargs=kwargs,
                                 description=f"{inverse} on MCP upstream {self.upstream_name} (undoes {tool})")
 
         return factory

@@ -155,9 +155,27 @@ class HeldSession:
 def start_client(tmp: Path, script: Sequence[dict[str, Any]], *options: str, **env: str) -> subprocess.Popen[str]:
     """A client process (tests/integration/mcp/mcp_client.py) that runs ``script``
     through the proxy, prints each answer as a JSON line, then ``ready``, and waits."""
-    cmd = [sys.executable, str(CLIENT), json.dumps(script), json.dumps(proxy_argv(*options))]
+    return start_client_argv(tmp, script, proxy_argv(*options), **env)
+
+
+def start_client_argv(tmp: Path, script: Sequence[dict[str, Any]], argv: Sequence[str], **env: str
+                      ) -> subprocess.Popen[str]:
+    """``start_client`` in front of any proxy command line (``python ARGV``)."""
+    cmd = [sys.executable, str(CLIENT), json.dumps(script), json.dumps(list(argv))]
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=proxy_env(tmp, **env), cwd=str(ROOT))
+
+
+def recoveryd_once(tmp: Path, wal: Path, upstreams: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """One sweep of ``agent-saga-recoveryd --once`` over ``wal``, reaching the MCP servers
+    of ``upstreams`` (the ``AGENT_SAGA_MCP_UPSTREAMS`` file's content) to undo calls."""
+    path = tmp / "mcp-upstreams.json"
+    path.write_text(json.dumps(upstreams))
+    return subprocess.run(
+        [sys.executable, "-m", "agent_saga_recoveryd", "--once", "--wal-path", str(wal),
+         "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
+         "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+        env=proxy_env(tmp, AGENT_SAGA_MCP_UPSTREAMS=str(path)))
 
 
 def read_until_ready(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ UNKNOWN, and the proxy killed with SIGKILL is finished by the recovery daemon ex
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -86,15 +85,10 @@ def test_the_proxy_killed_mid_session_is_compensated_once_by_the_recovery_daemon
     client.kill()
     client.communicate(timeout=60)
     assert _saga_ends(tmp_path / "proxy.wal") == []  # nobody finished it yet
-    upstreams = tmp_path / "mcp-upstreams.json"
-    upstreams.write_text(json.dumps({"bank": {"command": [sys.executable, str(ms.SERVER)]}}))
-    env = ms.proxy_env(tmp_path, AGENT_SAGA_MCP_UPSTREAMS=str(upstreams))
 
     def sweep() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "agent_saga_recoveryd", "--once", "--wal-path", str(tmp_path / "proxy.wal"),
-             "--import", "agent_saga.mcp.upstreams", "--lease-grace", "0", "--metrics-port", "0",
-             "--bind", "127.0.0.1"], capture_output=True, text=True, timeout=120, env=env, cwd=str(ms.ROOT))
+        return ms.recoveryd_once(tmp_path, tmp_path / "proxy.wal", {"bank": {"command": [sys.executable,
+                                                                                       str(ms.SERVER)]}})
 
     def compensated() -> bool:
         done = sweep()

@@ -98,4 +98,8 @@ def test_observe_forwards_everything_and_writes_an_all_irreversible_skeleton(tmp
     assert set(policy.tools) == {t["name"] for t in listed} == set(manifest.tools)
     assert {d.semantics.value for d in policy.tools.values()} == {"IRREVERSIBLE"}
     assert target.read_text().count("# TODO") == len(listed)
+    # What a name or the server's annotations suggest is a comment beside the declaration.
+    text = target.read_text()
+    assert '# candidate (its name reads (search)): semantics: REVERSIBLE' in text.split('"search_docs":', 1)[1]
+    assert "# destructiveHint: true" in text.split('"delete_everything":', 1)[1].split('\n  "', 1)[0]
     assert "kind: SagaPolicy" in (tmp_path / "saga-policy.sagapolicy.yaml").read_text()

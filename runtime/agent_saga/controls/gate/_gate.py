@@ -426,7 +426,7 @@ class PreFlightGate:
         decision = await self._after_prechecks(adm.request, checks, ev, detail)
         if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
             declared = Declaration(adm.request.semantics, None if adm.compensate is None
-                                   else inverse_factory(request.tool, adm.compensate))
+                                   else inverse_factory(request.tool, adm.compensate, request.policy_args))
             return replace(decision, declaration=declared)
         return decision
 

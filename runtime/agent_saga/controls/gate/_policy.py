@@ -96,17 +96,18 @@ def observe(rules: Sequence[Rule], request: Any) -> list[str]:
     return out
 
 
-def inverse_factory(tool: str, compensate: Compensate) -> Any:
-    """A compensation factory building the policy's inverse from the forward result:
-    ``Compensation(handler=<handler or tool>, kwargs=<args read by path>)``."""
+def inverse_factory(tool: str, compensate: Compensate, call: Any) -> Any:
+    """A compensation factory building the policy's inverse over the forward result:
+    ``Compensation(handler=<handler or tool>, kwargs=<from call, constants, result>)``
+    (``call``: the call's arguments, which the admission already found complete)."""
 
     def factory(result: Any) -> Compensation:
         try:
-            kwargs = compensate.kwargs_from(result)
+            kwargs = compensate.kwargs_for(call, result)
         except LookupError as exc:
             raise CompensationError(
-                f"the SagaPolicy inverse of {tool!r} ({compensate.target}) could not read its arguments from the "
-                f"forward result: {exc}", tool=tool) from exc
+                f"the SagaPolicy inverse of {tool!r} ({compensate.target}) could not read its arguments: {exc}",
+                tool=tool) from exc
         return Compensation(handler=compensate.target, kwargs=kwargs,
                             description=f"declared by a SagaPolicy: {compensate.target}")
 

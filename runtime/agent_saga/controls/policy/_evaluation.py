@@ -31,6 +31,9 @@ loosen it.**
 - Policy arguments: a path the call does not satisfy refuses the call (fail closed, like
   a limit that cannot read its argument); the value a policy derives replaces the code's
   value of the same name; two policies deriving different values refuse the call.
+- An inverse's ``callArgs``: a path the call does not satisfy refuses the call before it
+  runs (its undo could not be built). ``args`` paths read the forward result, which only
+  exists afterwards: one it does not satisfy escalates the step on rollback.
 - ``mode: Observe``: the policy changes nothing; what it would have done is reported in
   ``Admission.observed`` (the gate records it in the verdict's detail).
 
@@ -114,6 +117,7 @@ class _ToolPlan:
     semantics: ActionSemantics | None          # the strictest declared, None: nobody declared it
     derive: tuple[tuple[str, str, Any], ...]   # (policy id, arg name, JsonPath)
     compensate: tuple[str, Compensate] | None  # (policy id, inverse) of the first COMPENSABLE declaration
+    bind: tuple[tuple[str, Compensate], ...]   # (policy id, inverse) of every inverse that reads the call
     refuse: tuple[str, str] | None             # (policy id, reason): undeclared and refused
     asks: tuple[tuple[str, str], ...]          # (name, reason)
     policies: tuple[str, ...]                  # ids of the policies that declare the tool
@@ -162,6 +166,11 @@ class PolicySet:
         if plan.refuse is not None:
             pid, reason = plan.refuse
             return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed, detail=plan.refused)
+        if plan.bind:
+            unbound = _unbound(plan.bind, request)
+            if unbound is not None:
+                pid, reason = unbound
+                return Admission("BLOCK", request, reason, "policy:" + pid, observed=observed, detail=plan.detail)
         args: Mapping[str, Any] = request.policy_args
         if plan.derive:
             merged, problem = _derive(plan.derive, request)
@@ -200,6 +209,9 @@ class PolicySet:
         out: list[str] = []
         if plan.refuse is not None:
             out.append(f"would refuse: {plan.refuse[1]}")
+        unbound = _unbound(plan.bind, request) if plan.bind else None
+        if unbound is not None:
+            out.append(f"would refuse: {unbound[1]}")
         if plan.semantics is not None and _RANK[plan.semantics] > _RANK[request.semantics]:
             out.append(f"would gate {request.tool} as {plan.semantics.value}")
         out.extend(f"would ask a human: {reason}" for _, reason in plan.asks)
@@ -210,6 +222,7 @@ def _plan(policies: Sequence[PolicyInForce], tool: str) -> _ToolPlan:
     strictest: ActionSemantics | None = None
     derive: list[tuple[str, str, Any]] = []
     compensate: tuple[str, Compensate] | None = None
+    bind: list[tuple[str, Compensate]] = []
     refuse: tuple[str, str] | None = None
     asks: list[tuple[str, str]] = []
     declaring: list[str] = []
@@ -227,12 +240,28 @@ def _plan(policies: Sequence[PolicyInForce], tool: str) -> _ToolPlan:
             strictest = decl.semantics
         if decl.compensate is not None and compensate is None:
             compensate = (p.id, decl.compensate)
+        if decl.compensate is not None and decl.compensate.call_args:
+            bind.append((p.id, decl.compensate))
         derive.extend((p.id, name, path) for name, path in sorted(decl.policy_args.items()))
         if decl.require_approval:
             asks.append((f"{p.id}:{tool}", f"SagaPolicy {p.id} requires a human for every call of {tool}"))
     detail = {"policies": list(declaring)}
-    return _ToolPlan(strictest, tuple(derive), compensate, refuse, tuple(asks), tuple(declaring), detail,
-                     {**detail, "undeclared": True})
+    return _ToolPlan(strictest, tuple(derive), compensate, tuple(bind), refuse, tuple(asks), tuple(declaring),
+                     detail, {**detail, "undeclared": True})
+
+
+def _unbound(bind: Sequence[tuple[str, Compensate]], request: StepRequest) -> tuple[str, str] | None:
+    """(policy id, refusal) for the first inverse whose ``callArgs`` the call does not satisfy."""
+    for pid, comp in bind:
+        for name, path in comp.call_args.items():
+            try:
+                path.read(request.policy_args)
+            except JsonPathMissing as exc:
+                return pid, (
+                    f"SagaPolicy {pid} builds the inverse of {request.tool} ({comp.target}) with argument {name!r} "
+                    f"from the call's {path.text} (compensate.callArgs), and the call does not have it ({exc.why}): "
+                    f"a call whose undo cannot be built is refused before it runs")
+    return None
 
 
 def _derive(derive: Sequence[tuple[str, str, Any]], request: StepRequest

@@ -1,8 +1,9 @@
 """The SagaPolicy schema: one definition for the custom resource's spec and the policy file.
 
-A SagaPolicy says, for the tools an agent may call, what undoing each one means, how the
-inverse's arguments come from the forward result, which policy arguments the gate and
-the limits read, and which calls need a human or are refused. The same document is
+A SagaPolicy says, for the tools an agent may call, what undoing each one means, where
+the inverse's arguments come from (the call, a constant, the forward result), which policy
+arguments the gate and the limits read, and which calls need a human or are refused. The
+same document is
 
 - the ``spec`` of a ``SagaPolicy`` custom resource (``kubectl apply``), which the operator
   projects into the policy plane for the runtime's gate, and
@@ -14,6 +15,8 @@ the limits read, and which calls need a human or are refused. The same document 
        "stripe__create_charge": {"semantics": "COMPENSABLE",
           "compensate": {"tool": "stripe__create_refund", "args": {"charge": "$.id"}},
           "policyArgs": {"amount": "$.amount"}},
+       "git_add": {"semantics": "COMPENSABLE",
+          "compensate": {"tool": "git_reset", "callArgs": {"repo_path": "$.repo_path"}}},
        "search_docs": {"semantics": "REVERSIBLE"}},
      "rules": [{"name": "large-charges", "argExceeds": {"arg": "amount", "threshold": 10000},
                 "verdict": "RequireApproval"}]}
@@ -26,8 +29,10 @@ Choice values are matched ignoring case and underscores (``enforce``, ``Enforce`
 Invariants:
 - ``parse_policy`` refuses, with ``PolicyError`` naming the field path (``tools.x.compensate``)
   and the fix: unknown fields (with the closest known name), both spellings of one field,
-  a COMPENSABLE tool without ``compensate``, an IRREVERSIBLE tool with one, a ``compensate`` with neither or both of ``tool`` / ``handler``, a tool
-  name with wildcards or spaces, a path outside the JSONPath subset, a rule with zero or
+  a COMPENSABLE tool without ``compensate``, an IRREVERSIBLE tool with one, a ``compensate``
+  with neither or both of ``tool`` / ``handler``, an inverse argument named in two of
+  ``args`` / ``callArgs`` / ``values``, a constant that is not JSON or looks like a
+  credential, a tool name with wildcards or spaces, a path outside the JSONPath subset, a rule with zero or
   several conditions, two rules of one name, and every size the resource's schema bounds.
   The operator's CRD model accepts and refuses the same documents
   (tests/unit/policy/test_policy_schema_agreement.py).
@@ -36,8 +41,10 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import difflib
 import fnmatch
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -45,7 +52,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...compensation import HANDLER_PATTERN
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, SecretDetected
+from ...payloads import snapshot
 from ...semantics import ActionSemantics
 from ._jsonpath import JsonPath, JsonPathError, compile_path
 from ._jsonpath import kind_of as _kind
@@ -72,6 +80,7 @@ ARG = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 RULE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")
 MAX_TOOLS, MAX_ARGS, MAX_RULES, MAX_GLOBS, MAX_AGENTS = 512, 32, 64, 32, 64
 MAX_NAME, MAX_TAG, MAX_ARG, MAX_RULE, MAX_SENTENCE = 253, 63, 100, 100, 1024
+MAX_VALUE = 1024  # characters of one compensate.values constant, as JSON
 
 
 class PolicyError(ConfigurationError):
@@ -87,26 +96,50 @@ class PolicyError(ConfigurationError):
 @dataclass(frozen=True, slots=True)
 class Compensate:
     """The inverse of a COMPENSABLE tool: another ``tool`` of the same server (the MCP
-    proxy calls it) or a named ``handler`` (``@compensator``), with ``args`` taken by
-    path from the forward result."""
+    proxy calls it) or a named ``handler`` (``@compensator``). Each of its arguments comes
+    from one place: ``call_args`` (a path into the call's arguments), ``values`` (a
+    constant) or ``args`` (a path into the forward result); no name is in two of them."""
 
     tool: str | None
     handler: str | None
     args: Mapping[str, JsonPath]
+    call_args: Mapping[str, JsonPath] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def target(self) -> str:
         """The handler's name, else the tool's (exactly one is set)."""
         return self.handler if self.handler is not None else str(self.tool)
 
-    def kwargs_from(self, result: Any) -> dict[str, Any]:
-        """The inverse's arguments read from ``result``. Raises ``JsonPathMissing``."""
-        return {name: path.read(result) for name, path in self.args.items()}
+    def from_call(self, call: Any) -> dict[str, Any]:
+        """The arguments ``call_args`` reads from the call. Raises ``JsonPathMissing``."""
+        return {name: path.read(call) for name, path in self.call_args.items()}
+
+    def kwargs_for(self, call: Any, result: Any) -> dict[str, Any]:
+        """The inverse's arguments: read from ``call`` and ``result``, with the constants
+        (a fresh copy each time). Raises ``JsonPathMissing``."""
+        kwargs = {name: path.read(result) for name, path in self.args.items()} if self.args else {}
+        if self.call_args:
+            kwargs.update(self.from_call(call))
+        if self.values:
+            kwargs.update(copy.deepcopy(dict(self.values)))
+        return kwargs
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"tool": self.tool} if self.tool is not None else {"handler": self.handler}
         doc["args"] = {k: v.text for k, v in sorted(self.args.items())}
+        if self.call_args:
+            doc["callArgs"] = {k: v.text for k, v in sorted(self.call_args.items())}
+        if self.values:
+            doc["values"] = copy.deepcopy({k: self.values[k] for k in sorted(self.values)})
         return doc
+
+    def sources(self) -> str:
+        """Where each argument comes from, for a reviewer: ``repo_path <- call $.repo_path``."""
+        parts = [f"{k} <- call {v.text}" for k, v in sorted(self.call_args.items())]
+        parts += [f"{k} <- result {v.text}" for k, v in sorted(self.args.items())]
+        parts += [f"{k} = {json.dumps(self.values[k])}" for k in sorted(self.values)]
+        return ", ".join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,17 +295,24 @@ def _list(value: Any, where: str, min_len: int, max_len: int) -> list[Any]:
     return list(value)
 
 
-def _paths(value: Any, where: str, into: str) -> dict[str, JsonPath]:
+def _named(value: Any, where: str, what: str) -> list[tuple[str, str, Any]]:
+    """``(name, field path, value)`` of an object of argument name -> ``what``."""
     if not isinstance(value, Mapping):
-        raise PolicyError(where, f"must be an object of name -> path into {into} (like {{\"charge\": \"$.id\"}}), "
-                          f"got {_kind(value)}")
+        raise PolicyError(where, f"must be an object of name -> {what}, got {_kind(value)}")
     if len(value) > MAX_ARGS:
         raise PolicyError(where, f"at most {MAX_ARGS} entries, got {len(value)}")
-    out: dict[str, JsonPath] = {}
-    for name, path in value.items():
+    out = []
+    for name, item in value.items():
         here = _join(where, str(name))
         if not isinstance(name, str) or not name:
             raise PolicyError(here, "an argument name must be a non-empty string")
+        out.append((name, here, item))
+    return out
+
+
+def _paths(value: Any, where: str, into: str) -> dict[str, JsonPath]:
+    out: dict[str, JsonPath] = {}
+    for name, here, path in _named(value, where, f"path into {into} (like {{\"charge\": \"$.id\"}})"):
         try:
             out[name] = compile_path(path, field=here)
         except JsonPathError as e:
@@ -284,7 +324,7 @@ _POLICY_FIELDS = {"mode": (), "undeclaredTools": ("undeclared_tools",), "applies
                   "tools": (), "rules": ()}
 _TOOL_FIELDS = {"semantics": (), "compensate": (), "policyArgs": ("policy_args",),
                 "requireApproval": ("require_approval",)}
-_COMPENSATE_FIELDS = {"tool": (), "handler": (), "args": ()}
+_COMPENSATE_FIELDS = {"tool": (), "handler": (), "args": (), "callArgs": ("call_args",), "values": ()}
 _RULE_FIELDS = {"name": (), "verdict": (), "reason": (), "toolMatches": ("tool_matches",), "tagged": (),
                 "argExceeds": ("arg_exceeds",)}
 _ARG_EXCEEDS_FIELDS = {"arg": (), "threshold": ()}
@@ -298,13 +338,64 @@ def _compensate(value: Any, where: str) -> Compensate:
     if (tool is None) == (handler is None):
         raise PolicyError(where, "name exactly one inverse: tool (another tool of the same server, called with "
                           "args) or handler (a function registered with @compensator)")
-    args = obj.get("args")
+    args, call_args, values = obj.get("args"), obj.get("callArgs", nullable=True), obj.get("values", nullable=True)
+    from_result = _paths(args[0], args[1], "the forward result") if args else {}
+    from_call = _paths(call_args[0], call_args[1], "the call's arguments") if call_args else {}
+    constants = _constants(values[0], values[1]) if values else {}
+    seen: dict[str, str] = {}
+    for field_name, names in (("args", from_result), ("callArgs", from_call), ("values", constants)):
+        for name in names:
+            if name in seen:
+                raise PolicyError(_join(_join(where, field_name), name), (
+                    f"{name!r} is also in {seen[name]}: each argument of the inverse comes from one place, the call "
+                    f"(callArgs), a constant (values) or the forward result (args); keep it in one of them"))
+            seen[name] = field_name
     return Compensate(
         tool=_string(tool[0], tool[1], TOOL_NAME, MAX_NAME, "an exact tool name") if tool else None,
         handler=_string(handler[0], handler[1], HANDLER_PATTERN, 128,
                         "a handler name like 'stripe.refund' ([A-Za-z0-9._:/-])") if handler else None,
-        args=_paths(args[0], args[1], "the forward result") if args else {},
+        args=from_result,
+        call_args=from_call,
+        values=constants,
     )
+
+
+def _constants(value: Any, where: str) -> dict[str, Any]:
+    """``compensate.values``: name -> a JSON constant, at most ``MAX_VALUE`` characters
+    each, none that looks like a credential (it is written in the WAL with the inverse),
+    no null as a member of an object (the resource could not keep it)."""
+    out: dict[str, Any] = {}
+    for name, here, constant in _named(value, where, "constant (like {\"force\": true})"):
+        try:
+            out[name] = snapshot(constant, here)
+        except SecretDetected as e:  # written in the WAL with the inverse: never a credential
+            raise PolicyError(here, e.message.removeprefix(f"{here} ") + "; a policy names constants, never "
+                              "secrets (the inverse's handler resolves its credentials)") from None
+        except ConfigurationError as e:  # not JSON
+            raise PolicyError(here, e.message.removeprefix(f"{here} ")) from None
+        size = len(json.dumps(out[name], separators=(",", ":")))
+        if size > MAX_VALUE:
+            raise PolicyError(here, f"at most {MAX_VALUE} characters as JSON, got {size}")
+        null = _null_field(out[name], here) if out[name] is not None else here
+        if null is not None:
+            raise PolicyError(null, "is null, which kubectl apply reads as \"delete this field\", so the resource "
+                              "would silently lose it: omit it, or give a value the inverse accepts")
+    return out
+
+
+def _null_field(value: Any, where: str) -> str | None:
+    """The path of the first object member that is null in ``value``, if any."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _join(where, k) if v is None else _null_field(v, _join(where, k))
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _null_field(v, f"{where}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def _tool(name: str, value: Any, where: str) -> ToolDeclaration:
@@ -318,7 +409,7 @@ def _tool(name: str, value: Any, where: str) -> ToolDeclaration:
     compensate = _compensate(comp[0], comp[1]) if comp is not None else None
     if semantics is ActionSemantics.COMPENSABLE and compensate is None:
         raise PolicyError(_join(where, "compensate"), "required for a COMPENSABLE tool: name its inverse "
-                          "(compensate: {tool: ..., args: {...}}), or classify it IRREVERSIBLE")
+                          "(compensate: {tool: ..., callArgs: {...}, args: {...}}), or classify it IRREVERSIBLE")
     if semantics is ActionSemantics.IRREVERSIBLE and compensate is not None:
         raise PolicyError(_join(where, "compensate"), "an IRREVERSIBLE tool has no automated undo: remove "
                           "compensate, or classify it COMPENSABLE")

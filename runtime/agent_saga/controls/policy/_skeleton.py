@@ -6,9 +6,11 @@ policy argument names, and — from the MCP proxy — the tool's input schema) i
 policy plane (docs/policy-plane.md, "Tool surface"). ``agent-saga policy skeleton`` turns
 that record into a SagaPolicy manifest in which **every tool is IRREVERSIBLE with a TODO**:
 a generator that guessed COMPENSABLE and invented an inverse would assert that a real
-operation is undoable on the evidence of its name. Reviewers downgrade what is safe; the
-file never upgrades itself — the generator refuses to overwrite a file, so a reviewed
-policy is never replaced by a fresh skeleton.
+operation is undoable on the evidence of its name. What a tool's name or annotations
+(``readOnlyHint``, ``destructiveHint``) suggest is a comment beside it (``_hints``): a
+candidate for the reviewer to verify, never the declaration. Reviewers downgrade what is
+safe; the file never upgrades itself — the generator refuses to overwrite a file, so a
+reviewed policy is never replaced by a fresh skeleton.
 
 Invariants:
 - A surface entry is plain JSON ``{"v": 1, "tool", "semantics", "policyArgs", "inputSchema",
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._hints import hints
 from ._model import TOOL_NAME
 
 __all__ = ["SurfaceEntry", "merge_surface", "skeleton_yaml", "surface_entry_doc"]
@@ -46,6 +49,7 @@ class SurfaceEntry:
     last_seen: float = 0.0
     calls: int = 0
     agents: tuple[str, ...] = field(default=())
+    annotations: Mapping[str, Any] | None = None  # the MCP tool's annotations (readOnlyHint, ...), if known
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any], agent: str = "") -> SurfaceEntry:
@@ -89,7 +93,7 @@ def merge_surface(entries: Iterable[SurfaceEntry]) -> list[SurfaceEntry]:
             tuple(sorted(set(cur.policy_args) | set(e.policy_args))),
             cur.input_schema or e.input_schema,
             min(cur.first_seen, e.first_seen), max(cur.last_seen, e.last_seen), cur.calls + e.calls,
-            tuple(sorted(set(cur.agents) | set(e.agents))),
+            tuple(sorted(set(cur.agents) | set(e.agents))), cur.annotations or e.annotations,
         )
     return [by[t] for t in sorted(by)]
 
@@ -108,7 +112,8 @@ def resource_name(text: str) -> str:
 
 def skeleton_yaml(entries: Iterable[SurfaceEntry], *, name: str, namespace: str, agents: Iterable[str] = (),
                   generated_at: str = "", source: str = "") -> str:
-    """A SagaPolicy manifest declaring every tool IRREVERSIBLE, each with a TODO."""
+    """A SagaPolicy manifest declaring every tool IRREVERSIBLE, each with a TODO (and,
+    as comments, the candidates its name or annotations suggest)."""
     tools = merge_surface(entries)
     q = json.dumps
     agents = sorted(set(agents))
@@ -117,8 +122,10 @@ def skeleton_yaml(entries: Iterable[SurfaceEntry], *, name: str, namespace: str,
         f"{' at ' + generated_at if generated_at else ''}.",
         "# Every tool below is IRREVERSIBLE: each call needs a named human until a reviewer",
         "# classifies it. Downgrade only what you know: REVERSIBLE (restored exactly, nobody can",
-        "# tell) or COMPENSABLE with its inverse (compensate: {tool: ..., args: {name: $.path}}).",
-        "# Nothing here was guessed, and this file is never rewritten by the generator.",
+        "# tell) or COMPENSABLE with its inverse: compensate: {tool: ..., callArgs: {name: $.path into",
+        "# the call}, values: {name: constant}, args: {name: $.path into the result}}. A \"candidate\"",
+        "# comment is what a tool's name or annotations suggest: verify it before you use it. Nothing",
+        "# here is declared on a guess, and this file is never rewritten by the generator.",
         "apiVersion: agentsaga.dev/v1alpha1",
         "kind: SagaPolicy",
         "metadata:",
@@ -134,6 +141,7 @@ def skeleton_yaml(entries: Iterable[SurfaceEntry], *, name: str, namespace: str,
         out += ["  tools: {}   # TODO: no tool calls were recorded; run the agents in Observe mode first"]
         return "\n".join(out) + "\n"
     out.append("  tools:")
+    schemas = {t.tool: t.input_schema for t in tools}
     for t in tools:
         if not TOOL_NAME.match(t.tool) or len(t.tool) > 253:
             out.append(f"    # skipped {q(t.tool)}: not a valid tool name for a policy")
@@ -147,4 +155,5 @@ def skeleton_yaml(entries: Iterable[SurfaceEntry], *, name: str, namespace: str,
         if t.input_schema is not None:
             schema = json.dumps(t.input_schema, sort_keys=True, separators=(",", ":"))
             out.append(f"      # input schema: {schema[:400]}{'…' if len(schema) > 400 else ''}")
+        out += [f"      # {line}" for line in hints(t.tool, t.input_schema, t.annotations, schemas)]
     return "\n".join(out) + "\n"
