@@ -87,12 +87,23 @@ class HttpResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
+        if self._bodiless():
+            return
         async for c in _body(self.reader, self.headers, None, self._ended):
             yield c
 
     async def body(self, limit: int = MAX_BODY) -> bytes:
         """The whole body (``TooLarge`` over ``limit`` bytes)."""
+        if self._bodiless():
+            return b""
         return b"".join([c async for c in _body(self.reader, self.headers, limit, self._ended)])
+
+    def _bodiless(self) -> bool:
+        """A 1xx, 204 or 304 answer has no body, whatever its headers say (RFC 9112 6.3)."""
+        if self.status < 200 or self.status in (204, 304):
+            self.complete = True
+            return True
+        return False
 
     def _ended(self) -> None:
         self.complete = True
@@ -395,11 +406,12 @@ def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, leng
     if not keep:
         lines.append("Connection: close")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
-    if length is not None:
+    bodiless = status < 200 or status in (204, 304)  # framed by its status alone
+    if length is not None and not bodiless:
         lines.append(f"Content-Length: {length}")
-    elif keep:
+    elif keep and not bodiless:
         lines.append("Transfer-Encoding: chunked")
-    return Out(writer, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), keep and length is None)
+    return Out(writer, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), keep and length is None and not bodiless)
 
 
 async def sse_events(chunks: AsyncIterator[bytes], limit: int = MAX_BODY) -> AsyncIterator[tuple[bytes, Any]]:

@@ -30,7 +30,7 @@ class Upstream:
     """Streamable HTTP, just enough: ``echo`` answers (JSON, kept alive); ``vanish`` reads
     the call and closes without a word; ``cut`` starts an event stream and closes inside
     it; ``linger`` sends its answer as an event and keeps the stream open until its
-    connection is closed by the proxy."""
+    connection is closed by the proxy. A DELETE is answered 204, without a length."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -70,6 +70,11 @@ class Upstream:
                 length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")
                                if h.lower().startswith(b"content-length:")), 0)
                 msg = json.loads(f.read(length)) if length else {}
+                if head.startswith(b"DELETE"):  # no body, no length: a 204 has none
+                    with self.lock:
+                        self.calls.append((cid, "DELETE", None))
+                    conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+                    continue
                 if not self._answer(cid, conn, msg):
                     return
         except OSError:
@@ -231,3 +236,21 @@ def test_a_stream_not_read_to_its_end_is_never_reused(setup: tuple[Upstream, int
     assert "result" in client.call("echo", 41)
     assert up.connection_of("echo", 41) != lingering
     until("the proxy closed the unfinished stream's connection", lambda: lingering not in up.open)
+
+
+def test_an_answer_without_a_body_is_not_waited_for_and_its_connection_is_reused(
+        setup: tuple[Upstream, int], client: Client) -> None:
+    up, _ = setup
+    assert "result" in client.call("echo", 50)
+    client.conn.request("DELETE", "/mcp", None, client.headers)
+    resp = client.conn.getresponse()
+    assert resp.status == 204 and resp.read() == b""
+    with up.lock:
+        deleted_on = [c for c, t, _ in up.calls if t == "DELETE"][-1]
+    assert deleted_on == up.connection_of("echo", 50)
+    again = Client(setup[1])
+    try:
+        assert "result" in again.call("echo", 51)
+    finally:
+        again.conn.close()
+    assert up.connection_of("echo", 51) == deleted_on  # the 204 left the connection reusable
