@@ -49,7 +49,8 @@ SECTION = "On this machine: `make cluster`"
 REPLACED = ("make cluster", 'eval "$(.venv/bin/python hack/cluster.py env)"')
 #: The prose of the section names this step before "Uninstall" (the example agents first).
 AGENT_DELETE = 'kubectl -n agent-saga delete -f "$AGENT_SAGA_CLUSTER_AGENT"'
-EFFECTOR_DELETE = "kubectl -n agent-saga delete -f examples/k8s/effector/ secret/payments-mcp-token"
+EFFECTOR_DELETE = ("kubectl -n agent-saga delete -f examples/k8s/effector/",
+                   "kubectl -n agent-saga delete secret payments-mcp-token")
 DONE = "{agent-saga}:recovery:done"
 
 
@@ -92,7 +93,7 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
     steps = [s for s in install_steps() if s.section == SECTION]
     assert [bare(s.command or "") for s in steps[:2]] == list(REPLACED), steps[:2]
     assert all(s.skipped and "test_docs_journey_on_node" in s.skipped for s in steps), steps
-    assert AGENT_DELETE in INSTALL.read_text() and EFFECTOR_DELETE in INSTALL.read_text()
+    assert all(f"`{c}`" in INSTALL.read_text() for c in (AGENT_DELETE, *EFFECTOR_DELETE))
     uninstall = [s for s in install_steps() if s.section == "Uninstall" and s.command and not s.skipped]
     assert [s.command for s in uninstall][:2] == [
         "kubectl delete approvals,killswitches,budgetlimits,sagapolicies,modelroutes --all -A",
@@ -243,7 +244,8 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
         known_secrets.scan_cluster(node.kubectl, "the node's API server")
         # Uninstall: the example agents, then the page's steps 1 and 2; nothing may hang.
         sh.run("docs/install.md (On this machine)", AGENT_DELETE)
-        sh.run("docs/install.md (On this machine)", EFFECTOR_DELETE)
+        for command in EFFECTOR_DELETE:
+            sh.run("docs/install.md (On this machine)", command)
         for step in uninstall[:2]:
             assert step.command is not None
             sh.run(step.source, step.command)
