@@ -13,8 +13,8 @@ header MCP clients send) calls a minimal Streamable HTTP server (bench/_mcp_http
 answers at once, 401 without its token) directly with the token; through a proxy holding the
 token (``$AGENT_SAGA_MCP_UPSTREAMS`` + a credentials directory, as the sidecar's Secret
 mount); and, to show what custody itself costs, through a proxy holding none in front of a
-second server that needs none; and directly on a new connection per call, which is what the
-proxy does upstream (it opens one per request). Policy: ``echo`` REVERSIBLE, ``charge`` COMPENSABLE with
+second server that needs none; and directly on a new connection per call (what each hop cost
+before the proxy kept its connections alive on both sides). Policy: ``echo`` REVERSIBLE, ``charge`` COMPENSABLE with
 ``refund`` as its inverse by ``$.id``; FileWAL with fsync. The floor is a bare ``write`` +
 ``fdatasync`` of one line in the WAL's directory. Rounds interleave every kind, so load on
 the machine hits all alike. "Added" is the difference of the medians.
@@ -85,8 +85,7 @@ class Client:
         return body, resp.getheader("Mcp-Session-Id")
 
     def timed(self, tool: str, n: int, fresh: bool = False) -> list[float]:
-        """``n`` calls of ``tool``; ``fresh``: each on a new connection (what the proxy does
-        upstream: it opens one per request)."""
+        """``n`` calls of ``tool``; ``fresh``: each on a new connection."""
         out = []
         clock = time.perf_counter_ns
         for _ in range(n):
@@ -197,7 +196,7 @@ def main() -> int:
     t = r["targets"]
     print(f"REVERSIBLE adds {r['added_p50_us']['custody']} µs p50, {r['added_reversible_p99_us']} µs p99 (goal <= 150 "
           f"p50){'  OK' if t['reversible_added_p50_us']['ok'] else '  MISSED'}: the proxy's hop "
-          f"{r['added_p50_us']['bare']} µs (a new upstream connection per call alone: {r['added_p50_us']['fresh']} µs)"
+          f"{r['added_p50_us']['bare']} µs (a new connection per call would add {r['added_p50_us']['fresh']} µs)"
           f" + custody {r['custody_p50_us']} µs")
     print(f"COMPENSABLE adds {r['added_p50_us']['compensable']} µs = {r['compensable_added_over_fsync']} x a bare fsync "
           f"(goal <= 2.5){'  OK' if t['compensable_added_over_fsync_p50']['ok'] else '  MISSED'}: "

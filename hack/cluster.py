@@ -14,10 +14,11 @@ kube-scheduler, the kubelet, kube-proxy and CoreDNS, with this tree's images imp
 
 It also writes, for this tree's images (``fixtures.local_chart``, what the node tests
 install): ``values.yaml``, the chart values that run the chart on them with nothing
-pulled, and ``payments-agent.yaml``, the example agents (examples/payments/deployment.yaml)
-on the local agent image. The export lines name both (``AGENT_SAGA_CLUSTER_VALUES``,
-``AGENT_SAGA_CLUSTER_AGENT``) and the commands that use them (docs/install.md, "On this
-machine: make cluster").
+pulled, ``payments-agent.yaml``, the example agents (examples/payments/deployment.yaml)
+on the local agent image, and ``effector/``, two patches that put examples/k8s/effector/
+on the local images (its app: python, idle, to exec into). The export lines name them
+(``AGENT_SAGA_CLUSTER_VALUES``, ``AGENT_SAGA_CLUSTER_AGENT``, ``AGENT_SAGA_CLUSTER_EFFECTOR``)
+and the commands that use them (docs/install.md, "On this machine: make cluster").
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import yaml  # noqa: E402
 from fixtures.binaries import Image, cache_dir, find_asset, node_images  # noqa: E402
-from fixtures.local_chart import chart_values, example_agent  # noqa: E402
+from fixtures.local_chart import chart_values, effector_patches, example_agent  # noqa: E402
 from fixtures.node import HOST_STATE_FILE, LOCK_FILE, Node  # noqa: E402
 from fixtures.procs import MissingPart, StartupError, pid_alive  # noqa: E402
 
 STATE_DIR = cache_dir() / "cluster"
 VALUES = STATE_DIR / "values.yaml"
 AGENT = STATE_DIR / "payments-agent.yaml"
+EFFECTOR = STATE_DIR / "effector"
 NEXT = "\n".join((
     '# install the chart and the example agents on it (docs/install.md, "On this machine: make cluster"):',
     '#   helm install agent-saga charts/agent-saga -n agent-saga --create-namespace -f "$AGENT_SAGA_CLUSTER_VALUES"',
@@ -74,7 +76,10 @@ def _exports() -> str:
     except MissingPart:
         pass
     if VALUES.is_file() and AGENT.is_file():
-        lines += [f"export AGENT_SAGA_CLUSTER_VALUES={VALUES}", f"export AGENT_SAGA_CLUSTER_AGENT={AGENT}", NEXT]
+        lines += [f"export AGENT_SAGA_CLUSTER_VALUES={VALUES}", f"export AGENT_SAGA_CLUSTER_AGENT={AGENT}"]
+        if EFFECTOR.is_dir():
+            lines.append(f"export AGENT_SAGA_CLUSTER_EFFECTOR={EFFECTOR}")
+        lines.append(NEXT)
     lines.append("# stop it with: make cluster-down")
     return "\n".join(lines)
 
@@ -86,6 +91,11 @@ def write_values(images: dict[str, Image]) -> None:
                       + yaml.safe_dump(chart_values(images), sort_keys=False))
     AGENT.write_text("# examples/payments/deployment.yaml on this tree's agent image; written by `make cluster`.\n"
                      + yaml.safe_dump(example_agent(images), sort_keys=False))
+    EFFECTOR.mkdir(exist_ok=True)
+    for name, patch in effector_patches(images).items():
+        (EFFECTOR / f"{name}.yaml").write_text(
+            f"# kubectl patch deployment {name} --patch-file THIS_FILE: examples/k8s/effector/ on this tree's\n"
+            "# images; written by `make cluster`.\n" + yaml.safe_dump(patch, sort_keys=False))
 
 
 def up() -> int:

@@ -13,8 +13,11 @@ Between commands the test checks what a reader would look at: the kill switch ob
 all three agents; the example budgets and policy refusing nothing of the agents' own
 traffic; the charge over budget refused and counted in the BudgetLimit's status; each
 payout's Approval pending, then approved (by kubectl, then by the plugin) and paid; the
-agent force-deleted mid-saga and its charge refunded once by recoveryd; and after the
-uninstall nothing stuck on a finalizer and nothing of the release left.
+agent force-deleted mid-saga and its charge refunded once by recoveryd; the effector
+example applied as shipped and governed (its app's call through the proxy answered, the
+same server called directly 401, the payments server's log showing only the proxy's
+call); and after the uninstall nothing stuck on a finalizer and nothing of the release
+left.
 
 It runs first among the node tests (tests/node/conftest.py): it installs the release
 "agent-saga" the session's `release` fixture installs later, and uninstalls it.
@@ -22,6 +25,7 @@ It runs first among the node tests (tests/node/conftest.py): it installs the rel
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
@@ -33,8 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.test_docs_journey import INSTALL, _plugin_fallback, install_steps
+from fixtures import known_secrets
 from fixtures.binaries import REPO_ROOT, Image, require_asset
 from fixtures.controlplane import KubeCluster
+from fixtures.known_secrets import register_secret
 from node_support import DEADLINE, Release, bank, elapsed, pod_http, poll
 
 NS = "agent-saga"
@@ -43,6 +49,8 @@ SECTION = "On this machine: `make cluster`"
 REPLACED = ("make cluster", 'eval "$(.venv/bin/python hack/cluster.py env)"')
 #: The prose of the section names this step before "Uninstall" (the example agents first).
 AGENT_DELETE = 'kubectl -n agent-saga delete -f "$AGENT_SAGA_CLUSTER_AGENT"'
+EFFECTOR_DELETE = ("kubectl -n agent-saga delete -f examples/k8s/effector/",
+                   "kubectl -n agent-saga delete secret payments-mcp-token")
 DONE = "{agent-saga}:recovery:done"
 
 
@@ -85,7 +93,7 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
     steps = [s for s in install_steps() if s.section == SECTION]
     assert [bare(s.command or "") for s in steps[:2]] == list(REPLACED), steps[:2]
     assert all(s.skipped and "test_docs_journey_on_node" in s.skipped for s in steps), steps
-    assert AGENT_DELETE in INSTALL.read_text()
+    assert all(f"`{c}`" in INSTALL.read_text() for c in (AGENT_DELETE, *EFFECTOR_DELETE))
     uninstall = [s for s in install_steps() if s.section == "Uninstall" and s.command and not s.skipped]
     assert [s.command for s in uninstall][:2] == [
         "kubectl delete approvals,killswitches,budgetlimits,sagapolicies,modelroutes --all -A",
@@ -93,7 +101,7 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
 
     # What `make cluster` leaves: the values file and the agent manifest, and the exports.
     cl = cluster_script()
-    cl.VALUES, cl.AGENT = tmp_path / "values.yaml", tmp_path / "payments-agent.yaml"
+    cl.VALUES, cl.AGENT, cl.EFFECTOR = tmp_path / "values.yaml", tmp_path / "payments-agent.yaml", tmp_path / "effector"
     cl.write_values(images)
     work = tmp_path / "work"
     work.mkdir()
@@ -105,7 +113,8 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
     env = {"PATH": os.pathsep.join(paths), "HOME": str(home), "KUBECONFIG": str(node.kubeconfig),
            "HELM_CACHE_HOME": str(home / "helm-cache"), "HELM_CONFIG_HOME": str(home / "helm-config"),
            "HELM_DATA_HOME": str(home / "helm-data"),
-           "AGENT_SAGA_CLUSTER_VALUES": str(cl.VALUES), "AGENT_SAGA_CLUSTER_AGENT": str(cl.AGENT)}
+           "AGENT_SAGA_CLUSTER_VALUES": str(cl.VALUES), "AGENT_SAGA_CLUSTER_AGENT": str(cl.AGENT),
+           "AGENT_SAGA_CLUSTER_EFFECTOR": str(cl.EFFECTOR)}
     sh = Shell(work, env)
     # A handle on the release the docs install (its Redis, through a port-forward).
     rel = Release(node, images, tmp_path / "release-handle", name="agent-saga", namespace=NS)
@@ -193,6 +202,18 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
             assert r.hget(bank.REFUNDS, key) and r.hget(bank.CALLS, key) == "1"
             assert r.hget(bank.CALLERS, key).startswith("agent-saga-recoveryd-")
 
+    def effector_governed(out: str) -> None:
+        assert "through the proxy (http://127.0.0.1:8931/mcp): balance -> " in out, out
+        assert "straight to the server (http://payments-mcp:8000/mcp): HTTP 401" in out, out
+        assert out.rstrip().endswith("the effector shape holds"), out
+        # one MCP session reached the server, the proxy's: the direct call was refused before one began
+        logs = node.kubectl("logs", "deployment/payments-mcp", "-n", NS, "--tail=-1").stdout
+        assert logs.count("Created new transport with session ID") == 1, logs
+        token = node.kubectl("get", "secret", "payments-mcp-token", "-n", NS, "-o",
+                             "jsonpath={.data.token}").stdout
+        register_secret(base64.b64decode(token).decode())  # the suite's secret scan looks for it too
+        assert base64.b64decode(token).decode() not in out
+
     # Checks before, and after, the command containing the key (after: given its output).
     before: dict[str, Callable[[], None]] = {"export ID=": one_pending}
     after: dict[str, Callable[[str], None]] = {
@@ -204,6 +225,7 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
         "kubectl saga approvals approve": lambda _: (payout_paid(), both_held_counted()),
         '"hold": true': held_charge,
         "delete pod": lambda _: refunded_once(),
+        "effector_check.py": effector_governed,
     }
     ran: list[str] = []
     try:
@@ -218,8 +240,12 @@ def test_make_cluster_install_guide_on_a_node(node: KubeCluster, images: dict[st
             for key, then in after.items():
                 if key in command:
                     then(out)
+        # Before the namespace (and its Events) goes: the suite's secrets, the token included.
+        known_secrets.scan_cluster(node.kubectl, "the node's API server")
         # Uninstall: the example agents, then the page's steps 1 and 2; nothing may hang.
         sh.run("docs/install.md (On this machine)", AGENT_DELETE)
+        for command in EFFECTOR_DELETE:
+            sh.run("docs/install.md (On this machine)", command)
         for step in uninstall[:2]:
             assert step.command is not None
             sh.run(step.source, step.command)

@@ -23,10 +23,11 @@ import pytest
 import yaml
 from effector_probes import LOOK, MCP, REDIS, SEE
 from fixtures.binaries import require_asset
+from fixtures.known_secrets import secret
 from node_support import DEADLINE, REPO_ROOT, Release, exec_python, poll
 
 EXAMPLE = REPO_ROOT / "examples" / "k8s" / "effector"
-TOKEN = "pt" + secrets.token_hex(16) + "Zk"  # a shape nothing else in the pod has
+TOKEN = secret("effector-node-token", "pt")  # a shape nothing else in the pod has
 CREDS = "/var/run/secrets/agent-saga/credentials"
 PROXY = "http://127.0.0.1:8931/mcp"
 UPSTREAM = "http://payments-mcp:8000/mcp"

@@ -1,9 +1,12 @@
 """Just enough HTTP/1.1 for MCP's Streamable HTTP transport, on asyncio streams.
 
-The proxy serves one request per connection (``Connection: close``) and speaks to the
-upstream the same way, so a message body is ``Content-Length`` bytes, a chunked body, or
-everything until the connection closes; a Server-Sent Events stream is read event by
-event (``sse_events``), each kept as the bytes that arrived so it can be relayed as is.
+Connections are kept alive on both sides. The proxy serves requests one after another on
+a client's connection (HTTP/1.1; a client that sends ``Connection: close``, or speaks
+HTTP/1.0, gets its connection closed after the answer) and frames every answer, by
+``Content-Length`` or chunked (``Out``). Upstream, a ``Pool`` keeps idle connections per
+URL. A message body is ``Content-Length`` bytes, a chunked body, or everything until the
+connection closes; a Server-Sent Events stream is read event by event (``sse_events``),
+each kept as the bytes that arrived so it can be relayed as is.
 
 Invariants:
 - A request the parser cannot read is answered 400 by the caller, never guessed at.
@@ -12,13 +15,21 @@ Invariants:
   framed (a length, chunks, until the close, one SSE event): over it, ``TooLarge``.
 - An SSE event whose data the proxy refuses to read comes with ``_wire.Unreadable`` for
   its document, never an exception that ends the stream.
+- An upstream connection goes back to its pool only when its answer was read to the end
+  of its framing (a length or the last chunk), the answer did not ask to close, and it is
+  HTTP/1.1; otherwise it is closed. A pooled connection is handed out again only if the
+  upstream has not closed it, sent nothing unasked, and it was idle under ``Pool.idle``
+  seconds; else it is dropped before anything is written to it. A request is never sent
+  twice: once written, a broken connection is the caller's error (``OUTCOME_UNKNOWN`` for
+  a ``tools/call``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Collection, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +38,7 @@ from .. import hosts
 from ._wire import Unreadable, parse
 
 __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
-           "refused", "sse_events", "write_head"]
+           "refused", "sse_events", "write_head", "Out", "Pool"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -53,6 +64,7 @@ class HttpRequest:
     target: str
     headers: Headers
     body: bytes = b""
+    keep: bool = True  # the connection stays open after the answer (HTTP/1.1, no ``Connection: close``)
 
 
 @dataclass
@@ -63,7 +75,10 @@ class HttpResponse:
     headers: Headers
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
-    _used: list[bool] = field(default_factory=lambda: [False])
+    pool: Pool | None = None
+    keep: bool = False  # HTTP/1.1 without ``Connection: close``: reusable once read to its end
+    complete: bool = False  # the body was read to the end of its framing
+    _closed: bool = field(default=False, repr=False)
 
     @property
     def content_type(self) -> str:
@@ -72,16 +87,37 @@ class HttpResponse:
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives."""
-        async for c in _body(self.reader, self.headers, None):
+        if self._bodiless():
+            return
+        async for c in _body(self.reader, self.headers, None, self._ended):
             yield c
 
     async def body(self, limit: int = MAX_BODY) -> bytes:
         """The whole body (``TooLarge`` over ``limit`` bytes)."""
-        return b"".join([c async for c in _body(self.reader, self.headers, limit)])
+        if self._bodiless():
+            return b""
+        return b"".join([c async for c in _body(self.reader, self.headers, limit, self._ended)])
+
+    def _bodiless(self) -> bool:
+        """A 1xx, 204 or 304 answer has no body, whatever its headers say (RFC 9112 6.3)."""
+        if self.status < 200 or self.status in (204, 304):
+            self.complete = True
+            return True
+        return False
+
+    def _ended(self) -> None:
+        self.complete = True
 
     def close(self) -> None:
-        """Close the connection."""
-        self.writer.close()
+        """Done with the answer: its connection goes back to the pool if it was read to
+        its end and may be kept, else it is closed."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.pool is not None and self.keep and self.complete:
+            self.pool.put(self.reader, self.writer)
+        else:
+            self.writer.close()
 
 
 def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
@@ -146,21 +182,28 @@ async def read_request(reader: asyncio.StreamReader, limit: int = MAX_BODY) -> H
     body = b""
     if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
         body = b"".join([c async for c in _body(reader, headers, limit)])
-    return HttpRequest(parts[0].upper(), parts[1], headers, body)
+    return HttpRequest(parts[0].upper(), parts[1], headers, body, _keep(parts[2], headers))
 
 
-async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
+def _keep(version: str, headers: Headers) -> bool:
+    return version.startswith("HTTP/1.1") and "close" not in (header(headers, "connection") or "").lower()
+
+
+async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None,
+                ended: Callable[[], None] | None = None) -> AsyncIterator[bytes]:
     """The body's chunks; ``TooLarge`` once they add up to over ``limit`` (None: no limit,
-    for a stream the caller bounds itself)."""
+    for a stream the caller bounds itself). ``ended`` is called once the framing ended
+    (a length read in full, the last chunk), never for a body cut short."""
     total = 0
-    async for c in _framed(reader, headers, limit):
+    async for c in _framed(reader, headers, limit, ended):
         total += len(c)
         if limit is not None and total > limit:
             raise TooLarge(f"a body over {limit} bytes")
         yield c
 
 
-async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | None) -> AsyncIterator[bytes]:
+async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | None,
+                  ended: Callable[[], None] | None) -> AsyncIterator[bytes]:
     length = header(headers, "content-length")
     if "chunked" in (header(headers, "transfer-encoding") or "").lower():
         while True:
@@ -171,7 +214,10 @@ async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | N
             if limit is not None and size > limit:
                 raise TooLarge(f"a body over {limit} bytes")
             if size == 0:
-                await reader.readline()
+                while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                if line and ended is not None:
+                    ended()
                 return
             data = await reader.readexactly(size)
             await reader.readline()
@@ -186,6 +232,8 @@ async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | N
                 return
             left -= len(data)
             yield data
+        if ended is not None:
+            ended()
     else:
         while True:
             data = await reader.read(65536)
@@ -194,30 +242,105 @@ async def _framed(reader: asyncio.StreamReader, headers: Headers, limit: int | N
             yield data
 
 
-async def open_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str, str]:
-    """A connection to ``url``'s host; ``(reader, writer, host header, path)``."""
+def _target(url: str) -> tuple[str, int, bool, str, str]:
+    """``url``'s (host, port, TLS, Host header, path)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise HttpError(f"{url}: the upstream URL must be http:// or https://")
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    reader, writer = await asyncio.open_connection(parts.hostname, port, ssl=parts.scheme == "https" or None,
-                                                   limit=MAX_HEAD * 4)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query
-    return reader, writer, parts.netloc, path
+    return parts.hostname or "", port, parts.scheme == "https", parts.netloc, path
 
 
-async def request(url: str, method: str, headers: Headers, body: bytes = b"") -> HttpResponse:
-    """Send one request to ``url`` (``Connection: close``); the response, body unread."""
-    reader, writer, host, path = await open_connection(url)
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
+async def open_connection(url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, str, str]:
+    """A connection to ``url``'s host; ``(reader, writer, host header, path)``."""
+    host, port, tls, netloc, path = _target(url)
+    reader, writer = await asyncio.open_connection(host, port, ssl=tls or None, limit=MAX_HEAD * 4)
+    return reader, writer, netloc, path
+
+
+class Pool:
+    """Kept-alive connections to one upstream URL (see the module doc's invariants)."""
+
+    def __init__(self, url: str, *, idle: float = 2.0, size: int = 16) -> None:
+        self.url = url
+        self.host, self.port, self.tls, self.netloc, self.path = _target(url)
+        self.idle = idle  # under the usual servers' keep-alive timeouts (uvicorn: 5 s)
+        self.size = size
+        self._free: list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An idle connection still open, or a new one; nothing is written to it yet."""
+        now = time.monotonic()
+        while self._free:
+            since, reader, writer = self._free.pop()
+            if now - since < self.idle and not _stale(reader, writer):
+                return reader, writer
+            writer.close()
+        return await asyncio.open_connection(self.host, self.port, ssl=self.tls or None, limit=MAX_HEAD * 4)
+
+    def put(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Keep a connection whose last answer was read to its end."""
+        if len(self._free) >= self.size or _stale(reader, writer):
+            writer.close()
+            return
+        self._free.append((time.monotonic(), reader, writer))
+
+    def close(self) -> None:
+        """Close every idle connection."""
+        for _, _, writer in self._free:
+            writer.close()
+        self._free.clear()
+
+
+def _stale(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    """The upstream closed the connection, broke it, or sent something nobody asked for."""
+    return (writer.is_closing() or reader.at_eof() or reader.exception() is not None
+            or bool(getattr(reader, "_buffer", b"")))
+
+
+def _head_bytes(method: str, path: str, host: str, headers: Headers, body: bytes, keep: bool) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
+    if not keep:
+        lines.append("Connection: close")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-    await writer.drain()
-    return await read_response(reader, writer)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def request(url: str, method: str, headers: Headers, body: bytes = b"", pool: Pool | None = None) -> HttpResponse:
+    """Send one request to ``url``; the response, body unread. With ``pool`` (for ``url``)
+    the connection is one of the pool's and goes back to it on ``close()``; without,
+    ``Connection: close``."""
+    if pool is None:
+        reader, writer, host, path = await open_connection(url)
+    else:
+        reader, writer = await pool.connect()
+        host, path = pool.netloc, pool.path
+    return await send(reader, writer, _head_bytes(method, path, host, headers, body, pool is not None), pool)
+
+
+async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes,
+               pool: Pool | None = None) -> HttpResponse:
+    """Write a request (``request_bytes``) and read the answer's head; on any error the
+    connection is closed, never reused."""
+    try:
+        writer.write(data)
+        await writer.drain()
+        resp = await read_response(reader, writer)
+    except BaseException:
+        writer.close()
+        raise
+    resp.pool = pool
+    return resp
+
+
+def request_bytes(pool: Pool, method: str, headers: Headers, body: bytes) -> bytes:
+    """A request for the pool's URL, kept alive."""
+    return _head_bytes(method, pool.path, pool.netloc, headers, body, True)
 
 
 async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpResponse:
@@ -229,20 +352,66 @@ async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     parts = first.split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1."):
         raise HttpError(f"not an HTTP/1.x status line: {first[:80]!r}")
-    return HttpResponse(int(parts[1]), headers, reader, writer)
+    return HttpResponse(int(parts[1]), headers, reader, writer, keep=_keep(parts[0], headers))
 
 
-def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None) -> None:
-    """Write a response head (``Connection: close``; no length: the body ends at close)."""
+class Out:
+    """A response on its way to the client: its head, held until the first write (so head
+    and body leave in one send), then the body, in chunks when the head named no length on
+    a kept connection. ``end()`` after the last write; ``drain()`` sends the head if
+    nothing else was."""
+
+    __slots__ = ("chunked", "head", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter, head: bytes, chunked: bool) -> None:
+        self.writer = writer
+        self.head = head
+        self.chunked = chunked
+
+    def write(self, data: bytes, last: bool = False) -> None:
+        """Send ``data`` (``last``: and end the body)."""
+        out = self.head
+        self.head = b""
+        if data:
+            out += b"%x\r\n%b\r\n" % (len(data), data) if self.chunked else data
+        if last and self.chunked:
+            out += b"0\r\n\r\n"
+        if out:
+            self.writer.write(out)
+
+    def flush(self) -> None:
+        """Send the head now if it is still held."""
+        if self.head:
+            self.write(b"")
+
+    async def drain(self) -> None:
+        self.flush()
+        await self.writer.drain()
+
+    def end(self) -> None:
+        self.write(b"", last=True)
+
+
+def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None,
+               keep: bool = False) -> Out:
+    """A response head, sent with the first write to the ``Out`` returned (or its
+    ``drain``); where its body goes. ``keep``: the connection stays open
+    (a body of no given length is then chunked); else ``Connection: close`` (no length:
+    the body ends at the close)."""
     reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
               405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
               421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
     skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
-    lines = [f"HTTP/1.1 {status} {reason}", "Connection: close"]
+    lines = [f"HTTP/1.1 {status} {reason}"]
+    if not keep:
+        lines.append("Connection: close")
     lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
-    if length is not None:
+    bodiless = status < 200 or status in (204, 304)  # framed by its status alone
+    if length is not None and not bodiless:
         lines.append(f"Content-Length: {length}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    elif keep and not bodiless:
+        lines.append("Transfer-Encoding: chunked")
+    return Out(writer, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"), keep and length is None and not bodiless)
 
 
 async def sse_events(chunks: AsyncIterator[bytes], limit: int = MAX_BODY) -> AsyncIterator[tuple[bytes, Any]]:

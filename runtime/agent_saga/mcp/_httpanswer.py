@@ -25,43 +25,63 @@ _JSON = [("Content-Type", "application/json")]
 
 
 class CallAnswer:
-    """The client's side of one ``tools/call`` (see the module doc)."""
+    """The client's side of one ``tools/call`` (see the module doc). ``keep``: the
+    client's connection carries the next request after this answer (every answer is
+    framed: a length, or chunks)."""
 
-    def __init__(self, writer: asyncio.StreamWriter, stream: bool, sid: str | None, custody: Custody | None) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, stream: bool, sid: str | None, custody: Custody | None,
+                 keep: bool = False) -> None:
         self.writer = writer
         self.stream = stream
         self.custody = custody
+        self.keep = keep
         self.head: http.Headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")]
         if sid:
             self.head.append(("Mcp-Session-Id", sid))
-        self.started = False
+        self.out: http.Out | None = None  # the event stream, once opened
         self.gone = False
         self.upstream: tuple[dict[str, Any], bytes, int | None] | None = None  # doc, bytes, status (None: an event)
         self.refused: tuple[int, http.Headers, bytes] | None = None  # the upstream's HTTP error, as it came
 
+    @property
+    def started(self) -> bool:
+        return self.out is not None
+
+    def _stream(self) -> http.Out:
+        if self.out is None:
+            self.out = http.write_head(self.writer, 200, self.head, keep=self.keep)
+        return self.out
+
     async def open(self, raw: bytes = b"") -> None:
         """Open the client's event stream (once), then relay ``raw``, an event of the
-        upstream's, while the client reads (never raises). A call that ends unanswered
-        (cancelled) leaves the stream empty."""
+        upstream's, while the client reads (never raises)."""
         if not self.stream or self.gone:
             return
         try:
-            if not self.started:
-                http.write_head(self.writer, 200, self.head)
-                self.started = True
-            self.writer.write(raw)
-            await self.writer.drain()
+            out = self._stream()
+            out.write(raw)
+            await out.drain()
         except (ConnectionError, RuntimeError):
             self.gone = True  # the client stopped reading; the call goes on
 
-    async def finish(self, reply: dict[str, Any]) -> None:
-        """Send the answer to the call."""
+    async def unanswered(self) -> bool:
+        """End a call that gets no answer (cancelled): an event stream ends empty and the
+        connection goes on; without a stream the client waits for nothing, so the
+        connection closes. True if it goes on."""
+        if not self.stream:
+            return False
+        out = self._stream()
+        out.end()
+        await out.drain()
+        return True
+
+    async def finish(self, reply: dict[str, Any]) -> bool:
+        """Send the answer to the call; True (the connection goes on)."""
         if self.refused is not None and not self.started:
             status, headers, body = self.refused
-            http.write_head(self.writer, status, headers, len(body))
-            self.writer.write(body)
+            http.write_head(self.writer, status, headers, len(body), self.keep).write(body)
             await self.writer.drain()
-            return
+            return True
         own = self.upstream is not None and self.upstream[0] == reply
         if self.stream:
             if own and self.upstream is not None and self.upstream[2] is None:
@@ -70,17 +90,14 @@ class CallAnswer:
                 event = http.sse_event(reply)
             if self.custody is not None:
                 event = self.custody.redact(event)
-            if not self.started:
-                http.write_head(self.writer, 200, self.head)
-                self.started = True
-            self.writer.write(event)
-            await self.writer.drain()
-        elif own and self.upstream is not None and self.upstream[2] is not None:
-            http.write_head(self.writer, 200, _JSON, len(self.upstream[1]))
-            self.writer.write(self.upstream[1])
-            await self.writer.drain()
+            out = self._stream()
+            out.write(event, last=True)
+            await out.drain()
+            return True
+        if own and self.upstream is not None and self.upstream[2] is not None:
+            body = self.upstream[1]
         else:
             body = encode(reply) if self.custody is None else self.custody.redact(encode(reply))
-            http.write_head(self.writer, 200, _JSON, len(body))
-            self.writer.write(body)
-            await self.writer.drain()
+        http.write_head(self.writer, 200, _JSON, len(body), self.keep).write(body)
+        await self.writer.drain()
+        return True

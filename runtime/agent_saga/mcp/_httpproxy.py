@@ -2,6 +2,8 @@
 
     agent (MCP client) ──HTTP──▶ HttpProxy (ADDR) ──HTTP──▶ upstream server (URL)
 
+The client's connection is kept alive between requests (HTTP/1.1), and each upstream
+request goes out on a kept-alive connection of the proxy's pool (``_http.Pool``).
 Each HTTP request is relayed to the upstream with its headers (``Mcp-Session-Id``,
 ``MCP-Protocol-Version``, ``Authorization``...) and the upstream's response is relayed
 back, streamed as it arrives — except the three interpreted methods: a ``tools/call``
@@ -34,11 +36,15 @@ Invariants:
   its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
   cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A client that stops reading
-  has not cancelled (MCP): the call goes on and is recorded with its answer.
+  has not cancelled (MCP): the call goes on and is recorded with its answer. A ``tools/call`` is
+  written upstream once: a pooled connection found closed is dropped before anything is
+  written to it; one that breaks after is never retried.
 - What the upstream said reaches the client as its bytes: a call's answer (its event id
   kept, for a client resuming the stream), a ``tools/list`` response unless boundary
   tools were added, an HTTP error status and body (a 4xx: the call was not accepted,
   STEP_FAILED).
+- Every answer to the client is framed (a length, or chunks), so the connection can carry
+  the next request; an answer cut short closes it.
 """
 
 from __future__ import annotations
@@ -112,6 +118,7 @@ class HttpProxy:
         self._on_tools = on_tools
         self._on_call = on_call
         self.sessions: dict[str, _Session] = {}
+        self.pool = http.Pool(upstream)
         self.port = 0
         self._stop = asyncio.Event()
         self._why = ""
@@ -142,6 +149,7 @@ class HttpProxy:
                     loop.remove_signal_handler(sig)
             for sid in list(self.sessions):
                 await self._end(sid, False, self._why or "the proxy stopped")
+            self.pool.close()
         return 0
 
     def stop(self, why: str = "the proxy stopped") -> None:
@@ -191,42 +199,8 @@ class HttpProxy:
     # ------------------------------------------------------------------ one request
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            try:
-                req = await http.read_request(reader, self.max_message)
-            except http.TooLarge as exc:
-                await self._reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
-                                                "proxy refuses"))
-                return
-            except (http.HttpError, ValueError) as exc:
-                await self._reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
-                return
-            if req is None:
-                return
-            refused = http.refused(req, self.allowed_hosts)
-            if refused is not None:
-                log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
-                await self._reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]))
-                return
-            sid = http.header(req.headers, "mcp-session-id") or ""
-            if req.method == "POST":
-                await self._post(req, sid, writer)
-            elif req.method == "GET":  # the server's event stream: the session is in use while it is open
-                s = self.sessions.get(sid)
-                if s is not None:
-                    s.busy += 1
-                try:
-                    await self._relay(req, writer, client=reader)
-                finally:
-                    if s is not None:
-                        s.busy -= 1
-                        s.last = time.monotonic()
-            elif req.method == "DELETE":
-                status = await self._relay(req, writer)
-                if 200 <= status < 300:
-                    await self._end(sid, True)
-            else:
-                await self._reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
-                                                "transport (POST, GET, DELETE)"))
+            while await self._request(reader, writer):
+                pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; what it would have read is in the WAL
         except asyncio.CancelledError:
@@ -235,13 +209,55 @@ class HttpProxy:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> None:
+    async def _request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read and answer one request; whether the connection can carry another."""
+        try:
+            req = await http.read_request(reader, self.max_message)
+        except http.TooLarge as exc:
+            await self._reply(writer, 413, error(None, INVALID_REQUEST, f"Invalid Request: {exc}, which the agent-saga "
+                                            "proxy refuses"))
+            return False
+        except (http.HttpError, ValueError) as exc:
+            await self._reply(writer, 400, error(None, INVALID_REQUEST, f"not an HTTP request the proxy reads: {exc}"))
+            return False
+        if req is None:
+            return False
+        refused = http.refused(req, self.allowed_hosts)
+        if refused is not None:
+            log.warning("agent-saga mcp: refused an HTTP %s: %s", req.method, refused[1])
+            await self._reply(writer, refused[0], error(None, INVALID_REQUEST, refused[1]), req.keep)
+            return req.keep
+        sid = http.header(req.headers, "mcp-session-id") or ""
+        if req.method == "POST":
+            return await self._post(req, sid, writer) and req.keep
+        if req.method == "GET":  # the server's event stream: the session is in use while it is open
+            s = self.sessions.get(sid)
+            if s is not None:
+                s.busy += 1
+            try:
+                await self._relay(req, writer, client=reader)
+            finally:
+                if s is not None:
+                    s.busy -= 1
+                    s.last = time.monotonic()
+            return False  # watching for the client's close may have read into its next request
+        if req.method == "DELETE":
+            status = await self._relay(req, writer)
+            if 200 <= status < 300:
+                await self._end(sid, True)
+            return req.keep
+        await self._reply(writer, 405, error(None, INVALID_REQUEST, f"{req.method} is not part of MCP's HTTP "
+                                        "transport (POST, GET, DELETE)"), req.keep)
+        return req.keep
+
+    async def _post(self, req: http.HttpRequest, sid: str, writer: asyncio.StreamWriter) -> bool:
+        """Answer a POST; whether its answer was whole (the connection can go on)."""
         try:
             msg = parse(req.body)
         except Unreadable as exc:
             log.warning("agent-saga mcp: refused a message from the client (%s): %s", exc.message, excerpt(req.body))
-            await self._reply(writer, 400, error(exc.id, exc.code, exc.message))
-            return
+            await self._reply(writer, 400, error(exc.id, exc.code, exc.message), req.keep)
+            return True
         s = self.sessions.get(sid)
         if isinstance(msg, list):
             refusal = batch_refusal(msg)
@@ -250,29 +266,28 @@ class HttpProxy:
                 refusal = [error(None, INVALID_REQUEST, "Invalid Request: a request id of the batch is still in flight")]
             if refusal is not None:
                 log.warning("agent-saga mcp: refused a batch from the client (%s)", refusal[0]["error"]["message"])
-                await self._reply(writer, 400, refusal)
-                return
+                await self._reply(writer, 400, refusal, req.keep)
+                return True
             await self._relay(req, writer)
-            return
+            return True
         kind, why = classify(msg)
         if kind == "invalid":
             if msg.get("method") == "tools/call":
                 log.warning("agent-saga mcp: refused a tools/call without an id (never forwarded)")
-            await self._reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"))
-            return
+            await self._reply(writer, 400, error(usable_id(msg), INVALID_REQUEST, f"Invalid Request: {why}"), req.keep)
+            return True
         if s is not None:
             s.last = time.monotonic()
             if kind == "request" and (key(msg["id"]) in s.tasks or key(msg["id"]) in s.relayed):
                 log.warning("agent-saga mcp: refused a %s whose id is still in flight", msg["method"])
                 await self._reply(writer, 400, error(msg["id"], INVALID_REQUEST, (
                     f"Invalid Request: a request with the id {key(msg['id'])} is still in flight; give each request an "
-                    f"id of its own (this {msg['method']} was not sent)")))
-                return
+                    f"id of its own (this {msg['method']} was not sent)")), req.keep)
+                return True
         if kind == "request" and msg["method"] == "tools/call":
             session = self._session(sid)
             if session is not None:
-                await self._tools_call(req, msg, session, writer)
-                return
+                return await self._tools_call(req, msg, session, writer)
             params = msg.get("params")
             if self._on_call is not None and isinstance(params, dict) and isinstance(params.get("name"), str):
                 self._on_call(params["name"])
@@ -282,8 +297,8 @@ class HttpProxy:
         if relayed is not None and s is not None:
             s.relayed.add(relayed)
         try:
-            await self._relay(req, writer, rewrite=msg["id"] if kind == "request" and msg["method"] == "tools/list"
-                              else None, id_=msg.get("id"))
+            return await self._relay(req, writer, rewrite=msg["id"] if kind == "request" and msg["method"] == "tools/list"
+                              else None, id_=msg.get("id")) > 0  # a status: the answer was whole
         finally:
             if relayed is not None and s is not None:
                 s.relayed.discard(relayed)
@@ -301,10 +316,10 @@ class HttpProxy:
             s.tasks[k].cancel()  # still at the gate: never sent
 
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
-                          writer: asyncio.StreamWriter) -> None:
+                          writer: asyncio.StreamWriter) -> bool:
         k = key(msg["id"])
         out = CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
-                          http.header(req.headers, "mcp-session-id"), self.custody)
+                         http.header(req.headers, "mcp-session-id"), self.custody, req.keep)
         s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
 
@@ -318,8 +333,7 @@ class HttpProxy:
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise
-            await out.open()
-            return  # cancelled by the client before it was sent: no response
+            return await out.unanswered()  # cancelled by the client before it was sent: no response
         finally:
             s.busy -= 1
             s.last = time.monotonic()
@@ -328,9 +342,8 @@ class HttpProxy:
             s.sent.discard(k)
         if k in s.cancelled:
             s.cancelled.discard(k)
-            await out.open()
-            return  # a cancelled request gets no response
-        await out.finish(reply)
+            return await out.unanswered()  # a cancelled request gets no response
+        return await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
                        out: CallAnswer) -> dict[str, Any]:
@@ -340,56 +353,19 @@ class HttpProxy:
         ``out`` keeps the upstream's answer as it arrived (masked)."""
         headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
         try:
-            reader, up, host, path = await http.open_connection(self.upstream)
+            reader, up = await self.pool.connect()
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
-        s.sent.add(k)
+        s.sent.add(k)  # from here on the call may have happened: never sent again
         cancel = s.cancels[k]
+        data = http.request_bytes(self.pool, "POST", headers, encode(m))
 
         async def exchange() -> dict[str, Any]:
-            body = encode(m)
-            lines = [f"POST {path} HTTP/1.1", f"Host: {host}", "Connection: close", f"Content-Length: {len(body)}"]
-            lines += [f"{a}: {b}" for a, b in headers if a.lower() not in http.NOT_FORWARDED]
-            up.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-            await up.drain()
-            resp = await http.read_response(reader, up)
-            if resp.content_type == "text/event-stream" and 200 <= resp.status < 300:
-                await out.open()
-                async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
-                    if isinstance(doc, Unreadable):
-                        log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
-                                  excerpt(raw))
-                        if doc.id == m["id"]:
-                            raise OutcomeUnknown(f"the server's answer was refused by the agent-saga proxy: "
-                                                 f"{doc.message}")
-                        continue  # never relayed
-                    if isinstance(doc, dict) and "method" not in doc and doc.get("id") == m["id"]:
-                        out.upstream = (doc, raw, None)
-                        return doc
-                    await out.open(raw)
-                raise OutcomeUnknown("the upstream closed its event stream before answering the call")
-            data = await resp.body(self.max_message)
-            if self.custody is not None:
-                data = self.custody.redact(data)
-            if not 200 <= resp.status < 300:  # relayed as it came (a session the server no longer knows: 404)
-                out.refused = (resp.status, self.custody.redact_headers(resp.headers) if self.custody else resp.headers,
-                               data)
+            resp = await http.send(reader, up, data, self.pool)
             try:
-                doc = parse(data)
-            except Unreadable as exc:
-                log.error("agent-saga mcp: refused a message from the upstream (%s): %s", exc.message, excerpt(data))
-                raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
-                                     f"refuses: {exc.message}") from None
-            if isinstance(doc, dict) and doc.get("id") == m["id"]:
-                out.upstream = (doc, data, resp.status)
-                return doc
-            if 400 <= resp.status < 500:  # MCP: the server could not accept the message; it did not run
-                why: dict[str, Any] = doc["error"] if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
-                    else {}
-                code = why.get("code")
-                return error(m["id"], code if isinstance(code, int) else INVALID_REQUEST,
-                             f"the upstream refused the call with HTTP {resp.status}: {why.get('message', '')}")
-            raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
+                return await self._answer(resp, m["id"], out)
+            finally:
+                resp.close()  # back to the pool only when read to its end
 
         task = asyncio.ensure_future(exchange())
         try:
@@ -403,10 +379,53 @@ class HttpProxy:
             task.cancel()
             raise OutcomeUnknown("the call was cancelled after it was sent")
         finally:
-            up.close()
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+            if not task.done() or task.cancelled() or task.exception() is not None:
+                up.close()
+
+    async def _answer(self, resp: http.HttpResponse, id_: Any, out: CallAnswer) -> dict[str, Any]:
+        """The upstream's response to the call ``id_``: its progress events relayed to the
+        client (``out``) as they come; ``out`` keeps the answer's own bytes, or the
+        upstream's HTTP refusal as it came."""
+        if resp.content_type == "text/event-stream" and 200 <= resp.status < 300:
+            await out.open()
+            async for raw, doc in http.sse_events(masked(resp.chunks(), self.custody), self.max_message):
+                if isinstance(doc, Unreadable):
+                    log.error("agent-saga mcp: refused an event from the upstream (%s): %s", doc.message,
+                              excerpt(raw))
+                    if doc.id == id_:
+                        raise OutcomeUnknown(f"the server's answer was refused by the agent-saga proxy: "
+                                             f"{doc.message}")
+                    continue  # never relayed
+                if isinstance(doc, dict) and "method" not in doc and doc.get("id") == id_:
+                    out.upstream = (doc, raw, None)
+                    return doc
+                await out.open(raw)
+            raise OutcomeUnknown("the upstream closed its event stream before answering the call")
+        data = await resp.body(self.max_message)
+        if self.custody is not None:
+            data = self.custody.redact(data)
+        if not 200 <= resp.status < 300:  # relayed as it came (a session the server no longer knows: 404)
+            out.refused = (resp.status, self.custody.redact_headers(resp.headers) if self.custody else resp.headers,
+                           data)
+        try:
+            doc = parse(data)
+        except Unreadable as exc:
+            log.error("agent-saga mcp: refused a message from the upstream (%s): %s", exc.message, excerpt(data))
+            raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} with a message the agent-saga proxy "
+                                 f"refuses: {exc.message}") from None
+        if isinstance(doc, dict) and doc.get("id") == id_:
+            out.upstream = (doc, data, resp.status)
+            return doc
+        if 400 <= resp.status < 500:  # MCP: the server could not accept the message; it did not run
+            why: dict[str, Any] = doc["error"] if isinstance(doc, dict) and isinstance(doc.get("error"), dict) \
+                else {}
+            code = why.get("code")
+            return error(id_, code if isinstance(code, int) else INVALID_REQUEST,
+                         f"the upstream refused the call with HTTP {resp.status}: {why.get('message', '')}")
+        raise OutcomeUnknown(f"the upstream answered HTTP {resp.status} without this call's response")
 
     async def _relay(self, req: http.HttpRequest, writer: asyncio.StreamWriter, rewrite: Any = None,
                      client: asyncio.StreamReader | None = None, id_: Any = None) -> int:
@@ -417,13 +436,13 @@ class HttpProxy:
         except CredentialUnavailable as exc:
             log.error("agent-saga mcp: refused an HTTP %s: %s", req.method, exc.message)
             await self._reply(writer, 200 if req.method == "POST" else 403, error(
-                id_, REFUSED, f"agent-saga refused the request: {exc.message}. Nothing was executed."))
+                id_, REFUSED, f"agent-saga refused the request: {exc.message}. Nothing was executed."), req.keep)
             return 403
         try:
-            resp = await http.request(self.upstream, req.method, headers, req.body)
-        except (OSError, http.HttpError) as exc:
+            resp = await http.request(self.upstream, req.method, headers, req.body, self.pool)
+        except (OSError, http.HttpError, asyncio.IncompleteReadError) as exc:
             await self._reply(writer, 502, error(None, UPSTREAM_UNAVAILABLE, f"the upstream {self.upstream} cannot be "
-                                            f"reached: {exc}"))
+                                            f"reached: {exc}"), req.keep)
             return 502
         try:
             head = self.custody.redact_headers(resp.headers) if self.custody else resp.headers
@@ -432,32 +451,39 @@ class HttpProxy:
                 if self.custody is not None:
                     body = self.custody.redact(body)
                 if resp.content_type == "text/event-stream":
-                    out = bytearray()
+                    buf = bytearray()
                     async for raw, doc in http.sse_events(_once(body), self.max_message):
                         if isinstance(doc, dict) and doc.get("id") == rewrite and "result" in doc \
                                 and self._tools_listed(doc):
                             raw = http.sse_event(doc)
-                        out += raw
-                    body = bytes(out)
+                        buf += raw
+                    body = bytes(buf)
                 elif resp.content_type == "application/json":
                     with contextlib.suppress(Unreadable):
                         doc = parse(body)
                         if isinstance(doc, dict) and "result" in doc and self._tools_listed(doc):
                             body = encode(doc)
-                http.write_head(writer, resp.status, head, len(body))
-                writer.write(body)
+                http.write_head(writer, resp.status, head, len(body), req.keep).write(body)
                 await writer.drain()
                 return resp.status
-            http.write_head(writer, resp.status, head)
-            await writer.drain()
+            length = http.header(resp.headers, "content-length")
+            sized = length is not None and "chunked" not in (http.header(resp.headers, "transfer-encoding") or "")
+            # masking keeps lengths: a sized answer is relayed with its length
+            out = http.write_head(writer, resp.status, head, int(length) if sized and length else None,
+                                  req.keep and client is None)
+            if client is not None:
+                await out.drain()  # an event stream opens at once
 
             async def copy() -> None:
                 async for chunk in masked(resp.chunks(), self.custody):
-                    writer.write(chunk)
-                    await writer.drain()
+                    out.write(chunk)
+                    await out.drain()
+                out.end()
 
             if client is None:
                 await copy()
+                if sized and not resp.complete:  # the client was promised a length: it cannot read on
+                    raise ConnectionError("the upstream's answer was cut short")
                 return resp.status
             copier = asyncio.ensure_future(copy())
             gone = asyncio.ensure_future(client.read(1))  # the client sends nothing more: b"" is its close
@@ -472,8 +498,8 @@ class HttpProxy:
         finally:
             resp.close()
 
-    async def _reply(self, writer: asyncio.StreamWriter, status: int, doc: Any) -> None:
-        await _reply(writer, status, doc, self.custody)
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, doc: Any, keep: bool = False) -> None:
+        await _reply(writer, status, doc, self.custody, keep)
 
     def _upstream_headers(self, req: http.HttpRequest) -> http.Headers:
         """The client's headers with the credentials in custody in place of its own
@@ -502,8 +528,8 @@ async def _once(body: bytes) -> Any:
     yield body
 
 
-async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: Custody | None = None) -> None:
+async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: Custody | None = None,
+                 keep: bool = False) -> None:
     body = encode(doc) if custody is None else custody.redact(encode(doc))
-    http.write_head(writer, status, _JSON, len(body))
-    writer.write(body)
+    http.write_head(writer, status, _JSON, len(body), keep).write(body)
     await writer.drain()

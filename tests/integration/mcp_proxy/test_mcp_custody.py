@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from typing import Any
 
 import mcp_support as ms
 import pytest
+from fixtures.known_secrets import holds_secrets, secret
 from fixtures.polling import until
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -27,8 +27,8 @@ from mcp.shared.exceptions import MCPError
 ECHO = ms.ROOT / "tests" / "fixtures" / "mcp_echo_server.py"
 REFUSED = -32001
 # Shapes no generic scrubber knows: only custody can hide them.
-HTTP_SECRET = "hx" + secrets.token_hex(12) + "Qz"
-STDIO_SECRET = "sx" + secrets.token_hex(12) + "Wq"
+HTTP_SECRET = secret("mcp-custody-http", "hx")
+STDIO_SECRET = secret("mcp-custody-stdio", "sx")
 POLICY: dict[str, Any] = {"mode": "enforce", "tools": {
     "whoami": {"semantics": "COMPENSABLE",
                "compensate": {"tool": "undo_whoami", "args": {"seen": "$.headers.authorization"}}},
@@ -72,6 +72,7 @@ def _upstreams(tmp: Path, up: int) -> Path:
 def upstream(tmp: Path) -> Iterator[int]:
     listening = socket.create_server(("127.0.0.1", 0))
     up = listening.getsockname()[1]
+    holds_secrets(tmp / "server.log", "the upstream's own log: its leak_in_error tool prints the headers it was sent")
     with listening, open(tmp / "server.log", "w") as slog:
         server = subprocess.Popen([sys.executable, str(ECHO), "--http-fd", str(listening.fileno())],
                                   env=ms.proxy_env(tmp), stdout=slog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT),

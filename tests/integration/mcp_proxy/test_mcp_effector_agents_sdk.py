@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from agents import set_tracing_disabled
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
+from fixtures.known_secrets import secret
 from fixtures.polling import until
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -36,7 +36,7 @@ import openai_agents_effector as example  # noqa: E402
 
 set_tracing_disabled(True)  # no exporter: the suite runs offline
 POLICY = ms.ROOT / "examples" / "k8s" / "effector" / "policy.yaml"
-TOKEN = "tk" + secrets.token_hex(14) + "Vb"
+TOKEN = secret("effector-agents-sdk-token", "tk")
 
 
 class ScriptedModel(Model):
