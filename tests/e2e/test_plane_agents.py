@@ -343,7 +343,8 @@ def test_budget_and_policy_status_count_what_they_refused_and_held_for_a_human(
     last = obj["status"]["refusals"]["last"]
     assert {k: last[k] for k in ("outcome", "tool", "by", "agent")} == {
         "outcome": "Refused", "tool": "wire.send", "by": f"limit:{ns}.wires", "agent": "payments-agent@p-1"}
-    assert last["saga"] and "60" not in json.dumps(last)  # names the call, never its arguments
+    # It names the call, never its arguments (a value, not a substring: a saga id's hex may hold "60").
+    assert last["saga"] and "amount" not in json.dumps(last) and 60 not in last.values() and "60" not in last.values()
     crds.kubectl("delete", "-n", ns, "budgetlimit", "wires")
     until_call(agent, True, "wire.send", 60)
 

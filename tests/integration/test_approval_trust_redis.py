@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga.audit.checkpoints import generate_signing_key
-from agent_saga.clocks import format_instant
+from agent_saga.clocks import as_clock, format_instant
 from agent_saga.controls import (
     ApprovalGateway,
     ApprovalPolicy,
@@ -39,6 +40,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.plane._acl import preload_scripts
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
+from fixtures.polling import until_async
 from fixtures.redis_server import PLANE_ENV, RedisServer, client_for
 from fixtures.redis_server import PLANE_PREFIX as P
 from test_plane_acl import Users
@@ -123,7 +125,7 @@ async def adecided(wal: FileWAL, saga: str) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- a key, its approver
-async def test_a_key_approves_only_as_the_approver_it_is_bound_to(plane: Plane, tmp_path: Path) -> None:
+async def test_a_key_approves_only_as_the_approver_it_is_bound_to(plane: Plane, tmp_path: Path, caplog) -> None:
     risk, risk_pem = plane.key("risk.pem", "risk@corp")
     plane.publish(risk, "risk@corp")
     wal = FileWAL(tmp_path / "w.wal")
@@ -141,9 +143,20 @@ async def test_a_key_approves_only_as_the_approver_it_is_bound_to(plane: Plane, 
         # A CLI without that check (an older one, a script): the agent ignores it.
         decide_request(plane.cli_store, r.id, approved=True, approver=approver, now=time.time(), signer=risk)
 
-    gw_short = plane.gateway(wal, timeout=3)
+    # The agent's clock moves past the deadline only once the forged approval was read and
+    # ignored: the CLI may take its time, whatever the machine's load.
+    skew = [0.0]
+    gw_short = plane.gateway(wal, timeout=30, clock=as_clock(lambda: time.time() + skew[0]))
+
+    async def expired_after(answer) -> None:
+        await answer
+        await until_async("the agent to ignore the approval", lambda: any(
+            "ignored as forged" in r.getMessage() for r in caplog.records), timeout=30)
+        skew[0] = 60.0
+
+    caplog.set_level(logging.WARNING, logger="agent_saga.controls")
     outs = await asyncio.gather(gw_short.request_approval(call("s-cfo"), PENDING),
-                                answer_as("s-cfo", "cfo@corp"))
+                                expired_after(answer_as("s-cfo", "cfo@corp")))
     assert not outs[0].approved and "expiry denies" in outs[0].note
     assert "bound to risk@corp, not to 'cfo@corp'" in outs[0].note, outs[0].note
     # The look-alike is written straight into Redis (decide_request refuses the name too).
@@ -155,7 +168,9 @@ async def test_a_key_approves_only_as_the_approver_it_is_bound_to(plane: Plane, 
         forged = risk.sign(Decision("Approved", LOOKALIKE, time.time(), r.arguments_digest).to_doc(r.id, r.namespace),
                            expires_at=r.deadline, tool=r.tool, action_digest=r.action_view().digest)
         plane.cli_store.decide(r.id, Decision.from_doc(forged))
-    outs = await asyncio.gather(gw_short.request_approval(call("s-look"), PENDING), lookalike())
+    caplog.clear()
+    skew[0] = 0.0
+    outs = await asyncio.gather(gw_short.request_approval(call("s-look"), PENDING), expired_after(lookalike()))
     assert not outs[0].approved and "Cyrillic Small Letter Es" in outs[0].note, outs[0].note
 
     # Legitimate: the key's own approver, signed; the WAL names the key and its owner.

@@ -81,8 +81,8 @@ def test_cluster_flags_go_before_or_after_the_command() -> None:
 
 
 def test_ttl_takes_seconds_or_durations_and_rounds_up() -> None:
-    assert [parse_ttl(t) for t in ("600", "10m", "1h30m", "45s", "1.2")] == [600, 600, 5400, 45, 2]
-    for bad in ("0", "-5", "ten", "1d"):
+    assert [parse_ttl(t) for t in ("600", "10m", "1h30m", "45s", "1.2", "1d")] == [600, 600, 5400, 45, 2, 86400]
+    for bad in ("0", "-5", "ten", "1w"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_ttl(bad)
 
