@@ -395,7 +395,7 @@ def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
         assert saga["ok"], saga
         assert fleet.agent.send("step", saga="across-upgrade", tool=ORDINARY, amount=1)["ok"]
         waiting, name = fleet.ask("across-upgrade", 7)
-        objects, docs, before = resources(kube, ns), fleet.docs(), conditions(kube, ns)
+        objects, docs, revs, before = resources(kube, ns), fleet.docs(), fleet.revs(), conditions(kube, ns)
 
         # The upgrade, as docs/install.md says, while the agent keeps calling.
         gap = Gap(fleet.agent, halted="wire.send", over=1000)
@@ -440,7 +440,7 @@ def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
         assert not [k for k in kinds if k.startswith("COMPENSATION")], kinds
         fleet.no_duplicate_approvals()
         assert resources(kube, ns) == objects, "no resource duplicated or lost by the upgrade"
-        assert fleet.docs() == docs, "every projected document as it was"
+        assert fleet.docs() == docs and fleet.revs() == revs, "every projected document as it was, not rewritten"
         assert conditions(kube, ns) == before, "every resource's conditions as they were"
         # Gap.round fails the test at the first halted call that runs: reaching here, none did.
         report("helm-upgrade", halted_ran=0, to_ready_s=ready, **gap.numbers())
