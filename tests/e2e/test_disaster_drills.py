@@ -379,12 +379,12 @@ def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
     helm = Helm(fleet.tmp / "helm", kube.kubeconfig)
     binding = json.dumps([{"namespace": ns, "role": "approver", "users": [APPROVER]}])
     fleet.op.kill()  # the fleet's operator makes way for the previous release's
-    current = False
+    current = drilled = False
     try:
         # The cluster as the previous release left it: its CRDs, its chart, its operator
         # (started while helm installs: it runs with the admin's kubeconfig, not the chart's).
         kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(old / "charts/agent-saga/crds"))
-        assert "callArgs" not in crd_text(kube)
+        assert not new_crds(kube), "the previous release's CRDs"
         fleet.op = old_operator(fleet, old)
         helm.run("install", RELEASE, str(old / "charts/agent-saga"), "--namespace", ns,
                  "--set-json", f"approvals.roles.bindings={binding}")
@@ -412,7 +412,7 @@ def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
         fleet.whole()
         ready = time.monotonic() - began
         assert gap.refused == 0, f"an ordinary call was refused during the upgrade: {gap.reasons}"
-        assert "callArgs" in crd_text(kube), "the new CRDs are applied"
+        assert new_crds(kube), "the new CRDs are applied"
         assert "STATUS: deployed" in helm.run("status", RELEASE, "--namespace", ns).stdout
 
         fleet.enforcing()  # the halt and the limit still hold
@@ -444,10 +444,12 @@ def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
         assert conditions(kube, ns) == before, "every resource's conditions as they were"
         # Gap.round fails the test at the first halted call that runs: reaching here, none did.
         report("helm-upgrade", halted_ran=0, to_ready_s=ready, **gap.numbers())
+        drilled = True
     finally:
         uninstall(helm, kube, RELEASE, ns, check=False)
-        if not current:  # the drill failed before the upgrade finished: leave a current fleet
+        if not drilled:  # the drill failed: leave the current CRDs to the later modules
             install_crds(kube.kubectl, kube.api_client())
+        if not current:  # ... and a current operator to the fleet
             fleet.op.stop()
             fleet.op = fleet.start_operator()
 
@@ -487,8 +489,9 @@ def calling(gap: Gap) -> Iterator[None]:
         raise failed[0]
 
 
-def crd_text(kube: KubeCluster) -> str:
-    return kube.kubectl("get", "crd", "sagapolicies.agentsaga.dev", "-o", "json").stdout
+def new_crds(kube: KubeCluster) -> bool:
+    """The SagaPolicy CRD has compensate.callArgs (new since the previous release)."""
+    return "callArgs" in kube.kubectl("get", "crd", "sagapolicies.agentsaga.dev", "-o", "json").stdout
 
 
 def resources(kube: KubeCluster, ns: str) -> list[str]:
