@@ -8,7 +8,8 @@ policy plane was whole again, and what the agent refused meanwhile.
 
 One fleet serves the module (a namespace, Redis, the operator, one agent, a KillSwitch,
 a BudgetLimit, a SagaPolicy and a ModelRoute): each drill starts from a healthy fleet and
-leaves one behind, in file order. The intervals are short (resync 1 s, marker check 2 s,
+leaves one behind, in file order (the last one replaces the operator by the previous
+release's, installs that release's chart and CRDs, and upgrades them to this tree's). The intervals are short (resync 1 s, marker check 2 s,
 the agent's kill-switch reads 0.2 s apart and a grace window of 1 s); nothing waits for
 wall-clock time to pass, everything polls with a deadline.
 """
@@ -364,9 +365,12 @@ KINDS = "killswitches,budgetlimits,sagapolicies,modelroutes,approvals"
 
 
 def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
-    """docs/runbooks/drill-helm-upgrade.md: the previous release of the chart (the commit
-    and why: previous_release.py) is installed with its CRDs, and its operator runs from
-    the old sources; with a halt engaged, a request pending and a saga in flight, the
+    """docs/runbooks/drill-helm-upgrade.md: the previous release of the chart is installed
+    with its CRDs, and its operator runs from the old sources. There are no release tags:
+    the previous release is commit a07a9ff (``previous_release.PREVIOUS``), the last
+    change to charts/ on main's first-parent history before the current chart, rendered
+    with ``git archive``; the upgrade from it changes the SagaPolicy CRD (compensate.callArgs
+    and values, which Helm would not apply) and the operator. With a halt engaged, a request pending and a saga in flight, the
     upgrade is done as docs/install.md says (the new CRDs applied, then ``helm upgrade``)
     and the old operator is replaced by the current one while the agent keeps calling.
     The halt and the limit hold at every call; the request stays pending, is decided once
