@@ -9,9 +9,10 @@ policy plane was whole again, and what the agent refused meanwhile.
 One fleet serves the module (a namespace, Redis, the operator, one agent, a KillSwitch,
 a BudgetLimit, a SagaPolicy and a ModelRoute): each drill starts from a healthy fleet and
 leaves one behind, in file order (the last one replaces the operator by the previous
-release's, installs that release's chart and CRDs, and upgrades them to this tree's). The intervals are short (resync 1 s, marker check 2 s,
-the agent's kill-switch reads 0.2 s apart and a grace window of 1 s); nothing waits for
-wall-clock time to pass, everything polls with a deadline.
+release's, installs that release's chart and CRDs, and upgrades them to this tree's).
+The intervals are short (resync 1 s, marker check 2 s, the agent's kill-switch reads
+0.2 s apart and a grace window of 1 s); nothing waits for wall-clock time to pass,
+everything polls with a deadline.
 """
 
 from __future__ import annotations
