@@ -8,32 +8,44 @@ policy plane was whole again, and what the agent refused meanwhile.
 
 One fleet serves the module (a namespace, Redis, the operator, one agent, a KillSwitch,
 a BudgetLimit, a SagaPolicy and a ModelRoute): each drill starts from a healthy fleet and
-leaves one behind, in file order. The intervals are short (resync 1 s, marker check 2 s,
-the agent's kill-switch reads 0.2 s apart and a grace window of 1 s); nothing waits for
-wall-clock time to pass, everything polls with a deadline.
+leaves one behind, in file order (the last one replaces the operator by the previous
+release's, installs that release's chart and CRDs, and upgrades them to this tree's).
+The intervals are short (resync 1 s, marker check 2 s, the agent's kill-switch reads
+0.2 s apart and a grace window of 1 s); nothing waits for wall-clock time to pass,
+everything polls with a deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import previous_release
 import pytest
 import redis
 from agent_saga.audit.checkpoints import generate_signing_key
 from agent_saga.controls.approvals._signing import approver_header
+from agent_saga.errors import WALCorrupt
+from agent_saga.history import COMPLETED, saga_states
+from agent_saga.wal.file import read_log
 from agent_saga_operator.models import GROUP, VERSION
-from agent_saga_operator.testing import OperatorProcess, poll
+from agent_saga_operator.testing import OperatorProcess, install_crds, poll
+from chart_helpers import CHART, CHART_CRDS, Helm
 from e2e_namespaces import namespace
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from test_chart_apiserver import uninstall
 from test_operator_agents import (
     ANSWERED,
     DEADLINE,
@@ -346,3 +358,175 @@ def test_drill_redis_restored_from_an_older_snapshot(fleet: Fleet) -> None:
     assert 'agentsaga_operator_plane_reprojections_total{cause="went_back"} 1.0' in fleet.op.metrics()
     assert "went back in time" in fleet.agent.stderr.read_text()
     report("redis-old-snapshot", marker_back_s=marker_back, agent_trusts_s=trust_back, **gap.numbers())
+
+
+# ---------------------------------------------------------------------- helm upgrade
+RELEASE = "agent-saga-prev"
+KINDS = "killswitches,budgetlimits,sagapolicies,modelroutes,approvals"
+
+
+def test_drill_helm_upgrade_from_the_previous_release(fleet: Fleet) -> None:
+    """docs/runbooks/drill-helm-upgrade.md: the previous release of the chart is installed
+    with its CRDs, and its operator runs from the old sources. There are no release tags:
+    the previous release is commit a07a9ff (``previous_release.PREVIOUS``), the last
+    change to charts/ on main's first-parent history before the current chart, rendered
+    with ``git archive``; the upgrade from it changes the SagaPolicy CRD (compensate.callArgs
+    and values, which Helm would not apply) and the operator. With a halt engaged, a request pending and a saga in flight, the
+    upgrade is done as docs/install.md says (the new CRDs applied, then ``helm upgrade``)
+    and the old operator is replaced by the current one while the agent keeps calling.
+    The halt and the limit hold at every call; the request stays pending, is decided once
+    (as the approver the chart binds: its admission policy is in force) and runs once; the
+    saga finishes once, nothing compensated; no resource, projected document or Approval
+    is duplicated or lost; every resource's conditions are as they were, for its generation."""
+    kube, ns, r = fleet.kube, fleet.ns, fleet.r
+    fleet.whole()
+    old = previous_release.unpack(fleet.tmp / "previous")
+    helm = Helm(fleet.tmp / "helm", kube.kubeconfig)
+    binding = json.dumps([{"namespace": ns, "role": "approver", "users": [APPROVER]}])
+    fleet.op.kill()  # the fleet's operator makes way for the previous release's
+    current = drilled = False
+    try:
+        # The cluster as the previous release left it: its CRDs, its chart, its operator
+        # (started while helm installs: it runs with the admin's kubeconfig, not the chart's).
+        kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(old / "charts/agent-saga/crds"))
+        assert not new_crds(kube), "the previous release's CRDs"
+        fleet.op = old_operator(fleet, old)
+        helm.run("install", RELEASE, str(old / "charts/agent-saga"), "--namespace", ns,
+                 "--set-json", f"approvals.roles.bindings={binding}")
+        fleet.op.wait_ready()
+        fleet.whole()
+        fleet.enforcing()
+        saga = fleet.agent.send("open", saga="across-upgrade")
+        assert saga["ok"], saga
+        assert fleet.agent.send("step", saga="across-upgrade", tool=ORDINARY, amount=1)["ok"]
+        waiting, name = fleet.ask("across-upgrade", 7)
+        objects, docs, revs, before = resources(kube, ns), fleet.docs(), fleet.revs(), conditions(kube, ns)
+
+        # The upgrade, as docs/install.md says, while the agent keeps calling.
+        gap = Gap(fleet.agent, halted="wire.send", over=1000)
+        with calling(gap):
+            kube.kubectl("apply", "--server-side", "-f", str(CHART_CRDS))
+            helm.run("upgrade", RELEASE, str(CHART), "--namespace", ns,
+                     "--set-json", f"approvals.roles.bindings={binding}")
+            fleet.op.stop()
+            began = time.monotonic()
+            fleet.op, current = fleet.start_operator(), True
+            rev = float(r.get(f"{P}:rev") or 0)
+            poll(lambda: f"agentsaga_operator_plane_rev {rev}" in fleet.op.metrics(), timeout=DEADLINE,
+                 what="the new operator has checked the plane")
+        fleet.whole()
+        ready = time.monotonic() - began
+        assert gap.refused == 0, f"an ordinary call was refused during the upgrade: {gap.reasons}"
+        assert new_crds(kube), "the new CRDs are applied"
+        assert "STATUS: deployed" in helm.run("status", RELEASE, "--namespace", ns).stdout
+
+        fleet.enforcing()  # the halt and the limit still hold
+        assert (get(kube, ns, "approvals", name).get("status") or {}).get("phase") == "Pending"
+        assert r.zscore(f"{P}:approval:pending", name) is not None and waiting not in fleet.agent.answers
+        as_approver = client.CustomObjectsApi(kube.api_client(user=APPROVER, group="system:authenticated"))
+        approve = {"spec": {"decision": "Approved", "approver": APPROVER}}
+        poll(lambda: refusal(as_approver, ns, name, approve, dry_run=True) is None, timeout=DEADLINE,
+             what=f"{APPROVER} may decide (the chart's approver binding)")
+        assert refusal(as_approver, ns, name, approve) is None
+        answer = fleet.agent.wait(waiting, timeout=ANSWERED)
+        assert answer["ok"], answer
+        again = refusal(as_approver, ns, name, {"spec": {"decision": "Denied", "approver": APPROVER}})
+        assert again is not None and again.status == 422, f"a decided Approval was decided again: {again}"
+
+        assert fleet.agent.send("step", saga="across-upgrade", tool=ORDINARY, amount=1)["ok"]
+        assert fleet.agent.send("close", saga="across-upgrade")["ok"]
+        records = wal_records(fleet)
+        states = saga_states(records)
+        across, approved = states[saga["saga"]], states[answer["saga"]]
+        assert across.status == COMPLETED and len(across.steps) == 2, across
+        assert approved.status == COMPLETED and len(approved.steps) == 1, approved
+        kinds = [rec.type for rec in records if rec.saga in (saga["saga"], answer["saga"])]
+        assert kinds.count("STEP_COMMITTED") == 3 and kinds.count("SAGA_COMPLETED") == 2, kinds
+        assert not [k for k in kinds if k.startswith("COMPENSATION")], kinds
+        fleet.no_duplicate_approvals()
+        assert resources(kube, ns) == objects, "no resource duplicated or lost by the upgrade"
+        assert fleet.docs() == docs and fleet.revs() == revs, "every projected document as it was, not rewritten"
+        assert conditions(kube, ns) == before, "every resource's conditions as they were"
+        # Gap.round fails the test at the first halted call that runs: reaching here, none did.
+        report("helm-upgrade", halted_ran=0, to_ready_s=ready, **gap.numbers())
+        drilled = True
+    finally:
+        uninstall(helm, kube, RELEASE, ns, check=False)
+        if not drilled:  # the drill failed: leave the current CRDs to the later modules
+            install_crds(kube.kubectl, kube.api_client())
+        if not current:  # ... and a current operator to the fleet
+            fleet.op.stop()
+            fleet.op = fleet.start_operator()
+
+
+def old_operator(fleet: Fleet, old: Path) -> OperatorProcess:
+    """The previous release's operator (its sources only), on the fleet's Redis and
+    arguments, started (not yet ready)."""
+    op = OperatorProcess(fleet.kube.kubeconfig, fleet.server.url, fleet.tmp / "operator-previous.log",
+                         namespaces=[fleet.ns], extra_args=fleet.args)
+    op.env["PYTHONPATH"] = previous_release.pythonpath(old)
+    return op.start()
+
+
+@contextlib.contextmanager
+def calling(gap: Gap) -> Iterator[None]:
+    """Call rounds in a thread for as long as the block runs (at least one); a round's
+    failure is the test's."""
+    stop, failed = threading.Event(), []
+
+    def rounds() -> None:
+        try:
+            while True:
+                gap.round()
+                if stop.wait(0.05):  # the polling interval between rounds
+                    return
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            failed.append(e)
+
+    thread = threading.Thread(target=rounds, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(DEADLINE)
+    if failed:
+        raise failed[0]
+
+
+def new_crds(kube: KubeCluster) -> bool:
+    """The SagaPolicy CRD has compensate.callArgs (new since the previous release)."""
+    return "callArgs" in kube.kubectl("get", "crd", "sagapolicies.agentsaga.dev", "-o", "json").stdout
+
+
+def resources(kube: KubeCluster, ns: str) -> list[str]:
+    return sorted(kube.kubectl("get", KINDS, "-n", ns, "-o", "name").stdout.split())
+
+
+def refusal(api: Any, ns: str, name: str, body: dict[str, Any], *, dry_run: bool = False) -> ApiException | None:
+    """The API server's refusal of a patch of Approval ``name``, or None when admitted."""
+    try:
+        api.patch_namespaced_custom_object(GROUP, VERSION, ns, "approvals", name, body,
+                                           **({"dry_run": "All"} if dry_run else {}))
+    except ApiException as e:
+        return e
+    return None
+
+
+def wal_records(fleet: Fleet) -> list[Any]:
+    items = list(read_log(fleet.tmp / "agent" / "agent.wal"))
+    damaged = [rec for _, rec in items if isinstance(rec, WALCorrupt)]
+    assert not damaged, damaged
+    return [rec for _, rec in items]
+
+
+def conditions(kube: KubeCluster, ns: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """Every resource but the Approvals: its conditions (type -> status, reason), each for
+    the generation it holds; Synced (projected into the plane) is true."""
+    out = {}
+    for obj in json.loads(kube.kubectl("get", KINDS.rsplit(",", 1)[0], "-n", ns, "-o", "json").stdout)["items"]:
+        st, what = obj.get("status") or {}, f"{obj['kind']}/{obj['metadata']['name']}"
+        assert st.get("observedGeneration") == obj["metadata"]["generation"], (what, st)
+        out[what] = {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions") or ()}
+        assert out[what].get("Synced", ("",))[0] == "True", (what, st)
+    return out
