@@ -43,6 +43,21 @@ __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_req
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 Headers = list[tuple[str, str]]
+
+
+class _Read(list[tuple[str, str]]):
+    """Headers as read (a ``Headers``), with each name's first value by its lowercase name
+    (``header`` looks them up in one step)."""
+
+    __slots__ = ("first",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: dict[str, str] = {}
+
+    def add(self, name: str, value: str) -> None:
+        self.append((name, value))
+        self.first.setdefault(name.lower(), value)
 #: Request headers never passed on upstream: the connection's own, and the client's
 #: ``Origin`` (the proxy checked it; the upstream sees the proxy, not a page).
 NOT_FORWARDED = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive", "origin"})
@@ -123,6 +138,8 @@ class HttpResponse:
 def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     """The first value of header ``name``, or None."""
     low = name.lower()
+    if headers.__class__ is _Read:
+        return headers.first.get(low)  # type: ignore[attr-defined]
     for k, v in headers:
         if k.lower() == low:
             return v
@@ -158,14 +175,14 @@ async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
     except asyncio.LimitOverrunError:
         raise HttpError(f"a message head over {MAX_HEAD} bytes") from None
     lines = raw.decode("latin-1").split("\r\n")
-    headers: Headers = []
+    headers = _Read()
     for line in lines[1:]:
         if not line:
             continue
         name, sep, value = line.partition(":")
         if not sep:
             raise HttpError(f"a header line without ':': {line[:80]!r}")
-        headers.append((name.strip(), value.strip()))
+        headers.add(name.strip(), value.strip())
     return lines[0], headers
 
 

@@ -92,9 +92,10 @@ class _Session:
     tools: ToolSession
     last: float = field(default_factory=time.monotonic)
     busy: int = 0
-    cancels: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     sent: set[str] = field(default_factory=set)
+    exchanging: dict[str, asyncio.Task[Any]] = field(default_factory=dict)  # waiting for the upstream's answer
+    aborted: set[str] = field(default_factory=set)  # cancelled after they were sent (OUTCOME_UNKNOWN)
     cancelled: set[str] = field(default_factory=set)
     relayed: set[str] = field(default_factory=set)  # requests relayed, not answered yet
 
@@ -175,10 +176,9 @@ class HttpProxy:
         if s is None:
             return
         for k, task in list(s.tasks.items()):
-            fut = s.cancels.get(k)
-            if k in s.sent and fut is not None and not fut.done():
-                fut.set_result(None)
-            elif k not in s.sent:
+            if k in s.sent:
+                _abort(s, k)
+            else:
                 task.cancel()
         await asyncio.gather(*s.tasks.values(), return_exceptions=True)
         outcome = await s.tools.end(clean, why)
@@ -309,9 +309,7 @@ class HttpProxy:
             return
         s.cancelled.add(k)
         if k in s.sent:
-            fut = s.cancels.get(k)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            _abort(s, k)
         else:
             s.tasks[k].cancel()  # still at the gate: never sent
 
@@ -320,7 +318,6 @@ class HttpProxy:
         k = key(msg["id"])
         out = CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
                          http.header(req.headers, "mcp-session-id"), self.custody, req.keep)
-        s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
@@ -338,8 +335,8 @@ class HttpProxy:
             s.busy -= 1
             s.last = time.monotonic()
             s.tasks.pop(k, None)
-            s.cancels.pop(k, None)
             s.sent.discard(k)
+            s.aborted.discard(k)
         if k in s.cancelled:
             s.cancelled.discard(k)
             return await out.unanswered()  # a cancelled request gets no response
@@ -357,33 +354,31 @@ class HttpProxy:
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
         s.sent.add(k)  # from here on the call may have happened: never sent again
-        cancel = s.cancels[k]
         data = http.request_bytes(self.pool, "POST", headers, encode(m))
-
-        async def exchange() -> dict[str, Any]:
+        # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
+        # waits for the upstream, and only then (no task or race per call).
+        task = asyncio.current_task()
+        assert task is not None
+        s.exchanging[k] = task
+        try:
             resp = await http.send(reader, up, data, self.pool)
             try:
                 return await self._answer(resp, m["id"], out)
             finally:
                 resp.close()  # back to the pool only when read to its end
-
-        task = asyncio.ensure_future(exchange())
-        try:
-            waiting: set[asyncio.Future[Any]] = {task, cancel}
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                try:
-                    return task.result()
-                except (OSError, http.HttpError, asyncio.IncompleteReadError, ValueError) as exc:
-                    raise OutcomeUnknown(f"the connection to the upstream broke during the call ({exc})") from None
-            task.cancel()
-            raise OutcomeUnknown("the call was cancelled after it was sent")
+        except asyncio.CancelledError:
+            up.close()
+            if k in s.aborted and task.uncancel() == 0:
+                raise OutcomeUnknown("the call was cancelled after it was sent") from None
+            raise
+        except (OSError, http.HttpError, asyncio.IncompleteReadError, ValueError) as exc:
+            up.close()
+            raise OutcomeUnknown(f"the connection to the upstream broke during the call ({exc})") from None
+        except BaseException:
+            up.close()
+            raise
         finally:
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            if not task.done() or task.cancelled() or task.exception() is not None:
-                up.close()
+            del s.exchanging[k]
 
     async def _answer(self, resp: http.HttpResponse, id_: Any, out: CallAnswer) -> dict[str, Any]:
         """The upstream's response to the call ``id_``: its progress events relayed to the
@@ -522,6 +517,15 @@ class HttpProxy:
         names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
         result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
         return True
+
+
+def _abort(s: _Session, k: str) -> None:
+    """End the sent call ``k`` as OUTCOME_UNKNOWN if it still waits for the upstream's
+    answer (once); an answer already in is kept."""
+    task = s.exchanging.get(k)
+    if task is not None and k not in s.aborted:
+        s.aborted.add(k)
+        task.cancel()
 
 
 async def _once(body: bytes) -> Any:
