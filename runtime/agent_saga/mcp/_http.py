@@ -111,7 +111,7 @@ class HttpResponse:
         """The whole body (``TooLarge`` over ``limit`` bytes)."""
         if self._bodiless():
             return b""
-        return b"".join([c async for c in _body(self.reader, self.headers, limit, self._ended)])
+        return await _whole(self.reader, self.headers, limit, self._ended)
 
     def _bodiless(self) -> bool:
         """A 1xx, 204 or 304 answer has no body, whatever its headers say (RFC 9112 6.3)."""
@@ -139,7 +139,7 @@ def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     """The first value of header ``name``, or None."""
     low = name.lower()
     if headers.__class__ is _Read:
-        return headers.first.get(low)  # type: ignore[attr-defined]
+        return headers.first.get(low)
     for k, v in headers:
         if k.lower() == low:
             return v
@@ -198,12 +198,33 @@ async def read_request(reader: asyncio.StreamReader, limit: int = MAX_BODY) -> H
         raise HttpError(f"not an HTTP/1.x request line: {first[:80]!r}")
     body = b""
     if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
-        body = b"".join([c async for c in _body(reader, headers, limit)])
+        body = await _whole(reader, headers, limit)
     return HttpRequest(parts[0].upper(), parts[1], headers, body, _keep(parts[2], headers))
 
 
 def _keep(version: str, headers: Headers) -> bool:
     return version.startswith("HTTP/1.1") and "close" not in (header(headers, "connection") or "").lower()
+
+
+async def _whole(reader: asyncio.StreamReader, headers: Headers, limit: int,
+                 ended: Callable[[], None] | None = None) -> bytes:
+    """The whole body, as ``_body``'s chunks joined (a body of a given length in one read)."""
+    length = header(headers, "content-length")
+    if length is None or "chunked" in (header(headers, "transfer-encoding") or "").lower():
+        return b"".join([c async for c in _body(reader, headers, limit, ended)])
+    left = int(length)
+    if left > limit:
+        raise TooLarge(f"a body over {limit} bytes")
+    if left > 0:
+        try:
+            data = await reader.readexactly(left)
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial  # the peer closed mid-body: the caller sees a short body
+    else:
+        data = b""
+    if ended is not None:
+        ended()
+    return data
 
 
 async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None,
@@ -409,20 +430,23 @@ class Out:
         self.write(b"", last=True)
 
 
+_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
+            421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}
+#: Response headers the proxy sets itself (framing, the connection) or leaves out.
+_NOT_RELAYED = frozenset({"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"})
+
+
 def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None,
                keep: bool = False) -> Out:
     """A response head, sent with the first write to the ``Out`` returned (or its
     ``drain``); where its body goes. ``keep``: the connection stays open
     (a body of no given length is then chunked); else ``Connection: close`` (no length:
     the body ends at the close)."""
-    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-              405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
-              421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
-    skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
-    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
     if not keep:
         lines.append("Connection: close")
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _NOT_RELAYED]
     bodiless = status < 200 or status in (204, 304)  # framed by its status alone
     if length is not None and not bodiless:
         lines.append(f"Content-Length: {length}")

@@ -92,8 +92,10 @@ class _Session:
     tools: ToolSession
     last: float = field(default_factory=time.monotonic)
     busy: int = 0
-    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # calls in flight: done when over
+    callers: dict[str, asyncio.Task[Any]] = field(default_factory=dict)  # the task each runs in
     sent: set[str] = field(default_factory=set)
+    withdrawn: set[str] = field(default_factory=set)  # cancelled before they were sent (no response)
     exchanging: dict[str, asyncio.Task[Any]] = field(default_factory=dict)  # waiting for the upstream's answer
     aborted: set[str] = field(default_factory=set)  # cancelled after they were sent (OUTCOME_UNKNOWN)
     cancelled: set[str] = field(default_factory=set)
@@ -175,11 +177,11 @@ class HttpProxy:
         s = self.sessions.pop(sid, None)
         if s is None:
             return
-        for k, task in list(s.tasks.items()):
+        for k in list(s.tasks):
             if k in s.sent:
                 _abort(s, k)
             else:
-                task.cancel()
+                _withdraw(s, k)
         await asyncio.gather(*s.tasks.values(), return_exceptions=True)
         outcome = await s.tools.end(clean, why)
         if not clean:
@@ -311,7 +313,7 @@ class HttpProxy:
         if k in s.sent:
             _abort(s, k)
         else:
-            s.tasks[k].cancel()  # still at the gate: never sent
+            _withdraw(s, k)  # still at the gate: never sent
 
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
                           writer: asyncio.StreamWriter) -> bool:
@@ -323,20 +325,30 @@ class HttpProxy:
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
             return await self._forward(req, m, s, k, out)
 
-        task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
-        s.tasks[k] = task
+        # The call runs in this connection's task (it carries nothing else until the call
+        # is answered); a cancellation before it is sent (``_withdraw``) cancels it there.
+        task = asyncio.current_task()
+        assert task is not None
+        s.tasks[k] = asyncio.get_running_loop().create_future()
+        s.callers[k] = task
         try:
-            reply = await task
+            reply = await s.tools.call(msg, forward=forward)
         except asyncio.CancelledError:
-            if not task.cancelled():
-                raise
-            return await out.unanswered()  # cancelled by the client before it was sent: no response
+            if k in s.withdrawn:
+                s.withdrawn.discard(k)
+                if task.uncancel() == 0:  # nothing else cancels this connection
+                    return await out.unanswered()  # cancelled by the client before it was sent: no response
+            raise
         finally:
             s.busy -= 1
             s.last = time.monotonic()
-            s.tasks.pop(k, None)
+            s.tasks.pop(k).set_result(None)
+            del s.callers[k]
             s.sent.discard(k)
             s.aborted.discard(k)
+            if k in s.withdrawn:  # the call ended before its cancellation arrived
+                s.withdrawn.discard(k)
+                task.uncancel()
         if k in s.cancelled:
             s.cancelled.discard(k)
             return await out.unanswered()  # a cancelled request gets no response
@@ -526,6 +538,13 @@ def _abort(s: _Session, k: str) -> None:
     if task is not None and k not in s.aborted:
         s.aborted.add(k)
         task.cancel()
+
+
+def _withdraw(s: _Session, k: str) -> None:
+    """Cancel the call ``k``, not sent yet (once)."""
+    if k not in s.withdrawn:
+        s.withdrawn.add(k)
+        s.callers[k].cancel()
 
 
 async def _once(body: bytes) -> Any:
