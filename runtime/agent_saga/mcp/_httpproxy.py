@@ -35,7 +35,10 @@ Invariants:
   masked before the proxy reads or relays it, and every answer of the proxy's own on
   its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
-  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A client that stops reading
+  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A call runs in the task of its
+  client's connection; a cancellation cancels that task only before the call is sent
+  (no response) or while it waits for the upstream's answer (``OUTCOME_UNKNOWN``), never
+  once the answer is in. A client that stops reading
   has not cancelled (MCP): the call goes on and is recorded with its answer. A ``tools/call`` is
   written upstream once: a pooled connection found closed is dropped before anything is
   written to it; one that breaks after is never retried.
