@@ -43,6 +43,21 @@ __all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_req
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 Headers = list[tuple[str, str]]
+
+
+class _Read(list[tuple[str, str]]):
+    """Headers as read (a ``Headers``), with each name's first value by its lowercase name
+    (``header`` looks them up in one step)."""
+
+    __slots__ = ("first",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: dict[str, str] = {}
+
+    def add(self, name: str, value: str) -> None:
+        self.append((name, value))
+        self.first.setdefault(name.lower(), value)
 #: Request headers never passed on upstream: the connection's own, and the client's
 #: ``Origin`` (the proxy checked it; the upstream sees the proxy, not a page).
 NOT_FORWARDED = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive", "origin"})
@@ -96,7 +111,7 @@ class HttpResponse:
         """The whole body (``TooLarge`` over ``limit`` bytes)."""
         if self._bodiless():
             return b""
-        return b"".join([c async for c in _body(self.reader, self.headers, limit, self._ended)])
+        return await _whole(self.reader, self.headers, limit, self._ended)
 
     def _bodiless(self) -> bool:
         """A 1xx, 204 or 304 answer has no body, whatever its headers say (RFC 9112 6.3)."""
@@ -123,6 +138,8 @@ class HttpResponse:
 def header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
     """The first value of header ``name``, or None."""
     low = name.lower()
+    if headers.__class__ is _Read:
+        return headers.first.get(low)
     for k, v in headers:
         if k.lower() == low:
             return v
@@ -158,14 +175,14 @@ async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
     except asyncio.LimitOverrunError:
         raise HttpError(f"a message head over {MAX_HEAD} bytes") from None
     lines = raw.decode("latin-1").split("\r\n")
-    headers: Headers = []
+    headers = _Read()
     for line in lines[1:]:
         if not line:
             continue
         name, sep, value = line.partition(":")
         if not sep:
             raise HttpError(f"a header line without ':': {line[:80]!r}")
-        headers.append((name.strip(), value.strip()))
+        headers.add(name.strip(), value.strip())
     return lines[0], headers
 
 
@@ -181,12 +198,33 @@ async def read_request(reader: asyncio.StreamReader, limit: int = MAX_BODY) -> H
         raise HttpError(f"not an HTTP/1.x request line: {first[:80]!r}")
     body = b""
     if header(headers, "content-length") is not None or "chunked" in (header(headers, "transfer-encoding") or ""):
-        body = b"".join([c async for c in _body(reader, headers, limit)])
+        body = await _whole(reader, headers, limit)
     return HttpRequest(parts[0].upper(), parts[1], headers, body, _keep(parts[2], headers))
 
 
 def _keep(version: str, headers: Headers) -> bool:
     return version.startswith("HTTP/1.1") and "close" not in (header(headers, "connection") or "").lower()
+
+
+async def _whole(reader: asyncio.StreamReader, headers: Headers, limit: int,
+                 ended: Callable[[], None] | None = None) -> bytes:
+    """The whole body, as ``_body``'s chunks joined (a body of a given length in one read)."""
+    length = header(headers, "content-length")
+    if length is None or "chunked" in (header(headers, "transfer-encoding") or "").lower():
+        return b"".join([c async for c in _body(reader, headers, limit, ended)])
+    left = int(length)
+    if left > limit:
+        raise TooLarge(f"a body over {limit} bytes")
+    if left > 0:
+        try:
+            data = await reader.readexactly(left)
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial  # the peer closed mid-body: the caller sees a short body
+    else:
+        data = b""
+    if ended is not None:
+        ended()
+    return data
 
 
 async def _body(reader: asyncio.StreamReader, headers: Headers, limit: int | None,
@@ -392,20 +430,23 @@ class Out:
         self.write(b"", last=True)
 
 
+_REASONS = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
+            421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}
+#: Response headers the proxy sets itself (framing, the connection) or leaves out.
+_NOT_RELAYED = frozenset({"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"})
+
+
 def write_head(writer: asyncio.StreamWriter, status: int, headers: Headers, length: int | None = None,
                keep: bool = False) -> Out:
     """A response head, sent with the first write to the ``Out`` returned (or its
     ``drain``); where its body goes. ``keep``: the connection stays open
     (a body of no given length is then chunked); else ``Connection: close`` (no length:
     the body ends at the close)."""
-    reason = {200: "OK", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-              405: "Method Not Allowed", 413: "Content Too Large", 415: "Unsupported Media Type",
-              421: "Misdirected Request", 500: "Internal Server Error", 502: "Bad Gateway"}.get(status, "Status")
-    skip = {"content-length", "connection", "transfer-encoding", "keep-alive", "date", "server"}
-    lines = [f"HTTP/1.1 {status} {reason}"]
+    lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}"]
     if not keep:
         lines.append("Connection: close")
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in skip]
+    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in _NOT_RELAYED]
     bodiless = status < 200 or status in (204, 304)  # framed by its status alone
     if length is not None and not bodiless:
         lines.append(f"Content-Length: {length}")

@@ -35,7 +35,10 @@ Invariants:
   masked before the proxy reads or relays it, and every answer of the proxy's own on
   its way out.
 - A call whose response never arrives (the upstream dropped the connection, the client
-  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A client that stops reading
+  cancelled) is STEP_UNKNOWN, answered ``OUTCOME_UNKNOWN``. A call runs in the task of its
+  client's connection; a cancellation cancels that task only before the call is sent
+  (no response) or while it waits for the upstream's answer (``OUTCOME_UNKNOWN``), never
+  once the answer is in. A client that stops reading
   has not cancelled (MCP): the call goes on and is recorded with its answer. A ``tools/call`` is
   written upstream once: a pooled connection found closed is dropped before anything is
   written to it; one that breaks after is never retried.
@@ -92,9 +95,12 @@ class _Session:
     tools: ToolSession
     last: float = field(default_factory=time.monotonic)
     busy: int = 0
-    cancels: dict[str, asyncio.Future[None]] = field(default_factory=dict)
-    tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    tasks: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # calls in flight: done when over
+    callers: dict[str, asyncio.Task[Any]] = field(default_factory=dict)  # the task each runs in
     sent: set[str] = field(default_factory=set)
+    withdrawn: set[str] = field(default_factory=set)  # cancelled before they were sent (no response)
+    exchanging: dict[str, asyncio.Task[Any]] = field(default_factory=dict)  # waiting for the upstream's answer
+    aborted: set[str] = field(default_factory=set)  # cancelled after they were sent (OUTCOME_UNKNOWN)
     cancelled: set[str] = field(default_factory=set)
     relayed: set[str] = field(default_factory=set)  # requests relayed, not answered yet
 
@@ -174,12 +180,11 @@ class HttpProxy:
         s = self.sessions.pop(sid, None)
         if s is None:
             return
-        for k, task in list(s.tasks.items()):
-            fut = s.cancels.get(k)
-            if k in s.sent and fut is not None and not fut.done():
-                fut.set_result(None)
-            elif k not in s.sent:
-                task.cancel()
+        for k in list(s.tasks):
+            if k in s.sent:
+                _abort(s, k)
+            else:
+                _withdraw(s, k)
         await asyncio.gather(*s.tasks.values(), return_exceptions=True)
         outcome = await s.tools.end(clean, why)
         if not clean:
@@ -309,37 +314,44 @@ class HttpProxy:
             return
         s.cancelled.add(k)
         if k in s.sent:
-            fut = s.cancels.get(k)
-            if fut is not None and not fut.done():
-                fut.set_result(None)
+            _abort(s, k)
         else:
-            s.tasks[k].cancel()  # still at the gate: never sent
+            _withdraw(s, k)  # still at the gate: never sent
 
     async def _tools_call(self, req: http.HttpRequest, msg: dict[str, Any], s: _Session,
                           writer: asyncio.StreamWriter) -> bool:
         k = key(msg["id"])
         out = CallAnswer(writer, "text/event-stream" in (http.header(req.headers, "accept") or ""),
                          http.header(req.headers, "mcp-session-id"), self.custody, req.keep)
-        s.cancels[k] = asyncio.get_running_loop().create_future()
         s.busy += 1
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
             return await self._forward(req, m, s, k, out)
 
-        task = asyncio.ensure_future(s.tools.call(msg, forward=forward))
-        s.tasks[k] = task
+        # The call runs in this connection's task (it carries nothing else until the call
+        # is answered); a cancellation before it is sent (``_withdraw``) cancels it there.
+        task = asyncio.current_task()
+        assert task is not None
+        s.tasks[k] = asyncio.get_running_loop().create_future()
+        s.callers[k] = task
         try:
-            reply = await task
+            reply = await s.tools.call(msg, forward=forward)
         except asyncio.CancelledError:
-            if not task.cancelled():
-                raise
-            return await out.unanswered()  # cancelled by the client before it was sent: no response
+            if k in s.withdrawn:
+                s.withdrawn.discard(k)
+                if task.uncancel() == 0:  # nothing else cancels this connection
+                    return await out.unanswered()  # cancelled by the client before it was sent: no response
+            raise
         finally:
             s.busy -= 1
             s.last = time.monotonic()
-            s.tasks.pop(k, None)
-            s.cancels.pop(k, None)
+            s.tasks.pop(k).set_result(None)
+            del s.callers[k]
             s.sent.discard(k)
+            s.aborted.discard(k)
+            if k in s.withdrawn:  # the call ended before its cancellation arrived
+                s.withdrawn.discard(k)
+                task.uncancel()
         if k in s.cancelled:
             s.cancelled.discard(k)
             return await out.unanswered()  # a cancelled request gets no response
@@ -357,33 +369,31 @@ class HttpProxy:
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
         s.sent.add(k)  # from here on the call may have happened: never sent again
-        cancel = s.cancels[k]
         data = http.request_bytes(self.pool, "POST", headers, encode(m))
-
-        async def exchange() -> dict[str, Any]:
+        # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
+        # waits for the upstream, and only then (no task or race per call).
+        task = asyncio.current_task()
+        assert task is not None
+        s.exchanging[k] = task
+        try:
             resp = await http.send(reader, up, data, self.pool)
             try:
                 return await self._answer(resp, m["id"], out)
             finally:
                 resp.close()  # back to the pool only when read to its end
-
-        task = asyncio.ensure_future(exchange())
-        try:
-            waiting: set[asyncio.Future[Any]] = {task, cancel}
-            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                try:
-                    return task.result()
-                except (OSError, http.HttpError, asyncio.IncompleteReadError, ValueError) as exc:
-                    raise OutcomeUnknown(f"the connection to the upstream broke during the call ({exc})") from None
-            task.cancel()
-            raise OutcomeUnknown("the call was cancelled after it was sent")
+        except asyncio.CancelledError:
+            up.close()
+            if k in s.aborted and task.uncancel() == 0:
+                raise OutcomeUnknown("the call was cancelled after it was sent") from None
+            raise
+        except (OSError, http.HttpError, asyncio.IncompleteReadError, ValueError) as exc:
+            up.close()
+            raise OutcomeUnknown(f"the connection to the upstream broke during the call ({exc})") from None
+        except BaseException:
+            up.close()
+            raise
         finally:
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            if not task.done() or task.cancelled() or task.exception() is not None:
-                up.close()
+            del s.exchanging[k]
 
     async def _answer(self, resp: http.HttpResponse, id_: Any, out: CallAnswer) -> dict[str, Any]:
         """The upstream's response to the call ``id_``: its progress events relayed to the
@@ -522,6 +532,22 @@ class HttpProxy:
         names = {t.get("name") for t in result["tools"] if isinstance(t, dict)}
         result["tools"] = [*result["tools"], *(t for t in BOUNDARY_TOOLS if t["name"] not in names)]
         return True
+
+
+def _abort(s: _Session, k: str) -> None:
+    """End the sent call ``k`` as OUTCOME_UNKNOWN if it still waits for the upstream's
+    answer (once); an answer already in is kept."""
+    task = s.exchanging.get(k)
+    if task is not None and k not in s.aborted:
+        s.aborted.add(k)
+        task.cancel()
+
+
+def _withdraw(s: _Session, k: str) -> None:
+    """Cancel the call ``k``, not sent yet (once)."""
+    if k not in s.withdrawn:
+        s.withdrawn.add(k)
+        s.callers[k].cancel()
 
 
 async def _once(body: bytes) -> Any:
