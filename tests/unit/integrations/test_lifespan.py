@@ -84,7 +84,8 @@ async def test_shutdown_cancels_a_running_saga_and_waits_for_its_rollback(tmp_pa
         assert saga_records(path, saga_id)[-3:] == ["COMPENSATION_STARTED", "COMPENSATION_DONE", "SAGA_ROLLED_BACK"]
         assert task.cancelled() or isinstance(task.exception(), asyncio.CancelledError)
         assert "cancelling 1 @saga call(s)" in caplog.text
-        assert get_default_wal() is not state["agent_saga"].wal  # the previous default is back
+        # the previous default (none) is back; asking get_default_wal() would make one in the cwd
+        assert set_default_wal(None) is None
     finally:
         set_default_wal(before)
 
