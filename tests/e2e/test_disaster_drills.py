@@ -356,7 +356,10 @@ def test_drill_redis_restored_from_an_older_snapshot(fleet: Fleet) -> None:
     fleet.enforcing(halted="payout.send", over=60)
     assert "went back in time" in fleet.op.log(200_000)
     assert 'agentsaga_operator_plane_reprojections_total{cause="went_back"} 1.0' in fleet.op.metrics()
-    assert "went back in time" in fleet.agent.stderr.read_text()
+    # Whether the agent itself saw the old plane depends on whether it read Redis before the
+    # operator projected again (it may never hold the stale state at all); either way the gap
+    # above proved it lifted nothing. Its own detection is proven deterministically by
+    # tests/integration/test_killswitch_marker.py.
     report("redis-old-snapshot", marker_back_s=marker_back, agent_trusts_s=trust_back, **gap.numbers())
 
 
