@@ -115,3 +115,6 @@ def test_a_record_in_doubt_keeps_the_wal_failed_and_the_process_closed(
     assert get_default_wal() is wal
     recovery = kit.status()["signals"]["wal"]["recovery"]
     assert recovery.startswith("fail-stop: a record is in doubt") and "another process writes" in recovery
+    # Closing it says so too (and leaves nothing for the interpreter's exit to report).
+    with pytest.raises(WALError, match="another process writes"):
+        wal.close(timeout=5.0)
