@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
 
-# Imported for their effect in every process, whatever it uses: a saga opened without a
-# gate still meets the process's kill switch, an agent configured by its environment is
-# wired on first use, and a recovery process resolves the codemod's own compensations.
-from .codemod import handlers as _codemod_handlers  # noqa: F401
-from .controls.gate import _nogate  # noqa: F401
-from .plane import plane_from_env as _plane_from_env  # noqa: F401
+# Nothing here runs for its side effects. The process-wide wiring happens where it is
+# needed: a saga opened without a gate still meets the process's kill switch
+# (``agent_saga.gates`` imports the controls' fallback on the first such saga), an agent
+# configured by its environment is wired when a control or scope is first built
+# (``agent_saga.controls._wiring`` imports the plane), and a recovery process resolves
+# the codemod's own compensations (``agent_saga.compensation`` imports them on the
+# first lookup).
 
 if TYPE_CHECKING:
     from .audit import (
