@@ -14,6 +14,15 @@ from ..controls._wiring import set_environment_hook
 from ._connect import plane_from_env as plane_from_env  # the environment hook, registered below
 
 if TYPE_CHECKING:
+    from .._redis import PLANE_FIX as PLANE_FIX
+    from .._redis import aclose as aclose
+    from .._redis import connect_async as connect_async
+    from .._redis import script as script
+    from .._redis import tagged_on_cluster as tagged_on_cluster
+    from .._repeat import ReplyLost as ReplyLost
+    from .._repeat import check_retries as check_retries
+    from .._repeat import lost_text as lost_text
+    from .._repeat import repeating as repeating
     from ._acl import ROLES as ROLES
     from ._acl import acl_rules as acl_rules
     from ._acl import acl_setuser as acl_setuser
@@ -45,6 +54,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "DEFAULT_GRACE", "ENV_AGENT", "ENV_NAMESPACE", "ENV_REDIS_URL", "PlaneSettings",
         "StoreChoice", "choose_store",
     ),
+    ".._redis": ("PLANE_FIX", "aclose", "connect_async", "script", "tagged_on_cluster"),
+    ".._repeat": ("ReplyLost", "check_retries", "lost_text", "repeating"),
 }
 
 set_environment_hook(plane_from_env)

@@ -28,12 +28,14 @@ if TYPE_CHECKING:
     from .claims import FileClaimLock as FileClaimLock
     from .daemon import RecoveryDaemon as RecoveryDaemon
     from .daemon import SweepReport as SweepReport
+    from .daemon import import_modules as import_modules
     from .errors import ClaimLost as ClaimLost
     from .errors import ClaimStoreUnavailable as ClaimStoreUnavailable
     from .errors import LedgerCorrupt as LedgerCorrupt
     from .errors import LocationUnavailable as LocationUnavailable
     from .errors import RecoveryError as RecoveryError
     from .errors import RecoveryHalted as RecoveryHalted
+    from .grants import Grants as Grants
     from .ledger import Escalation as Escalation
     from .ledger import FileLedger as FileLedger
     from .ledger import LedgerEntry as LedgerEntry
@@ -64,16 +66,18 @@ if TYPE_CHECKING:
     from .sources import PathSource as PathSource
     from .sources import WALSource as WALSource
     from .sources import WriterBusy as WriterBusy
+    from .targets import default_file_paths as default_file_paths
     from .targets import open_claim_lock as open_claim_lock
 
 #: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".claims": ("Claim", "ClaimLock", "FileClaimLock"),
-    ".daemon": ("RecoveryDaemon", "SweepReport"),
+    ".daemon": ("RecoveryDaemon", "SweepReport", "import_modules"),
     ".errors": (
         "ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "LocationUnavailable",
         "RecoveryError", "RecoveryHalted",
     ),
+    ".grants": ("Grants",),
     ".ledger": (
         "Escalation", "FileLedger", "LedgerEntry", "LedgerKind", "RecoveryLedger",
         "escalation_id",
@@ -88,7 +92,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     ".resolver": ("SagaResult",),
     ".sources": ("LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"),
-    ".targets": ("open_claim_lock",),
+    ".targets": ("default_file_paths", "open_claim_lock"),
 }
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .default import get_default_wal as get_default_wal
     from .default import set_default_wal as set_default_wal
     from .file import FileWAL as FileWAL
+    from .file import iter_file_records as iter_file_records
     from .file import read_log as read_log
     from .pgsink import PostgresAsyncSink as PostgresAsyncSink
     from .postgres import PostgresWAL as PostgresWAL
@@ -28,13 +29,14 @@ if TYPE_CHECKING:
     from .sink import AsyncSink as AsyncSink
     from .sink import SinkWAL as SinkWAL
     from .targets import open_wal as open_wal
+    from .urls import redact as redact
 
 #: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".base": ("Backpressure", "BaseWAL", "WALStats", "WrappedWAL"),
     ".compaction": ("CompactionAborted", "CompactionReport"),
     ".default": ("get_default_wal", "set_default_wal"),
-    ".file": ("FileWAL", "read_log"),
+    ".file": ("FileWAL", "iter_file_records", "read_log"),
     ".pgsink": ("PostgresAsyncSink",),
     ".postgres": ("PostgresWAL",),
     ".prepared": ("PreparedPayload",),
@@ -42,6 +44,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ".redis": ("RedisWAL",),
     ".sink": ("AsyncSink", "SinkWAL"),
     ".targets": ("open_wal",),
+    ".urls": ("redact",),
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -55,6 +55,12 @@ if TYPE_CHECKING:
     from ._passkey import PasskeyVerifier as PasskeyVerifier
     from ._passkey import sign_challenge as sign_challenge
     from ._redis import RedisApprovalStore as RedisApprovalStore
+    from ._render import FIELDS_SHOWN as FIELDS_SHOWN
+    from ._render import VALUE_SHOWN as VALUE_SHOWN
+    from ._render import escape_text as escape_text
+    from ._render import render_action as render_action
+    from ._signing import ANY_APPROVER as ANY_APPROVER
+    from ._signing import ENV_SIGNING_KEY as ENV_SIGNING_KEY
     from ._signing import DecisionSigner as DecisionSigner
     from ._signing import TrustedKeys as TrustedKeys
     from ._store import ApprovalRefused as ApprovalRefused
@@ -82,7 +88,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "sign_challenge",
     ),
     "._redis": ("RedisApprovalStore",),
-    "._signing": ("DecisionSigner", "TrustedKeys"),
+    "._render": ("FIELDS_SHOWN", "VALUE_SHOWN", "escape_text", "render_action"),
+    "._signing": ("ANY_APPROVER", "DecisionSigner", "ENV_SIGNING_KEY", "TrustedKeys"),
     "._store": (
         "ApprovalRefused", "ApprovalStore", "ApprovalStoreUnavailable", "decide_request",
         "resolve_id",
