@@ -27,7 +27,8 @@ def lazy_exports(
 
     ``sources`` maps a module relative to the package (``".engine"``) to the public names
     it defines. A name is imported on first access and stored in the package's namespace,
-    so later lookups are plain attribute reads. ``__all__`` is every name, sorted.
+    so later lookups are plain attribute reads; any other name is the package's submodule
+    of that name, if it has one. ``__all__`` is every name, sorted.
     """
     where = {name: module for module, names in sources.items() for name in names}
     public = sorted(where)
@@ -36,7 +37,7 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         module = where.get(name)
         if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return _submodule(package, name)
         value = getattr(importlib.import_module(module, package), name)
         namespace[name] = value
         return value
@@ -45,3 +46,17 @@ def lazy_exports(
         return sorted({*namespace, *public})
 
     return __getattr__, __dir__, public
+
+
+def _submodule(package: str, name: str) -> Any:
+    """``package.name`` as an attribute (``agent_saga.wal`` after ``import agent_saga``),
+    imported on first use, as an eager package would have had it; else AttributeError."""
+    missing = AttributeError(f"module {package!r} has no attribute {name!r}")
+    if name.startswith("__"):
+        raise missing
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.{name}":
+            raise
+        raise missing from None

@@ -100,6 +100,21 @@ def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
         from agent_saga import Sag  # type: ignore[attr-defined]  # noqa: F401
 
 
+def test_a_subpackage_is_an_attribute_of_its_package_without_importing_it() -> None:
+    # ``import agent_saga`` used to load the WAL, the controls and recovery for their side
+    # effects, so ``agent_saga.wal.FileWAL`` worked after it; it still does, loaded on use.
+    out = _run("import agent_saga\n"
+               "print(agent_saga.wal.FileWAL.__name__, agent_saga.controls.limits.BudgetLimit.__name__, "
+               "agent_saga.recovery.daemon.RecoveryDaemon.__name__)\n"
+               "try:\n"
+               "    agent_saga.wall\n"
+               "except AttributeError as exc:\n"
+               "    print(exc)\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["FileWAL BudgetLimit RecoveryDaemon",
+                                       "module 'agent_saga' has no attribute 'wall'"], out.stdout
+
+
 def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=env)
