@@ -130,7 +130,7 @@ unit: install crewai-venv
 
 # ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
 lint: install
-	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples
+	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples hack
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install

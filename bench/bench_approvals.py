@@ -26,9 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
 import _common  # bench/_common.py (benchmarks run as scripts from bench/)
-from agent_saga.audit.checkpoints import generate_signing_key  # noqa: E402
-from agent_saga.controls.approvals import Decision, DecisionSigner, TrustedKeys  # noqa: E402
-from agent_saga.controls.approvals._render import render_action  # noqa: E402
+from agent_saga.audit import generate_signing_key  # noqa: E402
+from agent_saga.controls.approvals import Decision, DecisionSigner, TrustedKeys, render_action  # noqa: E402
 
 RID = "af83c011" * 4
 DIGEST = "sha256:" + "ab" * 32

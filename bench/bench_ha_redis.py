@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tests")]
 
 import _common  # noqa: E402  bench/_common.py
 from agent_saga.controls.limits import Charge, RedisLimitStore  # noqa: E402
-from agent_saga.wal.redis import RedisWAL  # noqa: E402
+from agent_saga.wal import RedisWAL  # noqa: E402
 from fixtures.redis_ha import RedisSentinelGroup  # noqa: E402
 
 

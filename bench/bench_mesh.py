@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO / "runtime"))
 from agent_saga.chain import seal, verify_records  # noqa: E402
 from agent_saga.mesh import MeshView, RecordSet  # noqa: E402
 from agent_saga.records import GENESIS, Record, encode_line  # noqa: E402
-from agent_saga.wal.file import iter_file_records  # noqa: E402
+from agent_saga.wal import iter_file_records  # noqa: E402
 
 
 def write_device(directory: Path, device: str, n: int, clock0: int) -> Path:

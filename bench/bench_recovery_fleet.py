@@ -64,7 +64,7 @@ import asyncio, json, os, resource, sys, time
 if os.environ.get("BENCH_FLEET_PARSER") == "python":
     sys.modules["hiredis"] = None  # redis-py's own RESP parser, as without the hiredis package
 from agent_saga.recovery import RecoveryDaemon, RedisClaimLock, RedisLedger
-from agent_saga.wal.redis import RedisWAL
+from agent_saga.wal import RedisWAL
 
 def count_round_trips():
     # Count every request sent to Redis (a pipeline or a script is one round trip).
@@ -168,7 +168,7 @@ asyncio.run(main())
 
 def build(url: str, key: str, sagas: int, writers: int) -> None:
     """``sagas`` orphans: started, one COMPENSABLE step committed, owner gone."""
-    from agent_saga.wal.redis import RedisWAL
+    from agent_saga.wal import RedisWAL
 
     wals = [RedisWAL(url, key=key, writer=f"agent-{w}", max_pending=1_000_000, max_batch=1000)
             for w in range(writers)]

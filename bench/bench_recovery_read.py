@@ -32,9 +32,8 @@ from typing import Any
 
 import _common
 from agent_saga import FileWAL
-from agent_saga.recovery import RecoveryDaemon
-from agent_saga.recovery.sources import PathSource
-from agent_saga.wal.file import iter_file_records
+from agent_saga.recovery import PathSource, RecoveryDaemon
+from agent_saga.wal import iter_file_records
 
 
 def build_log(path: Path, sagas: int) -> int:

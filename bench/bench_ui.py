@@ -37,7 +37,7 @@ from typing import Any
 
 import _common
 from agent_saga import FileWAL
-from agent_saga.wal.file import iter_file_records
+from agent_saga.wal import iter_file_records
 
 
 def build_log(path: Path, records: int) -> int:

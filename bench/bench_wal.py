@@ -148,7 +148,7 @@ class RedisBackend(Backend):
         self.aio = redis.asyncio.Redis.from_url(url)
 
     async def open(self) -> Any:
-        from agent_saga.wal.redis import RedisWAL
+        from agent_saga.wal import RedisWAL
 
         return RedisWAL(self.url, key=self.key)
 
@@ -207,7 +207,7 @@ class PostgresBackend(Backend):
                        "%s, %s, %s, %s)")
 
     async def open(self) -> Any:
-        from agent_saga.wal.postgres import PostgresWAL
+        from agent_saga.wal import PostgresWAL
 
         return PostgresWAL(self.dsn, self.table, synchronous_commit=self.sc)
 

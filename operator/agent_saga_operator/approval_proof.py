@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from agent_saga.controls.approvals import Decision
-from agent_saga.controls.approvals._signing import ENV_SIGNING_KEY
+from agent_saga.controls.approvals import ENV_SIGNING_KEY, Decision
 
 from .conditions import READY, SYNCED, Cond, Reason, rfc3339
 from .config import Context

@@ -93,8 +93,7 @@ def approval_problem(request: Mapping[str, Any]) -> tuple[str, str] | None:
 def _display(request: Mapping[str, Any]) -> dict[str, str]:
     """The action as the Approval shows it: rendered from the canonical arguments,
     escaped; what is left out (or why nothing is shown) is said in a field of its own."""
-    from agent_saga.controls.approvals import ApprovalRequest
-    from agent_saga.controls.approvals._render import FIELDS_SHOWN, VALUE_SHOWN
+    from agent_saga.controls.approvals import FIELDS_SHOWN, VALUE_SHOWN, ApprovalRequest
 
     try:
         view = ApprovalRequest.from_doc(request).action_view()
@@ -155,7 +154,7 @@ def approval_object(request: Mapping[str, Any]) -> dict[str, Any]:
         "requestedAt": request["requestedAt"],
         "deadline": request["deadline"],
     }
-    from agent_saga.controls.approvals._render import escape_text
+    from agent_saga.controls.approvals import escape_text
 
     if request.get("reason"):
         spec["reason"] = _clip(escape_text(str(request["reason"])), 500)

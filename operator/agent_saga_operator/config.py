@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga.controls import LimitStoreUnavailable, LimitUsage, RedisLimitStore
-from agent_saga.controls.approvals import DecisionSigner, TrustedKeys
-from agent_saga.controls.approvals._signing import ANY_APPROVER
+from agent_saga.controls.approvals import ANY_APPROVER, DecisionSigner, TrustedKeys
 from agent_saga.controls.limits import LimitSpec
 
 from .projection import ProjectionUnavailable, Projector

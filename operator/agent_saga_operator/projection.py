@@ -50,10 +50,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from agent_saga._redis import PLANE_FIX, aclose, connect_async, script, tagged_on_cluster
-from agent_saga._repeat import ReplyLost, check_retries, lost_text, repeating
 from agent_saga.controls import BudgetLimit, RateLimit
 from agent_saga.controls.limits import limits_from_documents, scope_from_name
+from agent_saga.plane import (
+    PLANE_FIX,
+    ReplyLost,
+    aclose,
+    check_retries,
+    connect_async,
+    lost_text,
+    repeating,
+    script,
+    tagged_on_cluster,
+)
 
 __all__ = [
     "KIND_SLUGS",

@@ -30,16 +30,20 @@ import time
 from collections.abc import Callable, Sequence
 
 from agent_saga import configure_logging
-from agent_saga.audit.encryption import EncryptedWAL
-from agent_saga.audit.keys import reader_encryptor
+from agent_saga.audit import EncryptedWAL, reader_encryptor
 from agent_saga.errors import SagaError, WALCorrupt, WALError
-from agent_saga.recovery import FileClaimLock, FileLedger, RecoveryDaemon, SweepReport
-from agent_saga.recovery.claims import ClaimLock
-from agent_saga.recovery.daemon import import_modules
-from agent_saga.recovery.ledger import RecoveryLedger
-from agent_saga.recovery.targets import default_file_paths, open_claim_lock, open_fleet_wal
-from agent_saga.wal.base import BaseWAL
-from agent_saga.wal.urls import redact
+from agent_saga.recovery import (
+    ClaimLock,
+    FileClaimLock,
+    FileLedger,
+    RecoveryDaemon,
+    RecoveryLedger,
+    SweepReport,
+    default_file_paths,
+    import_modules,
+    open_claim_lock,
+)
+from agent_saga.wal import BaseWAL, open_wal, redact
 
 from .config import Config, parse_args
 from .health import HealthServer
@@ -105,7 +109,7 @@ class Recoveryd:
             else:
                 self.daemons.append(daemon(path, ledger, lock))
         def opened(url: str) -> BaseWAL:
-            wal = open_fleet_wal(url)
+            wal = open_wal(url)
             self._wals.append(wal)
             return wal if encryptor is None else EncryptedWAL(wal, encryptor)
 

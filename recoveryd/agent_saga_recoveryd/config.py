@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agent_saga.errors import ConfigurationError
-from agent_saga.recovery.grants import Grants
+from agent_saga.recovery import Grants
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import importlib
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -191,6 +192,30 @@ def coerce_compensation(value: object, tool: str) -> Compensation | None:
 _lock = threading.Lock()
 _registry: dict[str, Callable[..., Any]] = {}
 
+#: Handlers the runtime ships, by name prefix -> the module that registers them (the
+#: compensators and reconcilers of ``agent_saga.codemod``). Named, not imported (those
+#: modules sit above this one): a lookup imports them, and so does registering a name
+#: under their prefix, so every process resolves them, a clash is still refused at
+#: decoration time, and ``import agent_saga`` loads none of them.
+_SHIPPED = {"codemod.": "agent_saga.codemod.handlers"}
+_shipped_loaded = False
+
+
+def load_shipped_handlers(name: str | None = None) -> None:
+    """Register the handlers the runtime ships: all of them, or those sharing ``name``'s
+    prefix (idempotent; every registry lookup calls it)."""
+    global _shipped_loaded
+    if _shipped_loaded:
+        return
+    if name is not None:
+        for prefix, module in _SHIPPED.items():
+            if name.startswith(prefix):
+                importlib.import_module(module)
+        return
+    for module in _SHIPPED.values():
+        importlib.import_module(module)
+    _shipped_loaded = True
+
 
 def compensator(name: str) -> Callable[[F], F]:
     """Register the decorated function as the compensation handler ``name``.
@@ -209,6 +234,7 @@ def compensator(name: str) -> Callable[[F], F]:
     def register(fn: F) -> F:
         if not callable(fn):
             raise ConfigurationError(f"@compensator({name!r}) must decorate a callable, got {fn!r}")
+        load_shipped_handlers(name)
         with _lock:
             prev = _registry.get(name)
             if prev is not None and prev is not fn and _qualname(prev) != _qualname(fn):
@@ -231,6 +257,7 @@ def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Calla
     """The function registered as ``name``; raises ``HandlerNotRegistered`` if none is
     (its message shows the ``@compensator`` line to add, with ``kwargs``' names as the
     handler's parameters)."""
+    load_shipped_handlers()
     fn = _registry.get(name)
     if fn is None:
         raise HandlerNotRegistered(name, tuple(kwargs or ()))
@@ -239,6 +266,7 @@ def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Calla
 
 def registered_compensators() -> dict[str, Callable[..., Any]]:
     """A snapshot of the registry: handler name -> function."""
+    load_shipped_handlers()
     with _lock:
         return dict(_registry)
 

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -134,7 +135,21 @@ class Gate(Protocol):
         ...
 
 
-_fallback: Callable[[], Gate | None] | None = None
+#: The module that registers the fallback when imported (the controls' ``kill_switch_gate``):
+#: named, not imported, because the controls sit above this module; the first saga without
+#: a gate imports it, so ``import agent_saga`` does not load the controls.
+_CONTROLS_FALLBACK = "agent_saga.controls.gate._nogate"
+
+
+def _load_controls_fallback() -> Gate | None:
+    importlib.import_module(_CONTROLS_FALLBACK)  # registers its fallback, replacing this one
+    registered = _fallback
+    if registered is None or registered is _load_controls_fallback:
+        return None
+    return registered()
+
+
+_fallback: Callable[[], Gate | None] | None = _load_controls_fallback
 
 
 def set_no_gate_fallback(factory: Callable[[], Gate | None] | None) -> None:

@@ -15,45 +15,47 @@ when a key is used (extra ``agent-saga[encryption]``).
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ..errors import WALDecryptFailed, WALKeyMissing
 
 if TYPE_CHECKING:
-    from .bundles import BundleResult, export_bundle, verify_bundle
-    from .certificates import Certificate, StepFinding, certify, certify_log
-    from .checkpoints import (
-        Checkpoint,
-        CheckpointResult,
-        generate_signing_key,
-        load_private_key,
-        load_public_key,
-        make_checkpoint,
-        verify_checkpoint,
-    )
-    from .encryption import (
-        AESGCMEncryptor,
-        EncryptedWAL,
-        Keyring,
-        PayloadEncryptor,
-        decrypting,
-        encryptor_from_env,
-        key_usage,
-        keyring_from_env,
-        new_wal_key,
-    )
-    from .keys import reader_encryptor
-    from .merkle import (
-        AuditRoot,
-        ConsistencyResult,
-        DisclosureResult,
-        audit_root,
-        build_consistency,
-        build_disclosure,
-        verify_consistency,
-        verify_disclosure,
-    )
-    from .redaction import RedactionReport, redact_record, redact_records
+    from ..errors import WALDecryptFailed as WALDecryptFailed
+    from ..errors import WALKeyMissing as WALKeyMissing
+    from .bundles import BundleResult as BundleResult
+    from .bundles import export_bundle as export_bundle
+    from .bundles import verify_bundle as verify_bundle
+    from .certificates import Certificate as Certificate
+    from .certificates import StepFinding as StepFinding
+    from .certificates import certify as certify
+    from .certificates import certify_log as certify_log
+    from .checkpoints import Checkpoint as Checkpoint
+    from .checkpoints import CheckpointResult as CheckpointResult
+    from .checkpoints import generate_signing_key as generate_signing_key
+    from .checkpoints import load_private_key as load_private_key
+    from .checkpoints import load_public_key as load_public_key
+    from .checkpoints import make_checkpoint as make_checkpoint
+    from .checkpoints import verify_checkpoint as verify_checkpoint
+    from .encryption import AESGCMEncryptor as AESGCMEncryptor
+    from .encryption import EncryptedWAL as EncryptedWAL
+    from .encryption import Keyring as Keyring
+    from .encryption import PayloadEncryptor as PayloadEncryptor
+    from .encryption import decrypting as decrypting
+    from .encryption import encryptor_from_env as encryptor_from_env
+    from .encryption import key_usage as key_usage
+    from .encryption import keyring_from_env as keyring_from_env
+    from .encryption import new_wal_key as new_wal_key
+    from .keys import reader_encryptor as reader_encryptor
+    from .merkle import AuditRoot as AuditRoot
+    from .merkle import ConsistencyResult as ConsistencyResult
+    from .merkle import DisclosureResult as DisclosureResult
+    from .merkle import audit_root as audit_root
+    from .merkle import build_consistency as build_consistency
+    from .merkle import build_disclosure as build_disclosure
+    from .merkle import verify_consistency as verify_consistency
+    from .merkle import verify_disclosure as verify_disclosure
+    from .redaction import RedactionReport as RedactionReport
+    from .redaction import redact_record as redact_record
+    from .redaction import redact_records as redact_records
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".bundles": ("BundleResult", "export_bundle", "verify_bundle"),
     ".certificates": ("Certificate", "StepFinding", "certify", "certify_log"),
@@ -71,46 +73,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "build_consistency", "build_disclosure", "verify_consistency", "verify_disclosure",
     ),
     ".redaction": ("RedactionReport", "redact_record", "redact_records"),
+    "..errors": ("WALDecryptFailed", "WALKeyMissing"),
 }
 
-__all__ = [
-    "AESGCMEncryptor",
-    "AuditRoot",
-    "BundleResult",
-    "Certificate",
-    "Checkpoint",
-    "CheckpointResult",
-    "ConsistencyResult",
-    "DisclosureResult",
-    "EncryptedWAL",
-    "Keyring",
-    "PayloadEncryptor",
-    "RedactionReport",
-    "StepFinding",
-    "WALDecryptFailed",
-    "WALKeyMissing",
-    "audit_root",
-    "build_consistency",
-    "build_disclosure",
-    "certify",
-    "certify_log",
-    "decrypting",
-    "encryptor_from_env",
-    "export_bundle",
-    "generate_signing_key",
-    "key_usage",
-    "keyring_from_env",
-    "load_private_key",
-    "load_public_key",
-    "make_checkpoint",
-    "new_wal_key",
-    "reader_encryptor",
-    "redact_record",
-    "redact_records",
-    "verify_bundle",
-    "verify_checkpoint",
-    "verify_consistency",
-    "verify_disclosure",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

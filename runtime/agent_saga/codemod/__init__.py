@@ -17,15 +17,16 @@ from .._lazy import lazy_exports
 from . import handlers as _handlers  # noqa: F401 - registers the compensators and reconcilers
 
 if TYPE_CHECKING:
-    from .errors import CodemodError, CodemodRefused, VerifyFailed
-    from .transaction import Codemod, CodemodResult
+    from .errors import CodemodError as CodemodError
+    from .errors import CodemodRefused as CodemodRefused
+    from .errors import VerifyFailed as VerifyFailed
+    from .transaction import Codemod as Codemod
+    from .transaction import CodemodResult as CodemodResult
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".errors": ("CodemodError", "CodemodRefused", "VerifyFailed"),
     ".transaction": ("Codemod", "CodemodResult"),
 }
 
-__all__ = ["Codemod", "CodemodError", "CodemodRefused", "CodemodResult", "VerifyFailed"]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -24,16 +24,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ..credentials import resolve_credential, set_credential_resolver
 
 if TYPE_CHECKING:
-    from ._common import Indeterminate
+    from ..credentials import resolve_credential as resolve_credential
+    from ..credentials import set_credential_resolver as set_credential_resolver
+    from ._common import Indeterminate as Indeterminate
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._common": ("Indeterminate",),
+    "..credentials": ("resolve_credential", "set_credential_resolver"),
 }
 
-__all__ = ["Indeterminate", "resolve_credential", "set_credential_resolver"]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

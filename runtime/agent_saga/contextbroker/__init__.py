@@ -18,19 +18,17 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._broker import (
-               EVICTED,
-               SERVED,
-               ContextBroker,
-               ContextItem,
-               DriftedSource,
-               Eviction,
-               Receipt,
-               ServedContext,
-               Tier,
-    )
+    from ._broker import EVICTED as EVICTED
+    from ._broker import SERVED as SERVED
+    from ._broker import ContextBroker as ContextBroker
+    from ._broker import ContextItem as ContextItem
+    from ._broker import DriftedSource as DriftedSource
+    from ._broker import Eviction as Eviction
+    from ._broker import Receipt as Receipt
+    from ._broker import ServedContext as ServedContext
+    from ._broker import Tier as Tier
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._broker": (
         "EVICTED", "SERVED", "ContextBroker", "ContextItem", "DriftedSource", "Eviction",
@@ -38,16 +36,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-__all__ = [
-    "ContextBroker",
-    "ContextItem",
-    "DriftedSource",
-    "EVICTED",
-    "Eviction",
-    "Receipt",
-    "SERVED",
-    "ServedContext",
-    "Tier",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -28,90 +28,81 @@ imported only inside the Redis stores when they are used (``agent_saga._redis``)
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
-from ..clocks import ControlClock, ManualClock
 
 if TYPE_CHECKING:
-    from .approvals import (
-        ActionChallenge,
-        ApprovalGateway,
-        ApprovalNotice,
-        ApprovalOutcome,
-        ApprovalPolicy,
-        ApprovalProvider,
-        ApprovalRefused,
-        ApprovalRequest,
-        ApprovalStore,
-        ApprovalStoreUnavailable,
-        ApproverKeyring,
-        Decision,
-        EscalationLevel,
-        FileApprovalStore,
-        Notifier,
-        NotifierError,
-        PasskeyRefused,
-        PasskeyVerifier,
-        RedisApprovalStore,
-        WebhookNotifier,
-        open_approval_store,
-    )
-    from .breaker import (
-        BreakerPolicy,
-        CircuitBreaker,
-        by_service,
-        by_tool_name,
-        get_breaker,
-        set_breaker,
-    )
-    from .gate import (
-        DEFAULT_RULES,
-        CheckRefusal,
-        PreCheck,
-        PreFlightDecision,
-        PreFlightGate,
-        Rule,
-        RuleHit,
-        arg_exceeds,
-        irreversible_requires_human,
-        rule,
-        tagged,
-        tool_matches,
-    )
-    from .killswitch import (
-        FileSwitchStore,
-        KillSwitch,
-        Lever,
-        LeverAction,
-        RedisSwitchStore,
-        SwitchStore,
-        SwitchStoreUnavailable,
-        SwitchView,
-        get_kill_switch,
-        open_switch_store,
-        set_kill_switch,
-    )
-    from .limits import (
-        BudgetLimit,
-        InProcessLimitStore,
-        LimitSnapshot,
-        LimitSource,
-        LimitSpec,
-        LimitStore,
-        LimitStoreUnavailable,
-        LimitUsage,
-        RateLimit,
-        RedisLimitSource,
-        RedisLimitStore,
-        Scope,
-        by_arg,
-        by_tool,
-        combine,
-        fleet_signs,
-        get_limit_store,
-        global_scope,
-        set_limit_store,
-    )
+    from ..clocks import ControlClock as ControlClock
+    from ..clocks import ManualClock as ManualClock
+    from .approvals import ActionChallenge as ActionChallenge
+    from .approvals import ApprovalGateway as ApprovalGateway
+    from .approvals import ApprovalNotice as ApprovalNotice
+    from .approvals import ApprovalOutcome as ApprovalOutcome
+    from .approvals import ApprovalPolicy as ApprovalPolicy
+    from .approvals import ApprovalProvider as ApprovalProvider
+    from .approvals import ApprovalRefused as ApprovalRefused
+    from .approvals import ApprovalRequest as ApprovalRequest
+    from .approvals import ApprovalStore as ApprovalStore
+    from .approvals import ApprovalStoreUnavailable as ApprovalStoreUnavailable
+    from .approvals import ApproverKeyring as ApproverKeyring
+    from .approvals import Decision as Decision
+    from .approvals import EscalationLevel as EscalationLevel
+    from .approvals import FileApprovalStore as FileApprovalStore
+    from .approvals import Notifier as Notifier
+    from .approvals import NotifierError as NotifierError
+    from .approvals import PasskeyRefused as PasskeyRefused
+    from .approvals import PasskeyVerifier as PasskeyVerifier
+    from .approvals import RedisApprovalStore as RedisApprovalStore
+    from .approvals import WebhookNotifier as WebhookNotifier
+    from .approvals import open_approval_store as open_approval_store
+    from .breaker import BreakerPolicy as BreakerPolicy
+    from .breaker import CircuitBreaker as CircuitBreaker
+    from .breaker import by_service as by_service
+    from .breaker import by_tool_name as by_tool_name
+    from .breaker import get_breaker as get_breaker
+    from .breaker import set_breaker as set_breaker
+    from .gate import DEFAULT_RULES as DEFAULT_RULES
+    from .gate import CheckRefusal as CheckRefusal
+    from .gate import PreCheck as PreCheck
+    from .gate import PreFlightDecision as PreFlightDecision
+    from .gate import PreFlightGate as PreFlightGate
+    from .gate import Rule as Rule
+    from .gate import RuleHit as RuleHit
+    from .gate import arg_exceeds as arg_exceeds
+    from .gate import irreversible_requires_human as irreversible_requires_human
+    from .gate import rule as rule
+    from .gate import tagged as tagged
+    from .gate import tool_matches as tool_matches
+    from .killswitch import FileSwitchStore as FileSwitchStore
+    from .killswitch import KillSwitch as KillSwitch
+    from .killswitch import Lever as Lever
+    from .killswitch import LeverAction as LeverAction
+    from .killswitch import RedisSwitchStore as RedisSwitchStore
+    from .killswitch import SwitchStore as SwitchStore
+    from .killswitch import SwitchStoreUnavailable as SwitchStoreUnavailable
+    from .killswitch import SwitchView as SwitchView
+    from .killswitch import get_kill_switch as get_kill_switch
+    from .killswitch import open_switch_store as open_switch_store
+    from .killswitch import set_kill_switch as set_kill_switch
+    from .limits import BudgetLimit as BudgetLimit
+    from .limits import InProcessLimitStore as InProcessLimitStore
+    from .limits import LimitSnapshot as LimitSnapshot
+    from .limits import LimitSource as LimitSource
+    from .limits import LimitSpec as LimitSpec
+    from .limits import LimitStore as LimitStore
+    from .limits import LimitStoreUnavailable as LimitStoreUnavailable
+    from .limits import LimitUsage as LimitUsage
+    from .limits import RateLimit as RateLimit
+    from .limits import RedisLimitSource as RedisLimitSource
+    from .limits import RedisLimitStore as RedisLimitStore
+    from .limits import Scope as Scope
+    from .limits import by_arg as by_arg
+    from .limits import by_tool as by_tool
+    from .limits import combine as combine
+    from .limits import fleet_signs as fleet_signs
+    from .limits import get_limit_store as get_limit_store
+    from .limits import global_scope as global_scope
+    from .limits import set_limit_store as set_limit_store
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".approvals": (
         "ActionChallenge", "ApprovalGateway", "ApprovalNotice", "ApprovalOutcome",
@@ -141,80 +132,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "RedisLimitSource", "RedisLimitStore", "Scope", "by_arg", "by_tool", "combine",
         "fleet_signs", "get_limit_store", "global_scope", "set_limit_store",
     ),
+    "..clocks": ("ControlClock", "ManualClock"),
 }
 
-__all__ = [
-    "DEFAULT_RULES",
-    "ActionChallenge",
-    "ApprovalGateway",
-    "ApprovalNotice",
-    "ApprovalOutcome",
-    "ApprovalPolicy",
-    "ApprovalProvider",
-    "ApprovalRefused",
-    "ApprovalRequest",
-    "ApprovalStore",
-    "ApprovalStoreUnavailable",
-    "ApproverKeyring",
-    "BreakerPolicy",
-    "BudgetLimit",
-    "CheckRefusal",
-    "CircuitBreaker",
-    "ControlClock",
-    "Decision",
-    "EscalationLevel",
-    "FileApprovalStore",
-    "FileSwitchStore",
-    "InProcessLimitStore",
-    "KillSwitch",
-    "Lever",
-    "LeverAction",
-    "LimitSnapshot",
-    "LimitSource",
-    "LimitSpec",
-    "LimitStore",
-    "LimitStoreUnavailable",
-    "LimitUsage",
-    "ManualClock",
-    "Notifier",
-    "NotifierError",
-    "PasskeyRefused",
-    "PasskeyVerifier",
-    "PreCheck",
-    "PreFlightDecision",
-    "PreFlightGate",
-    "RateLimit",
-    "RedisApprovalStore",
-    "RedisLimitSource",
-    "RedisLimitStore",
-    "RedisSwitchStore",
-    "Rule",
-    "RuleHit",
-    "Scope",
-    "SwitchStore",
-    "SwitchStoreUnavailable",
-    "SwitchView",
-    "WebhookNotifier",
-    "arg_exceeds",
-    "by_arg",
-    "by_service",
-    "by_tool",
-    "by_tool_name",
-    "combine",
-    "fleet_signs",
-    "get_breaker",
-    "get_kill_switch",
-    "get_limit_store",
-    "global_scope",
-    "irreversible_requires_human",
-    "open_approval_store",
-    "open_switch_store",
-    "rule",
-    "set_breaker",
-    "set_kill_switch",
-    "set_limit_store",
-    "tagged",
-    "tool_matches",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -10,21 +10,23 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._model import (
-        AGENTS_CHANNEL,
-        HEARTBEAT_VERSION,
-        AppliedRef,
-        Heartbeat,
-        decode_heartbeats,
-        heartbeat_index_key,
-        heartbeat_key,
-        read_heartbeats,
-        served_namespaces_key,
-    )
-    from ._refusals import RefusalCount, RefusalLedger, note_refusal, refusal_ledger
-    from ._writer import AppliedState, HeartbeatWriter
+    from ._model import AGENTS_CHANNEL as AGENTS_CHANNEL
+    from ._model import HEARTBEAT_VERSION as HEARTBEAT_VERSION
+    from ._model import AppliedRef as AppliedRef
+    from ._model import Heartbeat as Heartbeat
+    from ._model import decode_heartbeats as decode_heartbeats
+    from ._model import heartbeat_index_key as heartbeat_index_key
+    from ._model import heartbeat_key as heartbeat_key
+    from ._model import read_heartbeats as read_heartbeats
+    from ._model import served_namespaces_key as served_namespaces_key
+    from ._refusals import RefusalCount as RefusalCount
+    from ._refusals import RefusalLedger as RefusalLedger
+    from ._refusals import note_refusal as note_refusal
+    from ._refusals import refusal_ledger as refusal_ledger
+    from ._writer import AppliedState as AppliedState
+    from ._writer import HeartbeatWriter as HeartbeatWriter
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._model": (
         "AGENTS_CHANNEL", "HEARTBEAT_VERSION", "AppliedRef", "Heartbeat",
@@ -35,22 +37,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "._writer": ("AppliedState", "HeartbeatWriter"),
 }
 
-__all__ = [
-    "AGENTS_CHANNEL",
-    "HEARTBEAT_VERSION",
-    "AppliedRef",
-    "AppliedState",
-    "Heartbeat",
-    "HeartbeatWriter",
-    "RefusalCount",
-    "RefusalLedger",
-    "heartbeat_index_key",
-    "heartbeat_key",
-    "decode_heartbeats",
-    "note_refusal",
-    "read_heartbeats",
-    "refusal_ledger",
-    "served_namespaces_key",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

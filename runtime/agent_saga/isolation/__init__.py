@@ -24,24 +24,25 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .errors import (
-        LockStoreUnavailable,
-        SemanticLockNotHeld,
-        SemanticLockTimeout,
-        SnapshotMissing,
-    )
-    from .locks import (
-        DEFAULT_LOCK_LEASE,
-        DEFAULT_LOCK_WAIT,
-        LockClaim,
-        SemanticLockManager,
-        SemanticLocks,
-    )
-    from .redis_locks import RedisSemanticLocks
-    from .snapshots import FileSnapshots, InProcessSnapshots, Snapshot, SnapshotGCReport
-    from .tentative import COMMIT_SCOPE, TentativeResource, TentativeStatus
+    from .errors import LockStoreUnavailable as LockStoreUnavailable
+    from .errors import SemanticLockNotHeld as SemanticLockNotHeld
+    from .errors import SemanticLockTimeout as SemanticLockTimeout
+    from .errors import SnapshotMissing as SnapshotMissing
+    from .locks import DEFAULT_LOCK_LEASE as DEFAULT_LOCK_LEASE
+    from .locks import DEFAULT_LOCK_WAIT as DEFAULT_LOCK_WAIT
+    from .locks import LockClaim as LockClaim
+    from .locks import SemanticLockManager as SemanticLockManager
+    from .locks import SemanticLocks as SemanticLocks
+    from .redis_locks import RedisSemanticLocks as RedisSemanticLocks
+    from .snapshots import FileSnapshots as FileSnapshots
+    from .snapshots import InProcessSnapshots as InProcessSnapshots
+    from .snapshots import Snapshot as Snapshot
+    from .snapshots import SnapshotGCReport as SnapshotGCReport
+    from .tentative import COMMIT_SCOPE as COMMIT_SCOPE
+    from .tentative import TentativeResource as TentativeResource
+    from .tentative import TentativeStatus as TentativeStatus
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".errors": (
         "LockStoreUnavailable", "SemanticLockNotHeld", "SemanticLockTimeout",
@@ -56,24 +57,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ".tentative": ("COMMIT_SCOPE", "TentativeResource", "TentativeStatus"),
 }
 
-__all__ = [
-    "COMMIT_SCOPE",
-    "DEFAULT_LOCK_LEASE",
-    "DEFAULT_LOCK_WAIT",
-    "FileSnapshots",
-    "InProcessSnapshots",
-    "LockClaim",
-    "LockStoreUnavailable",
-    "RedisSemanticLocks",
-    "SemanticLockManager",
-    "SemanticLockNotHeld",
-    "SemanticLockTimeout",
-    "SemanticLocks",
-    "Snapshot",
-    "SnapshotGCReport",
-    "SnapshotMissing",
-    "TentativeResource",
-    "TentativeStatus",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

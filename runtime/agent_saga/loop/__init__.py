@@ -17,15 +17,18 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._loop import LOOP_STEP, LOOP_STOPPED, AgentLoop, LoopResult, StopReason
-    from ._tools import LoopTool, codemod_tool
+    from ._loop import LOOP_STEP as LOOP_STEP
+    from ._loop import LOOP_STOPPED as LOOP_STOPPED
+    from ._loop import AgentLoop as AgentLoop
+    from ._loop import LoopResult as LoopResult
+    from ._loop import StopReason as StopReason
+    from ._tools import LoopTool as LoopTool
+    from ._tools import codemod_tool as codemod_tool
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._loop": ("LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "StopReason"),
     "._tools": ("LoopTool", "codemod_tool"),
 }
 
-__all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "LoopTool", "StopReason", "codemod_tool"]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

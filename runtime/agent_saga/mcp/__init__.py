@@ -15,31 +15,33 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._httpcall import call_tool_http
-    from ._httpproxy import HttpProxy
-    from ._observe import Surface
-    from ._plane import OnePolicy, plane_policy
-    from ._proxy import ClientChannel, McpProxy, stdio_client_channel
-    from ._run import ProxyOptions, run_proxy
-    from ._session import (
-        COMMIT_TOOL,
-        ROLLBACK_TOOL,
-        Boundary,
-        OutcomeUnknown,
-        ToolSession,
-        result_document,
-    )
-    from ._stdio import StdioUpstream, UpstreamGone, call_tool_once
-    from .upstreams import (
-        ENV_UPSTREAMS,
-        IDEMPOTENCY_META,
-        UpstreamSpec,
-        handler_name,
-        load_upstreams,
-        register_upstream,
-    )
+    from ._httpcall import call_tool_http as call_tool_http
+    from ._httpproxy import HttpProxy as HttpProxy
+    from ._observe import Surface as Surface
+    from ._plane import OnePolicy as OnePolicy
+    from ._plane import plane_policy as plane_policy
+    from ._proxy import ClientChannel as ClientChannel
+    from ._proxy import McpProxy as McpProxy
+    from ._proxy import stdio_client_channel as stdio_client_channel
+    from ._run import ProxyOptions as ProxyOptions
+    from ._run import run_proxy as run_proxy
+    from ._session import COMMIT_TOOL as COMMIT_TOOL
+    from ._session import ROLLBACK_TOOL as ROLLBACK_TOOL
+    from ._session import Boundary as Boundary
+    from ._session import OutcomeUnknown as OutcomeUnknown
+    from ._session import ToolSession as ToolSession
+    from ._session import result_document as result_document
+    from ._stdio import StdioUpstream as StdioUpstream
+    from ._stdio import UpstreamGone as UpstreamGone
+    from ._stdio import call_tool_once as call_tool_once
+    from .upstreams import ENV_UPSTREAMS as ENV_UPSTREAMS
+    from .upstreams import IDEMPOTENCY_META as IDEMPOTENCY_META
+    from .upstreams import UpstreamSpec as UpstreamSpec
+    from .upstreams import handler_name as handler_name
+    from .upstreams import load_upstreams as load_upstreams
+    from .upstreams import register_upstream as register_upstream
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._httpcall": ("call_tool_http",),
     "._httpproxy": ("HttpProxy",),
@@ -58,32 +60,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-__all__ = [
-    "Boundary",
-    "COMMIT_TOOL",
-    "ClientChannel",
-    "ENV_UPSTREAMS",
-    "HttpProxy",
-    "IDEMPOTENCY_META",
-    "McpProxy",
-    "OnePolicy",
-    "OutcomeUnknown",
-    "ProxyOptions",
-    "ROLLBACK_TOOL",
-    "StdioUpstream",
-    "Surface",
-    "ToolSession",
-    "UpstreamGone",
-    "UpstreamSpec",
-    "call_tool_http",
-    "call_tool_once",
-    "handler_name",
-    "load_upstreams",
-    "plane_policy",
-    "register_upstream",
-    "result_document",
-    "run_proxy",
-    "stdio_client_channel",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -11,27 +11,21 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .device import MESH_CLAIM, MeshWAL
-    from .gset import Damage, RecordSet, fingerprint, validate_device
-    from .view import Conflict, MeshView, Side
+    from .device import MESH_CLAIM as MESH_CLAIM
+    from .device import MeshWAL as MeshWAL
+    from .gset import Damage as Damage
+    from .gset import RecordSet as RecordSet
+    from .gset import fingerprint as fingerprint
+    from .gset import validate_device as validate_device
+    from .view import Conflict as Conflict
+    from .view import MeshView as MeshView
+    from .view import Side as Side
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".device": ("MESH_CLAIM", "MeshWAL"),
     ".gset": ("Damage", "RecordSet", "fingerprint", "validate_device"),
     ".view": ("Conflict", "MeshView", "Side"),
 }
 
-__all__ = [
-    "MESH_CLAIM",
-    "Conflict",
-    "Damage",
-    "MeshView",
-    "MeshWAL",
-    "RecordSet",
-    "Side",
-    "fingerprint",
-    "validate_device",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -11,30 +11,39 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
 from ..controls._wiring import set_environment_hook
-from ._connect import plane_from_env  # the environment hook, registered below
+from ._connect import plane_from_env as plane_from_env  # the environment hook, registered below
 
 if TYPE_CHECKING:
-    from ._acl import ROLES, acl_rules, acl_setuser, agent_scripts, preload_scripts
-    from ._connect import (
-        PlaneConnection,
-        connect_policy_plane,
-        disconnect_policy_plane,
-        get_plane,
-        open_plane,
-        plane_from_env,
-        plane_router,
-    )
-    from ._settings import (
-        DEFAULT_GRACE,
-        ENV_AGENT,
-        ENV_NAMESPACE,
-        ENV_REDIS_URL,
-        PlaneSettings,
-        StoreChoice,
-        choose_store,
-    )
+    from .._redis import PLANE_FIX as PLANE_FIX
+    from .._redis import aclose as aclose
+    from .._redis import connect_async as connect_async
+    from .._redis import script as script
+    from .._redis import tagged_on_cluster as tagged_on_cluster
+    from .._repeat import ReplyLost as ReplyLost
+    from .._repeat import check_retries as check_retries
+    from .._repeat import lost_text as lost_text
+    from .._repeat import repeating as repeating
+    from ._acl import ROLES as ROLES
+    from ._acl import acl_rules as acl_rules
+    from ._acl import acl_setuser as acl_setuser
+    from ._acl import agent_scripts as agent_scripts
+    from ._acl import preload_scripts as preload_scripts
+    from ._connect import PlaneConnection as PlaneConnection
+    from ._connect import connect_policy_plane as connect_policy_plane
+    from ._connect import disconnect_policy_plane as disconnect_policy_plane
+    from ._connect import get_plane as get_plane
+    from ._connect import open_plane as open_plane
+    from ._connect import plane_from_env as plane_from_env
+    from ._connect import plane_router as plane_router
+    from ._settings import DEFAULT_GRACE as DEFAULT_GRACE
+    from ._settings import ENV_AGENT as ENV_AGENT
+    from ._settings import ENV_NAMESPACE as ENV_NAMESPACE
+    from ._settings import ENV_REDIS_URL as ENV_REDIS_URL
+    from ._settings import PlaneSettings as PlaneSettings
+    from ._settings import StoreChoice as StoreChoice
+    from ._settings import choose_store as choose_store
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._acl": ("ROLES", "acl_rules", "acl_setuser", "agent_scripts", "preload_scripts"),
     "._connect": (
@@ -45,30 +54,10 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "DEFAULT_GRACE", "ENV_AGENT", "ENV_NAMESPACE", "ENV_REDIS_URL", "PlaneSettings",
         "StoreChoice", "choose_store",
     ),
+    ".._redis": ("PLANE_FIX", "aclose", "connect_async", "script", "tagged_on_cluster"),
+    ".._repeat": ("ReplyLost", "check_retries", "lost_text", "repeating"),
 }
-
-__all__ = [
-    "DEFAULT_GRACE",
-    "ENV_AGENT",
-    "ENV_NAMESPACE",
-    "ENV_REDIS_URL",
-    "ROLES",
-    "PlaneConnection",
-    "PlaneSettings",
-    "StoreChoice",
-    "acl_rules",
-    "acl_setuser",
-    "agent_scripts",
-    "choose_store",
-    "connect_policy_plane",
-    "disconnect_policy_plane",
-    "get_plane",
-    "open_plane",
-    "plane_from_env",
-    "plane_router",
-    "preload_scripts",
-]
 
 set_environment_hook(plane_from_env)
 
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

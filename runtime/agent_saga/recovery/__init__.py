@@ -23,47 +23,61 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .claims import Claim, ClaimLock, FileClaimLock
-    from .daemon import RecoveryDaemon, SweepReport
-    from .errors import (
-        ClaimLost,
-        ClaimStoreUnavailable,
-        LedgerCorrupt,
-        LocationUnavailable,
-        RecoveryError,
-        RecoveryHalted,
-    )
-    from .ledger import (
-        Escalation,
-        FileLedger,
-        LedgerEntry,
-        LedgerKind,
-        RecoveryLedger,
-        escalation_id,
-    )
-    from .plan import Action, SagaPlan, StepPlan, plan_saga
-    from .quarantine import QuarantineSource, lift_quarantine, quarantine_saga
-    from .reconcilers import Observation, get_reconciler, reconciler, registered_reconcilers
-    from .recordtypes import (
-        RECOVERY_STARTED,
-        SAGA_QUARANTINE_LIFTED,
-        SAGA_QUARANTINED,
-        STEP_RECONCILED,
-        EscalationKind,
-    )
-    from .redis import RedisClaimLock, RedisLedger
-    from .resolver import SagaResult
-    from .sources import LogRead, LogSource, PathSource, WALSource, WriterBusy
-    from .targets import open_claim_lock
+    from .claims import Claim as Claim
+    from .claims import ClaimLock as ClaimLock
+    from .claims import FileClaimLock as FileClaimLock
+    from .daemon import RecoveryDaemon as RecoveryDaemon
+    from .daemon import SweepReport as SweepReport
+    from .daemon import import_modules as import_modules
+    from .errors import ClaimLost as ClaimLost
+    from .errors import ClaimStoreUnavailable as ClaimStoreUnavailable
+    from .errors import LedgerCorrupt as LedgerCorrupt
+    from .errors import LocationUnavailable as LocationUnavailable
+    from .errors import RecoveryError as RecoveryError
+    from .errors import RecoveryHalted as RecoveryHalted
+    from .grants import Grants as Grants
+    from .ledger import Escalation as Escalation
+    from .ledger import FileLedger as FileLedger
+    from .ledger import LedgerEntry as LedgerEntry
+    from .ledger import LedgerKind as LedgerKind
+    from .ledger import RecoveryLedger as RecoveryLedger
+    from .ledger import escalation_id as escalation_id
+    from .plan import Action as Action
+    from .plan import SagaPlan as SagaPlan
+    from .plan import StepPlan as StepPlan
+    from .plan import plan_saga as plan_saga
+    from .quarantine import QuarantineSource as QuarantineSource
+    from .quarantine import lift_quarantine as lift_quarantine
+    from .quarantine import quarantine_saga as quarantine_saga
+    from .reconcilers import Observation as Observation
+    from .reconcilers import get_reconciler as get_reconciler
+    from .reconcilers import reconciler as reconciler
+    from .reconcilers import registered_reconcilers as registered_reconcilers
+    from .recordtypes import RECOVERY_STARTED as RECOVERY_STARTED
+    from .recordtypes import SAGA_QUARANTINE_LIFTED as SAGA_QUARANTINE_LIFTED
+    from .recordtypes import SAGA_QUARANTINED as SAGA_QUARANTINED
+    from .recordtypes import STEP_RECONCILED as STEP_RECONCILED
+    from .recordtypes import EscalationKind as EscalationKind
+    from .redis import RedisClaimLock as RedisClaimLock
+    from .redis import RedisLedger as RedisLedger
+    from .resolver import SagaResult as SagaResult
+    from .sources import LogRead as LogRead
+    from .sources import LogSource as LogSource
+    from .sources import PathSource as PathSource
+    from .sources import WALSource as WALSource
+    from .sources import WriterBusy as WriterBusy
+    from .targets import default_file_paths as default_file_paths
+    from .targets import open_claim_lock as open_claim_lock
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".claims": ("Claim", "ClaimLock", "FileClaimLock"),
-    ".daemon": ("RecoveryDaemon", "SweepReport"),
+    ".daemon": ("RecoveryDaemon", "SweepReport", "import_modules"),
     ".errors": (
         "ClaimLost", "ClaimStoreUnavailable", "LedgerCorrupt", "LocationUnavailable",
         "RecoveryError", "RecoveryHalted",
     ),
+    ".grants": ("Grants",),
     ".ledger": (
         "Escalation", "FileLedger", "LedgerEntry", "LedgerKind", "RecoveryLedger",
         "escalation_id",
@@ -78,53 +92,8 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
     ".resolver": ("SagaResult",),
     ".sources": ("LogRead", "LogSource", "PathSource", "WALSource", "WriterBusy"),
-    ".targets": ("open_claim_lock",),
+    ".targets": ("default_file_paths", "open_claim_lock"),
 }
 
-__all__ = [
-    "RECOVERY_STARTED",
-    "SAGA_QUARANTINED",
-    "SAGA_QUARANTINE_LIFTED",
-    "STEP_RECONCILED",
-    "Action",
-    "Claim",
-    "ClaimLock",
-    "ClaimLost",
-    "ClaimStoreUnavailable",
-    "Escalation",
-    "EscalationKind",
-    "FileClaimLock",
-    "FileLedger",
-    "LedgerCorrupt",
-    "LedgerEntry",
-    "LedgerKind",
-    "LocationUnavailable",
-    "LogRead",
-    "LogSource",
-    "PathSource",
-    "QuarantineSource",
-    "RecoveryDaemon",
-    "RecoveryError",
-    "RecoveryHalted",
-    "RecoveryLedger",
-    "RedisClaimLock",
-    "RedisLedger",
-    "SagaPlan",
-    "SagaResult",
-    "StepPlan",
-    "SweepReport",
-    "WALSource",
-    "WriterBusy",
-    "escalation_id",
-    "Observation",
-    "get_reconciler",
-    "lift_quarantine",
-    "open_claim_lock",
-    "plan_saga",
-    "quarantine_saga",
-    "reconciler",
-    "registered_reconcilers",
-]
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

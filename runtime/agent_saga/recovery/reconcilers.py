@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..compensation import HANDLER_PATTERN, Compensation, coerce_compensation
+from ..compensation import HANDLER_PATTERN, Compensation, coerce_compensation, load_shipped_handlers
 from ..credentials import redact_secrets
 from ..errors import ConfigurationError
 
@@ -141,6 +141,7 @@ def reconciler(name: str) -> Callable[[F], F]:
     def register(fn: F) -> F:
         if not callable(fn):
             raise ConfigurationError(f"@reconciler({name!r}) must decorate a callable, got {fn!r}")
+        load_shipped_handlers(name)
         with _lock:
             prev = _registry.get(name)
             if prev is not None and prev is not fn and _qualname(prev) != _qualname(fn):
@@ -160,11 +161,13 @@ def _qualname(fn: Callable[..., Any]) -> str:
 
 def get_reconciler(name: str) -> Callable[..., Any] | None:
     """The reconciler registered for ``name``, or ``None``."""
+    load_shipped_handlers()
     return _registry.get(name)
 
 
 def registered_reconcilers() -> dict[str, Callable[..., Any]]:
     """A snapshot of the registry: name -> function."""
+    load_shipped_handlers()
     with _lock:
         return dict(_registry)
 

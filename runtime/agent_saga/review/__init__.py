@@ -21,20 +21,28 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._calls import RecordedCall, Unevaluable, recorded_calls
-    from ._diff import Change, diff_exit_code, diff_policies
-    from ._limits import LimitFileError, load_limit_file, replay_limits
-    from ._render import (
-        diff_markdown,
-        diff_text,
-        limits_markdown,
-        limits_text,
-        replay_markdown,
-        replay_text,
-    )
-    from ._replay import ReplayedCall, ReplayReport, policy_set, replay_calls, replay_policies
+    from ._calls import RecordedCall as RecordedCall
+    from ._calls import Unevaluable as Unevaluable
+    from ._calls import recorded_calls as recorded_calls
+    from ._diff import Change as Change
+    from ._diff import diff_exit_code as diff_exit_code
+    from ._diff import diff_policies as diff_policies
+    from ._limits import LimitFileError as LimitFileError
+    from ._limits import load_limit_file as load_limit_file
+    from ._limits import replay_limits as replay_limits
+    from ._render import diff_markdown as diff_markdown
+    from ._render import diff_text as diff_text
+    from ._render import limits_markdown as limits_markdown
+    from ._render import limits_text as limits_text
+    from ._render import replay_markdown as replay_markdown
+    from ._render import replay_text as replay_text
+    from ._replay import ReplayedCall as ReplayedCall
+    from ._replay import ReplayReport as ReplayReport
+    from ._replay import policy_set as policy_set
+    from ._replay import replay_calls as replay_calls
+    from ._replay import replay_policies as replay_policies
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._calls": ("RecordedCall", "Unevaluable", "recorded_calls"),
     "._diff": ("Change", "diff_exit_code", "diff_policies"),
@@ -43,27 +51,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "._replay": ("ReplayedCall", "ReplayReport", "policy_set", "replay_calls", "replay_policies"),
 }
 
-__all__ = [
-    "Change",
-    "LimitFileError",
-    "RecordedCall",
-    "ReplayReport",
-    "ReplayedCall",
-    "Unevaluable",
-    "diff_exit_code",
-    "diff_markdown",
-    "diff_policies",
-    "diff_text",
-    "limits_markdown",
-    "limits_text",
-    "load_limit_file",
-    "policy_set",
-    "recorded_calls",
-    "replay_calls",
-    "replay_limits",
-    "replay_markdown",
-    "replay_policies",
-    "replay_text",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

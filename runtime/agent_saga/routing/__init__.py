@@ -41,28 +41,37 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._decision import (
-        Candidate,
-        ModelActionRefused,
-        ModelResponse,
-        RoutingDecision,
-        RoutingRefused,
-    )
-    from ._hosts import COST_CLASSES, CallableHost, Capabilities, Host, HostError, OpenAIHost
-    from ._ir import HostAnswer, Message, ModelRequest, Tool, ToolCall, Usage, estimate_tokens
-    from ._route import Constraints, Route
-    from ._router import (
-        ACTION_REFUSED,
-        DECISION,
-        REFUSED,
-        REPAIRED,
-        Router,
-        RouteSource,
-        action_problem,
-    )
-    from ._source import RedisRouteSource, RoutingUnavailable
+    from ._decision import Candidate as Candidate
+    from ._decision import ModelActionRefused as ModelActionRefused
+    from ._decision import ModelResponse as ModelResponse
+    from ._decision import RoutingDecision as RoutingDecision
+    from ._decision import RoutingRefused as RoutingRefused
+    from ._hosts import COST_CLASSES as COST_CLASSES
+    from ._hosts import CallableHost as CallableHost
+    from ._hosts import Capabilities as Capabilities
+    from ._hosts import Host as Host
+    from ._hosts import HostError as HostError
+    from ._hosts import OpenAIHost as OpenAIHost
+    from ._ir import HostAnswer as HostAnswer
+    from ._ir import Message as Message
+    from ._ir import ModelRequest as ModelRequest
+    from ._ir import Tool as Tool
+    from ._ir import ToolCall as ToolCall
+    from ._ir import Usage as Usage
+    from ._ir import estimate_tokens as estimate_tokens
+    from ._route import Constraints as Constraints
+    from ._route import Route as Route
+    from ._router import ACTION_REFUSED as ACTION_REFUSED
+    from ._router import DECISION as DECISION
+    from ._router import REFUSED as REFUSED
+    from ._router import REPAIRED as REPAIRED
+    from ._router import Router as Router
+    from ._router import RouteSource as RouteSource
+    from ._router import action_problem as action_problem
+    from ._source import RedisRouteSource as RedisRouteSource
+    from ._source import RoutingUnavailable as RoutingUnavailable
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._decision": (
         "Candidate", "ModelActionRefused", "ModelResponse", "RoutingDecision",
@@ -81,36 +90,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     "._source": ("RedisRouteSource", "RoutingUnavailable"),
 }
 
-__all__ = [
-    "ACTION_REFUSED",
-    "COST_CLASSES",
-    "CallableHost",
-    "Candidate",
-    "Capabilities",
-    "Constraints",
-    "DECISION",
-    "Host",
-    "HostAnswer",
-    "HostError",
-    "Message",
-    "ModelActionRefused",
-    "ModelRequest",
-    "ModelResponse",
-    "OpenAIHost",
-    "REFUSED",
-    "REPAIRED",
-    "RedisRouteSource",
-    "Route",
-    "RouteSource",
-    "Router",
-    "RoutingDecision",
-    "RoutingRefused",
-    "RoutingUnavailable",
-    "Tool",
-    "ToolCall",
-    "Usage",
-    "action_problem",
-    "estimate_tokens",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .index import LogIndex, SagaEntry
-    from .server import DebuggerServer, check_bind, start
+    from .index import LogIndex as LogIndex
+    from .index import SagaEntry as SagaEntry
+    from .server import DebuggerServer as DebuggerServer
+    from .server import check_bind as check_bind
+    from .server import start as start
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     ".index": ("LogIndex", "SagaEntry"),
     ".server": ("DebuggerServer", "check_bind", "start"),
 }
 
-__all__ = ["DebuggerServer", "LogIndex", "SagaEntry", "check_bind", "start"]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -17,26 +17,20 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._breaker import CircuitBreaker
-    from ._default import get_breaker, set_breaker
-    from ._model import BreakerPolicy, State, by_service, by_tool_name, counts_as_failure
+    from ._breaker import CircuitBreaker as CircuitBreaker
+    from ._default import get_breaker as get_breaker
+    from ._default import set_breaker as set_breaker
+    from ._model import BreakerPolicy as BreakerPolicy
+    from ._model import State as State
+    from ._model import by_service as by_service
+    from ._model import by_tool_name as by_tool_name
+    from ._model import counts_as_failure as counts_as_failure
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._breaker": ("CircuitBreaker",),
     "._default": ("get_breaker", "set_breaker"),
     "._model": ("BreakerPolicy", "State", "by_service", "by_tool_name", "counts_as_failure"),
 }
 
-__all__ = [
-    "BreakerPolicy",
-    "CircuitBreaker",
-    "State",
-    "by_service",
-    "by_tool_name",
-    "counts_as_failure",
-    "get_breaker",
-    "set_breaker",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

@@ -23,25 +23,27 @@ Only this module is public.
 from typing import TYPE_CHECKING
 
 from ..._lazy import lazy_exports
-from .._checks import CheckRefusal, PreCheck
 from . import _nogate  # noqa: F401 - registers the no-gate fallback (the kill switch), always
 
 if TYPE_CHECKING:
-    from ._gate import PreFlightGate
-    from ._rules import (
-        DEFAULT_RULES,
-        Rule,
-        RuleHit,
-        RuleUnreadable,
-        arg_exceeds,
-        irreversible_requires_human,
-        rule,
-        tagged,
-        tool_matches,
-    )
-    from ._verdicts import STAGES, PreFlightDecision, Stage, write_verdict
+    from .._checks import CheckRefusal as CheckRefusal
+    from .._checks import PreCheck as PreCheck
+    from ._gate import PreFlightGate as PreFlightGate
+    from ._rules import DEFAULT_RULES as DEFAULT_RULES
+    from ._rules import Rule as Rule
+    from ._rules import RuleHit as RuleHit
+    from ._rules import RuleUnreadable as RuleUnreadable
+    from ._rules import arg_exceeds as arg_exceeds
+    from ._rules import irreversible_requires_human as irreversible_requires_human
+    from ._rules import rule as rule
+    from ._rules import tagged as tagged
+    from ._rules import tool_matches as tool_matches
+    from ._verdicts import STAGES as STAGES
+    from ._verdicts import PreFlightDecision as PreFlightDecision
+    from ._verdicts import Stage as Stage
+    from ._verdicts import write_verdict as write_verdict
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._gate": ("PreFlightGate",),
     "._rules": (
@@ -49,25 +51,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "irreversible_requires_human", "rule", "tagged", "tool_matches",
     ),
     "._verdicts": ("STAGES", "PreFlightDecision", "Stage", "write_verdict"),
+    ".._checks": ("CheckRefusal", "PreCheck"),
 }
 
-__all__ = [
-    "DEFAULT_RULES",
-    "STAGES",
-    "CheckRefusal",
-    "PreCheck",
-    "PreFlightDecision",
-    "PreFlightGate",
-    "Rule",
-    "RuleHit",
-    "RuleUnreadable",
-    "Stage",
-    "arg_exceeds",
-    "irreversible_requires_human",
-    "rule",
-    "tagged",
-    "tool_matches",
-    "write_verdict",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)

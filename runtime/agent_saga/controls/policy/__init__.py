@@ -15,30 +15,38 @@ from typing import TYPE_CHECKING
 from ..._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ._evaluation import Admission, PolicyInForce, PolicySet
-    from ._files import load_policy_file, load_policy_text, policies_from_documents
-    from ._jsonpath import JSON_PATH_PATTERN, JsonPath, JsonPathError, JsonPathMissing, compile_path
-    from ._model import (
-        AppliesTo,
-        Compensate,
-        PolicyError,
-        PolicyRule,
-        SagaPolicy,
-        ToolDeclaration,
-        parse_policy,
-    )
-    from ._redis import PolicySourceUnavailable, RedisPolicySource
-    from ._skeleton import SurfaceEntry, merge_surface, skeleton_yaml, surface_entry_doc
-    from ._source import (
-        PolicySource,
-        PolicyView,
-        StaticPolicySource,
-        SurfaceLog,
-        get_policy_source,
-        set_policy_source,
-    )
+    from ._evaluation import Admission as Admission
+    from ._evaluation import PolicyInForce as PolicyInForce
+    from ._evaluation import PolicySet as PolicySet
+    from ._files import load_policy_file as load_policy_file
+    from ._files import load_policy_text as load_policy_text
+    from ._files import policies_from_documents as policies_from_documents
+    from ._jsonpath import JSON_PATH_PATTERN as JSON_PATH_PATTERN
+    from ._jsonpath import JsonPath as JsonPath
+    from ._jsonpath import JsonPathError as JsonPathError
+    from ._jsonpath import JsonPathMissing as JsonPathMissing
+    from ._jsonpath import compile_path as compile_path
+    from ._model import AppliesTo as AppliesTo
+    from ._model import Compensate as Compensate
+    from ._model import PolicyError as PolicyError
+    from ._model import PolicyRule as PolicyRule
+    from ._model import SagaPolicy as SagaPolicy
+    from ._model import ToolDeclaration as ToolDeclaration
+    from ._model import parse_policy as parse_policy
+    from ._redis import PolicySourceUnavailable as PolicySourceUnavailable
+    from ._redis import RedisPolicySource as RedisPolicySource
+    from ._skeleton import SurfaceEntry as SurfaceEntry
+    from ._skeleton import merge_surface as merge_surface
+    from ._skeleton import skeleton_yaml as skeleton_yaml
+    from ._skeleton import surface_entry_doc as surface_entry_doc
+    from ._source import PolicySource as PolicySource
+    from ._source import PolicyView as PolicyView
+    from ._source import StaticPolicySource as StaticPolicySource
+    from ._source import SurfaceLog as SurfaceLog
+    from ._source import get_policy_source as get_policy_source
+    from ._source import set_policy_source as set_policy_source
 
-#: Each public name -> its module, loaded on first use (``agent_saga._lazy``).
+#: The public names, by module: the one list (``agent_saga._lazy``); __all__ derives from it.
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._evaluation": ("Admission", "PolicyInForce", "PolicySet"),
     "._files": ("load_policy_file", "load_policy_text", "policies_from_documents"),
@@ -57,37 +65,4 @@ _SOURCES: dict[str, tuple[str, ...]] = {
     ),
 }
 
-__all__ = [
-    "JSON_PATH_PATTERN",
-    "Admission",
-    "AppliesTo",
-    "Compensate",
-    "JsonPath",
-    "JsonPathError",
-    "JsonPathMissing",
-    "PolicyError",
-    "PolicyInForce",
-    "PolicyRule",
-    "PolicySet",
-    "PolicySource",
-    "PolicySourceUnavailable",
-    "PolicyView",
-    "RedisPolicySource",
-    "SagaPolicy",
-    "StaticPolicySource",
-    "SurfaceEntry",
-    "SurfaceLog",
-    "ToolDeclaration",
-    "compile_path",
-    "get_policy_source",
-    "load_policy_file",
-    "load_policy_text",
-    "merge_surface",
-    "parse_policy",
-    "policies_from_documents",
-    "set_policy_source",
-    "skeleton_yaml",
-    "surface_entry_doc",
-]
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES, __all__)
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _SOURCES)
