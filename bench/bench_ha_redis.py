@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT / "runtime"))
 
 import _common  # noqa: E402  bench/_common.py
 from agent_saga.controls.limits import Charge, RedisLimitStore  # noqa: E402

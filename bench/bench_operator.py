@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator"), str(ROOT / "tests"), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator")]
 
 import _common  # noqa: E402
 from bench_killswitch import AGENT, bare_ping, histogram, pct, start_redis  # noqa: E402

@@ -76,10 +76,10 @@ def largest_status(cluster: Any, ns: str) -> dict[str, Any]:
     from kubernetes import client
 
     api = client.CustomObjectsApi(cluster.api_client())
-    best = {"bytes": 0, "object": None}
+    best: dict[str, Any] = {"bytes": 0, "object": None}
     for m in KINDS:
         try:
-            items = api.list_namespaced_custom_object(GROUP, VERSION, ns, m.info.plural)["items"]
+            items = api.list_namespaced_custom_object(GROUP, VERSION, ns, m.info.plural)["items"]  # type: ignore[index]
         except Exception:  # noqa: BLE001 - a cluster-scoped kind
             continue
         for o in items:
@@ -90,7 +90,7 @@ def largest_status(cluster: Any, ns: str) -> dict[str, Any]:
 
 
 def largest_redis(r: Any) -> dict[str, Any]:
-    best = {"bytes": 0, "key": None}
+    best: dict[str, Any] = {"bytes": 0, "key": None}
     for k in r.scan_iter(count=1000):
         size = r.memory_usage(k) or 0
         if size > best["bytes"]:
