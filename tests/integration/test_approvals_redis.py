@@ -26,6 +26,7 @@ from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.cli import cli_module
 from fixtures.polling import until
 from fixtures.redis_server import PLANE_PREFIX as P
 from fixtures.redis_server import RedisServer
@@ -66,8 +67,7 @@ asyncio.run(main())
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "AGENT_SAGA_KEY_PREFIX": P.removesuffix(":v1")}  # the plane the test's stores use
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return cli_module(*args, env=env)
 
 
 def pending(url: str) -> list[dict]:
