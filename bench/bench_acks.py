@@ -1,6 +1,6 @@
 """Acknowledgement: how long until every agent applies a lever, as status reports it.
 
-    .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 100] [--kubeconfig PATH] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 100] [--kubeconfig PATH] [--json]
 
 Starts a throwaway redis-server, the local control plane (etcd + kube-apiserver built by
 hack/, as the e2e tests do; or --kubeconfig), the operator, and ``--agents`` agent

@@ -1,6 +1,6 @@
 """What replica confirmation costs behind Sentinel: WAIT on the WAL and on spend debits.
 
-    .venv/bin/python bench/bench_ha_redis.py [--n 2000] [--failovers 2] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_ha_redis.py [--n 2000] [--failovers 2] [--json]
 
 Starts a primary, two replicas and three Sentinels on this machine (tests/fixtures), and
 measures, interleaved in the same run (absolute times on shared machines are noise):

@@ -1,7 +1,7 @@
 """Kill switch on a real cluster: from `kubectl apply` of a KillSwitch to every agent pod
 refusing wire.send.
 
-    .venv/bin/python bench/bench_node.py [--kubeconfig FILE] [--trials 20] [--agents 3] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_node.py [--kubeconfig FILE] [--trials 20] [--agents 3] [--json]
 
 Without --kubeconfig the local single-node cluster is started (tests/fixtures/node.py;
 `make node` first), the chart installed from this tree's images with its trial Redis, and

@@ -1,6 +1,6 @@
 """The operator, end to end: kubectl -> API server -> operator -> Redis -> a running agent.
 
-    .venv/bin/python bench/bench_operator.py [--trials 50] [--limits 1000] [--kubeconfig PATH] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_operator.py [--trials 50] [--limits 1000] [--kubeconfig PATH] [--json]
 
 Starts a throwaway redis-server and the local control plane (etcd + kube-apiserver built
 by hack/, as the e2e tests do; or uses --kubeconfig), installs the CRDs, and runs

@@ -2,7 +2,7 @@
 SinkWAL over PostgresAsyncSink (`postgres-async`), each next to its floor measured in the
 same run, under 1..256 concurrent writers.
 
-    python bench/bench_wal.py                        # all three, table
+    PYTHONPATH=tests python bench/bench_wal.py       # all three, table (servers from tests/fixtures)
     python bench/bench_wal.py --json                 # machine-readable
     python bench/bench_wal.py --backends redis --concurrency 1,64 --rounds 7
     python bench/bench_wal.py --redis-url redis://h:6379/0 --postgres-dsn postgresql://...

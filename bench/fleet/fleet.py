@@ -1,7 +1,7 @@
 """A fleet on one policy plane, measured: N real agents against Redis, the operator and
 the API server.
 
-    .venv/bin/python bench/fleet/fleet.py --agents 10,100,300 [--processes 4] [--out FILE]
+    PYTHONPATH=tests .venv/bin/python bench/fleet/fleet.py --agents 10,100,300 [--processes 4] [--out FILE]
     make bench-fleet                      (N = 10, 100, 300, 1000; JSON in bench/results/)
 
 For each N: a fresh redis-server and operator (resync timer off: no trial is rescued by a

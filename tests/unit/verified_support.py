@@ -22,6 +22,7 @@ from typing import Any
 
 from agent_saga import BaseWAL, FileWAL, idempotency_key
 from fixtures.cli import cli
+from fixtures.polling import until
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "ledger.refund"
@@ -131,13 +132,7 @@ def line_of(path: Path, type_: str) -> int:
 
 def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
     """Poll ``cond`` until it returns something true; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return until(what, cond, timeout=timeout, interval=0.05)
 
 
 class Recoveryd:
