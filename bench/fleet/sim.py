@@ -22,7 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "tests", ROOT / "bench"):
+for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
