@@ -7,6 +7,10 @@ VENV ?= .venv
 # CrewAI pins mcp<2, openai<3 and pydantic<2.13: its adapter's tests run in their own venv.
 CREWAI_VENV ?= .venv-crewai
 PY := $(CURDIR)/$(VENV)/bin/python
+# The benchmarks and hack/ scripts import the test fixtures (tests/fixtures: the package
+# `fixtures`, as pytest imports it: pyproject's pythonpath) to start the same real parts.
+FIXTURES_ENV = PYTHONPATH=$(CURDIR)/tests$${PYTHONPATH:+:$$PYTHONPATH}
+RUN := $(FIXTURES_ENV) $(PY)
 PYTEST_ARGS ?=
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
@@ -45,7 +49,7 @@ demo-docs: install
 # The whole system for a person, offline: local control plane, Redis, the operator, two
 # recoveryd replicas and a small agent fleet; narrated (budget, kill switch, kill -9).
 demo-cluster: install system-deps control-plane
-	@$(PY) hack/demo_cluster.py
+	@$(RUN) hack/demo_cluster.py
 
 # Everything: unit, integration (real Redis + PostgreSQL), e2e (real kube-apiserver +
 # etcd) and node (a real single-node cluster running the chart's pods) suites. The first
@@ -113,17 +117,17 @@ node: system-deps
 # A real single-node cluster for a person (the one the node suite runs); prints the
 # `export KUBECONFIG=...` line. Stop it with `make cluster-down`.
 cluster: install system-deps control-plane node
-	@$(PY) hack/cluster.py up
+	@$(RUN) hack/cluster.py up
 
 cluster-down:
-	@if [ -x $(PY) ]; then $(PY) hack/cluster.py down; else $(PYTHON) hack/cluster.py down; fi
+	@if [ -x $(PY) ]; then $(RUN) hack/cluster.py down; else $(FIXTURES_ENV) $(PYTHON) hack/cluster.py down; fi
 
 # A local control plane + Redis for a person; prints the `export KUBECONFIG=...` lines.
 dev-cluster: install system-deps control-plane
-	@$(PY) hack/dev-cluster.py up
+	@$(RUN) hack/dev-cluster.py up
 
 dev-cluster-down:
-	@if [ -x $(PY) ]; then $(PY) hack/dev-cluster.py down; else $(PYTHON) hack/dev-cluster.py down; fi
+	@if [ -x $(PY) ]; then $(RUN) hack/dev-cluster.py down; else $(FIXTURES_ENV) $(PYTHON) hack/dev-cluster.py down; fi
 
 unit: install crewai-venv
 	$(PYTEST_FAST) tests/unit $(PYTEST_ARGS)
@@ -157,33 +161,33 @@ chart-test: install control-plane
 
 # Benchmarks print ratios against floors measured in the same run (never timed tests).
 bench: install system-deps
-	$(PY) bench/bench_core.py
-	$(PY) bench/bench_hop.py
-	$(PY) bench/profile_latency.py
-	$(PY) bench/bench_wal.py
-	$(PY) bench/bench_limits.py
-	$(PY) bench/bench_killswitch.py
-	$(PY) bench/bench_mcp.py
-	$(PY) bench/bench_effector.py
-	$(PY) bench/bench_approvals.py
-	$(PY) bench/bench_passkey_speculation.py
-	$(PY) bench/bench_routing.py
-	$(PY) bench/bench_recovery_fleet.py
-	$(PY) bench/bench_ui.py
-	$(PY) bench/bench_ha_redis.py
-	$(PY) bench/bench_mesh.py
-	$(PY) bench/bench_isolation.py
-	$(PY) bench/bench_replay.py
+	$(RUN) bench/bench_core.py
+	$(RUN) bench/bench_hop.py
+	$(RUN) bench/profile_latency.py
+	$(RUN) bench/bench_wal.py
+	$(RUN) bench/bench_limits.py
+	$(RUN) bench/bench_killswitch.py
+	$(RUN) bench/bench_mcp.py
+	$(RUN) bench/bench_effector.py
+	$(RUN) bench/bench_approvals.py
+	$(RUN) bench/bench_passkey_speculation.py
+	$(RUN) bench/bench_routing.py
+	$(RUN) bench/bench_recovery_fleet.py
+	$(RUN) bench/bench_ui.py
+	$(RUN) bench/bench_ha_redis.py
+	$(RUN) bench/bench_mesh.py
+	$(RUN) bench/bench_isolation.py
+	$(RUN) bench/bench_replay.py
 
 # N real agents (10, 100, 300, 1000) on one policy plane: halt, Acknowledged, SagaPolicy,
 # a shared budget, approvals, per-agent costs; JSON in bench/results/ (docs/performance.md).
 FLEET_AGENTS ?= 10,100,300,1000
 bench-fleet: install system-deps control-plane
-	$(PY) bench/fleet/fleet.py --agents $(FLEET_AGENTS) --out bench/results/fleet.json
+	$(RUN) bench/fleet/fleet.py --agents $(FLEET_AGENTS) --out bench/results/fleet.json
 
 # kubectl apply of a KillSwitch -> every agent pod refusing, on the single-node cluster.
 bench-node: install system-deps control-plane node
-	$(PY) bench/bench_node.py
+	$(RUN) bench/bench_node.py
 
 clean:
 	rm -rf $(VENV) $(CREWAI_VENV) .pytest_cache .mypy_cache .ruff_cache

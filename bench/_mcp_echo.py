@@ -3,6 +3,7 @@ the transport and the proxy, not a tool. Speaks JSON-RPC lines with the standard
 
 import json
 import sys
+from typing import Any
 
 TOOLS = [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "charge", "refund")]
 
@@ -15,6 +16,7 @@ def main() -> None:
         if "id" not in msg:
             continue
         method = msg.get("method")
+        result: dict[str, Any]
         if method == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                       "serverInfo": {"name": "echo", "version": "1"}}

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 TOOLS = [{"name": n, "inputSchema": {"type": "object"}} for n in ("echo", "charge", "refund")]
 TOKEN = os.environ.get("ECHO_TOKEN")
@@ -51,7 +52,9 @@ class Handler(BaseHTTPRequestHandler):
         if "id" not in msg:
             self._send(202)
             return
-        method, extra = msg.get("method"), ()
+        method = msg.get("method")
+        result: dict[str, Any]
+        extra: tuple[tuple[str, str], ...] = ()
         if method == "initialize":
             result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
                       "serverInfo": {"name": "echo", "version": "1"}}

@@ -1,6 +1,6 @@
 """Acknowledgement: how long until every agent applies a lever, as status reports it.
 
-    .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 100] [--kubeconfig PATH] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_acks.py [--agents 10] [--trials 100] [--kubeconfig PATH] [--json]
 
 Starts a throwaway redis-server, the local control plane (etcd + kube-apiserver built by
 hack/, as the e2e tests do; or --kubeconfig), the operator, and ``--agents`` agent
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator"), str(ROOT / "tests"), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator")]
 
 import _common  # noqa: E402
 
@@ -84,13 +84,13 @@ def wait_acked(api: Any, ns: str, plural: str, name: str, n: int, generation: in
     obj = api.get_namespaced_custom_object(GROUP, VERSION, ns, plural, name)
     if acknowledged_by(obj, n, generation):
         return time.time()
-    w = watch.Watch()
+    w = watch.Watch()  # type: ignore[no-untyped-call]  # the kubernetes client is untyped
     deadline = time.monotonic() + timeout
-    for ev in w.stream(api.list_namespaced_custom_object, GROUP, VERSION, ns, plural,
+    for ev in w.stream(api.list_namespaced_custom_object, GROUP, VERSION, ns, plural,  # type: ignore[no-untyped-call]
                        field_selector=f"metadata.name={name}", resource_version=obj["metadata"]["resourceVersion"],
                        timeout_seconds=int(timeout)):
         if acknowledged_by(ev["object"], n, generation):
-            w.stop()
+            w.stop()  # type: ignore[no-untyped-call]
             return time.time()
         if time.monotonic() > deadline:
             break

@@ -1,6 +1,6 @@
 """What replica confirmation costs behind Sentinel: WAIT on the WAL and on spend debits.
 
-    .venv/bin/python bench/bench_ha_redis.py [--n 2000] [--failovers 2] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_ha_redis.py [--n 2000] [--failovers 2] [--json]
 
 Starts a primary, two replicas and three Sentinels on this machine (tests/fixtures), and
 measures, interleaved in the same run (absolute times on shared machines are noise):
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT / "runtime"))
 
 import _common  # noqa: E402  bench/_common.py
 from agent_saga.controls.limits import Charge, RedisLimitStore  # noqa: E402

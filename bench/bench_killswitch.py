@@ -197,7 +197,7 @@ def main() -> int:
 
     check_us = next(r["per_call_us"] for r in hot if r["name"].startswith("KillSwitch.check, 3"))
     p99 = pct(lat, 0.99)
-    propagation = {"trials": len(lat), "p50_ms": round(pct(lat, 0.5), 3), "p90_ms": round(pct(lat, 0.9), 3),
+    propagation: dict[str, Any] = {"trials": len(lat), "p50_ms": round(pct(lat, 0.5), 3), "p90_ms": round(pct(lat, 0.9), 3),
                    "p99_ms": round(p99, 3), "max_ms": round(max(lat), 3), "bare_redis_ping_p50_ms": round(ping_ms, 3),
                    "histogram": histogram(lat)}
     targets = {

@@ -48,7 +48,7 @@ from agent_saga.semantics import ActionSemantics  # noqa: E402
 
 BIG = 1e15
 WINDOW = 86_400.0
-LIMITS = [
+LIMITS: list[BudgetLimit | RateLimit] = [
     BudgetLimit("daily-spend", arg="amount", max_total=BIG, window=WINDOW),
     BudgetLimit("per-customer", arg="amount", max_total=BIG, window=WINDOW, scope=by_arg("customer_id")),
     RateLimit("velocity", max_calls=10**12, window=60, scope=by_tool),

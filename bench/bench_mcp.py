@@ -58,7 +58,7 @@ class Client:
         assert self.proc.stdout is not None
         self.n += 1
         self.send({"jsonrpc": "2.0", "id": self.n, "method": method, "params": params})
-        resp = json.loads(self.proc.stdout.readline())
+        resp: dict[str, Any] = json.loads(self.proc.stdout.readline())
         if "error" in resp:
             raise RuntimeError(resp["error"])
         return resp

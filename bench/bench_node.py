@@ -1,7 +1,7 @@
 """Kill switch on a real cluster: from `kubectl apply` of a KillSwitch to every agent pod
 refusing wire.send.
 
-    .venv/bin/python bench/bench_node.py [--kubeconfig FILE] [--trials 20] [--agents 3] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_node.py [--kubeconfig FILE] [--trials 20] [--agents 3] [--json]
 
 Without --kubeconfig the local single-node cluster is started (tests/fixtures/node.py;
 `make node` first), the chart installed from this tree's images with its trial Redis, and
@@ -41,7 +41,7 @@ import yaml
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "node")]
+sys.path.insert(0, str(REPO / "tests" / "node"))  # node_support: the node suite's helpers
 
 import _common  # noqa: E402  (bench/_common.py)
 from fixtures.binaries import node_images, require_asset  # noqa: E402
@@ -147,7 +147,9 @@ def run(cluster: KubeCluster, trials: int, n_agents: int, workdir: Path) -> dict
         api_halt.append(max(seen.values()))
         lift.append(lifted())
     rel.uninstall()
-    ms = lambda xs, q: round(_common.pct(xs, q) * 1000, 1)  # noqa: E731
+    def ms(xs: list[float], q: float) -> float:
+        return round(_common.pct(xs, q) * 1000, 1)
+
     return {
         "trials": trials, "agent_pods": len(probes), "reached": "pod address" if direct else "API server proxy",
         "all_refusing_ms": {"p50": ms(halt, 0.5), "p99": ms(halt, 0.99), "max": ms(halt, 1.0)},

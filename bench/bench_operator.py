@@ -1,6 +1,6 @@
 """The operator, end to end: kubectl -> API server -> operator -> Redis -> a running agent.
 
-    .venv/bin/python bench/bench_operator.py [--trials 50] [--limits 1000] [--kubeconfig PATH] [--json]
+    PYTHONPATH=tests .venv/bin/python bench/bench_operator.py [--trials 50] [--limits 1000] [--kubeconfig PATH] [--json]
 
 Starts a throwaway redis-server and the local control plane (etcd + kube-apiserver built
 by hack/, as the e2e tests do; or uses --kubeconfig), installs the CRDs, and runs
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator"), str(ROOT / "tests"), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT / "runtime"), str(ROOT / "operator")]
 
 import _common  # noqa: E402
 from bench_killswitch import AGENT, bare_ping, histogram, pct, start_redis  # noqa: E402

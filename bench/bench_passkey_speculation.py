@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runtime"))
 
@@ -43,7 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 measure, row = _common.measure_us, _common.latency_row
 
 
-def passkey_rows(n: int, d: str) -> list[dict]:
+def passkey_rows(n: int, d: str) -> list[dict[str, Any]]:
     key = Ed25519PrivateKey.generate()
     ring = ApproverKeyring(Path(d) / "keyring.json")
     ring.enrol(key.public_key().public_bytes(serialization.Encoding.PEM,
@@ -72,7 +73,7 @@ def passkey_rows(n: int, d: str) -> list[dict]:
     return [row("passkey verify (full check)", measure(verify, n)), row("bare Ed25519 verify", measure(bare, n))]
 
 
-def speculation_rows(n: int) -> list[dict]:
+def speculation_rows(n: int) -> list[dict[str, Any]]:
     spec = Speculator(ttl=1e9, clock=ManualClock())
     args = {"q": "refund policy", "limit": 5}
     loop = asyncio.new_event_loop()

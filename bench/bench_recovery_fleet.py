@@ -194,7 +194,9 @@ def copy_log(url: str, src: str, dst: str) -> None:
 
     r = redis.Redis.from_url(url)
     for k in r.scan_iter(match=f"{src}:*", count=1000):
-        r.restore(dst + k.decode()[len(src):], 0, r.dump(k))
+        dumped = r.dump(k)
+        assert dumped is not None, k  # listed by SCAN a moment ago
+        r.restore(dst + k.decode()[len(src):], 0, dumped)
 
 
 def server_cpu(url: str) -> float:
@@ -322,7 +324,7 @@ def run_fleet(url: str, key: str, sagas: int, replicas: int, concurrency: int, i
 
 def _has_hiredis() -> bool:
     try:
-        import hiredis  # noqa: F401
+        import hiredis  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         return False
     return True

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent_saga.chain import GENESIS, seal
-from agent_saga.records import Record, encode_line
+from agent_saga.chain import seal
+from agent_saga.records import GENESIS, Record, encode_line
 
 STEPS_PER_SAGA = 4
 TOOLS = ("payments.charge", "wire.send", "search_docs", "crm.update")

@@ -2,7 +2,7 @@
 SinkWAL over PostgresAsyncSink (`postgres-async`), each next to its floor measured in the
 same run, under 1..256 concurrent writers.
 
-    python bench/bench_wal.py                        # all three, table
+    PYTHONPATH=tests python bench/bench_wal.py       # all three, table (servers from tests/fixtures)
     python bench/bench_wal.py --json                 # machine-readable
     python bench/bench_wal.py --backends redis --concurrency 1,64 --rounds 7
     python bench/bench_wal.py --redis-url redis://h:6379/0 --postgres-dsn postgresql://...
@@ -90,7 +90,7 @@ async def measure_calls(fn: Callable[[], Awaitable[Any]] | Callable[[], Any], n:
     for _ in range(n):
         t0 = time.perf_counter()
         if is_async:
-            await fn()  # type: ignore[misc]
+            await fn()
         else:
             fn()
         lat.append(time.perf_counter() - t0)
@@ -102,7 +102,9 @@ class Backend:
     target: tuple[str, float] | None = None  # (floor name, max ratio of step p50 at c=1)
 
     async def open(self) -> Any: ...
-    async def floors(self, conc: int, n: int) -> dict[str, float]: ...  # name -> p50 seconds
+    async def floors(self, conc: int, n: int) -> dict[str, float]:  # name -> p50 seconds
+        raise NotImplementedError
+
     def floor_rate(self, conc: int, floors: dict[str, float]) -> float | None: return None
     async def close(self) -> None: ...
 
@@ -122,7 +124,11 @@ class FileBackend(Backend):
     async def floors(self, conc: int, n: int) -> dict[str, float]:
         fd = os.open(os.path.join(self.dir, "floor.bin"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            lat = await measure_calls(lambda: (os.write(fd, LINE), os.fdatasync(fd)), n, False)
+            def write_sync() -> None:
+                os.write(fd, LINE)
+                os.fdatasync(fd)
+
+            lat = await measure_calls(write_sync, n, False)
         finally:
             os.close(fd)
         return {"fsync": pct(lat, 0.5)}
@@ -256,7 +262,6 @@ def servers(args: argparse.Namespace, want: set[str]) -> Iterator[dict[str, str]
             if args.redis_url:
                 out["redis"] = args.redis_url
             else:
-                sys.path.insert(0, str(REPO / "tests"))
                 from fixtures.redis_server import RedisServer
 
                 srv = RedisServer(appendonly=args.redis_aof).start()
@@ -266,7 +271,6 @@ def servers(args: argparse.Namespace, want: set[str]) -> Iterator[dict[str, str]
             if args.postgres_dsn:
                 out["postgres"] = args.postgres_dsn
             else:
-                sys.path.insert(0, str(REPO / "tests"))
                 from fixtures.postgres_server import PostgresServer
 
                 pg = PostgresServer().start()

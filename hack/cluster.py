@@ -31,14 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+import yaml
+from fixtures.binaries import Image, cache_dir, find_asset, node_images
+from fixtures.local_chart import chart_values, effector_patches, example_agent
+from fixtures.node import HOST_STATE_FILE, LOCK_FILE, Node
+from fixtures.procs import MissingPart, StartupError, pid_alive
 
-import yaml  # noqa: E402
-from fixtures.binaries import Image, cache_dir, find_asset, node_images  # noqa: E402
-from fixtures.local_chart import chart_values, effector_patches, example_agent  # noqa: E402
-from fixtures.node import HOST_STATE_FILE, LOCK_FILE, Node  # noqa: E402
-from fixtures.procs import MissingPart, StartupError, pid_alive  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 STATE_DIR = cache_dir() / "cluster"
 VALUES = STATE_DIR / "values.yaml"

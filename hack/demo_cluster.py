@@ -29,7 +29,7 @@ from typing import Any, cast
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench"), str(REPO / "operator"), str(REPO / "runtime")]
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "operator"), str(REPO / "runtime")]
 
 from bench_killswitch import start_redis  # noqa: E402
 

@@ -23,11 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+from fixtures.binaries import cache_dir, find_asset, read_versions
+from fixtures.procs import MissingPart, pid_alive, port_open
 
-from fixtures.binaries import cache_dir, find_asset, read_versions  # noqa: E402
-from fixtures.procs import MissingPart, pid_alive, port_open  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 STATE_DIR = cache_dir() / "dev-cluster"
 STATE_FILE = STATE_DIR / "state.json"

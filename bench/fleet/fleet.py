@@ -1,7 +1,7 @@
 """A fleet on one policy plane, measured: N real agents against Redis, the operator and
 the API server.
 
-    .venv/bin/python bench/fleet/fleet.py --agents 10,100,300 [--processes 4] [--out FILE]
+    PYTHONPATH=tests .venv/bin/python bench/fleet/fleet.py --agents 10,100,300 [--processes 4] [--out FILE]
     make bench-fleet                      (N = 10, 100, 300, 1000; JSON in bench/results/)
 
 For each N: a fresh redis-server and operator (resync timer off: no trial is rescued by a
@@ -76,10 +76,10 @@ def largest_status(cluster: Any, ns: str) -> dict[str, Any]:
     from kubernetes import client
 
     api = client.CustomObjectsApi(cluster.api_client())
-    best = {"bytes": 0, "object": None}
+    best: dict[str, Any] = {"bytes": 0, "object": None}
     for m in KINDS:
         try:
-            items = api.list_namespaced_custom_object(GROUP, VERSION, ns, m.info.plural)["items"]
+            items = api.list_namespaced_custom_object(GROUP, VERSION, ns, m.info.plural)["items"]  # type: ignore[index]
         except Exception:  # noqa: BLE001 - a cluster-scoped kind
             continue
         for o in items:
@@ -90,7 +90,7 @@ def largest_status(cluster: Any, ns: str) -> dict[str, Any]:
 
 
 def largest_redis(r: Any) -> dict[str, Any]:
-    best = {"bytes": 0, "key": None}
+    best: dict[str, Any] = {"bytes": 0, "key": None}
     for k in r.scan_iter(count=1000):
         size = r.memory_usage(k) or 0
         if size > best["bytes"]:

@@ -22,7 +22,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "tests", ROOT / "bench"):
+for p in (ROOT / "tests" / "e2e", ROOT / "runtime", ROOT / "operator", ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -91,7 +91,7 @@ class Fleet:
 
         tool = f"fleet.halt-{i}"
         self.each("arm", tool=tool)
-        ks = {"apiVersion": API_VERSION, "kind": "KillSwitch", "metadata": {"name": f"halt-{i}"},
+        ks: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "KillSwitch", "metadata": {"name": f"halt-{i}"},
               "spec": {"action": "Halt", "scope": {"tool": tool}, "reason": "fleet bench",
                        "requestedBy": "bench@corp"}}
         cluster.kubectl("apply", "-n", self.ns, "-f", "-", input=json.dumps(ks))
@@ -125,18 +125,18 @@ class Fleet:
         from kubernetes import client, watch
 
         api = client.CustomObjectsApi(cluster.api_client())
-        obj = api.get_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name)
+        obj: dict[str, Any] = api.get_namespaced_custom_object(GROUP, VERSION, self.ns, plural, name)  # type: ignore[assignment]
         gen = int(obj["metadata"]["generation"])
         if acknowledged(obj, self.n, gen):
             return gen, time.time()
-        w = watch.Watch()
+        w = watch.Watch()  # type: ignore[no-untyped-call]  # the kubernetes client is untyped
         deadline = time.monotonic() + timeout
-        for ev in w.stream(api.list_namespaced_custom_object, GROUP, VERSION, self.ns, plural,
+        for ev in w.stream(api.list_namespaced_custom_object, GROUP, VERSION, self.ns, plural,  # type: ignore[no-untyped-call]
                            field_selector=f"metadata.name={name}", resource_version=obj["metadata"]["resourceVersion"],
                            timeout_seconds=int(timeout)):
             obj = ev["object"]
             if acknowledged(obj, self.n, gen):
-                w.stop()
+                w.stop()  # type: ignore[no-untyped-call]
                 return gen, time.time()
             if time.monotonic() > deadline:
                 break
@@ -182,7 +182,8 @@ class Fleet:
         t0 = time.monotonic()
 
         def mirrored_all() -> list[dict[str, Any]] | None:
-            items = api.list_namespaced_custom_object(GROUP, VERSION, self.ns, "approvals")["items"]
+            items: list[dict[str, Any]] = api.list_namespaced_custom_object(  # type: ignore[index]
+                GROUP, VERSION, self.ns, "approvals")["items"]
             return items if len(items) >= count else None
         items = poll(mirrored_all, timeout=timeout, what=f"{count} Approval objects", interval=2.0)
         # a request the agent's gateway denied on its own (its store did not answer) shows Denied

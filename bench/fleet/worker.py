@@ -97,7 +97,8 @@ class Agent:
             async with self.kit.transaction():
                 await fn(amount=amount)
         except Exception as e:  # noqa: BLE001 - counted by kind
-            return type(e).__name__ + (f":{e.decided_by}" if getattr(e, "decided_by", "") else "")
+            by = getattr(e, "decided_by", "")
+            return type(e).__name__ + (f":{by}" if by else "")
         return ""
 
 
@@ -168,7 +169,7 @@ class Worker:
         return {}
 
     async def usage(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        rows = await self.agents[0].kit.gate.usage()
+        rows = await self.agents[0].kit.gate.usage()  # type: ignore[union-attr]  # the kit's PreFlightGate
         return {"windows": [{"limit": u.name, "key": u.key, "used": u.used, "entries": u.entries} for u in rows]}
 
     async def close(self, cmd: dict[str, Any]) -> dict[str, Any]:

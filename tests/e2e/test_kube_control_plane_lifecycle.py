@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from fixtures.controlplane import ControlPlane, KubeCluster, have_local_binaries, wait_gone
+from fixtures.polling import until
 from fixtures.procs import pid_alive, port_open, sigkilled_owner
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -80,10 +80,8 @@ def test_killed_owner_takes_the_control_plane_with_it(tmp_path: Path) -> None:
     with sigkilled_owner(script) as info:
         assert all(pid_alive(p) for p in info["pids"])
     assert wait_gone(info["pids"], timeout=15) == []
-    deadline = time.monotonic() + 10
-    while any(port_open(p) for p in info["ports"]):
-        assert time.monotonic() < deadline, "ports still open after the owner died"
-        time.sleep(0.1)
+    until("the ports closed after the owner died", lambda: not any(port_open(p) for p in info["ports"]), timeout=10,
+          interval=0.1)
 
 
 def test_pytest_session_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -6,10 +6,9 @@ authorizer that actually says no.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from fixtures.controlplane import KubeCluster
+from fixtures.polling import until
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -69,10 +68,8 @@ def test_service_account_denied_until_bound(kube: KubeCluster, kube_namespace: s
     )
 
     # The authorizer reads RBAC objects from an informer: allow it a moment to catch up.
-    deadline = time.monotonic() + 30
-    while not _can(authz, user, ns, "list", "configmaps"):
-        assert time.monotonic() < deadline, "RoleBinding did not take effect within 30s"
-        time.sleep(0.1)
+    until("the RoleBinding taking effect", lambda: _can(authz, user, ns, "list", "configmaps"), timeout=30,
+          interval=0.1)
 
     names = [cm.metadata.name for cm in as_sa.list_namespaced_config_map(ns).items]
     assert "policy" in names

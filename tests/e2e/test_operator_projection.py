@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from agent_saga import ActionSemantics
 from agent_saga.controls import PreFlightGate, RedisLimitStore
 from agent_saga.gates import StepRequest
 from agent_saga.wal.file import read_log
@@ -28,6 +27,7 @@ from agent_saga_operator.projection import DecisionConflict, Projector, load_lim
 from agent_saga_operator.testing import OperatorProcess, poll
 from fixtures.controlplane import KubeCluster
 from fixtures.redis_server import RedisServer
+from fixtures.steps import req as step_request
 from kubernetes import client
 
 NS_PREFIX = "proj"  # the tests' namespaces: proj-<hex>
@@ -36,8 +36,7 @@ WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0
 
 
 def req(amount: float, tool: str = "stripe.charge", customer: str = "c1") -> StepRequest:
-    return StepRequest("saga-1", "s1", tool, ActionSemantics.COMPENSABLE,
-                       {"amount": amount, "customer_id": customer})
+    return step_request(tool, saga="saga-1", step="s1", amount=amount, customer_id=customer)
 
 
 # ---------------------------------------------------------------- without Kubernetes

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +39,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.plane._acl import preload_scripts
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
+from fixtures.cli import cli_module
 from fixtures.polling import until_async
 from fixtures.redis_server import PLANE_ENV, RedisServer, client_for
 from fixtures.redis_server import PLANE_PREFIX as P
@@ -99,8 +99,7 @@ class Plane:
                "AGENT_SAGA_REDIS_URL": self.approver_url}
         env.pop("AGENT_SAGA_APPROVAL_KEYS", None)
         env.pop("AGENT_SAGA_APPROVAL_SIGNING_KEY", None)
-        return subprocess.run([sys.executable, "-m", "agent_saga.cli", *argv], capture_output=True, text=True,
-                              env=env, timeout=120)
+        return cli_module(*argv, env=env, timeout=120)
 
     def close(self) -> None:
         for s in (self.agent_store, self.cli_store):

@@ -19,7 +19,6 @@ import os
 import secrets
 import shlex
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +36,7 @@ from agent_saga.plane._acl import preload_scripts
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
 from agent_saga_operator.bridge import MORE_KEY, approval_object, approval_problem
+from fixtures.cli import cli_module
 from fixtures.polling import until_async
 from fixtures.redis_server import KEY_PREFIX, PLANE_ENV, RedisServer, client_for
 from fixtures.redis_server import PLANE_PREFIX as P
@@ -53,8 +53,7 @@ def run_cli(url: str | None, *args: str) -> subprocess.CompletedProcess[str]:
     env.update({"PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
     if url is not None:
         env["AGENT_SAGA_REDIS_URL"] = url
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+    return cli_module(*args, env=env, timeout=120)
 
 
 class Users:

@@ -26,7 +26,8 @@ from agent_saga.controls.gate import PreFlightDecision
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
-from fixtures.polling import until
+from fixtures.cli import cli_module
+from fixtures.polling import until, until_async
 from fixtures.redis_server import PLANE_PREFIX as P
 from fixtures.redis_server import RedisServer
 
@@ -66,8 +67,7 @@ asyncio.run(main())
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "AGENT_SAGA_KEY_PREFIX": P.removesuffix(":v1")}  # the plane the test's stores use
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60,
-                          env=env)
+    return cli_module(*args, env=env)
 
 
 def pending(url: str) -> list[dict]:
@@ -102,8 +102,8 @@ def test_the_request_document_is_what_the_operator_mirrors(fresh_redis: RedisSer
                 StepRequest("saga-1", "saga-1/0", "wire.send", I, {"amount": 80000, "to": "acct_9"}, ()), PENDING))
             # Decide only once level 0 has been notified: a request decided first is never
             # escalated (the gateway skips decided requests), and this test checks all four events.
-            while not (listed := store.list()) or not listed[0].escalated_to(0):
-                await asyncio.sleep(0.01)
+            listed = await until_async("the request notified at level 0",
+                                       lambda: (ls := store.list()) and ls[0].escalated_to(0) and ls, interval=0.01)
             (req,) = listed
             doc = json.loads(r.get(f"{P}:approval:request:{req.id}"))
             assert abs(r.zscore(f"{P}:approval:pending", req.id) - req.deadline) < 1e-3
@@ -236,8 +236,7 @@ def test_an_approval_is_used_once_even_by_racing_processes(fresh_redis: RedisSer
 
         async def race() -> list[bool]:
             tasks = [asyncio.create_task(gw.request_approval(request, PENDING)) for gw in gws]
-            while not stores[0].list():
-                await asyncio.sleep(0.01)
+            await until_async("the request stored", stores[0].list, interval=0.01)
             await asyncio.sleep(0.05)  # both are waiting on the same request
             decide_request(stores[0], stores[0].list()[0].id, approved=True, approver="risk@corp", now=time.time())
             # an operator writing the same decision again, or a late second one, changes nothing
@@ -290,8 +289,7 @@ def test_a_passkey_approval_through_redis_signed_in_place_and_a_replay_onto_a_re
 
         async def ask(answer) -> Any:
             task = asyncio.create_task(gw.request_approval(step, PENDING))
-            while not (listed := store.list()):
-                await asyncio.sleep(0.01)
+            listed = await until_async("the request stored", store.list, interval=0.01)
             answer(listed[0])
             return await task
 

@@ -5,23 +5,15 @@ checkpoint are refused by the real ``agent-saga verify-checkpoint --wal-url``.""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 from agent_saga.records import Record
 from agent_saga.wal.redis import RedisLog, RedisWAL
+from fixtures.cli import cli
 from fixtures.forgery import forge_deletion
 from fixtures.redis_server import client_for, tagged
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_redis_stream_deletion_behind_a_forged_attestation_is_caught(fresh_redis: Any, tmp_path: Path) -> None:

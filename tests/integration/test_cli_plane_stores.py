@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from agent_saga.controls import RedisApprovalStore
 from agent_saga.controls.approvals import ApprovalRequest, action_digest
+from fixtures.cli import cli_module
 from fixtures.redis_server import PLANE_ENV, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
 
@@ -24,8 +24,7 @@ def cli(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
     env.update({"AGENT_SAGA_REDIS_URL": url, "AGENT_SAGA_NAMESPACE": "payments",
                 "PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
-                          timeout=60, env=env, cwd=cwd)
+    return cli_module(*args, env=env, cwd=cwd)
 
 
 def test_approvals_list_on_the_pods_settings_shows_the_request_pending_in_redis(

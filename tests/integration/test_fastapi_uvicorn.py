@@ -31,8 +31,9 @@ from typing import Any
 
 import pytest
 from agent_saga.history import fold
-from agent_saga.wal.file import FileWAL, iter_file_records
+from agent_saga.wal.file import FileWAL
 from fixtures.polling import until
+from fixtures.wal import records as wal_records
 
 APP_DIR = Path(__file__).parent / "fastapi_app"
 
@@ -74,8 +75,7 @@ class Shop:
             return err.code, {"text": body.decode()}
 
     def records(self, saga_id: str | None = None) -> list[Any]:
-        out = [r for _, r in iter_file_records(self.wal) if not isinstance(r, Exception)]
-        return [r for r in out if saga_id is None or r.saga == saga_id]
+        return wal_records(self.wal, saga=saga_id, damaged="skip")
 
     def terminated(self) -> int:
         self.proc.send_signal(signal.SIGTERM)

@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 from agent_saga.controls import KillSwitch, Lever, ManualClock, RedisSwitchStore
-from agent_saga.gates import StepRequest
-from agent_saga.semantics import ActionSemantics
 from fixtures.redis_server import PLANE_PREFIX as K
 from fixtures.redis_server import client_for
+from fixtures.steps import req
 
 
 class Plane:
@@ -51,10 +50,6 @@ def plane(fresh_redis: Any) -> Iterator[Plane]:
     p = Plane(fresh_redis.url)
     yield p
     p.client.close()
-
-
-def req(tool: str) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, ActionSemantics.COMPENSABLE, {}, ())
 
 
 async def refusal(ks: KillSwitch, tool: str) -> str | None:

@@ -19,19 +19,12 @@ import pytest
 from agent_saga.clocks import format_instant
 from agent_saga.controls import KillSwitch, Lever, ManualClock, PreFlightGate, RedisSwitchStore
 from agent_saga.errors import GateBlocked
-from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
-from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
 from fixtures.polling import until
 from fixtures.redis_server import PLANE_ENV, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
-
-C = ActionSemantics.COMPENSABLE
-
-
-def req(tool: str, saga: str = "s-1") -> StepRequest:
-    return StepRequest(saga, f"{saga}/0", tool, C, {}, ())
+from fixtures.steps import req
 
 
 @pytest.fixture

@@ -21,16 +21,15 @@ from agent_saga.controls import (
 from agent_saga.controls.limits import Charge, LimitStoreUnavailable
 from agent_saga.errors import ConfigurationError
 from agent_saga.gates import StepRequest
-from agent_saga.semantics import ActionSemantics
 from fixtures.redis_server import RedisServer
 from fixtures.reply_proxy import ReplyDroppingProxy
+from fixtures.steps import req as step_request
 
-C = ActionSemantics.COMPENSABLE
 DAY = 86_400
 
 
 def req(amount: object = 100, tool: str = "stripe.charge", **args) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, C, {"amount": amount, **args}, ())
+    return step_request(tool, **{"amount": amount, **args})
 
 
 async def used(store: RedisLimitStore, name: str, key: str = "*") -> float:

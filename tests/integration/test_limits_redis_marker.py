@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 from agent_saga.controls import PreFlightGate, RedisLimitSource, RedisLimitStore
 from agent_saga.gates import StepRequest
-from agent_saga.semantics import ActionSemantics
 from agent_saga_operator.documents import Identity, budget_limit_doc
 from agent_saga_operator.models import BudgetLimitSpec
 from agent_saga_operator.projection import Projector
 from fixtures.polling import until
 from fixtures.redis_server import KEY_PREFIX, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
+from fixtures.steps import req as step_request
 
 WHO = Identity("payments", "daily-spend", "uid-1", 1, datetime(2026, 7, 1, 12, 0, tzinfo=UTC))
 NAME = "payments.daily-spend"
@@ -42,7 +42,7 @@ async def project(url: str, max_total: float, *, mark: bool = True) -> None:
 
 
 def req(amount: float, step: str) -> StepRequest:
-    return StepRequest("saga-1", step, "stripe.charge", ActionSemantics.COMPENSABLE, {"amount": amount})
+    return step_request(saga="saga-1", step=step, amount=amount)
 
 
 def max_totals(source: RedisLimitSource) -> list[float]:

@@ -35,6 +35,7 @@ from agent_saga.heartbeat import AppliedState, HeartbeatWriter
 from agent_saga.plane._acl import acl_rules, acl_setuser, agent_scripts, preload_scripts
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
+from fixtures.polling import until_async
 from fixtures.redis_server import KEY_PREFIX, RedisServer, client_for, tagged
 from fixtures.redis_server import PLANE_PREFIX as P
 
@@ -167,8 +168,7 @@ async def test_approvals_with_least_privilege_and_signatures(users: Users, tmp_p
         return StepRequest(f"s-{n}", f"s-{n}/0", "wire.send", ActionSemantics.IRREVERSIBLE, {"amount": n}, ())
 
     async def answer(n: int, how) -> None:
-        while not agent_store.list(pending_only=True):
-            await asyncio.sleep(0.02)
+        await until_async("a pending request", lambda: agent_store.list(pending_only=True))
         how(agent_store.list(pending_only=True)[0])
 
     # Legitimate: the CLI (approver credential) approves, signed; the agent proceeds.

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from agent_saga.heartbeat import Heartbeat
 from agent_saga_operator.testing import poll
+from fixtures.cli import cli_module
 from fixtures.redis_server import PLANE_ENV, WAL_KEY, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
 
@@ -30,10 +31,8 @@ def run(code: str, env: dict[str, str], cwd: Path, timeout: float = 60) -> subpr
 
 
 def cli(url: str, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
-                          timeout=60, cwd=cwd, env={**{k: v for k, v in os.environ.items()
-                                                       if not k.startswith("AGENT_SAGA_")},
-                                                    "AGENT_SAGA_REDIS_URL": url, "PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
+    return cli_module(*args, cwd=cwd, env={**{k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")},
+                                           "AGENT_SAGA_REDIS_URL": url, "PYTHONPATH": str(ROOT / "runtime"), **PLANE_ENV})
 
 
 KIT = """

@@ -9,7 +9,6 @@ import asyncio
 import json
 import time
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from agent_saga_operator.projection import Projector
 from agent_saga_operator.testing import poll
 from fixtures.redis_server import KEY_PREFIX, RedisServer
 from fixtures.redis_server import PLANE_PREFIX as P
+from fixtures.steps import req as step_request
 
 pytestmark = pytest.mark.integration
 R = ActionSemantics.REVERSIBLE
@@ -47,7 +47,7 @@ def project(url: str, name: str, spec: dict[str, Any] | None, *, generation: int
 
 
 def req(tool: str, **args: Any) -> StepRequest:
-    return StepRequest("s", "s/0", tool, R, MappingProxyType(dict(args)))
+    return step_request(tool, R, saga="s", **args)
 
 
 @pytest.fixture

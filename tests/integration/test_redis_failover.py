@@ -38,6 +38,7 @@ from agent_saga.wal.readers import open_reader
 from agent_saga.wal.redis import RedisWAL
 from fixtures.polling import until
 from fixtures.redis_ha import SERVICE, RedisSentinelGroup
+from fixtures.steps import req as step_request
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAOS = ROOT / "tests" / "chaos"
@@ -332,7 +333,7 @@ def test_the_kill_switch_and_approvals_across_a_failover_follow_their_failure_ru
     stopped: list[int] = []
 
     def req(tool: str) -> StepRequest:
-        return StepRequest("s-1", "s-1/0", tool, ActionSemantics.IRREVERSIBLE, {}, ())
+        return step_request(tool, ActionSemantics.IRREVERSIBLE)
 
     async def refusal(ks: KillSwitch, tool: str) -> str | None:
         r = await ks.check(req(tool))

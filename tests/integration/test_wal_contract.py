@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from agent_saga import (
 from agent_saga.chain import removal_digest
 from agent_saga.records import encode_line
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until
 
 BACKENDS = ["file", "redis", "postgres", "postgres-async"]
 
@@ -40,10 +40,7 @@ def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
 
 
 def poll(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.01)
+    until(what, predicate, timeout=timeout, interval=0.01)
 
 
 class Wedge:

@@ -6,19 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from agent_saga import ConfigurationError, WALError, verify_records
 from agent_saga.wal.postgres import PostgresLog, PostgresWAL
+from fixtures.cli import cli
 
 
 def chain_of(dsn: str, writer: str, table: str = "saga_wal") -> list[tuple[str, Any]]:
@@ -36,12 +35,6 @@ class _same:
 
     def __exit__(self, *exc: object) -> None:
         pass
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def causes(exc: BaseException | None) -> list[BaseException]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import shutil
 import subprocess
 import sys
 import uuid
@@ -18,6 +17,7 @@ import pytest
 import redis
 from agent_saga import BaseWAL, ConfigurationError, WALError, WALStalled, verify_records
 from agent_saga.wal.redis import RedisLog, RedisWAL
+from fixtures.cli import cli
 from fixtures.polling import until
 from fixtures.redis_server import client_for, tagged
 
@@ -32,12 +32,6 @@ def chain_of(url: str, key: str, writer: str) -> list[tuple[str, Any]]:
         return list(RedisLog(client, key, "test").chain(writer))
     finally:
         client.close()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def causes(exc: BaseException | None) -> list[BaseException]:

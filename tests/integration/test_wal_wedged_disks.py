@@ -31,6 +31,7 @@ from agent_saga import (
 from agent_saga.rollback import RollbackOutcome
 from agent_saga.wal.file import iter_file_records
 from fixtures.disks import FreezableDisk, SmallTmpfs
+from fixtures.polling import until
 
 C = ActionSemantics.COMPENSABLE
 STALL = 2.0
@@ -41,10 +42,7 @@ def refused_at_once(text: str) -> bool:
 
 
 def poll(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.02)
+    until(what, predicate, timeout=timeout)
 
 
 async def stall_a_saga(wal: Any, fault: Callable[[], None], what: str) -> None:

@@ -46,7 +46,7 @@ from node_support import DEADLINE, Release, bank, elapsed, pod_http, poll
 NS = "agent-saga"
 SECTION = "On this machine: `make cluster`"
 #: The steps the node stands in for (their effect: the cluster, and cluster.py's env).
-REPLACED = ("make cluster", 'eval "$(.venv/bin/python hack/cluster.py env)"')
+REPLACED = ("make cluster", 'eval "$(PYTHONPATH=tests .venv/bin/python hack/cluster.py env)"')
 #: The prose of the section names this step before "Uninstall" (the example agents first).
 AGENT_DELETE = 'kubectl -n agent-saga delete -f "$AGENT_SAGA_CLUSTER_AGENT"'
 EFFECTOR_DELETE = ("kubectl -n agent-saga delete -f examples/k8s/effector/",

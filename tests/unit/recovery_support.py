@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_saga import FileWAL, compensator, idempotency_key
 from agent_saga.history import fold
-from agent_saga.wal.file import iter_file_records
+from fixtures.wal import records as wal_records
 
 CALLS: list[tuple[str, dict[str, Any]]] = []  # (idempotency key, kwargs) per refund call
 FAIL_NEXT: list[str] = []
@@ -94,7 +94,7 @@ def write_orphan(path: Path, saga_id: str, steps: Iterable[tuple[str, ...] | dic
 
 
 def records(path: Path) -> list[Any]:
-    return [r for _, r in iter_file_records(path)]
+    return wal_records(path, damaged="keep")
 
 
 def status(path: Path, saga_id: str) -> str:

@@ -9,7 +9,6 @@ surface; a source that cannot be used refuses every call.
 from __future__ import annotations
 
 from pathlib import Path
-from types import MappingProxyType
 
 import pytest
 from agent_saga.compensation import compensator, unregister_compensator
@@ -28,6 +27,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from engine_support import of_type, payload, types, wal_fixture  # noqa: F401 - provides the `wal` fixture
+from fixtures.steps import req as step_request
 
 R = ActionSemantics.REVERSIBLE
 C = ActionSemantics.COMPENSABLE
@@ -45,7 +45,7 @@ def source(doc: dict, agent: str = "a") -> StaticPolicySource:
 
 
 def req(tool: str, sem: ActionSemantics = R, has_inverse: bool = False, **args: object) -> StepRequest:
-    return StepRequest("s", "s/0", tool, sem, MappingProxyType(dict(args)), (), has_inverse)
+    return step_request(tool, sem, saga="s", has_inverse=has_inverse, **args)
 
 
 class Approver:

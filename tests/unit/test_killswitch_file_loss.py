@@ -14,19 +14,11 @@ from pathlib import Path
 
 import pytest
 from agent_saga.controls import FileSwitchStore, KillSwitch, ManualClock
-from agent_saga.gates import StepRequest
-from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.cli import cli_module as cli
+from fixtures.steps import req
 
 GRACE = 30.0
-
-
-def req(tool: str) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, ActionSemantics.COMPENSABLE, {}, ())
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def halt_wires(path: Path) -> None:

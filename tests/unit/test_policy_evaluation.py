@@ -6,14 +6,13 @@ Block beats an Allow), never loosen it.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import pytest
 from agent_saga.compensation import compensator, unregister_compensator
 from agent_saga.controls import ApprovalOutcome, PreFlightGate
 from agent_saga.controls.policy import PolicyInForce, PolicySet, StaticPolicySource, parse_policy
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.steps import req as step_request
 
 R = ActionSemantics.REVERSIBLE
 C = ActionSemantics.COMPENSABLE
@@ -22,7 +21,7 @@ I = ActionSemantics.IRREVERSIBLE  # noqa: E741
 
 def req(tool: str = "stripe__create_charge", sem: ActionSemantics = C, tags: tuple[str, ...] = (),
         **args: object) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, sem, MappingProxyType(dict(args)), tags)
+    return step_request(tool, sem, tags, **args)
 
 
 def pset(*docs: dict, agent: str = "payments-1") -> PolicySet:

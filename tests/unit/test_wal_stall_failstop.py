@@ -22,6 +22,7 @@ from agent_saga import (
 )
 from agent_saga.rollback import RollbackOutcome
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until_async
 
 C = ActionSemantics.COMPENSABLE
 
@@ -110,10 +111,8 @@ async def test_one_stall_fails_every_other_waiter_at_once(tmp_path: Path, wedge:
     wedge.release.set()
     # The batch in flight was in doubt and lands once the device is back; the queued one
     # never does, and the chain on disk is whole.
-    deadline = asyncio.get_running_loop().time() + 30
-    while wal.stats().durable_seq < first:
-        assert asyncio.get_running_loop().time() < deadline, "the write in flight never landed"
-        await asyncio.sleep(0.01)
+    await until_async("the write in flight landing", lambda: wal.stats().durable_seq >= first, timeout=30,
+                      interval=0.01)
     await wal.barrier(first)
     assert [r.seq for _, r in iter_file_records(wal.path)] == [first]
     again = FileWAL(tmp_path / "w.wal")  # the flusher released the lock on its way out
@@ -135,10 +134,8 @@ async def test_a_failed_write_after_a_stall_keeps_the_first_cause(tmp_path: Path
             await wal.barrier(seq)
     finally:
         release.set()
-    deadline = asyncio.get_running_loop().time() + 30
-    while wal._flusher is not None and wal._flusher.is_alive():
-        assert asyncio.get_running_loop().time() < deadline, "the flusher never returned"
-        await asyncio.sleep(0.01)
+    await until_async("the flusher returning", lambda: wal._flusher is None or not wal._flusher.is_alive(),
+                      timeout=30, interval=0.01)
     with pytest.raises(WALStalled, match="stalled earlier") as ei:
         wal.append("X", "s-1")
     assert "not durable within 0.2s" in str(ei.value.__cause__)

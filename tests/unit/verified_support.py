@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_saga import BaseWAL, FileWAL, idempotency_key
+from fixtures.cli import cli
+from fixtures.polling import until
 
 ROOT = Path(__file__).resolve().parents[2]
 HANDLER = "ledger.refund"
@@ -104,11 +105,7 @@ class Env:
 
     def cli(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """``agent-saga ARGS`` as the installed console script."""
-        exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-        assert exe, "the agent-saga console script is not installed (pip install -e .)"
-        return subprocess.run(
-            [exe, *args], capture_output=True, text=True, timeout=120, env={**self.env, **(extra_env or {})},
-        )
+        return cli(*args, env={**self.env, **(extra_env or {})}, timeout=120)
 
     def recover(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return self.cli("recover", *args, "--import", "ledger_handlers", "--lease-grace", "0", extra_env=extra_env)
@@ -135,13 +132,7 @@ def line_of(path: Path, type_: str) -> int:
 
 def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60) -> Any:
     """Poll ``cond`` until it returns something true; fail naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return until(what, cond, timeout=timeout, interval=0.05)
 
 
 class Recoveryd:

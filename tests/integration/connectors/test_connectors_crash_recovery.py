@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from fixtures.cli import cli_module
 from fixtures.polling import until
 from fixtures.stripe_servers import API_KEY, StripeLedger
 
@@ -31,7 +32,7 @@ def env(stripe_url: str, dsn: str) -> dict[str, str]:
 
 
 def cli(e: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *argv], env=e, capture_output=True, text=True, timeout=120)
+    return cli_module(*argv, env=e, timeout=120)
 
 
 def test_sigkill_after_charge_and_update_is_recovered_and_reconciles(

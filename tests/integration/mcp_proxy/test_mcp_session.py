@@ -14,6 +14,7 @@ from typing import Any
 
 import mcp_support as ms
 import pytest
+from fixtures.cli import cli_module
 from fixtures.polling import until
 from mcp import ClientSession, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -39,8 +40,7 @@ def held(tmp: Path) -> Iterator[ms.HeldSession]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True,
-                          timeout=60, cwd=str(ms.ROOT))
+    return cli_module(*args, cwd=ms.ROOT)
 
 
 def _direct_tools(tmp: Path) -> list[dict[str, Any]]:

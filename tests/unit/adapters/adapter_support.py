@@ -14,7 +14,8 @@ from pathlib import Path
 
 from agent_saga import AgentKit, Compensation, FileSwitchStore, KillSwitch, PreFlightGate
 from agent_saga.records import Record
-from agent_saga.wal.file import FileWAL, iter_file_records
+from agent_saga.wal.file import FileWAL
+from fixtures.wal import records as wal_records
 
 
 @dataclass
@@ -27,12 +28,7 @@ class World:
 
     def records(self, saga: str | None = None) -> list[Record]:
         self.wal.barrier_sync()
-        out = []
-        for _, item in iter_file_records(self.wal.path):
-            assert not isinstance(item, Exception), item
-            if saga is None or item.saga == saga:
-                out.append(item)
-        return out
+        return wal_records(self.wal.path, saga=saga)
 
     def sagas(self) -> list[str]:
         return list(dict.fromkeys(r.saga for r in self.records() if r.type == "SAGA_STARTED"))

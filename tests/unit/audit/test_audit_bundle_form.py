@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,10 @@ from pathlib import Path
 import pytest
 from agent_saga import FileWAL
 from agent_saga.audit import export_bundle
+from fixtures.cli import cli
 
 SCRIPT = Path(__file__).resolve().parents[3] / "docs" / "verify_bundle.py"
 BOM = b"\xef\xbb\xbf"
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def script(*args: str) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,19 +14,14 @@ import pytest
 from agent_saga import ActionSemantics, Compensation, FileWAL, RollbackIncomplete, saga_scope
 from agent_saga.audit import certify, certify_log
 from agent_saga.records import Record
-from agent_saga.wal.file import iter_file_records
 from agent_saga.wal.readers import FileLogReader
 from engine_support import AllowGate
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, env=env)
+from fixtures.cli import cli
+from fixtures.wal import records as wal_records
 
 
 def _records(p: Path) -> list[Record]:
-    return [r for _, r in iter_file_records(p) if isinstance(r, Record)]
+    return wal_records(p, damaged="skip")
 
 
 CHILD = textwrap.dedent(

@@ -7,10 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,12 +26,7 @@ from agent_saga.audit import (
 )
 from agent_saga.records import Record
 from agent_saga.wal.file import iter_file_records
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+from fixtures.cli import cli
 
 
 @pytest.fixture

@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 from agent_saga import FileWAL
 from agent_saga.chain import seal
 from agent_saga.records import GENESIS, Record, decode_line, encode_line
+from fixtures.cli import cli
 from fixtures.forgery import forge_deletion
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def _write_log(p: Path) -> None:

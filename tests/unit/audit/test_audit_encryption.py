@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,6 +36,8 @@ from agent_saga.audit.encryption import decrypt_record, is_envelope
 from agent_saga.history import fold
 from agent_saga.records import Record
 from agent_saga.wal.file import iter_file_records
+from fixtures.cli import cli as agent_saga_cli
+from fixtures.wal import records as wal_records
 
 K1 = "k1:" + base64.b64encode(b"\x01" * 32).decode()
 K2 = "k2:" + base64.b64encode(b"\x02" * 32).decode()
@@ -49,16 +49,14 @@ def enc(value: str) -> AESGCMEncryptor:
 
 
 def cli(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
     env = {k: v for k, v in os.environ.items() if k != "AGENT_SAGA_WAL_KEY"}
     if key is not None:
         env["AGENT_SAGA_WAL_KEY"] = key
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, env=env)
+    return agent_saga_cli(*args, env=env)
 
 
 def raw_records(p: Path) -> list[Record]:
-    return [r for _, r in iter_file_records(p) if isinstance(r, Record)]
+    return wal_records(p, damaged="skip")
 
 
 def _write(p: Path, key: str, sagas: range) -> None:

@@ -7,7 +7,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 from agent_saga import ConfigurationError, FileWAL, WALError, verify_records
 from agent_saga.audit import export_bundle, redact_records, verify_bundle
 from agent_saga.wal.file import iter_file_records
+from fixtures.cli import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,12 +33,6 @@ def _load_script() -> ModuleType:
 
 
 standalone = _load_script()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def script(*args: str) -> subprocess.CompletedProcess[str]:

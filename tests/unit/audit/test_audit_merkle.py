@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,8 @@ from agent_saga.audit.merkle import (
     verify_inclusion,
 )
 from agent_saga.records import Record
-from agent_saga.wal.file import iter_file_records
+from fixtures.cli import cli
+from fixtures.wal import records as _records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -178,14 +176,6 @@ def _log(path: Path, sagas: int = 5) -> list[Record]:
     return _records(path)
 
 
-def _records(path: Path) -> list[Record]:
-    out = []
-    for _, item in iter_file_records(path):
-        assert isinstance(item, Record), item
-        out.append(item)
-    return out
-
-
 def test_disclosure_verifies_and_reveals_only_one_saga(tmp_path: Path) -> None:
     recs = _log(tmp_path / "a.wal")
     root = audit_root(recs)
@@ -293,12 +283,6 @@ async def test_consistency_holds_while_the_log_grows_and_fails_after_compaction(
 
 
 # ------------------------------------------------------------------ CLI
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
 
 
 def test_cli_audit_root_prove_verify_proof(tmp_path: Path) -> None:

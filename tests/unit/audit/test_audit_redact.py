@@ -5,24 +5,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from agent_saga import ConfigurationError, FileWAL, WALError, verify_records
 from agent_saga.audit import audit_root, redact_record, redact_records
 from agent_saga.chain import header_hash
-from agent_saga.records import Record, canonical_json
+from agent_saga.records import canonical_json
 from agent_saga.wal.file import iter_file_records
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+from fixtures.cli import cli
+from fixtures.wal import records as _records
 
 
 def _log(p: Path) -> None:
@@ -33,14 +26,6 @@ def _log(p: Path) -> None:
     wal.append("SAGA_COMPLETED", "gdpr-1", None, {})
     wal.barrier_sync()
     wal.close()
-
-
-def _records(p: Path) -> list[Record]:
-    out = []
-    for _, item in iter_file_records(p):
-        assert isinstance(item, Record), item
-        out.append(item)
-    return out
 
 
 def test_redaction_destroys_payload_and_salt_and_the_chain_verifies(tmp_path: Path) -> None:

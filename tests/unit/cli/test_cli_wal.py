@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from agent_saga import FileWAL
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("agent-saga", path=str(Path(sys.executable).parent))
-    assert exe, "the agent-saga console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+from fixtures.cli import cli
 
 
 def _log(path: Path) -> None:

@@ -11,17 +11,12 @@ from pathlib import Path
 import pytest
 from agent_saga.cli import main
 from agent_saga.controls import FileSwitchStore, KillSwitch, Lever
-from agent_saga.gates import StepRequest
-from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import iter_file_records
+from fixtures.steps import req
 
 
 def agent_switch(path: Path) -> KillSwitch:
     return KillSwitch(FileSwitchStore(path, poll=0, warn=False))
-
-
-def req(tool: str, saga: str = "s-1") -> StepRequest:
-    return StepRequest(saga, f"{saga}/0", tool, ActionSemantics.COMPENSABLE, {}, ())
 
 
 async def test_halt_and_resume_from_another_process_reach_the_agent(tmp_path: Path):

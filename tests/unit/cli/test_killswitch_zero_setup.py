@@ -21,6 +21,7 @@ from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal import set_default_wal
 from agent_saga.wal.file import iter_file_records
+from fixtures.cli import cli_module
 
 UNSET = ("AGENT_SAGA_SWITCH_STORE", "AGENT_SAGA_REDIS_URL", "AGENT_SAGA_WAL_PATH", "AGENT_SAGA_WAL_STREAM")
 HALT = ["halt", "--scope", "tool:wire.send", "--reason", "fraud pattern", "--by", "soc@corp"]
@@ -32,8 +33,7 @@ def bare_env() -> dict[str, str]:
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], cwd=cwd, env=bare_env(),
-                          capture_output=True, text=True, timeout=60)
+    return cli_module(*args, cwd=cwd, env=bare_env())
 
 
 @pytest.fixture

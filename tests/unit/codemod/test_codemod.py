@@ -22,8 +22,8 @@ from agent_saga import (
     saga_scope,
     saga_states,
 )
-from agent_saga.wal.file import iter_file_records
 from fixtures.gitrepo import EDIT, applied_tree, git, make_repo, state, tree
+from fixtures.wal import records as wal_records
 
 COMPILE = [sys.executable, "-m", "compileall", "-q", "pkg"]
 
@@ -41,7 +41,7 @@ def wal(tmp_path: Path):
 
 
 def records(wal: FileWAL) -> list:
-    return [r for _, r in iter_file_records(wal.path)]
+    return wal_records(wal.path, damaged="keep")
 
 
 def shadows(tmp_path: Path) -> list[Path]:

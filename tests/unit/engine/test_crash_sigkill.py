@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 from agent_saga import verify_records
 from agent_saga.history import COMMITTED, IN_FLIGHT, INTENT, fold
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until
 
 CHILD = textwrap.dedent(
     """
@@ -56,11 +56,7 @@ def test_sigkill_mid_step_leaves_a_verifiable_log_with_the_intent(tmp_path: Path
     wal_path, ready = tmp_path / "crash.wal", tmp_path / "ready"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(wal_path), str(ready)])
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert child.poll() is None, "the child exited before reaching the forward call"
-            assert time.monotonic() < deadline, "the child never reached the forward call"
-            time.sleep(0.01)
+        until("the child reaching the forward call", ready.exists, timeout=60, interval=0.01, proc=child)
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait(30) == -signal.SIGKILL
     finally:

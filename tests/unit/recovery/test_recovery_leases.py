@@ -10,6 +10,7 @@ import pytest
 from agent_saga import ActionSemantics, ConfigurationError, FileWAL, saga_scope
 from agent_saga.recovery.scan import LogScan
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until_async
 
 
 def types(path: Path, saga: str) -> list[str]:
@@ -27,10 +28,8 @@ async def test_the_default_lease_costs_no_record(tmp_path: Path) -> None:
 async def test_a_running_saga_renews_its_lease_and_stops_when_it_ends(tmp_path: Path) -> None:
     wal = FileWAL(tmp_path / "w")
     async with saga_scope(wal, saga_id="s", lease_seconds=0.15):
-        deadline = time.monotonic() + 10
-        while types(tmp_path / "w", "s").count("SAGA_LEASE") < 3:  # the first + 2 renewals
-            assert time.monotonic() < deadline, "the lease was never renewed"
-            await asyncio.sleep(0.02)
+        await until_async("the lease renewed twice", lambda: types(tmp_path / "w", "s").count("SAGA_LEASE") >= 3,
+                          timeout=10)  # the first + 2 renewals
     n = types(tmp_path / "w", "s").count("SAGA_LEASE")
     await asyncio.sleep(0.3)
     wal.close()

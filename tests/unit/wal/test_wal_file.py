@@ -24,14 +24,7 @@ from agent_saga import (
     verify_records,
 )
 from agent_saga.wal.file import iter_file_records, torn_tail_bytes
-
-
-def records(path: Path) -> list:
-    out = []
-    for _, item in iter_file_records(path):
-        assert not isinstance(item, Exception), item
-        out.append(item)
-    return out
+from fixtures.wal import records
 
 
 def verify(path: Path):

@@ -15,14 +15,7 @@ from agent_saga import ConfigurationError, FileWAL, WALClosed, WALError, verify_
 from agent_saga.chain import removal_digest
 from agent_saga.wal.compaction import CompactionAborted
 from agent_saga.wal.file import iter_file_records
-
-
-def records(path: Path) -> list:
-    out = []
-    for _, item in iter_file_records(path):
-        assert not isinstance(item, Exception), item
-        out.append(item)
-    return out
+from fixtures.wal import records
 
 
 def verify(path: Path):

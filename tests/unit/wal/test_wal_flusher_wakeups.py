@@ -18,6 +18,7 @@ import pytest
 from agent_saga import FileWAL, WALError
 from agent_saga.wal.batching import _Bell, _Room
 from agent_saga.wal.file import iter_file_records
+from fixtures.polling import until
 
 
 def _asleep_for_an_hour(wal: FileWAL) -> FileWAL:
@@ -180,10 +181,8 @@ def test_a_record_nobody_waits_for_is_written_after_the_linger_not_the_idle_slee
         wal._linger = 1.0  # noqa: SLF001 - the flusher's clock
         time.sleep(0.3)  # past its last 0.1 s sleep: asleep on the empty queue, now for 20 s
         seq = wal.append("STEP_INTENT", "s-1", "s-1/0", {"tool": "cache.put"})  # no fence
-        deadline = time.monotonic() + 10
-        while wal.stats().durable_seq < seq:
-            assert time.monotonic() < deadline, "the record waited for the flusher's idle sleep"
-            time.sleep(0.01)
+        until("the record durable without waiting for the flusher's idle sleep",
+              lambda: wal.stats().durable_seq >= seq, timeout=10, interval=0.01)
     finally:
         wal.close()
 

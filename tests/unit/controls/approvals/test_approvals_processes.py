@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from agent_saga.wal.file import iter_file_records
+from fixtures.cli import cli_module as cli
 from fixtures.polling import until
 
 AGENT = r"""
@@ -64,10 +65,6 @@ def webhook() -> Iterator[tuple[str, list[dict]]]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def pending(store: str) -> list[dict]:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from agent_saga.controls.approvals import TrustedKeys
 from agent_saga.controls.approvals._names import name_problem
+from fixtures.cli import cli_module as cli
 
 
 @pytest.mark.parametrize(("name", "why"), [
@@ -32,10 +31,6 @@ def test_look_alike_names_are_refused_saying_why(name: str, why: str) -> None:
                                   "\u5f20\u4f1f@corp", "\uae40\u6c11\uc218@corp"])
 def test_plain_names_in_one_script_are_accepted(name: str) -> None:
     assert name_problem(name) is None
-
-
-def cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agent_saga.cli", *argv], capture_output=True, text=True, timeout=60)
 
 
 def test_keygen_binds_the_key_to_its_approver_and_refuses_a_look_alike(tmp_path: Path) -> None:

@@ -15,13 +15,14 @@ from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL, iter_file_records
+from fixtures.steps import req as step_request
 
 C = ActionSemantics.COMPENSABLE
 HUGE = [10**400, -(10**400), 10**5000]
 
 
 def req(**args: object) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", "wire.send", C, args, ())
+    return step_request("wire.send", **args)
 
 
 @pytest.mark.parametrize("value", HUGE, ids=["1e400", "-1e400", "1e5000"])

@@ -4,7 +4,6 @@ the pre-checks later controls plug into, and every verdict reaching the WAL."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from agent_saga.compensation import Compensation
@@ -21,7 +20,9 @@ from agent_saga.errors import ConfigurationError, GateBlocked
 from agent_saga.gates import StepRequest
 from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
-from agent_saga.wal.file import FileWAL, iter_file_records
+from agent_saga.wal.file import FileWAL
+from fixtures.steps import req as step_request
+from fixtures.wal import records
 
 C = ActionSemantics.COMPENSABLE
 I = ActionSemantics.IRREVERSIBLE  # noqa: E741
@@ -56,15 +57,7 @@ class Approver:
 
 
 def req(tool: str = "wire.send", sem: ActionSemantics = I, **args) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, sem, {"amount": 10, **args}, ())
-
-
-def records(path: Path) -> list:
-    out = []
-    for _, item in iter_file_records(path):
-        assert not isinstance(item, Exception), item
-        out.append(item)
-    return out
+    return step_request(tool, sem, **{"amount": 10, **args})
 
 
 async def test_evaluation_order_is_kill_switch_breaker_limits_rules_approval():

@@ -18,6 +18,7 @@ from agent_saga.controls import (
 from agent_saga.errors import ConfigurationError
 from agent_saga.gates import Gate, GateDecision, StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.steps import req
 
 R = ActionSemantics.REVERSIBLE
 C = ActionSemantics.COMPENSABLE
@@ -37,10 +38,6 @@ class Approver:
         if self.raises is not None:
             raise self.raises
         return self.outcome
-
-
-def req(tool: str = "stripe.charge", sem: ActionSemantics = C, tags: tuple[str, ...] = (), **args) -> StepRequest:
-    return StepRequest("s-1", "s-1/0", tool, sem, args, tags)
 
 
 def test_the_gate_implements_the_engine_gate_protocol():

@@ -30,6 +30,7 @@ from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal.file import FileWAL
 from engine_support import read, types, wal_fixture  # noqa: F401
+from fixtures.steps import req
 
 R = ActionSemantics.REVERSIBLE
 C = ActionSemantics.COMPENSABLE
@@ -39,10 +40,6 @@ DAY = 86_400
 
 def switch(clock: ManualClock | None = None, wal: FileWAL | None = None) -> KillSwitch:
     return KillSwitch(FileSwitchStore(warn=False, clock=clock), wal=wal, clock=clock)
-
-
-def req(tool: str, saga: str = "s-1", tags: tuple[str, ...] = ()) -> StepRequest:
-    return StepRequest(saga, f"{saga}/0", tool, C, {}, tags)
 
 
 async def refused(ks: KillSwitch, tool: str, **kw: object) -> bool:

@@ -27,6 +27,7 @@ from agent_saga.controls.limits import Charge
 from agent_saga.errors import ConfigurationError
 from agent_saga.gates import StepRequest
 from agent_saga.semantics import ActionSemantics
+from fixtures.steps import req as step_request
 
 C = ActionSemantics.COMPENSABLE
 I = ActionSemantics.IRREVERSIBLE  # noqa: E741
@@ -62,7 +63,7 @@ def req(amount: object = 100, tool: str = "stripe.charge", sem=C, tags=(), **arg
     policy = dict(args)
     if amount is not _MISSING:
         policy["amount"] = amount
-    return StepRequest("s-1", "s-1/0", tool, sem, policy, tags)
+    return step_request(tool, sem, tags, **policy)
 
 
 _MISSING = object()
