@@ -12,6 +12,10 @@ PY := $(CURDIR)/$(VENV)/bin/python
 FIXTURES_ENV = PYTHONPATH=$(CURDIR)/tests$${PYTHONPATH:+:$$PYTHONPATH}
 RUN := $(FIXTURES_ENV) $(PY)
 PYTEST_ARGS ?=
+# Compiled modules are cached (__pycache__/, ignored by git): the suite starts hundreds of
+# Python processes, and with PYTHONDONTWRITEBYTECODE set each would compile the runtime
+# again (~0.3 s apiece).
+unexport PYTHONDONTWRITEBYTECODE
 # Parallel pytest workers for `make test` (each with its own servers; see tests/conftest.py).
 TEST_WORKERS ?= 2
 
