@@ -30,7 +30,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ..errors import ConfigurationError
-from ..records import Record, validate_id
+from ..records import Record, RecordType, validate_id
 
 __all__ = [
     "ForeignRecords",
@@ -139,7 +139,7 @@ class SagaOwners:
             return True
         where = f"seq {rec.seq} gseq {rec.extra.get('gseq')} type {rec.type}"
         self.foreign.add(writer, rec.saga, owner, where)
-        if rec.type == "SAGA_STARTED":
+        if rec.type == RecordType.SAGA_STARTED.value:
             # An owner's first record is its start: one of the two starts is forged (a
             # writer picks its own entry ids, so the first may be the back-dated one).
             self.contested.setdefault(rec.saga, f"started by writer {owner} and by writer {writer} ({where})")

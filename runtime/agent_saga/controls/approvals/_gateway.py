@@ -42,7 +42,7 @@ from typing import Any
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant, parse_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
-from ...records import canonical_json
+from ...records import ExtensionType, canonical_json
 from ...wal.base import BaseWAL
 from ._keyring import ApproverKeyring
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
@@ -57,11 +57,11 @@ __all__ = ["ApprovalGateway", "ApprovalPolicy", "EscalationLevel"]
 
 log = logging.getLogger("agent_saga.controls")
 
-REQUESTED = "APPROVAL_REQUESTED"
-RESUMED = "APPROVAL_RESUMED"
-ESCALATED = "APPROVAL_ESCALATED"
-DECIDED = "APPROVAL_DECIDED"
-BREAK_GLASS = "APPROVAL_BREAK_GLASS"
+REQUESTED = ExtensionType.APPROVAL_REQUESTED.value
+RESUMED = ExtensionType.APPROVAL_RESUMED.value
+ESCALATED = ExtensionType.APPROVAL_ESCALATED.value
+DECIDED = ExtensionType.APPROVAL_DECIDED.value
+BREAK_GLASS = ExtensionType.APPROVAL_BREAK_GLASS.value
 
 SYSTEM_APPROVER = "agent-saga"
 _HOST = f"{socket.gethostname()}:{os.getpid()}"

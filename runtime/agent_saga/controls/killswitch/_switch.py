@@ -43,6 +43,7 @@ from ...chain import RESERVED_SAGA
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import StepRequest
+from ...records import ExtensionType
 from ...wal.base import BaseWAL
 from .._checks import CheckRefusal, PreCheck
 from ._local import FileSwitchStore
@@ -57,11 +58,11 @@ log = logging.getLogger("agent_saga.controls")
 #: recovery never tries to resolve and compaction never removes (the records are the
 #: audit trail of the control itself, not of any one saga).
 SWITCH_SAGA = RESERVED_SAGA
-ENGAGED = "KILL_SWITCH_ENGAGED"
-LIFTED = "KILL_SWITCH_LIFTED"
-FAILED_CLOSED = "KILL_SWITCH_FAILED_CLOSED"
-DEGRADED = "KILL_SWITCH_DEGRADED"
-RESTORED = "KILL_SWITCH_RESTORED"
+ENGAGED = ExtensionType.KILL_SWITCH_ENGAGED.value
+LIFTED = ExtensionType.KILL_SWITCH_LIFTED.value
+FAILED_CLOSED = ExtensionType.KILL_SWITCH_FAILED_CLOSED.value
+DEGRADED = ExtensionType.KILL_SWITCH_DEGRADED.value
+RESTORED = ExtensionType.KILL_SWITCH_RESTORED.value
 
 _HOST = f"{socket.gethostname()}:{os.getpid()}"
 
