@@ -23,12 +23,9 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-import re
-import secrets
-import socket
 from dataclasses import dataclass, field
 
+from .._identity import process_identity
 from ..errors import ConfigurationError
 from ..records import Record, RecordType, validate_id
 
@@ -75,7 +72,7 @@ def identity_writer(identity: str, suffix: str | None = None) -> str:
     ``<pid>-<random>``, unique per process, so two processes of one pod never fence each
     other). Its stream is one the identity's ACL user may append to."""
     check_identity(identity)
-    return validate_id(f"{identity}@{suffix or f'{os.getpid()}-{secrets.token_hex(3)}'}", "writer")
+    return validate_id(f"{identity}@{suffix or process_identity().instance()}", "writer")
 
 
 def writer_of_identity(writer: str, identity: str) -> bool:
@@ -87,8 +84,7 @@ def local_identity(namespace: str, pod: str | None = None) -> str:
     """This process's identity ``NS/POD``: ``pod``, else ``$POD_NAME``, else the host name
     (a pod's name), as its heartbeat names it (characters a writer id cannot hold become
     ``-``)."""
-    p = re.sub(r"[^A-Za-z0-9._-]", "-", pod or os.environ.get("POD_NAME") or socket.gethostname())
-    return check_identity(f"{namespace}/{p}")
+    return check_identity(f"{namespace}/{process_identity(pod).pod_name}")
 
 
 @dataclass(slots=True)

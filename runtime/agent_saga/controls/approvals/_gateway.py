@@ -34,11 +34,11 @@ import asyncio
 import logging
 import math
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..._identity import process_identity
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant, parse_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
@@ -64,7 +64,7 @@ DECIDED = ExtensionType.APPROVAL_DECIDED.value
 BREAK_GLASS = ExtensionType.APPROVAL_BREAK_GLASS.value
 
 SYSTEM_APPROVER = "agent-saga"
-_HOST = f"{socket.gethostname()}:{os.getpid()}"
+_HOST = process_identity().seen_by  # read once, at import
 _DISPLAY_MAX = 32
 
 
@@ -178,7 +178,7 @@ class ApprovalGateway:
         self._clock = clock or SYSTEM_CLOCK
         self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
             or "default"
-        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or socket.gethostname()
+        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().host
         if trusted_keys is None:
             trusted_keys = TrustedKeys.from_env()
         elif not isinstance(trusted_keys, TrustedKeys):

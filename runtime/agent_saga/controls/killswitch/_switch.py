@@ -32,13 +32,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import re
-import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..._identity import process_identity
 from ...chain import RESERVED_SAGA
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, WALError
@@ -64,7 +63,7 @@ FAILED_CLOSED = ExtensionType.KILL_SWITCH_FAILED_CLOSED.value
 DEGRADED = ExtensionType.KILL_SWITCH_DEGRADED.value
 RESTORED = ExtensionType.KILL_SWITCH_RESTORED.value
 
-_HOST = f"{socket.gethostname()}:{os.getpid()}"
+_HOST = process_identity().seen_by  # read once, at import
 
 
 @dataclass(slots=True)
