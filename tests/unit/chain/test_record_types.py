@@ -14,6 +14,7 @@ other string in runtime/, operator/ or recoveryd/ names one.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from agent_saga.records import (
@@ -28,6 +29,12 @@ from agent_saga.records import (
 ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "runtime" / "agent_saga"
 _TABLE = {**RecordType.__members__, **ExtensionType.__members__}
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for all the tests here."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _constants(tree: ast.Module) -> dict[str, str]:
@@ -70,9 +77,9 @@ def written_types() -> dict[str, str]:
     shared: dict[str, str] = {}
     for other in RUNTIME.rglob("*.py"):
         if other.name in ("recordtypes.py", "records.py", "chain.py", "compaction.py"):
-            shared.update(_constants(ast.parse(other.read_text())))
+            shared.update(_constants(_parsed(other)))
     for path in sorted(RUNTIME.rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = _parsed(path)
         consts = {**shared, **_constants(tree)}
         for node in ast.walk(tree):
             arg: ast.expr | None = None
@@ -131,7 +138,7 @@ def test_no_string_but_the_table_names_a_record_type() -> None:
         for path in sorted((ROOT / root).rglob("*.py")):
             if path == RUNTIME / "records.py":
                 continue
-            tree = ast.parse(path.read_text(), str(path))
+            tree = _parsed(path)
             names = set()  # the strings of __all__ and _SOURCES are Python names, not types
             for node in ast.walk(tree):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
