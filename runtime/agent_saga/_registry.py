@@ -50,6 +50,9 @@ class Registry:
         self._taken = taken
         self._lock = threading.Lock()
         self._functions: dict[str, Callable[..., Any]] = {}
+        #: The function registered as a name, or ``None`` (the dict's own ``get``: a
+        #: lookup on a rollback path costs one call).
+        self.get: Callable[[str], Callable[..., Any] | None] = self._functions.get
 
     def check_name(self, name: object) -> str:
         """``name`` if it is a valid name; ``ConfigurationError`` saying what one is otherwise."""
@@ -76,10 +79,6 @@ class Registry:
             return fn
 
         return register
-
-    def get(self, name: str) -> Callable[..., Any] | None:
-        """The function registered as ``name``, or ``None``."""
-        return self._functions.get(name)
 
     def snapshot(self) -> dict[str, Callable[..., Any]]:
         """A copy of the registry: name -> function."""
