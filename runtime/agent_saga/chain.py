@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from . import records as _records
 from .errors import WALCorrupt
 from .records import _BUILD, GENESIS, SCHEMA_VERSION, Record, canonical_json, encode_line
 from .scrubber import scrub_id, scrub_payload, texts_hinted
@@ -98,7 +99,7 @@ def reject_record(rec: Record, exc: Exception) -> None:
     """Turn ``rec``, whose payload could not be encoded, into a ``RECORD_REJECTED`` record
     under the same seq: the chain keeps no gap and the log says what happened."""
     rec.payload = {"original_type": rec.type, "error": f"{type(exc).__name__}: {exc}"}
-    rec.type = "RECORD_REJECTED"
+    rec.type = _records.ExtensionType.RECORD_REJECTED.value
 
 
 _UNENCODABLE = "\x00unencodable"  # a marker no canonical JSON text equals (it starts with NUL)
@@ -225,7 +226,7 @@ def seal_batch(
 # the next record's ``prev``: the chain is still checked across the gap. Attestations are
 # never removed by a later compaction, so a gap once explained stays explained.
 
-ATTESTATION_TYPE = "COMPACTION"
+ATTESTATION_TYPE = _records.RecordType.COMPACTION.value
 RESERVED_SAGA = "wal"  # the WAL's own records (attestations, torn-tail notes)
 
 

@@ -24,12 +24,11 @@ Invariants:
 from __future__ import annotations
 
 import importlib
-import re
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from ._registry import NAME_PATTERN, Registry
 from .errors import CompensationError, ConfigurationError, HandlerNotRegistered
 from .payloads import _flat_copy, snapshot_mapping
 
@@ -42,10 +41,18 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-HANDLER_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+HANDLER_PATTERN = NAME_PATTERN
 
 _DICT_KEYS = frozenset({"handler", "kwargs", "description"})
 
+
+_handlers = Registry(
+    decorator="compensator",
+    bad_name="compensation handler name {name!r} is not valid: use a stable dotted name such as "
+             "'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])",
+    taken="compensation handler {name!r} is already registered to {prev}; cannot register {new} under the "
+          "same name. Handler names are global and stable: choose another name",
+)
 
 _VALID_NAMES: set[str] = set()  # handler names already checked (a set of str: no lock needed)
 _VALID_NAMES_MAX = 4096
@@ -54,16 +61,12 @@ _VALID_NAMES_MAX = 4096
 def _check_handler_name(name: object) -> str:
     if name.__class__ is str and name in _VALID_NAMES:
         return name
-    if not isinstance(name, str) or not HANDLER_PATTERN.match(name):
-        raise ConfigurationError(
-            f"compensation handler name {name!r} is not valid: use a stable dotted name "
-            f"such as 'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])"
-        )
-    if name.__class__ is str:
+    valid = _handlers.check_name(name)
+    if valid.__class__ is str:
         if len(_VALID_NAMES) >= _VALID_NAMES_MAX:
             _VALID_NAMES.clear()  # names made up per call must not grow this
-        _VALID_NAMES.add(name)
-    return name
+        _VALID_NAMES.add(valid)
+    return valid
 
 
 class _Factory:
@@ -189,9 +192,6 @@ def coerce_compensation(value: object, tool: str) -> Compensation | None:
 
 # ---------------------------------------------------------------------------- registry
 
-_lock = threading.Lock()
-_registry: dict[str, Callable[..., Any]] = {}
-
 #: Handlers the runtime ships, by name prefix -> the module that registers them (the
 #: compensators and reconcilers of ``agent_saga.codemod``). Named, not imported (those
 #: modules sit above this one): a lookup imports them, and so does registering a name
@@ -230,27 +230,8 @@ def compensator(name: str) -> Callable[[F], F]:
     or a name already registered to a different function.
     """
     _check_handler_name(name)
-
-    def register(fn: F) -> F:
-        if not callable(fn):
-            raise ConfigurationError(f"@compensator({name!r}) must decorate a callable, got {fn!r}")
-        load_shipped_handlers(name)
-        with _lock:
-            prev = _registry.get(name)
-            if prev is not None and prev is not fn and _qualname(prev) != _qualname(fn):
-                raise ConfigurationError(
-                    f"compensation handler {name!r} is already registered to "
-                    f"{_qualname(prev)}; cannot register {_qualname(fn)} under the same name. "
-                    f"Handler names are global and stable: choose another name"
-                )
-            _registry[name] = fn
-        return fn
-
-    return register
-
-
-def _qualname(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    load_shipped_handlers(name)
+    return _handlers.register(name)
 
 
 def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Callable[..., Any]:
@@ -258,7 +239,7 @@ def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Calla
     (its message shows the ``@compensator`` line to add, with ``kwargs``' names as the
     handler's parameters)."""
     load_shipped_handlers()
-    fn = _registry.get(name)
+    fn = _handlers.get(name)
     if fn is None:
         raise HandlerNotRegistered(name, tuple(kwargs or ()))
     return fn
@@ -267,11 +248,9 @@ def get_compensator(name: str, kwargs: Mapping[str, Any] | None = None) -> Calla
 def registered_compensators() -> dict[str, Callable[..., Any]]:
     """A snapshot of the registry: handler name -> function."""
     load_shipped_handlers()
-    with _lock:
-        return dict(_registry)
+    return _handlers.snapshot()
 
 
 def unregister_compensator(name: str) -> bool:
     """Remove ``name`` from the registry (tests, plugin unloading); True if it was there."""
-    with _lock:
-        return _registry.pop(name, None) is not None
+    return _handlers.unregister(name)

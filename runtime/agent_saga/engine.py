@@ -75,7 +75,7 @@ from .idempotency import (
 )
 from .invoke import PLAIN, Expired, call_with_retries, derive
 from .payloads import describe_error, error_text, snapshot_mapping
-from .records import RecordType
+from .records import ExtensionType, RecordType
 from .retry import NO_RETRY, RetryPolicy
 from .rollback import RollbackEntry, RollbackReport, roll_back
 from .semantics import ActionSemantics, coerce_semantics
@@ -104,7 +104,7 @@ _RUNNING, _CLOSING, _COMPLETED, _ROLLED_BACK, _PARTIAL, _QUARANTINED = (
 #: The record a quarantined saga ends with: it was frozen, not rolled back (not terminal:
 #: the saga stays unresolved, and the recovery daemon skips it, until a human decides).
 #: Same name as ``agent_saga.recovery.recordtypes.SAGA_QUARANTINED``.
-SAGA_QUARANTINED: Final = "SAGA_QUARANTINED"
+SAGA_QUARANTINED: Final = ExtensionType.SAGA_QUARANTINED.value
 
 CompensationFactory = Callable[[Any], "Compensation | Mapping[str, Any] | None"]
 

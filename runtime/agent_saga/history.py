@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import Record, RecordType
+from .records import ExtensionType, Record, RecordType
 
 R = RecordType
+_TORN_TAIL = ExtensionType.WAL_TORN_TAIL.value
 
 # Step states, in the order a step can move through them.
 INTENT = "INTENT"  # intent durable, no outcome: may have happened (dangling)
@@ -92,7 +93,7 @@ def fold(records: Iterable[Record]) -> dict[str, SagaState]:
     """Reduce records (in log order) to saga states, keyed by saga id, in first-seen order."""
     sagas: dict[str, SagaState] = {}
     for rec in records:
-        if rec.type == "WAL_TORN_TAIL" or rec.saga == "wal":
+        if rec.type == _TORN_TAIL or rec.saga == "wal":
             continue
         saga = sagas.get(rec.saga)
         if saga is None:

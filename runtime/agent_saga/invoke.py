@@ -27,6 +27,7 @@ from .errors import CompensationError, SagaError
 from .executor import ToolExecutor
 from .idempotency import IDEMPOTENCY_KWARG, callable_info
 from .payloads import describe_error, error_text
+from .records import RecordType
 from .retry import RetryPolicy
 from .semantics import ActionSemantics
 
@@ -39,8 +40,8 @@ _NO_KWARGS: Mapping[str, Any] = {}
 #: could define ``__await__``).
 PLAIN: frozenset[type] = frozenset({dict, list, tuple, str, int, float, bool, bytes, type(None)})
 
-STEP_RETRY = "STEP_RETRY"  # an attempt failed and will be tried again
-STEP_FALLBACK = "STEP_FALLBACK"  # attempts exhausted: the fallback action runs
+STEP_RETRY = RecordType.STEP_RETRY.value  # an attempt failed and will be tried again
+STEP_FALLBACK = RecordType.STEP_FALLBACK.value  # attempts exhausted: the fallback action runs
 
 Note = Callable[[str, dict[str, Any]], None]
 

@@ -8,10 +8,11 @@ A record on disk is one line of JSON with a fixed field order::
 Invariants:
 - ``seq`` is assigned by the writer, strictly increasing by one within one writer's log.
 - ``ts`` is integer microseconds since the epoch (integers hash identically in every language).
-- ``saga`` and ``step`` match ``ID_PATTERN``; ``type`` is a ``RecordType`` value or an upper
-  snake-case extension name (``KNOWN_TYPES`` lists those this version writes; a newer
-  writer may add others, see ``is_known_type``). None of them can contain a newline,
-  which the chain relies on.
+- ``saga`` and ``step`` match ``ID_PATTERN``; ``type`` is an upper snake-case name: the one
+  table of those this version writes is ``RecordType`` (the engine's) and
+  ``ExtensionType`` (the other writers'); a newer writer may add others, see
+  ``is_known_type``. Code names a type through that table, never by a string of its own.
+  None of them can contain a newline, which the chain relies on.
 - ``payload`` is a JSON object; credentials never appear in it (references only; the
   scrubber run by ``chain.seal`` redacts any that slip in). Ids with a credential format
   are refused by ``validate_id``.
@@ -70,31 +71,52 @@ TERMINAL_SAGA_TYPES = frozenset(
     }
 )
 
-#: Record types written by parts of the library other than the engine (WAL, audit, the
-#: controls, recovery). Each is defined where it is written; this list is what a reader
-#: checks a type against (``tests/unit/chain/test_record_types.py`` pins it to the writers).
-EXTENSION_TYPES = frozenset(
-    {
-        # the WAL itself and audit (reserved saga ``wal``)
-        "WAL_TORN_TAIL", "RECORD_REJECTED", "COMPACTION_FAILED", "REDACTION",
-        # the kill switch and the breaker (reserved saga ``wal``)
-        "KILL_SWITCH_ENGAGED", "KILL_SWITCH_LIFTED", "KILL_SWITCH_FAILED_CLOSED",
-        "KILL_SWITCH_DEGRADED", "KILL_SWITCH_RESTORED",
-        "BREAKER_OPENED", "BREAKER_PROBE", "BREAKER_CLOSED",
-        # approvals, in the saga that waits
-        "APPROVAL_REQUESTED", "APPROVAL_RESUMED", "APPROVAL_ESCALATED", "APPROVAL_DECIDED",
-        "APPROVAL_BREAK_GLASS",
-        # recovery, in the saga it resolves or freezes
-        "RECOVERY_STARTED", "STEP_RECONCILED", "SAGA_QUARANTINED", "SAGA_QUARANTINE_LIFTED",
-        # the router and the context broker (reserved saga ``wal``)
-        "ROUTING_DECISION", "ROUTING_REFUSED", "MODEL_ACTION_REPAIRED", "MODEL_ACTION_REFUSED",
-        "CONTEXT_SERVED", "CONTEXT_EVICTED",
-        # the agent loop, in the saga of its run
-        "LOOP_STEP", "LOOP_STOPPED",
-        # an offline mesh device claims an entity, in the saga that claims it
-        "MESH_CLAIM",
-    }
-)
+class ExtensionType(enum.StrEnum):
+    """Record types written by parts of the library other than the engine (WAL, audit, the
+    controls, recovery). Values are stable on-disk names. Writers and readers refer to
+    these members; ``tests/unit/chain/test_record_types.py`` pins the table to the writers."""
+
+    # the WAL itself and audit (reserved saga ``wal``)
+    WAL_TORN_TAIL = "WAL_TORN_TAIL"
+    RECORD_REJECTED = "RECORD_REJECTED"
+    COMPACTION_FAILED = "COMPACTION_FAILED"
+    REDACTION = "REDACTION"
+    # the kill switch and the breaker (reserved saga ``wal``)
+    KILL_SWITCH_ENGAGED = "KILL_SWITCH_ENGAGED"
+    KILL_SWITCH_LIFTED = "KILL_SWITCH_LIFTED"
+    KILL_SWITCH_FAILED_CLOSED = "KILL_SWITCH_FAILED_CLOSED"
+    KILL_SWITCH_DEGRADED = "KILL_SWITCH_DEGRADED"
+    KILL_SWITCH_RESTORED = "KILL_SWITCH_RESTORED"
+    BREAKER_OPENED = "BREAKER_OPENED"
+    BREAKER_PROBE = "BREAKER_PROBE"
+    BREAKER_CLOSED = "BREAKER_CLOSED"
+    # approvals, in the saga that waits
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    APPROVAL_RESUMED = "APPROVAL_RESUMED"
+    APPROVAL_ESCALATED = "APPROVAL_ESCALATED"
+    APPROVAL_DECIDED = "APPROVAL_DECIDED"
+    APPROVAL_BREAK_GLASS = "APPROVAL_BREAK_GLASS"
+    # recovery, in the saga it resolves or freezes
+    RECOVERY_STARTED = "RECOVERY_STARTED"
+    STEP_RECONCILED = "STEP_RECONCILED"
+    SAGA_QUARANTINED = "SAGA_QUARANTINED"
+    SAGA_QUARANTINE_LIFTED = "SAGA_QUARANTINE_LIFTED"
+    # the router and the context broker (reserved saga ``wal``)
+    ROUTING_DECISION = "ROUTING_DECISION"
+    ROUTING_REFUSED = "ROUTING_REFUSED"
+    MODEL_ACTION_REPAIRED = "MODEL_ACTION_REPAIRED"
+    MODEL_ACTION_REFUSED = "MODEL_ACTION_REFUSED"
+    CONTEXT_SERVED = "CONTEXT_SERVED"
+    CONTEXT_EVICTED = "CONTEXT_EVICTED"
+    # the agent loop, in the saga of its run
+    LOOP_STEP = "LOOP_STEP"
+    LOOP_STOPPED = "LOOP_STOPPED"
+    # an offline mesh device claims an entity, in the saga that claims it
+    MESH_CLAIM = "MESH_CLAIM"
+
+
+#: The extension types' names (``ExtensionType``): what a reader checks a type against.
+EXTENSION_TYPES = frozenset(t.value for t in ExtensionType)
 
 #: Every record type this version of agent-saga writes, so can read.
 KNOWN_TYPES = frozenset(t.value for t in RecordType) | EXTENSION_TYPES

@@ -19,19 +19,19 @@ writer cannot rewrite, it pins the log's length. Verifying a log against it chec
 
 Redaction keeps every hash, so it never invalidates a checkpoint. The signed message is
 ``"agent-saga.checkpoint/v1\\n" + canonical_json(body)``: any Ed25519 implementation can
-check it. ``cryptography`` is imported only here, when a checkpoint is made or checked.
+check it. ``cryptography`` is imported only when a checkpoint is made or checked (``agent_saga._ed25519``).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .. import _ed25519
 from ..chain import VerifyResult, is_attestation, parse_attestation, verify_records
 from ..errors import ConfigurationError, WALCorrupt, WALError
 from ..records import Record, canonical_json
@@ -41,14 +41,7 @@ CHECKPOINT_FORMAT = "agent-saga.checkpoint/v1"
 _DOMAIN = b"agent-saga.checkpoint/v1\n"
 
 
-def _crypto() -> Any:
-    try:
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ImportError as exc:
-        raise ConfigurationError(
-            "signed checkpoints need the 'cryptography' package: pip install 'agent-saga[encryption]'"
-        ) from exc
-    return ed25519
+_MISSING = "signed checkpoints need the 'cryptography' package: pip install 'agent-saga[encryption]'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,66 +123,26 @@ class CheckpointResult:
 
 def public_key_id(raw_public: bytes) -> str:
     """A key's id: the first 16 hex of SHA-256 over its 32 raw public bytes."""
-    return hashlib.sha256(raw_public).hexdigest()[:16]
-
-
-def _raw_public(public_key: Any) -> bytes:
-    from cryptography.hazmat.primitives import serialization
-
-    raw: bytes = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return raw
+    return _ed25519.raw_key_id(raw_public)
 
 
 def generate_signing_key(path: str | os.PathLike[str]) -> tuple[str, str]:
     """Write a new Ed25519 private key (PEM, mode 0600) to ``path`` and its public key to
     ``path + ".pub"``; return both paths. Refuses to overwrite an existing file."""
-    ed25519 = _crypto()
-    from cryptography.hazmat.primitives import serialization
-
-    p = os.fspath(path)
-    key = ed25519.Ed25519PrivateKey.generate()
-    priv = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-    pub = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                        serialization.PublicFormat.SubjectPublicKeyInfo)
-    for target, data, mode in ((p, priv, 0o600), (p + ".pub", pub, 0o644)):
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-        except FileExistsError:
-            raise ConfigurationError(f"{target!r} exists; refusing to overwrite a key") from None
-        with open(fd, "wb") as f:
-            f.write(data)
-    return p, p + ".pub"
+    return _ed25519.generate(path, _MISSING)
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Any:
     """An Ed25519 private key from a PEM file (``agent-saga keygen checkpoint`` or openssl)."""
-    ed25519 = _crypto()
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_pem_private_key(_read(path, "private key"), password=None)
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise ConfigurationError(f"{os.fspath(path)!r} is not an Ed25519 private key")
-    return key
+    return _ed25519.load_private_key(path, what="private key", make="agent-saga keygen checkpoint --out FILE",
+                                     missing=_MISSING)
 
 
 def load_public_key(path: str | os.PathLike[str]) -> Any:
     """An Ed25519 public key from a PEM file (``KEY.pub``)."""
-    ed25519 = _crypto()
-    from cryptography.hazmat.primitives import serialization
-
-    key = serialization.load_pem_public_key(_read(path, "public key"))
-    if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise ConfigurationError(f"{os.fspath(path)!r} is not an Ed25519 public key")
-    return key
-
-
-def _read(path: str | os.PathLike[str], what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} file {os.fspath(path)!r} does not exist") from None
+    _ed25519.ed25519(_MISSING)
+    return _ed25519.load_public_key(_ed25519.read_key_file(path, "public key"), where=repr(os.fspath(path)),
+                                    missing=_MISSING)
 
 
 # ---------------------------------------------------------------------- make and check
@@ -225,21 +178,20 @@ def make_checkpoint(
     root = audit_root(recs)
     cp = Checkpoint(log_id, result.last_seq, result.head, result.records, root.size, root.root,
                     time.time_ns() // 1000 if ts is None else ts,
-                    public_key_id(_raw_public(private_key.public_key())))
-    sig = private_key.sign(cp.message())
-    return replace(cp, signature=base64.b64encode(sig).decode())
+                    _ed25519.key_id(private_key.public_key()))
+    return replace(cp, signature=_ed25519.sign_b64(private_key, cp.message()))
 
 
 def signature_problem(checkpoint: Checkpoint, public_key: Any) -> str | None:
     """Why ``checkpoint`` is not signed by ``public_key``, or None if it is."""
-    from cryptography.exceptions import InvalidSignature
-
-    have = public_key_id(_raw_public(public_key))
+    have = _ed25519.key_id(public_key)
     if have != checkpoint.key_id:
         return f"the checkpoint names signing key {checkpoint.key_id}, the public key given is {have}"
     try:
-        public_key.verify(base64.b64decode(checkpoint.signature, validate=True), checkpoint.message())
-    except (InvalidSignature, ValueError):
+        signature = base64.b64decode(checkpoint.signature, validate=True)
+    except ValueError:
+        signature = b""
+    if not _ed25519.verifies(public_key, signature, checkpoint.message()):
         return "the signature does not verify: the checkpoint was forged or altered"
     return None
 

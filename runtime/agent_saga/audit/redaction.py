@@ -34,10 +34,10 @@ from typing import Any
 
 from ..chain import RESERVED_SAGA, VerifyResult, seal, verify_records
 from ..errors import ConfigurationError, WALCorrupt, WALError
-from ..records import Record, decode_line, encode_line
+from ..records import ExtensionType, Record, decode_line, encode_line
 from ..wal.file import iter_file_records
 
-REDACTION_TYPE = "REDACTION"
+REDACTION_TYPE = ExtensionType.REDACTION.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ from ..controls.approvals import (
 )
 from ..controls.approvals._keyring import ENV_KEYRING
 from ..controls.approvals._render import escape_text
-from ..controls.approvals._signing import ENV_SIGNING_KEY, TrustedKeys
+from ..controls.approvals._signing import ENV_SIGNING_KEY, TrustedKeys, load_signing_key
 from ..controls.approvals._store import unproven
 from ..errors import ConfigurationError
 from ..plane import ENV_REDIS_URL, choose_store
@@ -284,15 +284,7 @@ def cmd_challenge(args: argparse.Namespace) -> int:
 
 def _assertion(args: argparse.Namespace, challenge: ActionChallenge) -> dict[str, Any]:
     if args.key:
-        from cryptography.hazmat.primitives import serialization
-
-        with open(args.key, "rb") as f:
-            try:
-                key = serialization.load_pem_private_key(f.read(), password=None)
-            except (ValueError, TypeError) as exc:
-                raise ConfigurationError(f"--key {args.key!r} is not a PEM private key (make one with `agent-saga "
-                                         f"keygen approver --out FILE`)") from exc
-        return sign_challenge(key, challenge).to_doc()
+        return sign_challenge(load_signing_key(args.key, "approver key", "--key"), challenge).to_doc()
     if args.assertion:
         with open(args.assertion, encoding="utf-8") as f:
             try:

@@ -32,10 +32,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 from typing import Any
 
+from .._identity import process_identity
 from ..clocks import format_instant, parse_duration
 from ..controls.killswitch import (
     ENGAGED,
@@ -119,7 +119,7 @@ def _record(args: argparse.Namespace, type_: str, payload: dict[str, Any]) -> st
         return None
     try:
         seq = wal.append(type_, SWITCH_SAGA, None, {**payload, "source": "cli",
-                                                    "seen_by": f"{socket.gethostname()}:{os.getpid()}"})
+                                                    "seen_by": process_identity().seen_by})
         wal.barrier_sync(seq)
     finally:
         wal.close()

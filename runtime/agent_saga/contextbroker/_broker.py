@@ -43,6 +43,7 @@ from typing import Any
 from ..chain import RESERVED_SAGA
 from ..context import current_saga_id
 from ..errors import ConfigurationError, SagaError
+from ..records import ExtensionType
 from ..routing import Message, estimate_tokens
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
@@ -52,8 +53,8 @@ __all__ = ["SERVED", "EVICTED", "ContextBroker", "ContextItem", "DriftedSource",
 
 log = logging.getLogger("agent_saga.contextbroker")
 
-SERVED = "CONTEXT_SERVED"
-EVICTED = "CONTEXT_EVICTED"
+SERVED = ExtensionType.CONTEXT_SERVED.value
+EVICTED = ExtensionType.CONTEXT_EVICTED.value
 
 Reader = Callable[[], str | bytes]
 

@@ -26,13 +26,13 @@ import contextlib
 import logging
 import math
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._identity import process_identity
 from ..errors import ConfigurationError
 from ._model import (
     AGENTS_CHANNEL,
@@ -69,7 +69,7 @@ def pod_name(pod: str | None = None) -> str:
     """This process's pod: ``pod``, else ``$POD_NAME``, else the host name (without "/").
     With the namespace it is the agent's identity: its heartbeat, its part of the limit
     windows, its Redis user (``agent-saga acl agent --agent <namespace>/<pod>``)."""
-    return (pod or os.environ.get("POD_NAME") or socket.gethostname()).replace("/", "-")
+    return process_identity(pod).pod.replace("/", "-")
 
 
 def _runtime_version() -> str:

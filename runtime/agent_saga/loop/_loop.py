@@ -63,6 +63,7 @@ from ..errors import (
     WALError,
 )
 from ..gates import Gate
+from ..records import ExtensionType
 from ..rollback import RollbackReport
 from ..routing import (
     Message,
@@ -78,8 +79,8 @@ from ._tools import LoopTool, result_text
 
 __all__ = ["LOOP_STEP", "LOOP_STOPPED", "AgentLoop", "LoopResult", "StopReason"]
 
-LOOP_STEP = "LOOP_STEP"
-LOOP_STOPPED = "LOOP_STOPPED"
+LOOP_STEP = ExtensionType.LOOP_STEP.value
+LOOP_STOPPED = ExtensionType.LOOP_STOPPED.value
 
 
 class StopReason(enum.StrEnum):

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigurationError, SagaError
-from ..records import Record
+from ..records import ExtensionType, Record
 from ..wal.base import WrappedWAL
 from ..wal.compaction import CompactionReport
 from ..wal.file import FileWAL, iter_file_records
 from .gset import MESH_KEY, SUFFIX, RecordSet, stamp, validate_device
 
-MESH_CLAIM = "MESH_CLAIM"  # a device claims an entity for a saga: payload {"entity": id}
+MESH_CLAIM = ExtensionType.MESH_CLAIM.value  # a device claims an entity for a saga: payload {"entity": id}
 
 
 def _clock(rec: Record) -> int:

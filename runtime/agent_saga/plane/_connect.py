@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._identity import process_identity
 from ..errors import ConfigurationError
 from ..heartbeat import (
     AppliedRef,
@@ -266,11 +267,9 @@ def connect_policy_plane(
         if not url or not namespace:
             raise ConfigurationError("connect_policy_plane needs the policy plane's url= and the namespace= whose "
                                      "KillSwitches, BudgetLimits and SagaPolicies govern this agent")
-        import socket
-
         from ._settings import DEFAULT_GRACE
 
-        settings = PlaneSettings(url, namespace, agent or socket.gethostname().split(".")[0],
+        settings = PlaneSettings(url, namespace, agent or process_identity().short_host,
                                  grace=DEFAULT_GRACE if grace is None else float(grace), wal_key=wal_key)
     with _lock:
         if _current is not None:

@@ -30,10 +30,10 @@ from __future__ import annotations
 import math
 import os
 import re
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._identity import process_identity
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -143,7 +143,7 @@ class PlaneSettings:
                 f"KillSwitches, BudgetLimits and SagaPolicies govern this agent (in a pod: valueFrom.fieldRef "
                 f"metadata.namespace)")
         check_namespace(namespace, what=ENV_NAMESPACE if env.get(ENV_NAMESPACE) else "POD_NAMESPACE")
-        agent = (env.get(ENV_AGENT) or "").strip() or socket.gethostname().split(".")[0]
+        agent = (env.get(ENV_AGENT) or "").strip() or process_identity().short_host
         check_agent(agent, what=ENV_AGENT if env.get(ENV_AGENT) else "the host name (set AGENT_SAGA_AGENT)")
         prefix = (env.get(ENV_KEY_PREFIX) or "agentsaga").strip()
         if not prefix or any(c.isspace() for c in prefix):

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .._identity import process_identity
 from .errors import location_error
 
 __all__ = ["Claim", "ClaimLock", "FileClaimLock"]
@@ -88,7 +89,7 @@ class FileClaimLock:
     def __init__(self, directory: str | os.PathLike[str], *, owner: str | None = None) -> None:
         self.directory = os.fspath(directory)
         self.description = f"flock files in {self.directory}"
-        self.owner = owner or f"pid{os.getpid()}"
+        self.owner = owner or f"pid{process_identity().pid}"
         self._held: dict[str, tuple[int, str]] = {}  # name -> (fd, token)
         self._lock = threading.Lock()
 

@@ -54,11 +54,10 @@ import importlib
 import logging
 import os
 import random
-import secrets
-import socket
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .._identity import process_identity
 from .._unawaited import runs_if_discarded
 from ..audit.encryption import PayloadEncryptor
 from ..clocks import Clock, as_clock
@@ -85,8 +84,8 @@ __all__ = ["RecoveryDaemon", "SweepReport"]
 log = logging.getLogger("agent_saga.recovery")
 
 def default_daemon_id() -> str:
-    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:60] or "host"
-    return f"recovery-{host}-{os.getpid()}-{secrets.token_hex(3)}"
+    """``recovery-<host>-<pid>-<random>``: unique per process (``_identity``)."""
+    return process_identity().unique_id("recovery-", host_chars=60)
 
 
 class RecoveryDaemon(Sweeping):

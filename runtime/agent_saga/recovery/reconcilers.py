@@ -32,12 +32,12 @@ one reconciler.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..compensation import HANDLER_PATTERN, Compensation, coerce_compensation, load_shipped_handlers
+from .._registry import Registry
+from ..compensation import Compensation, coerce_compensation, load_shipped_handlers
 from ..credentials import redact_secrets
 from ..errors import ConfigurationError
 
@@ -52,8 +52,13 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_lock = threading.Lock()
-_registry: dict[str, Callable[..., Any]] = {}
+_reconcilers = Registry(
+    decorator="reconciler",
+    bad_name="reconciler name {name!r} is not valid: use the handler's or tool's stable name, e.g. "
+             "'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])",
+    taken="{name!r} already has the reconciler {prev}; cannot register {new} as well: one name, one "
+          "authority on what is true",
+)
 
 _DETAIL_MAX = 500
 
@@ -132,47 +137,23 @@ def reconciler(name: str) -> Callable[[F], F]:
     ``ConfigurationError`` at decoration time for an invalid name, a non-callable, or a
     name that already has a different reconciler.
     """
-    if not isinstance(name, str) or not HANDLER_PATTERN.match(name):
-        raise ConfigurationError(
-            f"reconciler name {name!r} is not valid: use the handler's or tool's stable name, "
-            f"e.g. 'stripe.refund' (1-128 characters from [A-Za-z0-9._:/-])"
-        )
-
-    def register(fn: F) -> F:
-        if not callable(fn):
-            raise ConfigurationError(f"@reconciler({name!r}) must decorate a callable, got {fn!r}")
-        load_shipped_handlers(name)
-        with _lock:
-            prev = _registry.get(name)
-            if prev is not None and prev is not fn and _qualname(prev) != _qualname(fn):
-                raise ConfigurationError(
-                    f"{name!r} already has the reconciler {_qualname(prev)}; cannot register "
-                    f"{_qualname(fn)} as well: one name, one authority on what is true"
-                )
-            _registry[name] = fn
-        return fn
-
+    register = _reconcilers.register(name)  # the name is checked first
+    load_shipped_handlers(name)
     return register
-
-
-def _qualname(fn: Callable[..., Any]) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def get_reconciler(name: str) -> Callable[..., Any] | None:
     """The reconciler registered for ``name``, or ``None``."""
     load_shipped_handlers()
-    return _registry.get(name)
+    return _reconcilers.get(name)
 
 
 def registered_reconcilers() -> dict[str, Callable[..., Any]]:
     """A snapshot of the registry: name -> function."""
     load_shipped_handlers()
-    with _lock:
-        return dict(_registry)
+    return _reconcilers.snapshot()
 
 
 def unregister_reconciler(name: str) -> bool:
     """Remove ``name``'s reconciler (tests, plugin unloading); True if there was one."""
-    with _lock:
-        return _registry.pop(name, None) is not None
+    return _reconcilers.unregister(name)

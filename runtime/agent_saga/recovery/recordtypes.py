@@ -19,10 +19,12 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-RECOVERY_STARTED: Final = "RECOVERY_STARTED"
-STEP_RECONCILED: Final = "STEP_RECONCILED"
-SAGA_QUARANTINED: Final = "SAGA_QUARANTINED"
-SAGA_QUARANTINE_LIFTED: Final = "SAGA_QUARANTINE_LIFTED"
+from ..records import ExtensionType
+
+RECOVERY_STARTED: Final = ExtensionType.RECOVERY_STARTED.value
+STEP_RECONCILED: Final = ExtensionType.STEP_RECONCILED.value
+SAGA_QUARANTINED: Final = ExtensionType.SAGA_QUARANTINED.value
+SAGA_QUARANTINE_LIFTED: Final = ExtensionType.SAGA_QUARANTINE_LIFTED.value
 
 RECOVERED_BY: Final = "recovered_by"
 

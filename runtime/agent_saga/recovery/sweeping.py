@@ -21,6 +21,7 @@ from ..clocks import Clock
 from ..errors import WALError
 from ..executor import ToolExecutor
 from ..faults import fault_point
+from ..records import RecordType
 from .claimguard import ClaimGuard
 from .claims import Claim, ClaimLock
 from .daemonreads import DaemonReads
@@ -362,7 +363,7 @@ async def _observed_run(obs: _observe.Observer, view: SagaView, resolution: Reso
     saga's SAGA_STARTED names (telemetry: ``agent_saga.observe``)."""
     first = view.records[0] if view.records else None
     traceparent = None
-    if first is not None and first.type == "SAGA_STARTED" and isinstance(first.payload, dict):
+    if first is not None and first.type == RecordType.SAGA_STARTED.value and isinstance(first.payload, dict):
         found = first.payload.get("traceparent")
         traceparent = found if isinstance(found, str) else None
     handle = _observe.safely(obs.recovery_started, view.saga_id, traceparent)

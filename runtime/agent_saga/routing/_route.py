@@ -23,6 +23,7 @@ from typing import Any
 
 from ..chain import RESERVED_SAGA
 from ..errors import ConfigurationError
+from ..records import ExtensionType
 from ..scrubber import scrub_payload
 from ..wal.prepared import screened_text
 from ._decision import Candidate
@@ -35,7 +36,7 @@ __all__ = ["Constraints", "Route"]
 #: follows a context-window reason in its refusal: those reasons and the end,
 #: ``,"...","..."]}``).
 ContextRow = tuple[int, int, Host, tuple[str, ...], str]
-_RECORD = "ROUTING_DECISION"  # the record type the route's texts are for (a scrubber warning names it)
+_RECORD = ExtensionType.ROUTING_DECISION.value  # the record type the route's texts are for (a scrubber warning names it)
 _MEMO = 64  # call shapes remembered per route (a shape is a handful of booleans and constraints)
 
 

@@ -45,6 +45,7 @@ from ..context import current_saga_id
 from ..controls.breaker import BreakerPolicy, CircuitBreaker
 from ..errors import ConfigurationError
 from ..gates import StepRequest
+from ..records import ExtensionType
 from ..semantics import ActionSemantics
 from ..wal.base import BaseWAL
 from ..wal.default import DEFAULT_WAL
@@ -71,10 +72,10 @@ log = logging.getLogger("agent_saga.routing")
 _PROCESS = os.urandom(5).hex()
 _SEQ = itertools.count(1)
 
-DECISION = "ROUTING_DECISION"
-REFUSED = "ROUTING_REFUSED"
-REPAIRED = "MODEL_ACTION_REPAIRED"
-ACTION_REFUSED = "MODEL_ACTION_REFUSED"
+DECISION = ExtensionType.ROUTING_DECISION.value
+REFUSED = ExtensionType.ROUTING_REFUSED.value
+REPAIRED = ExtensionType.MODEL_ACTION_REPAIRED.value
+ACTION_REFUSED = ExtensionType.MODEL_ACTION_REFUSED.value
 
 
 @runtime_checkable

@@ -25,12 +25,13 @@ from typing import Any
 from ..chain import ChainVerifier, VerifyResult, verify_records
 from ..errors import WALCorrupt
 from ..history import IN_FLIGHT, SAGA_STATUS
-from ..records import Record, is_known_type
+from ..records import ExtensionType, Record, RecordType, is_known_type
 from ..wal.file import scan_file_records
 from ..wal.readers import FileLogReader, LogReader
 
 QUARANTINED = "QUARANTINED"
-_QUARANTINE, _LIFTED = "SAGA_QUARANTINED", "SAGA_QUARANTINE_LIFTED"
+_QUARANTINE, _LIFTED = ExtensionType.SAGA_QUARANTINED.value, ExtensionType.SAGA_QUARANTINE_LIFTED.value
+_STARTED = RecordType.SAGA_STARTED.value
 RESERVED_SAGA = "wal"  # the WAL's and the controls' own records (kill switch, breaker)
 PAGE = 200  # records per page of the log
 _MAX_TOOLS = 16
@@ -173,7 +174,7 @@ class LogIndex:
         if not is_known_type(rec.type):
             entry.unknown += 1
         p = rec.payload if isinstance(rec.payload, dict) else {}
-        if rec.type == "SAGA_STARTED":
+        if rec.type == _STARTED:
             name, tags = p.get("name"), p.get("tags")
             entry.name = self._one(name) if isinstance(name, str) else None
             entry.tags = self._one(tuple(str(t) for t in tags[:_MAX_TOOLS])) if isinstance(tags, list) else ()

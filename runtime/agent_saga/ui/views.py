@@ -27,7 +27,7 @@ from ..history import (
     UNKNOWN,
     fold,
 )
-from ..records import Record, is_known_type
+from ..records import ExtensionType, Record, RecordType, is_known_type
 from .index import QUARANTINED, LogIndex, SagaEntry
 
 #: The colour class of each step state (the timeline's legend).
@@ -43,9 +43,11 @@ OUTCOMES = {
     SKIPPED: "skipped",
     ESCALATED: "escalated",
 }
-_GATE = {"GATE_VERDICT", "STEP_REFUSED"}
-_UNDO = {"COMPENSATION_STARTED", "COMPENSATION_DONE", "COMPENSATION_FAILED", "COMPENSATION_SKIPPED",
-         "STEP_RECONCILED", "ESCALATED"}
+_GATE = {RecordType.GATE_VERDICT.value, RecordType.STEP_REFUSED.value}
+_UNDO = {RecordType.COMPENSATION_STARTED.value, RecordType.COMPENSATION_DONE.value,
+         RecordType.COMPENSATION_FAILED.value, RecordType.COMPENSATION_SKIPPED.value,
+         ExtensionType.STEP_RECONCILED.value, RecordType.ESCALATED.value}
+_INTENT = RecordType.STEP_INTENT.value
 MAX_PAGE = 200
 
 
@@ -145,7 +147,7 @@ def saga_detail(index: LogIndex, entry: SagaEntry, asof: int | None,
             continue
         step["records"].append(v["position"])
         kind = v["type"]
-        if kind == "STEP_INTENT":
+        if kind == _INTENT:
             step["policy_args"] = p.get("policy_args")
             step["idempotency_key"] = p.get("idempotency_key")
         elif kind in _GATE:

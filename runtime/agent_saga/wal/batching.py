@@ -47,10 +47,6 @@ import heapq
 import itertools
 import logging
 import operator
-import os
-import re
-import secrets
-import socket
 import threading
 import time
 import weakref
@@ -59,6 +55,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from typing import Any
 
 from .. import observe as _observe
+from .._identity import process_identity
 from ..chain import reject_record, seal, seal_batch
 from ..errors import (
     ConfigurationError,
@@ -106,8 +103,7 @@ class SealedLines(list[tuple[Record, str]]):
 
 def default_writer_id() -> str:
     """``<host>-<pid>-<random>``: unique per process. Pass ``writer=`` to continue a chain."""
-    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:100] or "host"
-    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+    return process_identity().unique_id()
 
 
 class BatchingWAL(BaseWAL):

@@ -29,9 +29,9 @@ from typing import Any
 
 from ..chain import ATTESTATION_TYPE, RESERVED_SAGA
 from ..errors import WALError
-from ..records import TERMINAL_SAGA_TYPES, Record
+from ..records import TERMINAL_SAGA_TYPES, ExtensionType, Record
 
-COMPACTION_FAILED = "COMPACTION_FAILED"
+COMPACTION_FAILED = ExtensionType.COMPACTION_FAILED.value
 
 
 @dataclass(frozen=True, slots=True)

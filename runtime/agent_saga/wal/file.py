@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 
 from ..chain import seal
 from ..errors import ConfigurationError, WALCorrupt, WALError
-from ..records import GENESIS, TERMINAL_SAGA_TYPES, Record, decode_line, encode_line
+from ..records import GENESIS, TERMINAL_SAGA_TYPES, ExtensionType, Record, decode_line, encode_line
 from .base import Backpressure, FaultHook, WALStats
 from .batching import BatchingWAL, Sealed, SealedLines
 from .compaction import CompactionAborted, CompactionPlan, CompactionReport, CompactionRequest
@@ -133,7 +133,7 @@ class FileWAL(BatchingWAL):
                 "WAL %s: a torn final fragment of %d bytes (never acknowledged) was moved to %s",
                 self.path, nbytes, sidecar,
             )
-            self.append("WAL_TORN_TAIL", "wal", None, {"bytes": nbytes, "sidecar": sidecar})
+            self.append(ExtensionType.WAL_TORN_TAIL.value, "wal", None, {"bytes": nbytes, "sidecar": sidecar})
 
     def _open_locked(self) -> int:
         """Open the log and take its lock; re-open if a compaction swapped the file meanwhile."""

@@ -23,14 +23,11 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-import re
-import secrets
-import socket
 from dataclasses import dataclass, field
 
+from .._identity import process_identity
 from ..errors import ConfigurationError
-from ..records import Record, validate_id
+from ..records import Record, RecordType, validate_id
 
 __all__ = [
     "ForeignRecords",
@@ -75,7 +72,7 @@ def identity_writer(identity: str, suffix: str | None = None) -> str:
     ``<pid>-<random>``, unique per process, so two processes of one pod never fence each
     other). Its stream is one the identity's ACL user may append to."""
     check_identity(identity)
-    return validate_id(f"{identity}@{suffix or f'{os.getpid()}-{secrets.token_hex(3)}'}", "writer")
+    return validate_id(f"{identity}@{suffix or process_identity().instance()}", "writer")
 
 
 def writer_of_identity(writer: str, identity: str) -> bool:
@@ -87,8 +84,7 @@ def local_identity(namespace: str, pod: str | None = None) -> str:
     """This process's identity ``NS/POD``: ``pod``, else ``$POD_NAME``, else the host name
     (a pod's name), as its heartbeat names it (characters a writer id cannot hold become
     ``-``)."""
-    p = re.sub(r"[^A-Za-z0-9._-]", "-", pod or os.environ.get("POD_NAME") or socket.gethostname())
-    return check_identity(f"{namespace}/{p}")
+    return check_identity(f"{namespace}/{process_identity(pod).pod_name}")
 
 
 @dataclass(slots=True)
@@ -139,7 +135,7 @@ class SagaOwners:
             return True
         where = f"seq {rec.seq} gseq {rec.extra.get('gseq')} type {rec.type}"
         self.foreign.add(writer, rec.saga, owner, where)
-        if rec.type == "SAGA_STARTED":
+        if rec.type == RecordType.SAGA_STARTED.value:
             # An owner's first record is its start: one of the two starts is forged (a
             # writer picks its own entry ids, so the first may be the back-dated one).
             self.contested.setdefault(rec.saga, f"started by writer {owner} and by writer {writer} ({where})")

@@ -34,15 +34,15 @@ import asyncio
 import logging
 import math
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..._identity import process_identity
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant, parse_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import GateDecision, StepRequest
-from ...records import canonical_json
+from ...records import ExtensionType, canonical_json
 from ...wal.base import BaseWAL
 from ._keyring import ApproverKeyring
 from ._model import ApprovalOutcome, ApprovalRequest, Decision, action_digest, request_id_for
@@ -57,14 +57,14 @@ __all__ = ["ApprovalGateway", "ApprovalPolicy", "EscalationLevel"]
 
 log = logging.getLogger("agent_saga.controls")
 
-REQUESTED = "APPROVAL_REQUESTED"
-RESUMED = "APPROVAL_RESUMED"
-ESCALATED = "APPROVAL_ESCALATED"
-DECIDED = "APPROVAL_DECIDED"
-BREAK_GLASS = "APPROVAL_BREAK_GLASS"
+REQUESTED = ExtensionType.APPROVAL_REQUESTED.value
+RESUMED = ExtensionType.APPROVAL_RESUMED.value
+ESCALATED = ExtensionType.APPROVAL_ESCALATED.value
+DECIDED = ExtensionType.APPROVAL_DECIDED.value
+BREAK_GLASS = ExtensionType.APPROVAL_BREAK_GLASS.value
 
 SYSTEM_APPROVER = "agent-saga"
-_HOST = f"{socket.gethostname()}:{os.getpid()}"
+_HOST = process_identity().seen_by  # read once, at import
 _DISPLAY_MAX = 32
 
 
@@ -178,7 +178,7 @@ class ApprovalGateway:
         self._clock = clock or SYSTEM_CLOCK
         self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
             or "default"
-        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or socket.gethostname()
+        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().host
         if trusted_keys is None:
             trusted_keys = TrustedKeys.from_env()
         elif not isinstance(trusted_keys, TrustedKeys):

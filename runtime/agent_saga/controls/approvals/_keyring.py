@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ... import _ed25519
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError
 from ._names import name_problem
@@ -201,11 +202,9 @@ class ApproverKeyring:
         named = name_problem(approver.strip())
         if named is not None:
             raise ConfigurationError(f"--approver {approver.strip()!r} is refused: {named}")
-        from cryptography.hazmat.primitives import serialization
-
         key = load_public_key(public_key)
         kid = key_id(key)
-        pem = key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+        pem = _ed25519.public_pem(key).decode()
         with self._editing() as keys:
             old = keys.get(kid)
             if old is not None and old.revoked_at is not None:

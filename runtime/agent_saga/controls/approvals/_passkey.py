@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ... import _ed25519
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError, SagaRefused
 from ...records import canonical_json
@@ -225,8 +226,6 @@ class PasskeyVerifier:
                 "challenge": digest.hex(), "nonce": challenge.nonce, "verified": True, **proof}
 
     def _check_signature(self, entry: EnrolledKey, a: PasskeyAssertion, digest: bytes) -> dict[str, Any]:
-        from cryptography.exceptions import InvalidSignature
-
         public = self._parsed.get(entry.public_key)
         if public is None:
             public = self._parsed[entry.public_key] = load_public_key(entry.public_key)
@@ -236,11 +235,9 @@ class PasskeyVerifier:
         else:
             message = self._webauthn_message(entry, a, digest)
             extra["userVerified"] = bool(a.authenticator_data[32] & _UV)
-        try:
-            public.verify(a.signature, message)
-        except InvalidSignature:
+        if not _ed25519.verifies(public, a.signature, message):
             raise PasskeyRefused("forged", f"the signature by key {a.key_id} does not verify over this action: "
-                                 f"it was forged or altered") from None
+                                 f"it was forged or altered")
         return extra
 
     def _webauthn_message(self, entry: EnrolledKey, a: PasskeyAssertion, digest: bytes) -> bytes:

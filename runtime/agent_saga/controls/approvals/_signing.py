@@ -43,12 +43,12 @@ Invariants:
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ... import _ed25519
 from ...clocks import format_instant, parse_instant
 from ...errors import ConfigurationError
 from ...records import canonical_json
@@ -104,15 +104,12 @@ def check_names(names: Iterable[str], where: str) -> tuple[str, ...]:
     return out
 
 
+_MISSING = (f"signed approvals need the 'cryptography' package ({_FIX}): trusted approver keys are configured, "
+            f"and without it no approval could be verified, so every one would be refused")
+
+
 def _crypto() -> Any:
-    try:
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"signed approvals need the 'cryptography' package ({_FIX}): trusted approver keys are configured, "
-            f"and without it no approval could be verified, so every one would be refused"
-        ) from exc
-    return ed25519
+    return _ed25519.ed25519(_MISSING)
 
 
 def decision_message(doc: Mapping[str, Any]) -> bytes:
@@ -122,12 +119,7 @@ def decision_message(doc: Mapping[str, Any]) -> bytes:
     return _DOMAIN + canonical_json(body).encode("utf-8")
 
 
-def key_id(public_key: Any) -> str:
-    """The id of an Ed25519 public key: 16 hex of SHA-256 over its raw bytes."""
-    from cryptography.hazmat.primitives import serialization
-
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()[:16]
+key_id = _ed25519.key_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,25 +177,12 @@ class DecisionSigner:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> DecisionSigner:
         """The signer of the PEM private key at ``path``."""
-        _crypto()
-        from cryptography.hazmat.primitives import serialization
-
-        data = _read(path, "approval signing key")
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise ConfigurationError(f"{os.fspath(path)!r} is not a PEM private key (make one with "
-                                     f"`agent-saga keygen approver --out FILE`)") from exc
-        return cls(key)
+        return cls(load_signing_key(path, "approval signing key"))
 
     def public_pem(self, approvers: Iterable[str] = ()) -> str:
         """This key's public half (PEM), to add to the agents' trusted keys, after the
         ``Approver:`` lines of ``approvers`` (the names it may approve as)."""
-        from cryptography.hazmat.primitives import serialization
-
-        pem: bytes = self._key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
-        return approver_header(approvers) + pem.decode()
+        return approver_header(approvers) + _ed25519.public_pem(self._key.public_key()).decode()
 
     def sign(self, doc: Mapping[str, Any], *, expires_at: float | str, tool: str, action_digest: str) -> dict[str, Any]:
         """``doc`` with ``expiresAt`` (the request's deadline), the ``tool`` and the
@@ -215,9 +194,8 @@ class DecisionSigner:
         out = {k: v for k, v in doc.items() if k not in ("signature", "rev")}
         out["expiresAt"] = expires_at if isinstance(expires_at, str) else format_instant(expires_at)
         out["tool"], out["actionDigest"] = tool, action_digest
-        sig = self._key.sign(decision_message(out))
         out["signature"] = {"alg": "Ed25519", "keyId": self.key_id, "format": DECISION_FORMAT,
-                            "sig": base64.b64encode(sig).decode()}
+                            "sig": _ed25519.sign_b64(self._key, decision_message(out))}
         return out
 
 
@@ -265,11 +243,7 @@ class TrustedKeys:
     def pem(self, kid: str) -> str:
         """The public key ``kid`` as PEM, preceded by its ``Approver:`` lines (what the
         operator publishes, and what a key file holds)."""
-        from cryptography.hazmat.primitives import serialization
-
-        pem: bytes = self._keys[kid].public_bytes(serialization.Encoding.PEM,
-                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
-        return approver_header(self._names[kid]) + pem.decode()
+        return approver_header(self._names[kid]) + _ed25519.public_pem(self._keys[kid]).decode()
 
     def add(self, public_key: Any, *, approvers: Iterable[str], where: str = "") -> str:
         """Trust ``public_key`` (an Ed25519 public key) for the approver names
@@ -287,18 +261,13 @@ class TrustedKeys:
     def add_pem(self, text: str | bytes, *, where: str = "PEM") -> list[str]:
         """Trust every public key in ``text`` (one or more PEM blocks); return their ids."""
         _crypto()
-        from cryptography.hazmat.primitives import serialization
-
         blocks = pem_blocks(text)
         if not blocks:
             raise ConfigurationError(f"{where} holds no '-----BEGIN PUBLIC KEY-----' block (the .pub file of "
                                      f"`agent-saga keygen approver`)")
         ids = []
         for names, block in blocks:
-            try:
-                key = serialization.load_pem_public_key(block)
-            except ValueError as exc:
-                raise ConfigurationError(f"{where} holds a public key that cannot be read ({exc})") from exc
+            key = _ed25519.load_public_key(block, where=where, missing=_MISSING)
             ids.append(self.add(key, approvers=names, where=where))
         return ids
 
@@ -343,11 +312,7 @@ class TrustedKeys:
         key = self._keys.get(seal.key_id)
         if key is None:
             return f"the decision is signed by key {seal.key_id or '(none)'}, which is not trusted"
-        from cryptography.exceptions import InvalidSignature
-
-        try:
-            key.verify(seal.signature, seal.message)
-        except InvalidSignature:
+        if not _ed25519.verifies(key, seal.signature, seal.message):
             return f"the signature by key {seal.key_id} does not verify: the decision was forged or altered"
         if approver is not None:
             why = approver_problem(approver, self.approvers(seal.key_id), seal.key_id)
@@ -431,11 +396,12 @@ def pem_blocks(text: str | bytes) -> list[tuple[tuple[str, ...], bytes]]:
     return out
 
 
-def _read(path: str | os.PathLike[str], what: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigurationError(f"{what} file {os.fspath(path)!r} does not exist") from None
-    except OSError as exc:
-        raise ConfigurationError(f"{what} file {os.fspath(path)!r} cannot be read ({exc})") from None
+def load_signing_key(path: str | os.PathLike[str], what: str, option: str = "") -> Any:
+    """The Ed25519 private key an approver or decider signs with (PEM at ``path``, named
+    ``what`` in errors, given by the command-line ``option``); ``ConfigurationError``
+    naming the file and how to make one."""
+    return _ed25519.load_private_key(path, what=what, make="agent-saga keygen approver --out FILE", missing=_MISSING,
+                                     option=option)
+
+
+_read = _ed25519.read_key_file

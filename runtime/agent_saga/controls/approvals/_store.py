@@ -21,10 +21,10 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from ..._identity import process_identity
 from ...clocks import format_instant
 from ...errors import SagaError, StoreUnavailable
 from ._model import ApprovalRequest, Decision
@@ -226,9 +226,7 @@ def _already(r: ApprovalRequest) -> str:
 
 
 def _source() -> str:
-    import socket
-
-    return f"cli:{socket.gethostname()}:{os.getpid()}"
+    return f"cli:{process_identity().seen_by}"
 
 
 def resolve_id(store: ApprovalStore, request_id: str) -> str:

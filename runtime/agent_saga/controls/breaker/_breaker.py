@@ -46,6 +46,7 @@ from ...chain import RESERVED_SAGA
 from ...clocks import SYSTEM_CLOCK, ControlClock
 from ...errors import ConfigurationError, WALError
 from ...gates import StepRequest
+from ...records import ExtensionType
 from ...wal.base import BaseWAL
 from .._checks import PreCheck
 from ._model import BreakerPolicy, State, by_tool_name, counts_as_failure
@@ -58,9 +59,9 @@ log = logging.getLogger("agent_saga.controls")
 #: recovery never tries to resolve and compaction never removes (the records are the
 #: audit trail of the control itself, not of any one saga).
 BREAKER_SAGA = RESERVED_SAGA
-OPENED = "BREAKER_OPENED"
-PROBE = "BREAKER_PROBE"
-CLOSED = "BREAKER_CLOSED"
+OPENED = ExtensionType.BREAKER_OPENED.value
+PROBE = ExtensionType.BREAKER_PROBE.value
+CLOSED = ExtensionType.BREAKER_CLOSED.value
 
 
 @dataclass(slots=True)

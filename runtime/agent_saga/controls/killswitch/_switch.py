@@ -32,17 +32,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import re
-import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..._identity import process_identity
 from ...chain import RESERVED_SAGA
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, WALError
 from ...gates import StepRequest
+from ...records import ExtensionType
 from ...wal.base import BaseWAL
 from .._checks import CheckRefusal, PreCheck
 from ._local import FileSwitchStore
@@ -57,13 +57,13 @@ log = logging.getLogger("agent_saga.controls")
 #: recovery never tries to resolve and compaction never removes (the records are the
 #: audit trail of the control itself, not of any one saga).
 SWITCH_SAGA = RESERVED_SAGA
-ENGAGED = "KILL_SWITCH_ENGAGED"
-LIFTED = "KILL_SWITCH_LIFTED"
-FAILED_CLOSED = "KILL_SWITCH_FAILED_CLOSED"
-DEGRADED = "KILL_SWITCH_DEGRADED"
-RESTORED = "KILL_SWITCH_RESTORED"
+ENGAGED = ExtensionType.KILL_SWITCH_ENGAGED.value
+LIFTED = ExtensionType.KILL_SWITCH_LIFTED.value
+FAILED_CLOSED = ExtensionType.KILL_SWITCH_FAILED_CLOSED.value
+DEGRADED = ExtensionType.KILL_SWITCH_DEGRADED.value
+RESTORED = ExtensionType.KILL_SWITCH_RESTORED.value
 
-_HOST = f"{socket.gethostname()}:{os.getpid()}"
+_HOST = process_identity().seen_by  # read once, at import
 
 
 @dataclass(slots=True)
