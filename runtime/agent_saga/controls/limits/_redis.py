@@ -40,7 +40,7 @@ Bounded: the parts are listed in ``PARTS_BUCKETS`` sets, so no set grows past 64
 buckets in use (``{ns}:limits:buckets``, at most ``PARTS_BUCKETS`` small numbers). The
 unbucketed ``{ns}:limits:parts`` of the previous release is read too, and a new part is
 listed in it while it exists, so an agent of the previous release still sees the parts of
-the new ones that spend while it runs (docs/scale.md, "Upgrading").
+the new ones that spend while it runs (docs/limits.md, "Bounded lists of parts").
 
 Scoring a debit by its expiry rather than its creation lets one log serve windows of
 every length: every call trims it with one range query (``score <= now``), and a call
