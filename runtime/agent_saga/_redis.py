@@ -300,9 +300,10 @@ def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: f
 
     ``feature`` names the caller in the error raised when ``redis`` is missing or the URL
     cannot be used (``ConfigurationError``, without the password). With ``max_connections``
-    the pool of one server is bounded and a command waits at most ``socket_timeout`` for a
-    connection, then fails as an unreachable server does (``agent_saga._shared``; Sentinel
-    and Cluster pools are left as they are). Extra keyword arguments go to
+    the pool of one server is bounded and a command waits at most ``3 × socket_timeout``
+    for a connection (its holders give it back within ``socket_timeout`` unless their
+    process is starved of CPU), then fails as an unreachable server does
+    (``agent_saga._shared``; Sentinel and Cluster pools are left as they are). Extra keyword arguments go to
     ``redis.Redis.from_url`` (``single_connection_client=True``...)."""
     redis = import_redis(feature)
     connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
@@ -328,7 +329,7 @@ def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: f
                 retry=_no_retry(redis), require_full_coverage=True, **topo.node_kwargs(), **kw))
         if max_connections is not None:
             pool = redis.BlockingConnectionPool.from_url(
-                url, max_connections=max_connections, timeout=socket_timeout, socket_timeout=socket_timeout,
+                url, max_connections=max_connections, timeout=3 * socket_timeout, socket_timeout=socket_timeout,
                 socket_connect_timeout=connect_timeout, retry=_no_retry(redis), **kw)
             return redis.Redis(connection_pool=pool)
         return redis.Redis.from_url(

@@ -11,8 +11,8 @@ with a command and a subscriber connection each, the heartbeat, the approval sto
 ten per agent, ~9 KB of server memory each). ``SharedConnections`` gives them, instead:
 
 - ``client(url, ...)``: one synchronous client per (URL, timeouts), over a bounded pool
-  (``POOL_SIZE`` connections; a command waits at most its socket timeout for one, then
-  fails like an unreachable server: the control using it fails closed as before);
+  (``POOL_SIZE`` connections; a command waits at most three socket timeouts for one,
+  then fails like an unreachable server: the control using it fails closed as before);
 - ``subscribe(url, channel, ...)``: one pub/sub connection per URL, read by one thread
   that hands every message to each subscription of its channel.
 
