@@ -12,9 +12,10 @@ source). The writer never decides anything: it reports.
 Invariants:
 - One Lua script per beat: the document (``PX ttl``), its index entry in its bucket
   (score: expiry in epoch ms; also in the unbucketed index while no operator that reads
-  the buckets says so, for an operator of the previous release) and, only when the applied state differs from the last beat's, the
-  notification on ``P:v1:agents:events`` — so the operator hears about an applied change
-  at once and a refresh costs it nothing.
+  the buckets says so, for an operator of the previous release) and, only when the
+  applied state differs from the last beat's, the notification on
+  ``P:v1:agents:events`` — so the operator hears about an applied change at once and a
+  refresh costs it nothing.
 - ``ttl`` is ``3 × interval`` by default: a process that stops beating (SIGKILL, a hung
   loop, a lost network) drops out of every status within ``ttl`` seconds.
 - A failed beat is logged once per outage and retried at the next tick; it never raises
@@ -223,7 +224,8 @@ return 1
         try:
             client = self._connect()
             self._script("LUA_BEAT")(
-                keys=self._keys(hb.id), args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
+                keys=self._keys(hb.id),
+                args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
                       f"{self.prefix}:{AGENTS_CHANNEL}", "1" if changed else "0"],
                 client=client)
         except Exception as exc:
