@@ -92,7 +92,7 @@ def largest_status(cluster: Any, ns: str) -> dict[str, Any]:
 def largest_redis(r: Any) -> dict[str, Any]:
     best: dict[str, Any] = {"bytes": 0, "key": None}
     for k in r.scan_iter(count=1000):
-        size = r.memory_usage(k) or 0
+        size = r.memory_usage(k, samples=0) or 0
         if size > best["bytes"]:
             best = {"bytes": size, "key": k.decode(errors="replace")}
     return best
@@ -133,6 +133,7 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
         op_cpu0, op_rss0 = proc_stat(op.pid)
         m0 = r.info("memory")
         mem0, cl0, ds0 = int(m0["used_memory"]), int(m0["mem_clients_normal"]), int(m0["used_memory_dataset"])
+        clients0 = len(r.client_list())  # the operator's and this script's
         t0 = time.monotonic()
         fleet = Fleet(url, ns, n, args.processes, work / f"fleet-{n}", heartbeat=args.heartbeat)
         out["start_s"] = round(time.monotonic() - t0, 1)
@@ -142,7 +143,7 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
         op_cpu1, op_rss1 = proc_stat(op.pid)
         m1 = r.info("memory")
         mem1, cl1, ds1 = int(m1["used_memory"]), int(m1["mem_clients_normal"]), int(m1["used_memory_dataset"])
-        clients = int(r.info("clients")["connected_clients"])
+        clients = len(r.client_list())
         out["costs"] = {
             **costs,
             "operator_rss_kb": op_rss1, "operator_rss_growth_kb": op_rss1 - op_rss0,
@@ -157,14 +158,17 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
             "redis_client_buffers_per_agent_bytes": round((cl1 - cl0) / n, 1),
             "redis_ops_per_s_per_agent": round(costs["redis_ops_per_s"] / n, 2),
             "redis_connected_clients": clients,
-            "redis_connections_per_agent": round(clients / n, 2),
+            "redis_clients_before_agents": clients0,
+            # CLIENT LIST with every agent connected, less the operator's and this script's
+            "redis_connections_per_agent": round((clients - clients0) / n, 2),
         }
         def measure(key: str, fn: Any) -> None:
-            """One measurement; a failure (a trial past --timeout) is recorded, not fatal."""
+            """One measurement; a failure (a trial past --timeout, an API server that timed
+            out on a starved machine) is recorded, not fatal: the other rows still count."""
             try:
                 out.update(fn())
-            except AssertionError as e:
-                out[key] = {"error": str(e)[:1000]}
+            except Exception as e:  # noqa: BLE001 - recorded in the JSON with its type
+                out[key] = {"error": f"{type(e).__name__}: {str(e)[:1000]}"}
 
         def halt() -> dict[str, Any]:
             halts = [fleet.halt_trial(cluster, i, timeout=args.timeout) for i in range(args.trials)]

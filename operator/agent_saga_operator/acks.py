@@ -66,9 +66,11 @@ from agent_saga.heartbeat import (
     AGENTS_CHANNEL,
     Heartbeat,
     decode_heartbeats,
-    heartbeat_index_key,
+    heartbeat_buckets_key,
+    heartbeat_index_keys,
     heartbeat_key,
     served_namespaces_key,
+    split_index,
 )
 
 from .conditions import READY, Cond, Reason, set_condition
@@ -78,6 +80,10 @@ __all__ = ["ACKNOWLEDGED", "AckAggregator", "Fleet", "Observed", "Tally", "Track
            "status_diff", "tally"]
 
 log = logging.getLogger("agent_saga_operator.acks")
+
+#: A heartbeat index key with more entries than this is past ~64 KB (~130 B an entry):
+#: the operator warns and ``agentsaga_operator_heartbeat_bucket_max`` shows it.
+BUCKET_WARN = 480
 
 ACKNOWLEDGED = "Acknowledged"
 MAX_NAMES = 20
@@ -94,6 +100,8 @@ class Fleet:
     problems: tuple[str, ...] = ()
     #: What each document (by uid) made the agents refuse or hold (``refusals.RefusalBook``).
     refusals: Mapping[str, RefusalTotal] = field(default_factory=dict)
+    #: The most entries one heartbeat index key held (``heartbeat.INDEX_BUCKETS``).
+    largest_bucket: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,18 +266,25 @@ _NOT_APPLIED = {"ModelRoute": " (an agent routes by one ModelRoute: the first by
 
 
 async def read_fleet(client: Any, prefix: str, *, now: float | None = None) -> Fleet:
-    """The live heartbeats (``prefix`` is ``P:v1``); expired index entries are removed.
-    Raises whatever the client raises."""
+    """The live heartbeats (``prefix`` is ``P:v1``): every index bucket and the unbucketed
+    index read in one pipelined round trip; expired index entries are removed. Raises
+    whatever the client raises."""
     now = time.time() if now is None else now
-    index = heartbeat_index_key(prefix)
-    await client.zremrangebyscore(index, "-inf", int(now * 1000))
-    ids = [m.decode() if isinstance(m, bytes) else str(m)
-           for m in await client.zrangebyscore(index, int(now * 1000), "+inf")]
+    keys = heartbeat_index_keys(prefix)
+    pipe = client.pipeline(transaction=False)
+    for k in keys:
+        pipe.zrange(k, 0, -1, withscores=True)
+    ids, expired, largest = split_index(keys, await pipe.execute(), now)
+    if expired:
+        pipe = client.pipeline(transaction=False)
+        for k in expired:
+            pipe.zremrangebyscore(k, "-inf", int(now * 1000))
+        await pipe.execute()
     if not ids:
-        return Fleet((), now)
+        return Fleet((), now, largest_bucket=largest)
     raws = await client.mget([heartbeat_key(prefix, i) for i in ids])
     beats, problems = decode_heartbeats(ids, raws, now)
-    return Fleet(tuple(beats), now, tuple(problems))
+    return Fleet(tuple(beats), now, tuple(problems), largest_bucket=largest)
 
 
 @dataclass(slots=True)
@@ -281,6 +296,7 @@ class AckAggregator:
     interval: float = 1.0
     patches: int = 0
     book: RefusalBook = field(default_factory=RefusalBook)
+    _warned: bool = False
 
     @property
     def prefix(self) -> str:
@@ -290,13 +306,20 @@ class AckAggregator:
     async def step(self) -> None:
         """Announce the namespaces served, read the heartbeats once, and patch every
         resource whose tally changed."""
-        from .metrics import ACK_READS
+        from .metrics import ACK_READS, HEARTBEAT_BUCKET_MAX
 
         client = self.ctx.projector.client
         served = self.ctx.config.namespaces or ("*",)
         await client.sadd(served_namespaces_key(self.prefix), *served)
+        # agents add their index entry to the unbucketed index while this is missing
+        await client.set(heartbeat_buckets_key(self.prefix), "1", px=int(max(3 * self.interval, 5.0) * 1000))
         ACK_READS.inc()
         fleet = await read_fleet(client, self.prefix)
+        HEARTBEAT_BUCKET_MAX.set(fleet.largest_bucket)
+        if fleet.largest_bucket > BUCKET_WARN and not self._warned:
+            log.warning("a heartbeat index key holds %d entries (over %d: past ~64 KB); split the plane by "
+                        "namespace group (a key prefix each, docs/scale.md)", fleet.largest_bucket, BUCKET_WARN)
+        self._warned = fleet.largest_bucket > BUCKET_WARN
         fleet = replace(fleet, refusals=self.book.fold(fleet.beats))
         for p in fleet.problems:
             log.warning("unreadable agent heartbeat %s (skipped)", p)

@@ -52,6 +52,7 @@ from prometheus_client import (
 __all__ = [
     "ACK_NOTIFICATIONS",
     "ACK_READS",
+    "HEARTBEAT_BUCKET_MAX",
     "KILLSWITCHES_ENGAGED",
     "OBJECTS",
     "PLANE_REPROJECTIONS",
@@ -92,6 +93,8 @@ ACK_NOTIFICATIONS = Counter("agentsaga_operator_ack_notifications",
 ACK_READS = Counter("agentsaga_operator_ack_reads",
                     "Reads of every live heartbeat by the acknowledgement tally (one per burst of notifications).")
 
+HEARTBEAT_BUCKET_MAX = Gauge("agentsaga_operator_heartbeat_bucket_max",
+                             "The most entries one heartbeat index key holds (past 480: over ~64 KB).")
 PLANE_SYNCED = Gauge("agentsaga_operator_plane_synced",
                      "1 while the policy plane carries this operator's synced marker, 0 while it re-projects.")
 PLANE_REV = Gauge("agentsaga_operator_plane_rev", "The policy plane's change counter at the last marker check.")

@@ -295,12 +295,16 @@ def _no_retry(redis: Any, asynchronous: bool = False) -> Any:
 
 
 def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: float | None = None,
-            **kw: Any) -> Any:
+            max_connections: int | None = None, **kw: Any) -> Any:
     """A ``redis.Redis`` for ``url`` with the project's timeouts and no client retries.
 
     ``feature`` names the caller in the error raised when ``redis`` is missing or the URL
-    cannot be used (``ConfigurationError``, without the password). Extra keyword arguments
-    go to ``redis.Redis.from_url`` (``single_connection_client=True``...)."""
+    cannot be used (``ConfigurationError``, without the password). With ``max_connections``
+    the pool of one server is bounded and a command waits at most ``3 × socket_timeout``
+    for a connection (its holders give it back within ``socket_timeout`` unless their
+    process is starved of CPU), then fails as an unreachable server does
+    (``agent_saga._shared``; Sentinel and Cluster pools are left as they are). Extra keyword arguments go to
+    ``redis.Redis.from_url`` (``single_connection_client=True``...)."""
     redis = import_redis(feature)
     connect_timeout = socket_timeout if connect_timeout is None else connect_timeout
     topo = topology(url)
@@ -323,6 +327,11 @@ def connect(url: str, *, feature: str, socket_timeout: float, connect_timeout: f
                 startup_nodes=[redis.cluster.ClusterNode(h, p) for h, p in topo.nodes],
                 socket_timeout=socket_timeout, socket_connect_timeout=connect_timeout,
                 retry=_no_retry(redis), require_full_coverage=True, **topo.node_kwargs(), **kw))
+        if max_connections is not None:
+            pool = redis.BlockingConnectionPool.from_url(
+                url, max_connections=max_connections, timeout=3 * socket_timeout, socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout, retry=_no_retry(redis), **kw)
+            return redis.Redis(connection_pool=pool)
         return redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,

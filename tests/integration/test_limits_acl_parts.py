@@ -23,6 +23,7 @@ import redis
 from agent_saga.cli import main
 from agent_saga.controls import BudgetLimit, RedisLimitStore
 from agent_saga.controls.limits import Charge
+from agent_saga.controls.limits._redis import parts_bucket
 from agent_saga.plane import preload_scripts
 from fixtures.redis_server import KEY_PREFIX, RedisServer, client_for
 
@@ -58,6 +59,12 @@ def pods(fresh_redis: RedisServer) -> Iterator[Pods]:
     for n in p.names:
         admin.execute_command("ACL", "DELUSER", n)
     admin.close()
+
+
+def listed(admin: redis.Redis) -> set[str]:
+    """The parts listed in every bucket in use and in the previous release's one set."""
+    sets = [f"{LIM}:parts:{b.decode()}" for b in admin.smembers(f"{LIM}:buckets")] + [f"{LIM}:parts"]
+    return {m.decode() for s in sets for m in admin.smembers(s)}
 
 
 def spend(amount: float, window: float = 86_400) -> list[Charge]:
@@ -108,12 +115,14 @@ async def test_a_pods_credential_cannot_reset_the_fleets_windows(
     admin = fresh_redis.client()
     for p in ("p-2", "p-3"):
         assert admin.hget(f"{LIM}:part:payments/{p}:totals", "daily:*") is not None
-    assert b"payments/p-2" in admin.smembers(f"{LIM}:parts")
+    assert "payments/p-2" in listed(admin)
     # Writing nonsense into its own part: a negative, a NaN, an infinite "next" in its totals;
     # bogus parts in the index. Nobody else's accounting moves.
     for bad in ("-1e18", "nan", "-inf"):
         attacker.hset(f"{LIM}:part:payments/p-1:totals", mapping={"daily:*": bad, "@next": "1e300"})
-        attacker.sadd(f"{LIM}:parts", "payments/p-1", "x}:limits:totals", "../p-2")
+        for index in (f"{LIM}:parts", f"{LIM}:parts:{parts_bucket('payments/p-1')}"):
+            attacker.sadd(index, "payments/p-1", "x}:limits:totals", "../p-2", "payments/p-2")
+        attacker.sadd(f"{LIM}:buckets", "x}:limits:totals", "../1", str(parts_bucket("payments/p-1")))
         refused = await honest[0].debit(spend(100), f"after-{bad}")
         assert not refused.ok and refused.used == (CAP,), refused
     for store in (*honest, mine):
@@ -151,9 +160,9 @@ async def test_the_operators_usage_deletes_the_parts_of_pods_that_went_away(fres
     deadline = asyncio.get_running_loop().time() + 30
     while True:  # poll: the old pod's part is deleted once its window is empty
         await operator.usage([spec])
-        if admin.smembers(f"{LIM}:parts") == {b"payments/new-pod"}:
+        if listed(admin) == {"payments/new-pod"}:
             break
-        assert asyncio.get_running_loop().time() < deadline, admin.smembers(f"{LIM}:parts")
+        assert asyncio.get_running_loop().time() < deadline, listed(admin)
         await asyncio.sleep(0.05)
     assert not admin.exists(f"{LIM}:part:payments/old-pod:totals", f"{LIM}:part:payments/old-pod:log")
     (row,) = await operator.usage([spec])
@@ -178,7 +187,7 @@ async def test_a_store_opened_from_a_url_with_a_part_debits_into_that_part(fresh
     assert isinstance(store, RedisLimitStore) and store.part == "payments/p-9"
     assert (await store.debit(spend(10), "u-1")).ok
     admin = fresh_redis.client()
-    assert admin.smembers(f"{LIM}:parts") == {b"payments/p-9"}
+    assert listed(admin) == {"payments/p-9"}
     assert float(admin.hget(f"{LIM}:part:payments/p-9:totals", "daily:*")) == 10
     await store.aclose()
     admin.close()

@@ -12,10 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_saga.heartbeat import Heartbeat
+from agent_saga.heartbeat import Heartbeat, read_heartbeats
 from agent_saga_operator.testing import poll
 from fixtures.cli import cli_module
-from fixtures.redis_server import PLANE_ENV, WAL_KEY, RedisServer
+from fixtures.redis_server import PLANE_ENV, WAL_KEY, RedisServer, index_entries
 from fixtures.redis_server import PLANE_PREFIX as P
 
 pytestmark = pytest.mark.integration
@@ -97,7 +97,7 @@ def test_agentkit_picks_every_control_up_from_the_environment_and_keeps_a_heartb
     assert doc["policy"].startswith("RedisPolicySource(")
     assert doc["heartbeat"].startswith("payments/")
     # A clean exit removes the heartbeat: a finished process is not a lagging agent.
-    assert fresh_redis.client().zcard(f"{P}:agent:index") == 0
+    assert index_entries(fresh_redis.client()) == 0
 
 
 def test_a_saga_with_no_gate_obeys_a_fleet_wide_halt(fresh_redis: RedisServer, tmp_path: Path) -> None:
@@ -148,9 +148,7 @@ def test_a_running_agent_reports_the_levers_it_applied_in_its_heartbeat(fresh_re
         assert halt.returncode == 0, halt.stderr
 
         def beat() -> Heartbeat | None:
-            ids = [m.decode() for m in r.zrange(f"{P}:agent:index", 0, -1)]
-            docs = [json.loads(d) for d in r.mget([f"{P}:agent:{i}" for i in ids]) if d] if ids else []
-            hbs = [Heartbeat.from_doc(d) for d in docs]
+            hbs, _ = read_heartbeats(r, P)
             return next((h for h in hbs if h.killswitches), None)
         hb = poll(beat, timeout=10, what="a heartbeat listing the halt")
         assert (hb.agent, hb.pod, hb.namespace, hb.posture) == ("payments-agent", "pod-7", "payments", "ok")
@@ -251,4 +249,4 @@ def test_open_plane_gives_each_agent_of_a_process_its_own_controls_and_heartbeat
     assert doc["no_process_plane"], doc
     assert "AGENT_SAGA_WAL_STREAM" in doc["refused"] and "wal=" in doc["refused"]
     assert doc["outcomes"] == ["GateBlocked", "GateBlocked"], doc
-    assert fresh_redis.client().zcard(f"{P}:agent:index") == 0  # closed: both heartbeats removed
+    assert index_entries(fresh_redis.client()) == 0  # closed: both heartbeats removed

@@ -70,7 +70,12 @@ def _script_key_sets() -> dict[str, list[str]]:
     from agent_saga.controls.killswitch._redis import RedisSwitchStore
     from agent_saga.controls.limits._redis import RedisLimitStore
     from agent_saga.controls.policy._surface import surface_index_key, surface_key
-    from agent_saga.heartbeat._model import heartbeat_index_key, heartbeat_key
+    from agent_saga.heartbeat._model import (
+        heartbeat_buckets_key,
+        heartbeat_index_key,
+        heartbeat_key,
+        heartbeat_legacy_index_key,
+    )
     from agent_saga.isolation import RedisSemanticLocks
     from agent_saga.recovery.redis import RedisClaimLock, RedisLedger
     from agent_saga.wal.redis import RedisLog
@@ -92,7 +97,8 @@ def _script_key_sets() -> dict[str, list[str]]:
         "policy-plane reader sync marker": [reader.index_key, reader.rev_key, reader.synced_key],
         "kill switch engage/release": [reader.key("lever-1"), reader.index_key, reader.rev_key,
                                        reader.synced_key],
-        "heartbeat beat/gone": [heartbeat_key(PLANE, "payments/agent/pod"), heartbeat_index_key(PLANE)],
+        "heartbeat beat/gone": [heartbeat_key(PLANE, "payments/pod.7"), heartbeat_index_key(PLANE, "payments/pod"),
+                                heartbeat_legacy_index_key(PLANE), heartbeat_buckets_key(PLANE)],
         "agent surface": [surface_key(PLANE, "payments", "agent"), surface_index_key(PLANE)],
         "recovery claims and ledger": [claims.key("saga-1"), ledger._done, ledger._attempts, ledger._esc,
                                        ledger._resolved, ledger._journal],

@@ -75,7 +75,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, ClassVar
 
 from .. import observe as _observe
@@ -206,6 +206,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
+        self._shared: Any = None  # agent_saga._shared.SharedConnections
         self._scripts: dict[tuple[int, str], Any] = {}
         self._rev: Any = _NEVER
         self.connected = False
@@ -221,6 +222,12 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._stale_marks: dict[str, str] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._initial_state()
+
+    def share_connections(self, shared: Any) -> None:
+        """Read through ``shared`` (``agent_saga._shared.SharedConnections``: the agent's
+        one client and one pub/sub connection) instead of connections of its own. Call
+        before ``start``; ``close`` then leaves them to ``shared.close()``."""
+        self._shared = shared
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` (on the reading thread; it must not block) after every read
@@ -280,7 +287,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._thread = None
         client, self._client = self._client, None
         self._scripts.clear()
-        if client is not None:
+        if client is not None and self._shared is None:
             with contextlib.suppress(Exception):
                 client.close()
 
@@ -292,8 +299,24 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
 
     # ------------------------------------------------------------------ I/O
     def _new_client(self) -> Any:
+        if self._shared is not None:
+            return self._shared.client(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+                                       connect_timeout=self._connect_timeout)
         return connect(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
                        connect_timeout=self._connect_timeout)
+
+    @contextlib.contextmanager
+    def _subscribed(self) -> Iterator[tuple[Any, Callable[..., Any]]]:
+        """``(client, get_message)`` once the server confirmed the subscription to the
+        events channel: this reader's own connections, or the agent's shared ones."""
+        timeout = max(self._socket_timeout, 1.0)
+        if self._shared is None:
+            with confirmed_subscription(self._new_client, self.channel, self._stop, timeout) as (client, pubsub):
+                yield client, pubsub.get_message
+            return
+        with self._shared.subscribe(self.url, self.channel, self._stop, feature=self.NAME,
+                                    socket_timeout=self._socket_timeout, timeout=timeout) as sub:
+            yield self._main_client(), sub.get_message
 
     def _main_client(self) -> Any:
         if self._client is None:
@@ -413,13 +436,11 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         while not self._stop.is_set():
             try:
                 # subscribed (and confirmed) before reading: no change is missed
-                with confirmed_subscription(
-                    self._new_client, self.channel, self._stop, max(self._socket_timeout, 1.0)
-                ) as (client, pubsub):
+                with self._subscribed() as (client, get_message):
                     self._load(client)
                     next_beat = time.monotonic() + self.heartbeat
                     while not self._stop.is_set():
-                        msg = pubsub.get_message(timeout=max(0.0, min(0.5, next_beat - time.monotonic())))
+                        msg = get_message(timeout=max(0.0, min(0.5, next_beat - time.monotonic())))
                         if msg is not None and msg.get("type") == "message" and about_kind(self.KIND, msg.get("data")):
                             self._load(client)
                             next_beat = time.monotonic() + self.heartbeat

@@ -1,7 +1,14 @@
 """The agent heartbeat: what one agent process has applied, kept fresh in the policy plane.
 
     P:v1:agent:<ns>/<instance>   STRING  the heartbeat (JSON), expires after ``ttl`` seconds
-    P:v1:agent:index             ZSET    "<ns>/<instance>" -> when it expires (epoch ms)
+    P:v1:agent:index:<b>         ZSET    "<ns>/<instance>" -> when it expires (epoch ms), for the
+                                         instances whose "<ns>/<pod>" hashes to bucket ``b``
+                                         (CRC-32 mod ``INDEX_BUCKETS``)
+    P:v1:agent:index             ZSET    the same, unbucketed: what the previous release writes
+                                         and reads; a writer adds to it too while no operator
+                                         that reads the buckets has said so (below)
+    P:v1:agents:buckets          STRING  "1" while an operator that reads the buckets runs
+                                         (it refreshes it with a short expiry)
     P:v1:agents:events           CHANNEL {"v":1,"kind":"AgentHeartbeat","id":...,"op":"put"|"delete"}
                                          when what the agent has applied changes (not on a refresh)
 
@@ -19,6 +26,11 @@ Invariants:
   (``refusals``) how many calls each BudgetLimit or SagaPolicy made the process refuse or
   hold for a human, with the tool, saga and rule of the last (``_refusals``); ``null``:
   a process that does not count them.
+- No index key grows with the fleet beyond ``N / INDEX_BUCKETS`` members (~130 B each):
+  64 KB per bucket holds ~500 members, so the buckets stay under 64 KB up to ~100,000
+  agent processes on one prefix (docs/scale.md; the operator's
+  ``agentsaga_operator_heartbeat_bucket_max`` gauge shows the fullest bucket). A reader
+  reads every bucket and the unbucketed index in one pipelined round trip.
 - A reader drops a heartbeat whose ``ts + ttl`` has passed even if Redis has not expired
   it yet, and skips a ``v`` it does not know.
 """
@@ -26,6 +38,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -36,10 +49,15 @@ __all__ = [
     "AppliedRef",
     "Heartbeat",
     "RefusalCount",
+    "INDEX_BUCKETS",
+    "heartbeat_buckets_key",
     "heartbeat_index_key",
+    "heartbeat_index_keys",
     "heartbeat_key",
+    "heartbeat_legacy_index_key",
     "decode_heartbeats",
     "read_heartbeats",
+    "split_index",
     "served_namespaces_key",
 ]
 
@@ -53,8 +71,31 @@ def heartbeat_key(prefix: str, id_: str) -> str:
     return f"{prefix}:agent:{id_}"
 
 
-def heartbeat_index_key(prefix: str) -> str:
+#: The heartbeats' index is split into this many sorted sets (see the module doc).
+INDEX_BUCKETS = 256
+
+
+def heartbeat_index_key(prefix: str, identity: str) -> str:
+    """``P:v1:agent:index:<b>``: the index bucket of the agent ``identity``
+    (``<ns>/<pod>``, without the pid: its Redis user names it before the process runs)."""
+    return f"{prefix}:agent:index:{zlib.crc32(identity.encode()) % INDEX_BUCKETS}"
+
+
+def heartbeat_legacy_index_key(prefix: str) -> str:
+    """``P:v1:agent:index``: the unbucketed index of the previous release."""
     return f"{prefix}:agent:index"
+
+
+def heartbeat_index_keys(prefix: str) -> list[str]:
+    """Every index key a reader reads: the buckets, then the unbucketed index."""
+    return [f"{prefix}:agent:index:{b}" for b in range(INDEX_BUCKETS)] + [heartbeat_legacy_index_key(prefix)]
+
+
+def heartbeat_buckets_key(prefix: str) -> str:
+    """``P:v1:agents:buckets``: set (with a short expiry) by an operator that reads the
+    buckets; while it is missing, writers add their entry to the unbucketed index too, so
+    an operator of the previous release still counts them."""
+    return f"{prefix}:agents:buckets"
 
 
 def served_namespaces_key(prefix: str) -> str:
@@ -225,10 +266,31 @@ def read_heartbeats(client: Any, prefix: str, *, now: float | None = None) -> tu
     import time
 
     now = time.time() if now is None else now
-    ids = [m.decode() if isinstance(m, bytes) else str(m)
-           for m in client.zrangebyscore(heartbeat_index_key(prefix), int(now * 1000), "+inf")]
+    keys = heartbeat_index_keys(prefix)
+    pipe = client.pipeline(transaction=False)
+    for k in keys:
+        pipe.zrange(k, 0, -1, withscores=True)
+    ids, _, _ = split_index(keys, pipe.execute(), now)
     raws = client.mget([heartbeat_key(prefix, i) for i in ids]) if ids else []
     return decode_heartbeats(ids, raws, now)
+
+
+def split_index(keys: list[str], rows: list[Any], now: float) -> tuple[list[str], list[str], int]:
+    """From ``ZRANGE key 0 -1 WITHSCORES`` of each index key: the live ids (each once),
+    the keys holding expired entries, and the most entries one key holds."""
+    live: dict[str, None] = {}
+    expired: list[str] = []
+    cutoff = now * 1000
+    for key, row in zip(keys, rows, strict=True):
+        stale = False
+        for member, score in row:
+            if score > cutoff:
+                live[member.decode() if isinstance(member, bytes) else str(member)] = None
+            else:
+                stale = True
+        if stale:
+            expired.append(key)
+    return list(live), expired, max((len(r) for r in rows), default=0)
 
 
 def decode_heartbeats(ids: list[str], raws: list[Any], now: float) -> tuple[list[Heartbeat], list[str]]:

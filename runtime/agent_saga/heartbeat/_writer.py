@@ -10,10 +10,12 @@
 source). The writer never decides anything: it reports.
 
 Invariants:
-- One Lua script per beat: the document (``PX ttl``), its index entry (score: expiry in
-  epoch ms) and, only when the applied state differs from the last beat's, the
-  notification on ``P:v1:agents:events`` — so the operator hears about an applied change
-  at once and a refresh costs it nothing.
+- One Lua script per beat: the document (``PX ttl``), its index entry in its bucket
+  (score: expiry in epoch ms; also in the unbucketed index while no operator that reads
+  the buckets says so, for an operator of the previous release) and, only when the
+  applied state differs from the last beat's, the notification on
+  ``P:v1:agents:events`` — so the operator hears about an applied change at once and a
+  refresh costs it nothing.
 - ``ttl`` is ``3 × interval`` by default: a process that stops beating (SIGKILL, a hung
   loop, a lost network) drops out of every status within ``ttl`` seconds.
 - A failed beat is logged once per outage and retried at the next tick; it never raises
@@ -40,8 +42,10 @@ from ._model import (
     Heartbeat,
     Posture,
     RefusalCount,
+    heartbeat_buckets_key,
     heartbeat_index_key,
     heartbeat_key,
+    heartbeat_legacy_index_key,
 )
 
 __all__ = ["AppliedState", "HeartbeatWriter", "pod_name"]
@@ -84,12 +88,14 @@ def _runtime_version() -> str:
 class HeartbeatWriter:
     """Keeps this process's heartbeat in the policy plane (see the module doc)."""
 
-    # KEYS[1] the heartbeat   KEYS[2] the index
+    # KEYS[1] the heartbeat   KEYS[2] its index bucket   KEYS[3] the unbucketed index
+    # KEYS[4] the "an operator reads the buckets" marker
     # ARGV[1] "<ns>/<instance>"   ARGV[2] the document   ARGV[3] ttl (ms)   ARGV[4] expiry (epoch ms)
     # ARGV[5] the channel   ARGV[6] "1": the applied state changed, notify
     LUA_BEAT = """
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+if redis.call('EXISTS', KEYS[4]) == 0 then redis.call('ZADD', KEYS[3], ARGV[4], ARGV[1]) end
 if ARGV[6] == '1' then
   redis.call('PUBLISH', ARGV[5], '{"v":1,"kind":"AgentHeartbeat","id":' .. cjson.encode(ARGV[1]) .. ',"op":"put"}')
 end
@@ -99,6 +105,7 @@ return 1
     LUA_GONE = """
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('PUBLISH', ARGV[2], '{"v":1,"kind":"AgentHeartbeat","id":' .. cjson.encode(ARGV[1]) .. ',"op":"delete"}')
 return 1
 """
@@ -141,6 +148,7 @@ return 1
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
+        self._shared: Any = None  # agent_saga._shared.SharedConnections
         self._last_applied: dict[str, Any] | None = None
         self._failing = False
         self.beats = 0
@@ -189,8 +197,7 @@ return 1
         try:
             client = self._connect()
             self._script("LUA_GONE")(
-                keys=[heartbeat_key(self.prefix, self.id), heartbeat_index_key(self.prefix)],
-                args=[self.id, f"{self.prefix}:{AGENTS_CHANNEL}"], client=client)
+                keys=self._keys(self.id), args=[self.id, f"{self.prefix}:{AGENTS_CHANNEL}"], client=client)
         except Exception as exc:  # noqa: BLE001 - it expires on its own within ttl
             log.info("%s: could not remove the heartbeat (%s); it expires within %gs", self.describe(),
                      type(exc).__name__, self.ttl)
@@ -217,7 +224,7 @@ return 1
         try:
             client = self._connect()
             self._script("LUA_BEAT")(
-                keys=[heartbeat_key(self.prefix, hb.id), heartbeat_index_key(self.prefix)],
+                keys=self._keys(hb.id),
                 args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
                       f"{self.prefix}:{AGENTS_CHANNEL}", "1" if changed else "0"],
                 client=client)
@@ -229,6 +236,11 @@ return 1
         self.beats += 1
         self.last_error = None
         return changed
+
+    def _keys(self, id_: str) -> list[str]:
+        """The beat's and the goodbye's keys (``LUA_BEAT``)."""
+        return [heartbeat_key(self.prefix, id_), heartbeat_index_key(self.prefix, f"{self.namespace}/{self.pod}"),
+                heartbeat_legacy_index_key(self.prefix), heartbeat_buckets_key(self.prefix)]
 
     def _run(self) -> None:
         due = time.monotonic() + self.interval
@@ -254,7 +266,16 @@ return 1
                 log.exception("%s: the applied state could not be read (%s)", self.describe(), exc)
                 due = time.monotonic() + self.interval
 
+    def share_connections(self, shared: Any) -> None:
+        """Write through ``shared`` (``agent_saga._shared.SharedConnections``), the agent's
+        one client, instead of a connection of its own. Call before ``start``."""
+        self._shared = shared
+
     def _connect(self) -> Any:
+        if self._client is None and self._shared is not None:
+            self._client = self._shared.client(self.url, feature="the agent heartbeat",
+                                               socket_timeout=self._socket_timeout,
+                                               connect_timeout=self._socket_timeout)
         if self._client is None:
             from .._redis import connect
 
@@ -273,6 +294,8 @@ return 1
         return run
 
     def _disconnect(self) -> None:
+        if self._shared is not None:
+            return  # a broken connection leaves the shared pool on its own
         client, self._client = self._client, None
         self._scripts.clear()
         if client is not None:

@@ -18,10 +18,12 @@ What each role may write (``P`` = the key prefix, ``{L}`` = the limit store's ha
                agent's, and the shared-mode keys :request:<id>, :consumed:<id>);
                :pending, :decision:* (expiry and denial), :unmirrored (its new
                requests), P:v1:rev; its own heartbeat
-               P:v1:agent:<ns>/<pod>.* (+ the index); P:v1:surface:<ns>/* (+ index);
+               P:v1:agent:<ns>/<pod>.* (+ its index bucket and the previous release's
+               index); P:v1:surface:<ns>/* (+ index);
                its own part of the limit windows {L}:limits:part:<ns>/<pod>:* (debits; with
                no --agent: every part and the shared {L}:limits:totals, :log), SADD on
-               {L}:limits:parts, HSET on {L}:limits:defs; publish on P:v1:events and
+               its bucket {L}:limits:parts:<b>, {L}:limits:buckets and the previous
+               release's {L}:limits:parts, HSET on {L}:limits:defs; publish on P:v1:events and
                P:v1:agents:events. No DEL except its own heartbeat; no EVAL, SCRIPT,
                FUNCTION, CONFIG, FLUSH*, ACL, KEYS.
     approver   (the CLI) P:v1:approval:decision:*, :pending, P:v1:rev; the kill switch
@@ -120,17 +122,23 @@ def acl_rules(
     beat, surface = ("*", "*") if agent is None else (f"{agent}.*", agent.split("/")[0] + "/*")
     owned = "*" if agent is None else f"{agent}/*"
     limit_parts = (f"{lim}:totals", f"{lim}:log", f"{lim}:part:*") if agent is None else (f"{lim}:part:{agent}:*",)
+    from ..controls.limits._redis import parts_bucket
+    from ..heartbeat._model import heartbeat_index_key
+
+    # the index bucket and the parts bucket its identity hashes to (every one's, shared)
+    index = f"{p}:agent:index:*" if agent is None else heartbeat_index_key(p, agent)
+    parts = f"{lim}:parts:*" if agent is None else f"{lim}:parts:{parts_bucket(agent)}"
     return [
         *base, f"&{p}:events", f"&{p}:agents:events", "+publish",
         f"({_keys(f'{p}:approval:request:{owned}', f'{p}:approval:consumed:{owned}')} +set)",
         f"({_keys(f'{p}:approval:pending', f'{p}:approval:decision:*', f'{p}:rev')} +set +zadd +zrem +incr)",
         f"({_keys(f'{p}:approval:unmirrored')} +zadd +zremrangebyscore)",
-        f"({_keys(f'{p}:agent:{beat}', f'{p}:agent:index')} +set +del +zadd +zrem)",
+        f"({_keys(f'{p}:agent:{beat}', index, f'{p}:agent:index')} +set +del +zadd +zrem)",
         f"({_keys(f'{p}:surface:{surface}', f'{p}:surface:index')} +hset +sadd)",
         # Its own part of the limit windows (RedisLimitStore(part=...)): the debit script
         # reads every part and writes this one, so another pod's spend is out of its reach.
         f"({_keys(*limit_parts)} +hset +hdel +zadd +zrem +zremrangebyscore)",
-        f"({_keys(f'{lim}:parts')} +sadd)", f"({_keys(f'{lim}:defs')} +hset)",
+        f"({_keys(f'{lim}:parts', parts, f'{lim}:buckets')} +sadd)", f"({_keys(f'{lim}:defs')} +hset)",
         *(rule for k in wal_keys for rule in wal_append_rules(k, agent)),
     ]
 

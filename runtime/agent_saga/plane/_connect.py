@@ -88,6 +88,9 @@ class PlaneConnection:
     heartbeat: HeartbeatWriter | None = None
     wal: Any = None
     routes: Any = None
+    #: The Redis connections its controls share (``agent_saga._shared``): one client per
+    #: URL and timeouts, one pub/sub connection.
+    shared: Any = None
     _previous: dict[str, Any] = field(default_factory=dict)
     #: Why the failed WAL is not replaced yet (None: it is healthy, or was replaced).
     wal_recovery: str | None = None
@@ -200,6 +203,8 @@ class PlaneConnection:
                 s = self.settings
                 src = RedisRouteSource(s.url, agent=s.agent, namespaces=[s.namespace], prefix=s.prefix,
                                        timeout=timeout, stream=stream, stall_timeout=stall_timeout)
+                if self.shared is not None:
+                    src.share_connections(self.shared)
                 src.start()
                 if self.heartbeat is not None:
                     src.add_listener(self.heartbeat.poke)
@@ -218,7 +223,9 @@ class PlaneConnection:
                 continue
             with contextlib.suppress(Exception):
                 c.close()
-        for c in (self.approval_store,):
+        for c in (self.approval_store, self.shared):
+            if c is None:
+                continue
             with contextlib.suppress(Exception):
                 c.close()
 
@@ -378,6 +385,7 @@ def _build(s: PlaneSettings, heartbeat: bool, *, install: bool = True, pod: str 
            wal: BaseWAL | None = None) -> PlaneConnection:
     """The controls of ``s``; ``install``: made the process defaults (``connect_policy_plane``),
     else this agent's own (``open_plane``: ``pod`` names it, ``wal`` is where it records)."""
+    from .._shared import SharedConnections
     from ..controls.approvals import (
         ApprovalGateway,
         ApprovalPolicy,
@@ -417,6 +425,11 @@ def _build(s: PlaneSettings, heartbeat: bool, *, install: bool = True, pod: str 
     approval_store = RedisApprovalStore(s.url, prefix=s.prefix, owner=identity)
     approvals = ApprovalGateway(approval_store, wal=default_wal, policy=ApprovalPolicy(DEFAULT_APPROVAL_TIMEOUT),
                                 namespace=s.namespace, agent=s.agent)
+    # One client per URL and timeouts and one pub/sub connection for all of them (the
+    # limit store's asyncio client is its own): a pod's connections do not grow per control.
+    shared = SharedConnections()
+    for c in (switch_store, policy, limit_source, approval_store):
+        c.share_connections(shared)
     for reader in (switch_store, policy, limit_source):
         reader.start()
     if install:
@@ -428,10 +441,11 @@ def _build(s: PlaneSettings, heartbeat: bool, *, install: bool = True, pod: str 
         set_approval_provider(approvals)
         set_policy_source(policy)
     conn = PlaneConnection(s, switch_store, switch, limit_store, limit_source, approval_store, approvals, policy,
-                           wal=plane_wal, _previous=previous)
+                           wal=plane_wal, shared=shared, _previous=previous)
     if heartbeat:
         writer = HeartbeatWriter(s.url, namespace=s.namespace, agent=s.agent, state=conn.state, prefix=s.prefix,
                                  interval=s.heartbeat_interval, pod=pod)
+        writer.share_connections(shared)
         for reader in (switch_store, policy, limit_source):
             reader.add_listener(writer.poke)
         try:

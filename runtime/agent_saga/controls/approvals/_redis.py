@@ -147,6 +147,7 @@ return {1, doc}
         self._socket_timeout = socket_timeout
         self._connect_timeout = connect_timeout
         self._client: Any = None
+        self._shared: Any = None
         self._scripts: dict[str, Any] = {}
         self._lock = threading.Lock()
 
@@ -202,10 +203,15 @@ return {1, doc}
         if self._client is None:
             with self._lock:
                 if self._client is None:
-                    self._client = connect(self.url, feature="RedisApprovalStore",
-                                           socket_timeout=self._socket_timeout,
-                                           connect_timeout=self._connect_timeout)
+                    make = connect if self._shared is None else self._shared.client
+                    self._client = make(self.url, feature="RedisApprovalStore", socket_timeout=self._socket_timeout,
+                                        connect_timeout=self._connect_timeout)
         return self._client
+
+    def share_connections(self, shared: Any) -> None:
+        """Use ``shared`` (``agent_saga._shared.SharedConnections``), the agent's one client
+        per URL and timeouts, instead of a connection of its own."""
+        self._shared = shared
 
     def _unavailable(self, what: str, exc: BaseException) -> ApprovalStoreUnavailable:
         if isinstance(exc, ReplyLost):
@@ -411,6 +417,6 @@ return {1, doc}
         """Close the connection."""
         client, self._client = self._client, None
         self._scripts.clear()
-        if client is not None:
+        if client is not None and self._shared is None:
             with contextlib.suppress(Exception):
                 client.close()

@@ -18,7 +18,11 @@ Cluster keeps them on one shard and the multi-key script stays legal):
                                they leave their window
     {ns}:limits:part:<part>:totals, :log   the same, for the debits of one process
                                (``part``: ``<namespace>/<pod>``, as its heartbeat)
-    {ns}:limits:parts    SET   the parts in use (a debit adds its own)
+    {ns}:limits:parts:<b>  SET the parts in use whose name hashes to bucket ``b`` (CRC-32
+                               mod ``PARTS_BUCKETS``; a debit adds its own)
+    {ns}:limits:buckets  SET   the buckets ``b`` holding a part
+    {ns}:limits:parts    SET   the parts of the previous release's agents (one set):
+                               read as well; a debit adds its own part to it while it exists
     {ns}:limits:defs     HASH  limit name -> definition JSON (v = 1)
 
 Parts: a window's total is the sum of every part's. A store with a ``part`` debits into
@@ -30,6 +34,13 @@ part's entry it could not rewrite counts whatever it does; what it writes into i
 read as a non-negative amount). A store without a ``part`` debits into the shared keys
 (one process, or a fleet sharing one credential). The operator's ``usage`` (``compact``)
 deletes parts with nothing left in their windows (pods that went away).
+
+Bounded: the parts are listed in ``PARTS_BUCKETS`` sets, so no set grows past 64 KB
+(~70 B a part, ~900 a set) below ~50,000 parts spending at once; a debit reads only the
+buckets in use (``{ns}:limits:buckets``, at most ``PARTS_BUCKETS`` small numbers). The
+unbucketed ``{ns}:limits:parts`` of the previous release is read too, and a new part is
+listed in it while it exists, so an agent of the previous release still sees the parts of
+the new ones that spend while it runs (docs/limits.md, "Bounded lists of parts").
 
 Scoring a debit by its expiry rather than its creation lets one log serve windows of
 every length: every call trims it with one range query (``score <= now``), and a call
@@ -57,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
+import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -74,7 +86,15 @@ from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
 
-__all__ = ["RedisLimitStore"]
+__all__ = ["PARTS_BUCKETS", "RedisLimitStore", "parts_bucket"]
+
+#: The parts are listed in this many sets (see the module doc).
+PARTS_BUCKETS = 64
+
+
+def parts_bucket(part: str) -> int:
+    """The bucket listing ``part`` (``<namespace>/<pod>``): ``{ns}:limits:parts:<bucket>``."""
+    return zlib.crc32(part.encode()) % PARTS_BUCKETS
 
 
 class RedisLimitStore:
@@ -144,14 +164,25 @@ local function amt(x)
   return x
 end
 
--- the other parts: {totals, log, name} of the shared keys (unless they are the caller's)
--- and of every part in the index but the caller's (ARGV: me, the parts' key prefix)
-local function others(own, index, shared_totals, shared_log, me, pfx)
-  local out = {}
+-- the other parts: {totals, log, name, the set listing it, its bucket} of the shared keys
+-- (unless they are the caller's) and of every part listed (each once) but the caller's:
+-- in the buckets in use (``buckets``; bucket b is ``legacy .. ':' .. b``), then in the
+-- previous release's one set ``legacy`` (ARGV: me, the parts' key prefix)
+local function others(own, buckets, legacy, shared_totals, shared_log, me, pfx)
+  local out, seen = {}, {}
   if shared_totals ~= own then out[1] = {shared_totals, shared_log, nil} end
-  for _, p in ipairs(redis.call('SMEMBERS', index)) do
-    if p ~= me then out[#out + 1] = {pfx .. p .. ':totals', pfx .. p .. ':log', p} end
+  local function add(set, b)
+    for _, p in ipairs(redis.call('SMEMBERS', set)) do
+      if p ~= me and not seen[p] then
+        seen[p] = true
+        out[#out + 1] = {pfx .. p .. ':totals', pfx .. p .. ':log', p, set, b}
+      end
+    end
   end
+  for _, b in ipairs(redis.call('SMEMBERS', buckets)) do
+    if string.match(b, '^%d+$') then add(legacy .. ':' .. b, b) end  -- anything else: not a bucket
+  end
+  add(legacy, nil)
   return out
 end
 
@@ -213,11 +244,13 @@ end
 
     # KEYS[1]  the caller's totals: HASH, "<limit>:<scope key>" -> total, "#<limit>:..." -> entries
     # KEYS[2]  the caller's debit log: ZSET, members (see above) scored by their expiry (µs)
-    # KEYS[3]  the parts index, KEYS[4] / KEYS[5] the shared totals / log
+    # KEYS[3]  the caller's parts bucket, KEYS[4] / KEYS[5] the shared totals / log,
+    # KEYS[6]  the buckets in use, KEYS[7] the previous release's parts set
     # ARGV[1]  the debit id (unique per gate decision)
     # ARGV[2]  "1" when this call repeats one whose reply was lost (check the id first)
     # ARGV[3]  the charges (see above)
-    # ARGV[4]  the caller's part ('' : the shared keys), ARGV[5] the parts' key prefix
+    # ARGV[4]  the caller's part ('' : the shared keys), ARGV[5] the parts' key prefix,
+    # ARGV[6]  the caller's bucket
     # Returns 1 (debited), 2 (an earlier attempt already debited it), or the string
     # "used_1,...,used_n|over,..." when nothing was debited (used: each window's total
     # over every part, %.17g; over: 0-based indices of the charges that did not fit).
@@ -244,7 +277,7 @@ if now >= nxt then
 end
 local empty = nxt == math.huge  -- this part held nothing: (re)enter it in the index
 local cnt, tots, over, rest = {}, {}, {}, {}
-local parts = others(totals, KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+local parts = others(totals, KEYS[6], KEYS[7], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
 if #parts > 0 then
   local fields = {}
   for i = 1, n do fields[field[i]] = true end
@@ -280,7 +313,13 @@ hs[4 * n + 1] = '@next'
 hs[4 * n + 2] = nxt
 redis.call('ZADD', log, unpack(z))
 redis.call('HSET', totals, unpack(hs))
-if empty and ARGV[4] ~= '' then redis.call('SADD', KEYS[3], ARGV[4]) end
+if ARGV[4] ~= '' then
+  if empty then
+    redis.call('SADD', KEYS[3], ARGV[4])
+    redis.call('SADD', KEYS[6], ARGV[6])
+  end
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('SADD', KEYS[7], ARGV[4]) end
+end
 return 1
 """
 
@@ -323,7 +362,7 @@ for i = 1, #mine, 2 do
   if c ~= '#' and c ~= '@' then add(f, tonumber(mine[i + 1]) or 0, 0) end
   if c == '#' then add(string.sub(f, 2), 0, tonumber(mine[i + 1]) or 0) end
 end
-for _, p in ipairs(others(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3])) do
+for _, p in ipairs(others(KEYS[1], KEYS[6], KEYS[7], KEYS[4], KEYS[5], ARGV[2], ARGV[3])) do
   local fields = {}
   for _, f in ipairs(redis.call('HKEYS', p[1])) do
     local c = string.sub(f, 1, 1)
@@ -342,7 +381,9 @@ for _, p in ipairs(others(KEYS[1], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3]))
   end
   if ARGV[1] == '1' and p[3] and not any and redis.call('ZCOUNT', p[2], string.format('(%.17g', now), '+inf') == 0 then
     redis.call('DEL', p[1], p[2])
-    redis.call('SREM', KEYS[3], p[3])
+    redis.call('SREM', p[4], p[3])
+    redis.call('SREM', KEYS[7], p[3])
+    if p[5] and redis.call('SCARD', p[4]) == 0 then redis.call('SREM', KEYS[6], p[5]) end
   end
 end
 local out = {}
@@ -407,9 +448,11 @@ return out
         own = self._prefix if part is None else f"{self._prefix}part:{part}:"
         #: The keys of every script: this process's totals and log, the parts index, the
         #: shared totals and log (the first two are the shared ones without a part).
-        self._keys = (own + "totals", own + "log", self._prefix + "parts", self._prefix + "totals",
-                      self._prefix + "log")
+        bucket = parts_bucket(part or "")
+        self._keys = (own + "totals", own + "log", f"{self._prefix}parts:{bucket}", self._prefix + "totals",
+                      self._prefix + "log", self._prefix + "buckets", self._prefix + "parts")
         self._part_args = (part or "", self._prefix + "part:")
+        self._bucket = str(bucket)
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
             weakref.WeakKeyDictionary())
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
@@ -448,8 +491,8 @@ return out
         if not charges:
             return DebitResult(True, ())
         spec = self._charges_arg(charges, force)
-        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec, *self._part_args),
-                                 retry_args=(debit_id, "1", spec, *self._part_args))
+        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec, *self._part_args,
+                                 self._bucket), retry_args=(debit_id, "1", spec, *self._part_args, self._bucket))
         if reply == 1 or reply == 2:
             return DebitResult(True, (), (), reply == 2)
         used, over = reply.decode().split("|")
