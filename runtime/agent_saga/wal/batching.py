@@ -627,7 +627,9 @@ class BatchingWAL(BaseWAL):
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """Return once every record up to ``seq`` is durable in this backend's class."""
-        waiter = self.fence(self._next_seq - 1 if seq is None else seq, timeout)
+        # This class's fence, not ``self.fence``: a subclass that overrides ``barrier`` has
+        # its ``barrier`` as its fence (``BaseWAL.fence``), and calls this one.
+        waiter = BatchingWAL.fence(self, self._next_seq - 1 if seq is None else seq, timeout)
         if waiter is not None:
             await waiter
 
