@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from agent_saga.scope import saga_scope
 from agent_saga.semantics import ActionSemantics
 from agent_saga.wal import batching
 from agent_saga.wal.file import FileWAL
+from engine_support import Wedge
 
 GOLDEN = Path(__file__).with_name("step_log.golden.jsonl")
 
@@ -91,21 +91,7 @@ class _Pinned:
 Step = Callable[[Any, list[str]], Awaitable[None]]
 
 
-class _Wedge:
-    """Blocks the flusher before its sync once armed, until released."""
-
-    def __init__(self) -> None:
-        self.armed = threading.Event()
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, point: str) -> None:
-        if point == "before_sync" and self.armed.is_set() and not self.release.is_set():
-            self.reached.set()
-            self.release.wait(60)
-
-
-_WEDGE = _Wedge()  # the main log's device, wedged by one saga
+_WEDGE = Wedge()  # the main log's device, wedged by one saga
 
 
 async def _ok(**kw: Any) -> dict[str, Any]:
@@ -325,19 +311,16 @@ async def _run(name: str, body: Step, gate: Any, wal: FileWAL) -> str:
 async def _stalled(path: Path) -> str:
     """A log device that stalls under a durable step's intent: the forward never runs,
     the rollback runs every compensation without waiting a second bound."""
-    wedge = _Wedge()
+    wedge = Wedge()
     wal = FileWAL(path, stall_timeout=0.2, fault_hook=wedge)
-    done: list[str] = []
-    holder: list[Any] = []
-    exc: BaseException | None = None
+
+    async def body(saga: Any, done: list[str]) -> None:
+        await saga.execute("stripe.charge", C, _ok, _undo(done, "charge"))
+        wedge.armed.set()
+        await saga.execute("stripe.hold", C, _ok, _undo(done, "hold"))
+
     try:
-        async with saga_scope(wal, saga_id="golden-stalled", clock=_Clock()) as saga:
-            holder.append(saga)
-            await saga.execute("stripe.charge", C, _ok, _undo(done, "charge"))
-            wedge.armed.set()
-            await saga.execute("stripe.hold", C, _ok, _undo(done, "hold"))
-    except BaseException as e:  # noqa: BLE001 - the outcome is what is recorded
-        exc = e
+        outcome = await _run("stalled", body, None, wal)
     finally:
         wedge.release.set()
     from fixtures.polling import until_async
@@ -348,7 +331,7 @@ async def _stalled(path: Path) -> str:
         wal.close()
     except Exception:  # noqa: BLE001, S110 - a stalled writer says so on close; the log is what counts
         pass
-    return _outcome("stalled", holder[0], exc, done)
+    return outcome
 
 
 async def record(directory: Path) -> str:
@@ -359,7 +342,7 @@ async def record(directory: Path) -> str:
     chain.os = type("os", (), {"urandom": staticmethod(pinned.urandom)})  # type: ignore[assignment]
     try:
         global _WEDGE
-        _WEDGE = _Wedge()
+        _WEDGE = Wedge()
         wal = FileWAL(directory / "steps.wal", fault_hook=_WEDGE)
         outcomes = [await _run(name, body, gate, wal) for name, body, gate in SAGAS]
         wal.close()
@@ -382,7 +365,8 @@ async def test_the_log_of_a_fixed_set_of_sagas_is_byte_for_byte_the_recorded_one
 if __name__ == "__main__":
     import tempfile
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/: for fixtures
+    here = Path(__file__).resolve()
+    sys.path[:0] = [str(here.parents[1]), str(here.parents[2])]  # tests/unit (engine_support), tests/ (fixtures)
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/unit/engine/test_step_log_golden.py --write")
     with tempfile.TemporaryDirectory() as d:
