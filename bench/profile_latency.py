@@ -69,9 +69,9 @@ def _instrument() -> None:
             return _orig(self, *args, **kw)
 
         setattr(cls, name, timed)
-    fence = cls._fence
+    fence = cls.fence
 
-    # The engine awaits ``_fence``'s future directly (no ``barrier`` coroutine), so the
+    # The engine awaits ``fence``'s future directly (no ``barrier`` coroutine), so the
     # fence is stamped where it is built and where its future is done: a done-callback
     # added before the step's task awaits the future runs just before that task, in the
     # same pass of the loop.
@@ -85,7 +85,7 @@ def _instrument() -> None:
             waiter.add_done_callback(lambda _f: EVENTS.append(("fence done", _now())))
         return waiter
 
-    setattr(cls, "_fence", timed_fence)  # noqa: B010
+    setattr(cls, "fence", timed_fence)  # noqa: B010
 
 
 async def run(steps: int) -> dict[str, Any]:

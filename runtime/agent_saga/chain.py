@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from . import records as _records
 from .errors import WALCorrupt
-from .records import _BUILD, GENESIS, SCHEMA_VERSION, Record, canonical_json, encode_line
+from .records import _BUILD, GENESIS, SCHEMA_VERSION, Record, canonical_json, line_text
 from .scrubber import scrub_id, scrub_payload, texts_hinted
 
 SALT_BYTES = 16
@@ -52,7 +52,6 @@ def seal(
     rec: Record,
     prev: str,
     salt: bytes | None = None,
-    *,
     canonical: str | None = None,
     hinted: bool | None = None,
 ) -> str:
@@ -69,19 +68,21 @@ def seal(
     (no credential hint in it) when the writer scanned a whole batch's texts at once
     (``seal_batch``).
     """
-    rec.saga = scrub_id(rec.saga)
-    if rec.step is not None:
-        rec.step = scrub_id(rec.step)
+    saga = rec.saga = scrub_id(rec.saga)
+    step = rec.step
+    if step is not None:
+        rec.step = scrub_id(step)
     encode = rec.encode
     if encode is not None:
         rec.encode = None  # once: a producer that raises gets its record rejected, not retried
         canonical = encode()
     else:
+        payload = rec.payload
         if canonical is None:
-            canonical = "null" if rec.payload is None else canonical_json(rec.payload)
-        if rec.payload is not None:
-            scrubbed = scrub_payload(rec.payload, rec.type, rec.saga, canonical, hinted=hinted)
-            if scrubbed is not rec.payload:
+            canonical = "null" if payload is None else canonical_json(payload)
+        if payload is not None:
+            scrubbed = scrub_payload(payload, rec.type, saga, canonical, hinted=hinted)
+            if scrubbed is not payload:
                 rec.payload = scrubbed
                 canonical = canonical_json(scrubbed)
     if salt is None:
@@ -103,7 +104,6 @@ def reject_record(rec: Record, exc: Exception) -> None:
 
 
 _UNENCODABLE = "\x00unencodable"  # a marker no canonical JSON text equals (it starts with NUL)
-_V = f"{SCHEMA_VERSION}"  # the header's and the line's "v", formatted once
 
 
 def seal_batch(
@@ -124,8 +124,8 @@ def seal_batch(
     ``on_error``, which must make it encodable (the writer turns it into a
     ``RECORD_REJECTED`` record under the same seq), then sealed as alone.
 
-    ``lines``, when given, receives each sealed record's line: ``encode_line`` without
-    its newline, as text (a writer then encodes the batch at once).
+    ``lines``, when given, receives each sealed record's line (``line_text``: a writer
+    then encodes the batch at once).
     """
     make = _BUILD  # the C encoder (see ``records.canonical_json``): one per batch, not per record
     enc = None if make is None else make()
@@ -150,7 +150,6 @@ def seal_batch(
                 enc = make()  # a failed call may leave its circular-check marks
     hinted = None if texts_hinted([t for t in texts if t is not None and t is not _UNENCODABLE]) else False
     salts = os.urandom(SALT_BYTES * len(batch))
-    ids: dict[str, str] = {}  # a batch holds several records of a saga: its id is scrubbed once
     out: list[tuple[Record, str]] = []
     add = out.append
     line = lines.append if lines is not None else None
@@ -159,51 +158,12 @@ def seal_batch(
         try:
             if text is _UNENCODABLE:
                 canonical_json(rec.payload)  # raises the encoding error again
-            salt = salts[i * SALT_BYTES : (i + 1) * SALT_BYTES]
-            if text is None or rec.redacted or rec.extra:  # encoded by its producer, or unusual
-                canonical = seal(rec, prev, salt, canonical=text, hinted=hinted)
-                if line is not None:
-                    line(encode_line(rec, canonical)[:-1].decode())
-            else:
-                # ``seal`` inline (the same steps in the same order, one frame less per record).
-                saga = rec.saga
-                clean = ids.get(saga)
-                if clean is None:
-                    clean = ids[saga] = scrub_id(saga)
-                saga = rec.saga = clean
-                step = rec.step
-                if step is not None:
-                    step = rec.step = scrub_id(step)
-                payload = rec.payload
-                if payload is not None:
-                    scrubbed = scrub_payload(payload, rec.type, saga, text, hinted=hinted)
-                    if scrubbed is not payload:
-                        rec.payload = scrubbed
-                        text = canonical_json(scrubbed)
-                salt_hex = rec.salt = salt.hex()
-                digest = _sha256(salt)
-                digest.update(text.encode())
-                rec.digest = hexdigest = digest.hexdigest()
-                rec.prev = prev
-                seq = str(rec.seq)
-                ts = str(rec.ts)
-                type_ = rec.type
-                rec.hash = hash_ = _sha256(
-                    f"{_V}\n{seq}\n{ts}\n{type_}\n{saga}\n{step or ''}\n{hexdigest}\n{prev}".encode()
-                ).hexdigest()  # = header_hash(rec)
-                if line is not None:  # = encode_line(rec, text) without its newline
-                    step_json = "null" if step is None else f'"{step}"'
-                    line(
-                        f'{{"v":{_V},"seq":{seq},"ts":{ts},"type":"{type_}","saga":"{saga}",'
-                        f'"step":{step_json},"payload":{text},"salt":"{salt_hex}",'
-                        f'"digest":"{hexdigest}","prev":"{prev}","hash":"{hash_}"}}'
-                    )
-                canonical = text
+            canonical = seal(rec, prev, salts[i * SALT_BYTES : (i + 1) * SALT_BYTES], text, hinted)
         except (TypeError, ValueError) as exc:
             on_error(rec, exc)
             canonical = seal(rec, prev)
-            if line is not None:
-                line(encode_line(rec, canonical)[:-1].decode())
+        if line is not None:
+            line(line_text(rec, canonical))
         add((rec, canonical))
         prev = rec.hash
     return out

@@ -24,7 +24,9 @@ One step, in order (records in capitals; "durable" = ``await wal.barrier``):
    when the step timed out or was interrupted (it may have happened; ``timeout`` raises
    ``StepOutcomeUnknown``).
 
-REVERSIBLE steps write the same records but never wait for the disk.
+Every step takes this one path, written once in ``execute``. REVERSIBLE steps write the
+same records but never wait for the disk; the intent of one given no timeout, retry or
+fallback names no idempotency key.
 
 Leaving the ``saga_scope`` (``agent_saga.scope``) completes the saga or rolls it back
 (``agent_saga.rollback``); user code is called through ``agent_saga.invoke``.
@@ -39,8 +41,9 @@ quarantined, cancelled), newest first, each once.
 Invariants:
 - Nothing user-supplied reaches the WAL without a caller-side JSON snapshot and secret
   check (the WAL encodes on its own thread, too late to tell the caller).
-- The REVERSIBLE fast path (async forward, no gate, timeout, retry or fallback) takes no
-  lock, creates no task, inspects no signature and formats no log line.
+- A REVERSIBLE step with an async forward and no gate, timeout, retry or fallback creates
+  no task, inspects no signature and formats no log line.
+- The engine reaches the log through ``BaseWAL.append`` and ``BaseWAL.fence`` only.
 - A gate with an ``on_outcome(request, ok, error)`` method hears how each step it
   allowed ended (the circuit breaker's feedback); the hook never breaks a step.
 - Telemetry (``agent_saga.observe``) hears each step's start, end and refusal; with no
@@ -80,7 +83,6 @@ from .retry import NO_RETRY, RetryPolicy
 from .rollback import RollbackEntry, RollbackReport, roll_back
 from .semantics import ActionSemantics, coerce_semantics
 from .wal.base import BaseWAL
-from .wal.batching import BatchingWAL
 
 __all__ = ["Saga"]
 
@@ -158,22 +160,14 @@ class Saga:
         self.wal = wal
         self.rollback_report: RollbackReport | None = None
         self._append: Callable[..., int] = wal.append
+        # What a step awaits for durability: the WAL's fence (``BaseWAL.fence``), None once
+        # the record is durable; no coroutine of its own on a batching WAL.
+        self._fence: Callable[[int], Awaitable[None] | None] = wal.fence
         # What each step's forward idempotency key starts with (``forward_key``).
         self._key_prefix = key_prefix(saga_id) if saga_id.__class__ is str else None
-        # A batching WAL's fence is its own future, awaited here without a coroutine of
-        # its own (``BatchingWAL._fence``); any other WAL's (or one whose ``barrier`` was
-        # replaced) is its ``barrier``. Likewise its ``append`` is its ``_queue``, one
-        # frame less per record, unless ``append`` was replaced.
-        self._fence: Callable[[int], Awaitable[None] | None] = wal.barrier
-        if isinstance(wal, BatchingWAL):
-            own = getattr(wal, "__dict__", ())
-            if type(wal).barrier is BatchingWAL.barrier and "barrier" not in own:
-                self._fence = wal._fence
-            if type(wal).append is BatchingWAL.append and "append" not in own:
-                self._append = wal._queue
         self._clock = clock
         self._executor = executor
-        # A REVERSIBLE step with nothing to undo joins as (step_id, tool): see _entries.
+        # A step joins as (step_id, tool, semantics, compensation) or a RollbackEntry: see _entries.
         self._done: list[RollbackEntry | tuple[Any, ...]] = []
         self._next = 0
         self._inflight = 0
@@ -326,7 +320,8 @@ class Saga:
             self._check_declaration(tool, sem, compensate)
         if policy_args is not None:
             policy_args = snapshot_mapping(policy_args, "policy_args")
-        if timeout is not None or retry is not None or fallback_action is not None:
+        options = timeout is not None or retry is not None or fallback_action is not None
+        if options:
             self._check_options(tool, timeout, retry, fallback_action)
 
         index = self._next
@@ -351,34 +346,41 @@ class Saga:
         obs = _observe.current
         seen = None if obs is None else _observe.safely(obs.step_started, self.saga_id, step_id, tool, sem.value)
         try:
-            if timeout is None and retry is None and fallback_action is None:
-                # The hot path, inline (no ``_run_step`` coroutine per step): no timeout,
-                # retry or fallback. A REVERSIBLE step never waits for the disk; any other
-                # waits on its fences' futures here (what ``_run_step`` does, one frame less).
-                saga_id = self.saga_id
-                append = self._append
+            # The step: the one path every step takes. REVERSIBLE steps write the same
+            # records as the others but wait for no fence.
+            saga_id = self.saga_id
+            append = self._append
+            durable = sem is not _REV
+            # One attempt with no deadline: the tool is called here, not by call_with_retries.
+            single = not options or (retry is NO_RETRY and timeout is None and fallback_action is None)
+            if durable or options:
+                prefix = self._key_prefix
+                key = (
+                    forward_key(prefix, step_id) if prefix is not None
+                    else idempotency_key(saga_id, step_id, FORWARD_SCOPE)
+                )
+                seq = append(_INTENT, saga_id, step_id, {
+                    "tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key,
+                })
+            else:
+                # A REVERSIBLE step given no timeout, retry or fallback: its intent names no
+                # key (one is drawn only for a tool that takes it).
                 key = None
-                if sem is _REV:
-                    append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
-                else:
-                    prefix = self._key_prefix
-                    key = (
-                        forward_key(prefix, step_id) if prefix is not None
-                        else idempotency_key(saga_id, step_id, FORWARD_SCOPE)
-                    )
-                    seq = append(_INTENT, saga_id, step_id, {
-                        "tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key,
-                    })
-                    try:
-                        waiter = self._fence(seq)
-                        if waiter is not None:
-                            await waiter
-                    except BaseException as exc:
-                        # The forward was never called: say so rather than leave a bare intent.
-                        self._failed(step_id, tool, exc, started=False)
-                        raise
-                info = callable_info(forward)
+                seq = append(_INTENT, saga_id, step_id, {"tool": tool, "semantics": "REVERSIBLE", "policy_args": policy_args})
+            if durable:
                 try:
+                    waiter = self._fence(seq)
+                    if waiter is not None:
+                        await waiter
+                except BaseException as exc:
+                    # The forward was never called: say so rather than leave a bare intent.
+                    self._failed(step_id, tool, exc, started=False)
+                    raise
+            try:
+                if single:
+                    # What call_with_retries does for one attempt, without its frames: an
+                    # async tool awaited here, a sync one sent on one executor hop.
+                    info = callable_info(forward)
                     if info.is_async:
                         if info.accepts_key:
                             result = await forward(
@@ -387,47 +389,64 @@ class Saga:
                         else:
                             result = await forward()
                     else:
-                        # One tool-executor hop, no ``call``/``_dispatch`` frames (what they
-                        # would do for a sync forward with no kwargs, timeout or retry).
                         result = await self._executor.submit(forward, {
                             IDEMPOTENCY_KWARG: key or idempotency_key(saga_id, step_id, FORWARD_SCOPE)
                         } if info.accepts_key else _NO_KWARGS)
                         if result.__class__ not in PLAIN and inspect.isawaitable(result):
                             result = await result
-                except Exception as exc:
-                    failed_seq = self._failed(step_id, tool, exc)
-                    if key is not None and failed_seq is not None:
-                        await self._failed_fence(step_id, exc, failed_seq)
-                    raise
-                except BaseException as exc:
-                    self._unknown(step_id, tool, sem, compensate, exc)
-                    raise
-                if key is None and compensate is None:
-                    append(_COMMITTED, saga_id, step_id, {"compensation": None})
-                    self._done.append((step_id, tool))  # nothing to undo: see _entries
+                    retried: tuple[int, bool] | None = None
                 else:
-                    if compensate is not None:
-                        # = self._commit(...) for one attempt, no fallback, inline when the
-                        # compensation is usable (else _committed records its error).
-                        comp, descriptor, error = derive(compensate, result, sem, tool)
-                        if error is None:
-                            self._done.append((step_id, tool, sem, comp))  # see _entries
-                            seq = append(_COMMITTED, saga_id, step_id, {"compensation": descriptor})
-                        else:
-                            seq = self._committed(step_id, tool, sem, comp, descriptor, error, 1, False)
-                    else:
-                        seq, error = self._commit(step_id, tool, sem, None, result, 1, False)
-                    if key is not None:
-                        waiter = self._fence(seq)
-                        if waiter is not None:
-                            await waiter
-                    if error is not None:
-                        raise error
+                    assert key is not None
+                    result, attempts, used_fallback = await call_with_retries(
+                        forward, key, self._executor, timeout, retry or NO_RETRY, fallback_action, self._clock,
+                        self._noter(step_id, tool),
+                    )
+                    retried = (attempts, used_fallback)
+            except Expired as exc:
+                unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
+                if durable and unknown_seq is not None:
+                    waiter = self._fence(unknown_seq)
+                    if waiter is not None:
+                        await waiter
+                raise StepOutcomeUnknown(
+                    f"step {step_id} ({tool}) did not finish within timeout={timeout}s: it may have "
+                    f"happened, so it is recorded STEP_UNKNOWN and will be compensated from "
+                    f"compensate(None) or escalated on rollback, never assumed not to have happened",
+                    saga_id=saga_id, step_id=step_id, tool=tool,
+                ) from exc.__cause__
+            except Exception as exc:
+                failed_seq = self._failed(step_id, tool, exc)
+                if durable and failed_seq is not None:
+                    await self._failed_fence(step_id, exc, failed_seq)
+                raise
+            except BaseException as exc:  # cancelled in the tool: it may have happened
+                self._unknown(step_id, tool, sem, compensate, exc)
+                raise
+            # STEP_COMMITTED with the compensation descriptor. The step joins the rollback
+            # set first: if the append fails, the effect still gets undone.
+            if compensate is None:
+                committed: dict[str, Any] = {"compensation": None}
+                error: SagaError | None = None
+                self._done.append((step_id, tool, sem, None))  # nothing to undo: see _entries
             else:
-                result = await self._run_step(
-                    step_id, tool, sem, forward, compensate, timeout, policy_args,
-                    retry or NO_RETRY, fallback_action,
-                )
+                comp, descriptor, error = derive(compensate, result, sem, tool)
+                committed = {"compensation": descriptor}
+                if error is None:
+                    self._done.append((step_id, tool, sem, comp))  # see _entries
+                else:
+                    self._done.append(self._compensation_error(committed, error, step_id, tool, sem, comp))
+            if retried is not None:  # called by call_with_retries: say how
+                if retried[0] > 1:
+                    committed["attempts"] = retried[0]
+                if retried[1]:
+                    committed["fallback"] = True
+            seq = append(_COMMITTED, saga_id, step_id, committed)
+            if durable:
+                waiter = self._fence(seq)
+                if waiter is not None:
+                    await waiter
+            if error is not None:
+                raise error
         except Exception as exc:
             if request is not None and self._on_outcome is not None:
                 self._report(request, exc)
@@ -451,80 +470,6 @@ class Saga:
                 self._settled.set_result(None)
             step_id_var.reset(token)
 
-    async def _run_step(
-        self,
-        step_id: str,
-        tool: str,
-        sem: ActionSemantics,
-        forward: Callable[..., Any],
-        compensate: CompensationFactory | None,
-        timeout: float | None,
-        policy_args: dict[str, Any] | None,
-        policy: RetryPolicy,
-        fallback: Callable[..., Any] | None,
-    ) -> Any:
-        """The general path: durable barriers, timeout, retries and fallback."""
-        saga_id = self.saga_id
-        durable = sem is not _REV
-        key = idempotency_key(saga_id, step_id, FORWARD_SCOPE)
-        seq = self._append(
-            _INTENT,
-            saga_id,
-            step_id,
-            {"tool": tool, "semantics": sem.value, "policy_args": policy_args, "idempotency_key": key},
-        )
-        if durable:
-            try:
-                waiter = self._fence(seq)
-                if waiter is not None:
-                    await waiter
-            except BaseException as exc:
-                # The forward was never called: say so rather than leave a bare intent.
-                self._failed(step_id, tool, exc, started=False)
-                raise
-
-        # An async forward with no timeout, retry or fallback is awaited here directly:
-        # what call_with_retries would do in one attempt, without its three coroutine frames
-        # (and without the ``note`` closure, which only retries and fallbacks write with).
-        info = callable_info(forward) if timeout is None and policy is NO_RETRY and fallback is None else None
-        try:
-            if info is not None and info.is_async:
-                result = await (forward(idempotency_key=key) if info.accepts_key else forward())
-                attempts, used_fallback = 1, False
-            else:
-                result, attempts, used_fallback = await call_with_retries(
-                    forward, key, self._executor, timeout, policy, fallback, self._clock,
-                    self._noter(step_id, tool),
-                )
-        except Expired as exc:
-            unknown_seq = self._unknown(step_id, tool, sem, compensate, exc, timeout=timeout)
-            if durable and unknown_seq is not None:
-                waiter = self._fence(unknown_seq)
-                if waiter is not None:
-                    await waiter
-            raise StepOutcomeUnknown(
-                f"step {step_id} ({tool}) did not finish within timeout={timeout}s: it may have "
-                f"happened, so it is recorded STEP_UNKNOWN and will be compensated from "
-                f"compensate(None) or escalated on rollback, never assumed not to have happened",
-                saga_id=saga_id, step_id=step_id, tool=tool,
-            ) from exc.__cause__
-        except Exception as exc:
-            failed_seq = self._failed(step_id, tool, exc)
-            if durable and failed_seq is not None:
-                await self._failed_fence(step_id, exc, failed_seq)
-            raise
-        except BaseException as exc:
-            self._unknown(step_id, tool, sem, compensate, exc)
-            raise
-        seq, error = self._commit(step_id, tool, sem, compensate, result, attempts, used_fallback)
-        if durable:
-            waiter = self._fence(seq)
-            if waiter is not None:
-                await waiter
-        if error is not None:
-            raise error
-        return result
-
     async def _failed_fence(self, step_id: str, exc: BaseException, seq: int) -> None:
         """Wait for a durable step's STEP_FAILED; a log error is noted on ``exc``, not raised."""
         try:
@@ -543,58 +488,22 @@ class Saga:
 
         return note
 
-    def _commit(
+    def _compensation_error(
         self,
-        step_id: str,
-        tool: str,
-        sem: ActionSemantics,
-        compensate: CompensationFactory | None,
-        result: Any,
-        attempts: int,
-        used_fallback: bool,
-    ) -> tuple[int, SagaError | None]:
-        """Derive the compensation, append STEP_COMMITTED, join the rollback set.
-
-        Returns the record's seq and the error to raise once it is durable (the effect
-        happened, so the step is in the rollback set either way), or ``None``.
-        """
-        comp: Compensation | None = None
-        descriptor: dict[str, Any] | None = None
-        error: SagaError | None = None
-        if compensate is not None:
-            comp, descriptor, error = derive(compensate, result, sem, tool)
-        return self._committed(step_id, tool, sem, comp, descriptor, error, attempts, used_fallback), error
-
-    def _committed(
-        self,
+        committed: dict[str, Any],
+        error: SagaError,
         step_id: str,
         tool: str,
         sem: ActionSemantics,
         comp: Compensation | None,
-        descriptor: dict[str, Any] | None,
-        error: SagaError | None,
-        attempts: int,
-        used_fallback: bool,
-    ) -> int:
-        """``_commit`` once the compensation is derived: join the rollback set, append
-        STEP_COMMITTED (with ``error`` described in it, if any) and return its seq."""
-        payload: dict[str, Any] = {"compensation": descriptor}
-        if attempts > 1:
-            payload["attempts"] = attempts
-        if used_fallback:
-            payload["fallback"] = True
-        entry_error: str | None = None
-        if error is not None:
-            error.saga_id, error.step_id, error.tool = self.saga_id, step_id, tool
-            payload["compensation_error"] = {**describe_error(error), "in_process": comp is not None}
-            if comp is None:
-                entry_error = f"no usable compensation: {error_text(error)}"
-        # Join the rollback set first: if the append fails, the effect still gets undone.
-        # A usable compensation joins as (step_id, tool, sem, comp): see _entries.
-        self._done.append(
-            (step_id, tool, sem, comp) if entry_error is None else RollbackEntry(step_id, tool, sem, comp, entry_error)
-        )
-        return self._append(_COMMITTED, self.saga_id, step_id, payload)
+    ) -> RollbackEntry | tuple[Any, ...]:
+        """Describe ``error`` (the compensation could not be derived, or not replayed) in
+        the STEP_COMMITTED payload ``committed``; return the step's rollback entry."""
+        error.saga_id, error.step_id, error.tool = self.saga_id, step_id, tool
+        committed["compensation_error"] = {**describe_error(error), "in_process": comp is not None}
+        if comp is not None:  # runnable here, not replayable by another process
+            return (step_id, tool, sem, comp)
+        return RollbackEntry(step_id, tool, sem, None, f"no usable compensation: {error_text(error)}")
 
     def _failed(self, step_id: str, tool: str, exc: BaseException, *, started: bool = True) -> int | None:
         """Record that the step did not complete (STEP_FAILED); never masks ``exc``."""
@@ -709,16 +618,11 @@ class Saga:
     # ------------------------------------------------------------------ exit
 
     def _entries(self) -> list[RollbackEntry]:
-        """The rollback set as ``RollbackEntry``s, oldest first. The hot path stores a
-        REVERSIBLE step with nothing to undo as a bare (step_id, tool) pair, the same entry
-        as ``RollbackEntry(step_id, tool, REVERSIBLE, None)``, and a committed step with a
-        usable compensation as (step_id, tool, semantics, compensation), the same entry as
+        """The rollback set as ``RollbackEntry``s, oldest first. A step that committed
+        with a usable compensation (or nothing to undo) joins as the tuple
+        (step_id, tool, semantics, compensation), the same entry as
         ``RollbackEntry(step_id, tool, semantics, compensation)``."""
-        return [
-            e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], _REV, None) if len(e) == 2
-            else RollbackEntry(e[0], e[1], e[2], e[3])
-            for e in self._done
-        ]
+        return [e if isinstance(e, RollbackEntry) else RollbackEntry(e[0], e[1], e[2], e[3]) for e in self._done]
 
     async def _settle(self) -> None:
         """Wait for steps still running in other tasks (e.g. under gather) to finish."""

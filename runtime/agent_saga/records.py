@@ -237,6 +237,11 @@ def canonical_json(obj: Any) -> str:
 
 def encode_line(rec: Record, canonical_payload: str | None = None) -> bytes:
     """Encode ``rec`` as one newline-terminated JSON line (fixed field order)."""
+    return (line_text(rec, canonical_payload) + "\n").encode()
+
+
+def line_text(rec: Record, canonical_payload: str | None = None) -> str:
+    """``encode_line`` as text, without its newline (a writer encodes a batch at once)."""
     if canonical_payload is None:
         canonical_payload = "null" if rec.payload is None else canonical_json(rec.payload)
     step = "null" if rec.step is None else f'"{rec.step}"'
@@ -250,8 +255,8 @@ def encode_line(rec: Record, canonical_payload: str | None = None) -> bytes:
     return (
         f'{{"v":{SCHEMA_VERSION},"seq":{rec.seq},"ts":{rec.ts},"type":"{rec.type}",'
         f'"saga":"{rec.saga}","step":{step},"payload":{canonical_payload},"salt":{salt},'
-        f'"digest":"{rec.digest}","prev":"{rec.prev}","hash":"{rec.hash}"{tail}}}\n'
-    ).encode()
+        f'"digest":"{rec.digest}","prev":"{rec.prev}","hash":"{rec.hash}"{tail}}}'
+    )
 
 
 _KNOWN = frozenset(

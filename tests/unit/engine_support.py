@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,21 @@ class BlockGate:
         if request.tool == self.tool:
             return GateDecision.block(f"{self.tool} is halted", decided_by="soc@corp")
         return GateDecision.allow(decided_by="soc@corp")
+
+
+class Wedge:
+    """A fault hook that blocks the flusher at ``before_sync`` once armed, until released
+    (a device stuck in fdatasync)."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self.reached = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, point: str) -> None:
+        if point == "before_sync" and self.armed.is_set() and not self.release.is_set():
+            self.reached.set()
+            self.release.wait(60)
 
 
 class FakeClock:

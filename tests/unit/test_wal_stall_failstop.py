@@ -22,23 +22,10 @@ from agent_saga import (
 )
 from agent_saga.rollback import RollbackOutcome
 from agent_saga.wal.file import iter_file_records
+from engine_support import Wedge
 from fixtures.polling import until_async
 
 C = ActionSemantics.COMPENSABLE
-
-
-class Wedge:
-    """Blocks the flusher at ``before_sync`` once armed, until released."""
-
-    def __init__(self) -> None:
-        self.armed = threading.Event()
-        self.reached = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, point: str) -> None:
-        if point == "before_sync" and self.armed.is_set() and not self.release.is_set():
-            self.reached.set()
-            self.release.wait(60)
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ Contract (each backend keeps all of it, and documents its durability class):
 - ``barrier(seq)`` returns only when every record up to ``seq`` is durable in the
   backend's class (FileWAL: written and fsynced). It raises ``WALStalled`` after its bound
   rather than hanging, and the real write error (chained) if the batch failed.
+- ``fence(seq)`` is ``barrier`` for a caller that awaits the result itself (the engine):
+  ``None`` when there is nothing to wait for, else an awaitable with ``barrier``'s outcome.
 - Records are sealed into the hash chain by the writer, off the caller's hot path.
 - Reads page through the log (``read_all``) or resume from a cursor (``read_since``). The
   cursor of a record is ``BaseWAL.cursor(record)``: its ``seq`` in a single-writer log
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +89,15 @@ class BaseWAL(abc.ABC):
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """Wait until every record up to ``seq`` (default: the last appended) is durable."""
 
+    def fence(self, seq: int, timeout: float | None = None) -> Awaitable[None] | None:
+        """``barrier(seq)`` for a caller that awaits the result itself: ``None`` if nothing
+        is left to wait for, else what to await. Raises what ``barrier`` raises, here if it
+        is known at once. This default returns the ``barrier`` coroutine. A backend that
+        can answer without a coroutine overrides ``fence`` and awaits it in ``barrier``
+        (``BatchingWAL``); a subclass that overrides only ``barrier`` gets this default
+        back, so ``fence`` always agrees with ``barrier``."""
+        return self.barrier(seq, timeout=timeout)
+
     @abc.abstractmethod
     def barrier_sync(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """``barrier`` for synchronous callers (threads, CLI)."""
@@ -117,6 +128,8 @@ class BaseWAL(abc.ABC):
         super().__init_subclass__(**kwargs)
         if "compact" in cls.__dict__:  # every backend's compact(), as BaseWAL.compact
             cls.compact = runs_if_discarded(cls.__dict__["compact"])  # type: ignore[method-assign]
+        if "barrier" in cls.__dict__ and "fence" not in cls.__dict__:  # fence = barrier, always
+            cls.fence = BaseWAL.fence  # type: ignore[method-assign]
 
     @runs_if_discarded
     async def compact(

@@ -623,11 +623,13 @@ class BatchingWAL(BaseWAL):
 
     async def barrier(self, seq: int | None = None, *, timeout: float | None = None) -> None:
         """Return once every record up to ``seq`` is durable in this backend's class."""
-        waiter = self._fence(self._next_seq - 1 if seq is None else seq, timeout)
+        # This class's fence, not ``self.fence``: a subclass that overrides ``barrier`` has
+        # its ``barrier`` as its fence (``BaseWAL.fence``), and calls this one.
+        waiter = BatchingWAL.fence(self, self._next_seq - 1 if seq is None else seq, timeout)
         if waiter is not None:
             await waiter
 
-    def _fence(self, seq: int, timeout: float | None = None) -> Awaitable[None] | None:
+    def fence(self, seq: int, timeout: float | None = None) -> Awaitable[None] | None:
         """``barrier`` without its coroutine (the engine awaits this directly): None if
         ``seq`` is durable already, else what to await, the fence's own future, which
         ``_resolve`` settles with this fence's outcome (durable: None; rejected, failed,

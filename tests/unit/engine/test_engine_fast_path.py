@@ -1,5 +1,5 @@
-"""The REVERSIBLE fast path (an async forward, no gate, timeout, retry or fallback) runs
-inline in ``execute``: its failure paths record and undo exactly as the general path does.
+"""A REVERSIBLE step with an async forward and no gate, timeout, retry or fallback: its
+failure paths record and undo as every step's do.
 A flat kwargs snapshot (str keys, plain scalars) is one C copy after the same checks."""
 
 from __future__ import annotations
