@@ -43,9 +43,11 @@ Invariants:
   written upstream once: a pooled connection found closed is dropped before anything is
   written to it; one that breaks after is never retried.
 - What the upstream said reaches the client as its bytes: a call's answer (its event id
-  kept, for a client resuming the stream), a ``tools/list`` response unless boundary
-  tools were added, an HTTP error status and body (a 4xx: the call was not accepted,
-  STEP_FAILED).
+  kept, for a client resuming the stream; a JSON body the data of one event when the
+  client reads a stream), a ``tools/list`` response unless boundary tools were added,
+  an HTTP error status and body (a 4xx: the call was not accepted, STEP_FAILED). A
+  ``tools/call`` reaches the upstream as the bytes the client sent (once ``_wire.parse``
+  read them).
 - Every answer to the client is framed (a length, or chunks), so the connection can carry
   the next request; an answer cut short closes it.
 """
@@ -326,7 +328,9 @@ class HttpProxy:
         s.busy += 1
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
-            return await self._forward(req, m, s, k, out)
+            # The client's message goes upstream as the bytes it sent (parsed, so readable);
+            # a message the session changed would be encoded anew.
+            return await self._forward(req, m, s, k, out, req.body if m is msg else None)
 
         # The call runs in this connection's task (it carries nothing else until the call
         # is answered); a cancellation before it is sent (``_withdraw``) cancels it there.
@@ -358,7 +362,7 @@ class HttpProxy:
         return await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       out: CallAnswer) -> dict[str, Any]:
+                       out: CallAnswer, body: bytes | None = None) -> dict[str, Any]:
         """Send the call upstream; its response. Events before it are relayed to the client
         (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
@@ -369,7 +373,7 @@ class HttpProxy:
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
         s.sent.add(k)  # from here on the call may have happened: never sent again
-        data = http.request_bytes(self.pool, "POST", headers, encode(m))
+        data = http.request_bytes(self.pool, "POST", headers, encode(m) if body is None else body)
         # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
         # waits for the upstream, and only then (no task or race per call).
         task = asyncio.current_task()
@@ -474,7 +478,7 @@ class HttpProxy:
                         if isinstance(doc, dict) and "result" in doc and self._tools_listed(doc):
                             body = encode(doc)
                 http.write_head(writer, resp.status, head, len(body), req.keep).write(body)
-                await writer.drain()
+                await http.drain(writer)
                 return resp.status
             length = http.header(resp.headers, "content-length")
             sized = length is not None and "chunked" not in (http.header(resp.headers, "transfer-encoding") or "")
@@ -558,4 +562,4 @@ async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: C
                  keep: bool = False) -> None:
     body = encode(doc) if custody is None else custody.redact(encode(doc))
     http.write_head(writer, status, _JSON, len(body), keep).write(body)
-    await writer.drain()
+    await http.drain(writer)

@@ -217,8 +217,11 @@ def usable_id(msg: Any) -> Any:
 
 
 def key(id_: Any) -> str:
-    """A dictionary key for a JSON-RPC id that keeps ``1`` and ``"1"`` apart."""
-    return json.dumps(id_)
+    """A dictionary key for a JSON-RPC id that keeps ``1`` and ``"1"`` apart: the id as
+    JSON (an integer's digits, a string quoted)."""
+    if id_.__class__ is int:
+        return int.__repr__(id_)  # = json.dumps(id_), without building an encoder
+    return _KEY(id_)
 
 
 def cancelled_key(msg: Any) -> str | None:
@@ -265,9 +268,15 @@ def excerpt(data: bytes | str) -> str:
     return repr(cut) + (f"... ({len(data)} in all)" if len(text) > EXCERPT else "")
 
 
+#: ``json.dumps(msg, separators=(",", ":"), ensure_ascii=False)`` and ``json.dumps(id_)``,
+#: each encoder built once (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_KEY = json.JSONEncoder().encode
+
+
 def encode(msg: Any) -> bytes:
     """One message as a line."""
-    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _ENCODE(msg).encode() + b"\n"
 
 
 def error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

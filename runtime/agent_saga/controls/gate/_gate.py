@@ -427,7 +427,9 @@ class PreFlightGate:
         if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
             declared = Declaration(adm.request.semantics, None if adm.compensate is None
                                    else inverse_factory(request.tool, adm.compensate, request.policy_args))
-            return replace(decision, declaration=declared)
+            # = replace(decision, declaration=declared), without its walk over the fields
+            return PreFlightDecision(decision.verdict, decision.reason, decision.decided_by, decision.allowed,
+                                     decision.stage, decision.approval, decision.detail, declared)
         return decision
 
     async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck], ev: Evaluation,
