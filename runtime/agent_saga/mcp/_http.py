@@ -350,11 +350,19 @@ def _stale(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
             or bool(getattr(reader, "_buffer", b"")))
 
 
-def _head_bytes(method: str, path: str, host: str, headers: Headers, body: bytes, keep: bool) -> bytes:
+def _head_bytes(method: str, path: str, host: str, headers: Headers, body: bytes, keep: bool,
+                drop: Collection[str] = (), extra: Headers | None = None) -> bytes:
+    """The request's head and body; ``headers`` without those named in ``drop``
+    (lowercase), then ``extra``, less those never forwarded."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
     if not keep:
         lines.append("Connection: close")
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
+    if drop:
+        lines += [f"{k}: {v}" for k, v in headers if (low := k.lower()) not in NOT_FORWARDED and low not in drop]
+    else:
+        lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
+    if extra:
+        lines += [f"{k}: {v}" for k, v in extra if k.lower() not in NOT_FORWARDED]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
@@ -387,9 +395,11 @@ async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data:
     return resp
 
 
-def request_bytes(pool: Pool, method: str, headers: Headers, body: bytes) -> bytes:
-    """A request for the pool's URL, kept alive."""
-    return _head_bytes(method, pool.path, pool.netloc, headers, body, True)
+def request_bytes(pool: Pool, method: str, headers: Headers, body: bytes, drop: Collection[str] = (),
+                  extra: Headers | None = None) -> bytes:
+    """A request for the pool's URL, kept alive: ``headers`` less those named in
+    ``drop`` (lowercase), then ``extra``."""
+    return _head_bytes(method, pool.path, pool.netloc, headers, body, True, drop, extra)
 
 
 async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpResponse:

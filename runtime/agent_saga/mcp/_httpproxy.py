@@ -367,13 +367,17 @@ class HttpProxy:
         (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
         ``out`` keeps the upstream's answer as it arrived (masked)."""
-        headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
+        custody = self.custody
+        held = custody.headers() if custody is not None else None  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up = await self.pool.connect()
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
         s.sent.add(k)  # from here on the call may have happened: never sent again
-        data = http.request_bytes(self.pool, "POST", headers, encode(m) if body is None else body)
+        # = the client's headers with the credentials in custody in place of its own
+        # (``_upstream_headers``), in one pass
+        data = http.request_bytes(self.pool, "POST", req.headers, encode(m) if body is None else body,
+                                  custody.names() if custody is not None else (), held)
         # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
         # waits for the upstream, and only then (no task or race per call).
         task = asyncio.current_task()
