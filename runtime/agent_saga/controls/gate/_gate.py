@@ -599,7 +599,10 @@ _COUNTED = ("policy", "limits", "rules")
 
 def _process_wide() -> tuple[PreCheck, ...]:
     """The process-wide kill switch and breaker, those that are set."""
-    return tuple(c for c in (get_kill_switch(), get_breaker()) if c is not None)
+    switch, breaker = get_kill_switch(), get_breaker()  # (asked twice a call: no generator)
+    if switch is None:
+        return () if breaker is None else (breaker,)
+    return (switch,) if breaker is None else (switch, breaker)
 
 
 def _names(gate: PreFlightGate) -> list[str] | str:
