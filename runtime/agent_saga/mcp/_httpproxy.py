@@ -46,8 +46,7 @@ Invariants:
   kept, for a client resuming the stream; a JSON body the data of one event when the
   client reads a stream), a ``tools/list`` response unless boundary tools were added,
   an HTTP error status and body (a 4xx: the call was not accepted, STEP_FAILED). A
-  ``tools/call`` reaches the upstream as the bytes the client sent (once ``_wire.parse``
-  read them).
+  ``tools/call`` reaches the upstream as the proxy read it (encoded anew).
 - Every answer to the client is framed (a length, or chunks), so the connection can carry
   the next request; an answer cut short closes it.
 """
@@ -328,9 +327,7 @@ class HttpProxy:
         s.busy += 1
 
         async def forward(m: dict[str, Any]) -> dict[str, Any]:
-            # The client's message goes upstream as the bytes it sent (parsed, so readable);
-            # a message the session changed would be encoded anew.
-            return await self._forward(req, m, s, k, out, req.body if m is msg else None)
+            return await self._forward(req, m, s, k, out)
 
         # The call runs in this connection's task (it carries nothing else until the call
         # is answered); a cancellation before it is sent (``_withdraw``) cancels it there.
@@ -362,7 +359,7 @@ class HttpProxy:
         return await out.finish(reply)
 
     async def _forward(self, req: http.HttpRequest, m: dict[str, Any], s: _Session, k: str,
-                       out: CallAnswer, body: bytes | None = None) -> dict[str, Any]:
+                       out: CallAnswer) -> dict[str, Any]:
         """Send the call upstream; its response. Events before it are relayed to the client
         (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
@@ -376,7 +373,9 @@ class HttpProxy:
         s.sent.add(k)  # from here on the call may have happened: never sent again
         # = the client's headers with the credentials in custody in place of its own
         # (``_upstream_headers``), in one pass
-        data = http.request_bytes(self.pool, "POST", req.headers, encode(m) if body is None else body,
+        # The call as the proxy read it (and the gate judged it), encoded anew: a number the
+        # proxy rounded reaches the upstream as the proxy read it, never as the client wrote it.
+        data = http.request_bytes(self.pool, "POST", req.headers, encode(m),
                                   custody.names() if custody is not None else (), held)
         # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
         # waits for the upstream, and only then (no task or race per call).
