@@ -17,7 +17,9 @@ second server that needs none; and directly on a new connection per call (what e
 before the proxy kept its connections alive on both sides). Policy: ``echo`` REVERSIBLE, ``charge`` COMPENSABLE with
 ``refund`` as its inverse by ``$.id``; FileWAL with fsync. The floor is a bare ``write`` +
 ``fdatasync`` of one line in the WAL's directory. Rounds interleave every kind, so load on
-the machine hits all alike. "Added" is the difference of the medians.
+the machine hits all alike. "Added" is the difference of the medians. The proxy's CPU per
+call (its user + system time over the timed calls, from ``/proc``) is printed too: load
+distorts it less than the latencies.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ from bench_mcp import POLICY, fsyncs, stats  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "bench-token-" + os.urandom(12).hex()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) process ``pid`` has used; NaN where ``/proc`` is not."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for(path: Path, proc: subprocess.Popen[bytes], what: str, pattern: str | None = None) -> int:
@@ -122,7 +134,7 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
             (tmp / "upstreams.json").write_text(json.dumps({"echo": {
                 "url": f"http://127.0.0.1:{ports['held']}/mcp", "credentials": [{"credentialRef": "echo-token"}]}}))
             base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
-            proxies = {}
+            proxies, proxy_pids = {}, {}
             for name, upstream, env in (
                     ("custody", ports["held"], {"AGENT_SAGA_MCP_UPSTREAMS": str(tmp / "upstreams.json"),
                                                 "AGENT_SAGA_CREDENTIALS_DIR": str(tmp / "credentials")}),
@@ -134,6 +146,7 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
                          str(tmp / f"{name}.wal"), "--name", "echo", "--listen", "127.0.0.1:0",
                          "--upstream", f"http://127.0.0.1:{upstream}/mcp"], env={**base, **env}, stdout=f, stderr=f))
                 proxies[name] = wait_for(log, procs[-1], f"the {name} proxy", "listening on 127.0.0.1:")
+                proxy_pids[name] = procs[-1].pid
             direct = Client(ports["held"], {"Authorization": f"Bearer {TOKEN}"})
             held, bare = Client(proxies["custody"]), Client(proxies["bare"])
             samples: dict[str, list[float]] = {k: [] for k in ("direct", "fresh", "bare", "custody", "compensable", "fsync")}
@@ -144,12 +157,20 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
             held.timed("echo", warm)
             held.timed("charge", warm // 4)
             fsyncs(tmp / "floor", warm // 4)
+            cpu = {k: 0.0 for k in ("bare", "custody", "compensable")}
+            pids = {"bare": proxy_pids["bare"], "custody": proxy_pids["custody"], "compensable": proxy_pids["custody"]}
+
+            def through(kind: str, client: Client, tool: str, count: int) -> None:
+                before = cpu_seconds(pids[kind])
+                samples[kind] += client.timed(tool, count)
+                cpu[kind] += cpu_seconds(pids[kind]) - before
+
             for _ in range(rounds):
                 samples["direct"] += direct.timed("echo", n // rounds)
                 samples["fresh"] += direct.timed("echo", n // rounds, fresh=True)
-                samples["bare"] += bare.timed("echo", n // rounds)
-                samples["custody"] += held.timed("echo", n // rounds)
-                samples["compensable"] += held.timed("charge", comp // rounds)
+                through("bare", bare, "echo", n // rounds)
+                through("custody", held, "echo", n // rounds)
+                through("compensable", held, "charge", comp // rounds)
                 samples["fsync"] += fsyncs(tmp / "floor", comp // rounds)
             for c in (direct, held, bare):
                 c.close()
@@ -163,8 +184,10 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
     added = {k: round(s[k]["p50_us"] - d50, 1) for k in ("fresh", "bare", "custody", "compensable")}
     added_p99 = round(s["custody"]["p99_us"] - s["direct"]["p99_us"], 1)
     ratio = round(added["compensable"] / s["fsync"]["p50_us"], 2) if s["fsync"]["p50_us"] else float("inf")
+    cpu_us = {k: round(v / len(samples[k]) * 1e6, 1) if v == v else None for k, v in cpu.items()}
     return {
         "bench": "effector", "python": sys.version.split()[0], "calls": n, "compensable_calls": comp,
+        "proxy_cpu_per_call_us": cpu_us, "load_average": os.getloadavg(),
         **s, "added_p50_us": added, "added_reversible_p99_us": added_p99,
         "custody_p50_us": round(added["custody"] - added["bare"], 1),
         "wal_and_inverse_p50_us": round(added["compensable"] - added["custody"], 1),
@@ -201,6 +224,9 @@ def main() -> int:
     print(f"COMPENSABLE adds {r['added_p50_us']['compensable']} µs = {r['compensable_added_over_fsync']} x a bare fsync "
           f"(goal <= 2.5){'  OK' if t['compensable_added_over_fsync_p50']['ok'] else '  MISSED'}: "
           f"WAL + inverse {r['wal_and_inverse_p50_us']} µs over REVERSIBLE")
+    c = r["proxy_cpu_per_call_us"]
+    print(f"the proxy's CPU per call (user + system): REVERSIBLE {c['custody']} µs ({c['bare']} µs holding no "
+          f"credential), COMPENSABLE {c['compensable']} µs; load average {' '.join(f'{x:.1f}' for x in r['load_average'])}")
     print(json.dumps(r))
     return 0
 

@@ -31,14 +31,15 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter, methodcaller
 from typing import Any
 from urllib.parse import urlsplit
 
 from .. import hosts
 from ._wire import Unreadable, parse
 
-__all__ = ["HttpRequest", "HttpResponse", "header", "open_connection", "read_request", "read_response",
-           "refused", "sse_events", "write_head", "Out", "Pool"]
+__all__ = ["HttpRequest", "HttpResponse", "drain", "header", "open_connection", "read_request", "read_response",
+           "refused", "sse_data", "sse_event", "sse_events", "write_head", "Out", "Pool"]
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -51,13 +52,16 @@ class _Read(list[tuple[str, str]]):
 
     __slots__ = ("first",)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.first: dict[str, str] = {}
+    def __init__(self, names: list[str], values: list[str]) -> None:
+        super().__init__(zip(names, values, strict=True))
+        # Built from the end: the first value of a name is the one left.
+        self.first: dict[str, str] = dict(zip(reversed(list(map(str.lower, names))), reversed(values), strict=True))
 
-    def add(self, name: str, value: str) -> None:
-        self.append((name, value))
-        self.first.setdefault(name.lower(), value)
+
+_PARTITION = methodcaller("partition", ":")
+_NAME, _SEP, _VALUE = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
 #: Request headers never passed on upstream: the connection's own, and the client's
 #: ``Origin`` (the proxy checked it; the upstream sees the proxy, not a page).
 NOT_FORWARDED = frozenset({"host", "content-length", "connection", "transfer-encoding", "keep-alive", "origin"})
@@ -175,14 +179,13 @@ async def _head(reader: asyncio.StreamReader) -> tuple[str, Headers] | None:
     except asyncio.LimitOverrunError:
         raise HttpError(f"a message head over {MAX_HEAD} bytes") from None
     lines = raw.decode("latin-1").split("\r\n")
-    headers = _Read()
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep:
-            raise HttpError(f"a header line without ':': {line[:80]!r}")
-        headers.add(name.strip(), value.strip())
+    # Each non-empty line after the first is ``name: value``, both stripped (in C: no
+    # Python step per header).
+    parts = list(map(_PARTITION, filter(None, lines[1:])))
+    if not all(map(_SEP, parts)):
+        line = next(p[0] for p in parts if not p[1])
+        raise HttpError(f"a header line without ':': {line[:80]!r}")
+    headers = _Read(list(map(str.strip, map(_NAME, parts))), list(map(str.strip, map(_VALUE, parts))))
     return lines[0], headers
 
 
@@ -333,17 +336,33 @@ class Pool:
         self._free.clear()
 
 
+async def drain(writer: asyncio.StreamWriter) -> None:
+    """``writer.drain()`` unless there is nothing it could wait for or raise: the
+    transport took every byte written and is open (``drain`` would return at once)."""
+    transport = writer.transport
+    if transport.get_write_buffer_size() or transport.is_closing():
+        await writer.drain()
+
+
 def _stale(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
     """The upstream closed the connection, broke it, or sent something nobody asked for."""
     return (writer.is_closing() or reader.at_eof() or reader.exception() is not None
             or bool(getattr(reader, "_buffer", b"")))
 
 
-def _head_bytes(method: str, path: str, host: str, headers: Headers, body: bytes, keep: bool) -> bytes:
+def _head_bytes(method: str, path: str, host: str, headers: Headers, body: bytes, keep: bool,
+                drop: Collection[str] = (), extra: Headers | None = None) -> bytes:
+    """The request's head and body; ``headers`` without those named in ``drop``
+    (lowercase), then ``extra``, less those never forwarded."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]
     if not keep:
         lines.append("Connection: close")
-    lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
+    if drop:
+        lines += [f"{k}: {v}" for k, v in headers if (low := k.lower()) not in NOT_FORWARDED and low not in drop]
+    else:
+        lines += [f"{k}: {v}" for k, v in headers if k.lower() not in NOT_FORWARDED]
+    if extra:
+        lines += [f"{k}: {v}" for k, v in extra if k.lower() not in NOT_FORWARDED]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
@@ -367,7 +386,7 @@ async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data:
     connection is closed, never reused."""
     try:
         writer.write(data)
-        await writer.drain()
+        await drain(writer)
         resp = await read_response(reader, writer)
     except BaseException:
         writer.close()
@@ -376,9 +395,11 @@ async def send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data:
     return resp
 
 
-def request_bytes(pool: Pool, method: str, headers: Headers, body: bytes) -> bytes:
-    """A request for the pool's URL, kept alive."""
-    return _head_bytes(method, pool.path, pool.netloc, headers, body, True)
+def request_bytes(pool: Pool, method: str, headers: Headers, body: bytes, drop: Collection[str] = (),
+                  extra: Headers | None = None) -> bytes:
+    """A request for the pool's URL, kept alive: ``headers`` less those named in
+    ``drop`` (lowercase), then ``extra``."""
+    return _head_bytes(method, pool.path, pool.netloc, headers, body, True, drop, extra)
 
 
 async def read_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpResponse:
@@ -424,7 +445,7 @@ class Out:
 
     async def drain(self) -> None:
         self.flush()
-        await self.writer.drain()
+        await drain(self.writer)
 
     def end(self) -> None:
         self.write(b"", last=True)
@@ -479,3 +500,12 @@ async def sse_events(chunks: AsyncIterator[bytes], limit: int = MAX_BODY) -> Asy
 def sse_event(msg: Any) -> bytes:
     """One message as an SSE event."""
     return b"event: message\ndata: " + json.dumps(msg, separators=(",", ":")).encode() + b"\n\n"
+
+
+def sse_data(body: bytes) -> bytes | None:
+    """A JSON body (one message, as it arrived) as an SSE event, or None when it spans
+    lines (an event's ``data`` is one line here: the message is then encoded anew)."""
+    data = body.strip(b" \t\r\n")
+    if b"\n" in data or b"\r" in data:
+        return None
+    return b"event: message\ndata: " + data + b"\n\n"

@@ -6,7 +6,8 @@ Invariants:
   own refusal (an HTTP error status: a session it no longer knows) reaches the client as
   it came, status and body.
 - The answer is the upstream's own bytes when the proxy answers what the upstream said
-  (an event keeps its id: a client resumes the stream by it), else the proxy's message.
+  (an event keeps its id: a client resumes the stream by it; a JSON body becomes the
+  data of one event), else the proxy's message.
 - A client that stopped reading is noted (``gone``), never raised while the call runs.
 """
 
@@ -80,12 +81,14 @@ class CallAnswer:
         if self.refused is not None and not self.started:
             status, headers, body = self.refused
             http.write_head(self.writer, status, headers, len(body), self.keep).write(body)
-            await self.writer.drain()
+            await http.drain(self.writer)
             return True
         own = self.upstream is not None and self.upstream[0] == reply
         if self.stream:
             if own and self.upstream is not None and self.upstream[2] is None:
                 event = self.upstream[1]
+            elif own and self.upstream is not None:  # a JSON body: its bytes as the event's data
+                event = http.sse_data(self.upstream[1]) or http.sse_event(reply)
             else:
                 event = http.sse_event(reply)
             if self.custody is not None:
@@ -99,5 +102,5 @@ class CallAnswer:
         else:
             body = encode(reply) if self.custody is None else self.custody.redact(encode(reply))
         http.write_head(self.writer, 200, _JSON, len(body), self.keep).write(body)
-        await self.writer.drain()
+        await http.drain(self.writer)
         return True

@@ -43,9 +43,10 @@ Invariants:
   written upstream once: a pooled connection found closed is dropped before anything is
   written to it; one that breaks after is never retried.
 - What the upstream said reaches the client as its bytes: a call's answer (its event id
-  kept, for a client resuming the stream), a ``tools/list`` response unless boundary
-  tools were added, an HTTP error status and body (a 4xx: the call was not accepted,
-  STEP_FAILED).
+  kept, for a client resuming the stream; a JSON body the data of one event when the
+  client reads a stream), a ``tools/list`` response unless boundary tools were added,
+  an HTTP error status and body (a 4xx: the call was not accepted, STEP_FAILED). A
+  ``tools/call`` reaches the upstream as the proxy read it (encoded anew).
 - Every answer to the client is framed (a length, or chunks), so the connection can carry
   the next request; an answer cut short closes it.
 """
@@ -363,13 +364,19 @@ class HttpProxy:
         (``out``) while it reads them; a client that went away does not end the call (MCP:
         a disconnection is not a cancellation), it is answered and recorded all the same.
         ``out`` keeps the upstream's answer as it arrived (masked)."""
-        headers = self._upstream_headers(req)  # CredentialUnavailable: refused, nothing sent
+        custody = self.custody
+        held = custody.headers() if custody is not None else None  # CredentialUnavailable: refused, nothing sent
         try:
             reader, up = await self.pool.connect()
         except (OSError, http.HttpError) as exc:
             raise UpstreamGone(f"the upstream {self.upstream} cannot be reached ({exc})") from None
         s.sent.add(k)  # from here on the call may have happened: never sent again
-        data = http.request_bytes(self.pool, "POST", headers, encode(m))
+        # = the client's headers with the credentials in custody in place of its own
+        # (``_upstream_headers``), in one pass
+        # The call as the proxy read it (and the gate judged it), encoded anew: a number the
+        # proxy rounded reaches the upstream as the proxy read it, never as the client wrote it.
+        data = http.request_bytes(self.pool, "POST", req.headers, encode(m),
+                                  custody.names() if custody is not None else (), held)
         # The exchange runs in this task; a cancellation (``_abort``) cancels it while it
         # waits for the upstream, and only then (no task or race per call).
         task = asyncio.current_task()
@@ -474,7 +481,7 @@ class HttpProxy:
                         if isinstance(doc, dict) and "result" in doc and self._tools_listed(doc):
                             body = encode(doc)
                 http.write_head(writer, resp.status, head, len(body), req.keep).write(body)
-                await writer.drain()
+                await http.drain(writer)
                 return resp.status
             length = http.header(resp.headers, "content-length")
             sized = length is not None and "chunked" not in (http.header(resp.headers, "transfer-encoding") or "")
@@ -558,4 +565,4 @@ async def _reply(writer: asyncio.StreamWriter, status: int, doc: Any, custody: C
                  keep: bool = False) -> None:
     body = encode(doc) if custody is None else custody.redact(encode(doc))
     http.write_head(writer, status, _JSON, len(body), keep).write(body)
-    await writer.drain()
+    await http.drain(writer)

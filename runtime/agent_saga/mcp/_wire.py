@@ -94,6 +94,9 @@ def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+#: ``json.loads(text, object_pairs_hook=_unique)`` with its decoder built once.
+_DECODE = json.JSONDecoder(object_pairs_hook=_unique).decode
+
 # A \u escape of a UTF-16 surrogate: only a message holding one can hold a lone one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -107,7 +110,9 @@ def parse(data: bytes | str) -> Any:
         raise Unreadable(PARSE_ERROR, f"Parse error: the message is not UTF-8 ({exc.reason} at byte {exc.start})",
                          top_id(data.decode("utf-8", "replace") if isinstance(data, bytes) else data)) from None
     try:
-        doc = json.loads(text, object_pairs_hook=_unique)
+        if text.startswith("\ufeff"):  # what json.loads says of it (``_DECODE`` does not look)
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        doc = _DECODE(text)
     except _DuplicateKey as exc:
         raise Unreadable(INVALID_REQUEST, f"Invalid Request: the key {exc.args[0]!r} appears twice in one object; "
                          f"send each key once", top_id(text)) from None
@@ -217,8 +222,11 @@ def usable_id(msg: Any) -> Any:
 
 
 def key(id_: Any) -> str:
-    """A dictionary key for a JSON-RPC id that keeps ``1`` and ``"1"`` apart."""
-    return json.dumps(id_)
+    """A dictionary key for a JSON-RPC id that keeps ``1`` and ``"1"`` apart: the id as
+    JSON (an integer's digits, a string quoted)."""
+    if id_.__class__ is int:
+        return int.__repr__(id_)  # = json.dumps(id_), without building an encoder
+    return _KEY(id_)
 
 
 def cancelled_key(msg: Any) -> str | None:
@@ -265,9 +273,15 @@ def excerpt(data: bytes | str) -> str:
     return repr(cut) + (f"... ({len(data)} in all)" if len(text) > EXCERPT else "")
 
 
+#: ``json.dumps(msg, separators=(",", ":"), ensure_ascii=False)`` and ``json.dumps(id_)``,
+#: each encoder built once (``json.dumps`` with options builds one per call).
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_KEY = json.JSONEncoder().encode
+
+
 def encode(msg: Any) -> bytes:
     """One message as a line."""
-    return json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _ENCODE(msg).encode() + b"\n"
 
 
 def error(id_: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

@@ -427,7 +427,9 @@ class PreFlightGate:
         if decision.allowed and (adm.request.semantics is not request.semantics or adm.compensate is not None):
             declared = Declaration(adm.request.semantics, None if adm.compensate is None
                                    else inverse_factory(request.tool, adm.compensate, request.policy_args))
-            return replace(decision, declaration=declared)
+            # = replace(decision, declaration=declared), without its walk over the fields
+            return PreFlightDecision(decision.verdict, decision.reason, decision.decided_by, decision.allowed,
+                                     decision.stage, decision.approval, decision.detail, declared)
         return decision
 
     async def _after_prechecks(self, request: StepRequest, checks: Sequence[PreCheck], ev: Evaluation,
@@ -597,7 +599,10 @@ _COUNTED = ("policy", "limits", "rules")
 
 def _process_wide() -> tuple[PreCheck, ...]:
     """The process-wide kill switch and breaker, those that are set."""
-    return tuple(c for c in (get_kill_switch(), get_breaker()) if c is not None)
+    switch, breaker = get_kill_switch(), get_breaker()  # (asked twice a call: no generator)
+    if switch is None:
+        return () if breaker is None else (breaker,)
+    return (switch,) if breaker is None else (switch, breaker)
 
 
 def _names(gate: PreFlightGate) -> list[str] | str:
