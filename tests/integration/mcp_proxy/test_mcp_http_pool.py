@@ -36,6 +36,7 @@ class Upstream:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.calls: list[tuple[int, str, Any]] = []  # (connection, tool, arguments["n"])
+        self.bodies: list[bytes] = []  # each tools/call's request body, as received
         self.idle: dict[int, socket.socket] = {}
         self.open: set[int] = set()
         self.lock = threading.Lock()
@@ -69,7 +70,11 @@ class Upstream:
                     self.idle.pop(cid, None)
                 length = next((int(h.split(b":")[1]) for h in head.split(b"\r\n")
                                if h.lower().startswith(b"content-length:")), 0)
-                msg = json.loads(f.read(length)) if length else {}
+                body = f.read(length) if length else b"{}"
+                msg = json.loads(body)
+                if msg.get("method") == "tools/call":
+                    with self.lock:
+                        self.bodies.append(body)
                 if head.startswith(b"DELETE"):  # no body, no length: a 204 has none
                     with self.lock:
                         self.calls.append((cid, "DELETE", None))
@@ -175,6 +180,13 @@ class Client:
         data = [line[5:] for line in raw.splitlines() if line.startswith("data:")]
         return (json.loads(data[-1]) if data else json.loads(raw) if raw.strip() else None), resp.headers
 
+    def post_text(self, text: str) -> Any:
+        """POST ``text`` as it is (JSON that ``json.dumps`` would not write); the answer."""
+        self.conn.request("POST", "/mcp", text.encode(), self.headers)
+        raw = self.conn.getresponse().read().decode()
+        data = [line[5:] for line in raw.splitlines() if line.startswith("data:")]
+        return json.loads(data[-1]) if data else json.loads(raw)
+
     def call(self, tool: str, n: int) -> dict[str, Any]:
         self.n += 1
         answer, _ = self.post({"jsonrpc": "2.0", "id": self.n, "method": "tools/call",
@@ -256,3 +268,21 @@ def test_an_answer_without_a_body_is_not_waited_for_and_its_connection_is_reused
     finally:
         again.conn.close()
     assert up.connection_of("echo", 51) == deleted_on  # the 204 left the connection reusable
+
+
+def test_a_call_goes_upstream_as_the_proxy_read_it_not_as_the_client_wrote_it(
+        setup: tuple[Upstream, int], client: Client) -> None:
+    """A number the proxy reads rounded (100.000000000000001 is the float 100.0) is what its
+    gate, limits and log judged; a server reading decimals exactly must get that value, not
+    the client's digits, which would be more than what was allowed."""
+    up, _ = setup
+    with up.lock:
+        before = len(up.bodies)
+    answer = client.post_text('{"jsonrpc": "2.0", "id": 900, "method": "tools/call", '
+                              '"params": {"name": "echo", "arguments": {"n": 100.000000000000001}}}')
+    assert answer["id"] == 900 and "result" in answer, answer
+    with up.lock:
+        sent = up.bodies[before:]
+    assert len(sent) == 1, sent
+    assert b"100.000000000000001" not in sent[0], sent[0]
+    assert json.loads(sent[0])["params"]["arguments"] == {"n": 100.0}
