@@ -27,6 +27,10 @@ so the choices below are made once:
   and never re-sends a command whose reply was lost). ``rediss+`` is TLS for both.
   Multi-key scripts name their keys with one hash tag (``{agent-saga}:...``) so they
   stay in one cluster slot.
+- ``RedisStore``: the base of the synchronous stores (the policy-plane readers, the
+  approval store): each declares its name, error type and scripts, and the base owns
+  the client (its own or the agent's shared one), the scripts, the repeats, the error
+  mapping, the cluster guard and ``close``.
 - ``confirmed_subscription``: the policy-plane readers subscribe to change notifications
   and only then read, which needs the server's SUBSCRIBE confirmation, not just the
   command (see ``agent_saga.controls._policyplane``).
@@ -40,18 +44,21 @@ import hashlib
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from ._repeat import OnRepeat, ReplyLost, check_retries, lost_text, repeating, repeating_sync
 from .errors import ConfigurationError, StoreUnavailable
 from .wal.urls import Scrubber, redact, secrets_in
 
 __all__ = [
     "CLUSTER_SCHEMES",
+    "AsyncRedisStore",
     "PLANE_FIX",
     "SENTINEL_SCHEMES",
     "LazyCluster",
+    "RedisStore",
     "Target",
     "Topology",
     "aclose",
@@ -147,6 +154,15 @@ class Target:
         is reported. The caller raises it ``from exc``."""
         text = message if exc is None else f"{message} ({self.error_text(exc)})"
         return cls(self.scrub(text), store=store, **kw)
+
+    def refusal(self, cls: type[E], store: str, exc: BaseException, *, during: str, refused: str, lost: str,
+                cause: bool = True) -> E:
+        """A request's failure as ``cls``: after spent repeats (``ReplyLost``) the lost-reply
+        text of ``during`` ending with ``lost`` (it may have run); otherwise ``refused``
+        (with ``exc`` appended unless ``cause`` is False)."""
+        if isinstance(exc, ReplyLost):
+            return self.unavailable(cls, lost_text(store, during, exc, lost), store=store)
+        return self.unavailable(cls, refused, exc if cause else None, store=store)
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,3 +537,188 @@ def confirmed_subscription(
             if closable is not None:
                 with contextlib.suppress(Exception):
                     closable.close()
+
+
+T = TypeVar("T")
+
+
+class RedisStore:
+    """Base of a synchronous Redis-backed store: the store declares, the base connects.
+
+    A store declares itself in class attributes and opens the base in its ``__init__``::
+
+        class RedisThingStore(RedisStore):
+            NAME = "RedisThingStore"              # names it in messages and as the redis feature
+            UNAVAILABLE = ThingStoreUnavailable   # the StoreUnavailable subclass it raises
+            LUA_PUT = "..."                        # its scripts, each with a KEYS/ARGV header
+
+            def __init__(self, url, *, prefix, retries=None, ...):
+                self._open(url, socket_timeout=..., connect_timeout=..., retries=retries,
+                           prefix=prefix)
+
+    The base then owns, once for every store:
+
+    - the client (``_main_client``): made on first use by ``connect`` (no client-side
+      retries), or the agent's shared one once ``share_connections`` was called
+      (``agent_saga._shared``); ``_new_client`` makes another (a subscriber's own);
+    - the scripts (``_script(client, lua)``): wrapped once per client by ``script``
+      (EVALSHA; redis-py reloads a script on NOSCRIPT; one slot checked on a cluster);
+    - the repeats (``_repeating``): a request whose reply was lost is sent again at most
+      ``retries`` times (default 1; 3 on a Redis Cluster: ``agent_saga._repeat``), and
+      only the requests the store passes there (those safe to repeat);
+    - the error mapping (``_unavailable``): one ``UNAVAILABLE`` naming the store without
+      its password, scrubbed; after spent repeats, the lost-reply text (``lost_text``);
+    - the cluster guard: with ``prefix``, a Redis Cluster URL needs a hash tag in it
+      (``tagged_on_cluster``), or ``ConfigurationError`` names ``PREFIX_FIX``;
+    - ``close``: forgets the scripts and closes its own client (a shared one is closed by
+      its owner, ``SharedConnections.close``).
+
+    No per-call work is added: a call looks up the client and its script in a dict, as
+    each store did by hand.
+    """
+
+    NAME: ClassVar[str] = "RedisStore"
+    UNAVAILABLE: ClassVar[type[StoreUnavailable]] = StoreUnavailable
+    PREFIX_FIX: ClassVar[str] = PLANE_FIX
+
+    url: str
+
+    def _open(self, url: str, *, socket_timeout: float, connect_timeout: float, retries: int | None = None,
+              prefix: str | None = None) -> None:
+        """Check ``url`` and ``retries`` (and, with ``prefix``, the cluster guard) and set
+        up the plumbing; no connection is made until the first call."""
+        if not isinstance(url, str) or not url:
+            raise ConfigurationError(f"{self.NAME} needs a redis:// URL")
+        self._retries = check_retries(retries)
+        if prefix is not None:
+            tagged_on_cluster(url, prefix, self.NAME, self.PREFIX_FIX)
+        self.url = url
+        self._target = Target.of(url)
+        self._scrub = self._target.scrub
+        self._described = f"{self.NAME}({self._target.where})"
+        self._socket_timeout = socket_timeout
+        self._connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._shared: Any = None  # agent_saga._shared.SharedConnections
+        self._scripts: dict[tuple[int, str], Any] = {}
+
+    def describe(self) -> str:
+        """``<NAME>(<address without password>)``: how messages and status name the store."""
+        return self._described
+
+    def share_connections(self, shared: Any) -> None:
+        """Use ``shared`` (``agent_saga._shared.SharedConnections``: the agent's one client
+        per URL and timeouts, and one pub/sub connection) instead of connections of its
+        own. Call before the first call; ``close`` then leaves them to ``shared.close()``."""
+        self._shared = shared
+
+    def _new_client(self) -> Any:
+        if self._shared is not None:
+            return self._shared.client(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+                                       connect_timeout=self._connect_timeout)
+        return connect(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+                       connect_timeout=self._connect_timeout)
+
+    def _main_client(self) -> Any:
+        """The store's client (made on first use)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = self._new_client()
+        return self._client
+
+    def _script(self, client: Any, lua: str) -> Any:
+        """``lua`` wrapped once per client (``script``)."""
+        k = (id(client), lua)
+        s = self._scripts.get(k)
+        if s is None:
+            s = self._scripts[k] = script(client, lua)
+        return s
+
+    def _repeating(self, client: Any, send: Callable[[bool], T], *, retries: int | None = None,
+                   deadline: float | None = None, on_repeat: OnRepeat | None = None) -> T:
+        """``send(repeat)``, sent again while its reply is lost (only for a request safe to
+        repeat), at most ``retries`` times (default the store's) and not after ``deadline``;
+        then ``ReplyLost``."""
+        return repeating_sync(send, retries=self._retries if retries is None else retries, client=client,
+                              deadline=deadline, on_repeat=on_repeat)
+
+    def _unavailable(self, message: str, exc: BaseException | None = None, *, during: str = "a read",
+                     after: str | None = None) -> StoreUnavailable:
+        """The store's ``UNAVAILABLE`` saying ``message`` (and ``exc``, scrubbed); after
+        spent repeats (``ReplyLost``) the lost-reply text of ``during``, ending ``after``
+        (default ``message``). The caller raises it ``from exc``."""
+        if exc is None:
+            return self._target.unavailable(self.UNAVAILABLE, message, store=self._described)
+        return self._target.refusal(self.UNAVAILABLE, self._described, exc, during=during, refused=message,
+                                    lost=message if after is None else after)
+
+    def close(self) -> None:
+        """Forget the scripts and close the store's own client (never a shared one)."""
+        client, self._client = self._client, None
+        self._scripts.clear()
+        if client is not None and self._shared is None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+class AsyncRedisStore:
+    """Base of an asyncio Redis-backed store (the recovery claims and ledger, the semantic
+    locks): the store declares its ``FEATURE`` (named when ``redis`` is missing) and its
+    ``SCRIPTS`` (name -> Lua), opens the base with ``_open``, and the base owns:
+
+    - the client (``_client``): an injected ``redis.asyncio.Redis`` used as is, or one per
+      event loop made from the URL (``loop_client``: an asyncio client belongs to the loop
+      that first used it);
+    - the scripts (``_bound(name)``): wrapped once per client by ``script``;
+    - the repeats (``_repeating``): a request safe to repeat is sent again while its reply
+      is lost, at most ``retries`` times (``agent_saga._repeat``); ``_failures`` is what a
+      failed request raises (``failures`` and ``ReplyLost``);
+    - the error mapping: ``self._target.refusal`` (refused, or every reply lost);
+    - ``close``: closes the clients made on the running loop.
+
+    A hot path may send its first attempt itself and repeat through ``repeat_after``
+    with ``self._retries``: the base adds nothing per call but a dict lookup.
+    """
+
+    FEATURE: ClassVar[str] = "Redis"
+    SCRIPTS: ClassVar[dict[str, str]] = {}
+
+    def _open(self, target: str | Any, *, socket_timeout: float, retries: int | None = None) -> None:
+        """Import ``redis`` (or ``ConfigurationError`` naming ``FEATURE``), check
+        ``retries``; no connection is made until the first call."""
+        self._redis = import_redis(self.FEATURE)
+        self._failures: tuple[type[BaseException], ...] = (*failures(self._redis), ReplyLost)
+        self._retries = check_retries(retries)
+        self._timeout = socket_timeout
+        self._target = Target.of(target)
+        self.where = self._target.where
+        self._url: str | None = target if isinstance(target, str) else None
+        self._fixed: Any = None if isinstance(target, str) else target
+        self._clients: dict[int, tuple[Any, Any]] = {}
+        self._scripts: dict[tuple[int, str], Any] = {}
+
+    def _client(self) -> Any:
+        if self._fixed is not None:
+            return self._fixed
+        return loop_client(self._clients, self._url or "", feature=self.FEATURE, socket_timeout=self._timeout)
+
+    def _bound(self, name: str) -> tuple[Any, Any]:
+        """``(client, the script SCRIPTS[name] wrapped for it)`` on the running loop."""
+        client = self._client()
+        run = self._scripts.get((id(client), name))
+        if run is None:
+            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+        return client, run
+
+    async def _repeating(self, client: Any, send: Callable[[bool], Awaitable[T]]) -> T:
+        """``await send(repeat)``, sent again while its reply is lost (safe requests only)."""
+        return await repeating(send, retries=self._retries, client=client)
+
+    async def close(self) -> None:
+        """Close this store's connections made on the running loop."""
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.values():
+            if loop is asyncio.get_running_loop():
+                await aclose(client)

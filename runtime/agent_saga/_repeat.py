@@ -45,7 +45,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ._redis import is_cluster
 from .errors import ConfigurationError
 
 __all__ = ["OnRepeat", "ReplyLost", "check_retries", "lost_reply", "lost_text", "repeat_after", "repeat_bound", "repeat_delay",
@@ -100,6 +99,8 @@ def repeat_bound(retries: int | None, client: Any) -> int:
     default 3 on a Redis Cluster client and 1 on any other."""
     if retries is not None:
         return retries
+    from ._redis import is_cluster  # here, not at the top: _redis stands on this module
+
     return 3 if is_cluster(client) else 1
 
 

@@ -330,7 +330,7 @@ async def test_a_deadline_moved_in_the_document_extends_nothing(plane: Plane, tm
             r = notice.request
             doc = json.loads(plane.agent_store._fetch(r.id)[0])
             doc["deadline"] = format_instant(r.deadline + 3600)
-            plane.agent_store._redis().set(plane.agent_store.request_key(r.id), json.dumps(doc))
+            plane.agent_store._main_client().set(plane.agent_store.request_key(r.id), json.dumps(doc))
             late = r.deadline + 10  # after the agent's deadline, before the moved one
             decide_request(plane.cli_store, r.id, approved=True, approver="risk@corp", now=late, signer=risk)
 

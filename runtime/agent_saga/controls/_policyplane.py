@@ -79,8 +79,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, ClassVar
 
 from .. import observe as _observe
-from .._redis import PLANE_FIX, Target, confirmed_subscription, connect, script, tagged_on_cluster
-from .._repeat import OnRepeat, ReplyLost, check_retries, lost_text, repeating_sync
+from .._redis import PLANE_FIX, RedisStore, confirmed_subscription
+from .._repeat import OnRepeat
 from ..errors import ConfigurationError, StoreUnavailable
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
@@ -123,8 +123,10 @@ def _norm(kind: str) -> str:
     return kind.replace("-", "").replace("_", "").lower()
 
 
-class PolicyPlaneReader:
+class PolicyPlaneReader(RedisStore):
     """Base of the policy-plane readers (see the module doc for how a reader plugs in).
+    It stands on ``agent_saga._redis.RedisStore`` (client, scripts, repeats, error
+    mapping, cluster guard, close).
 
     ``url``: the policy plane (``redis://``; a password never reaches a message).
     ``namespaces``: read only documents of these Kubernetes namespaces (default: all).
@@ -136,7 +138,6 @@ class PolicyPlaneReader:
     NAME: ClassVar[str] = "PolicyPlaneReader"
     KIND: ClassVar[str]
     SLUG: ClassVar[str]
-    UNAVAILABLE: ClassVar[type[StoreUnavailable]] = StoreUnavailable
     AUTHORITY: ClassVar[str | None] = None
     THREAD_NAME: ClassVar[str] = "agent-saga-policy-plane"
     UNREAD: ClassVar[str] = "the control refuses every call"
@@ -180,15 +181,12 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         connect_timeout: float = 1.0,
         retries: int | None = None,
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigurationError(f"{self.NAME} needs a redis:// URL")
-        self._retries = check_retries(retries)
+        self._open(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries,
+                   prefix=prefix)
         if isinstance(namespaces, str):
             raise ConfigurationError(f"namespaces must be a collection of names, not the string {namespaces!r}")
         if not 0 < heartbeat < math.inf:
             raise ConfigurationError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
-        tagged_on_cluster(url, prefix, self.NAME, PLANE_FIX)
-        self.url = url
         self.prefix = prefix
         self.namespaces: frozenset[str] | None = None if namespaces is None else frozenset(namespaces)
         self.heartbeat = float(heartbeat)
@@ -196,18 +194,10 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self.rev_key = f"{prefix}:rev"
         self.synced_key = f"{prefix}:synced"
         self.channel = f"{prefix}:events"
-        self._socket_timeout = socket_timeout
-        self._connect_timeout = connect_timeout
-        self._target = Target.of(url)
-        self._scrub = self._target.scrub
-        self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client: Any = None
-        self._shared: Any = None  # agent_saga._shared.SharedConnections
-        self._scripts: dict[tuple[int, str], Any] = {}
         self._rev: Any = _NEVER
         self.connected = False
         self.last_error: str | None = None
@@ -222,12 +212,6 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._stale_marks: dict[str, str] | None = None
         self._listeners: list[Callable[[], None]] = []
         self._initial_state()
-
-    def share_connections(self, shared: Any) -> None:
-        """Read through ``shared`` (``agent_saga._shared.SharedConnections``: the agent's
-        one client and one pub/sub connection) instead of connections of its own. Call
-        before ``start``; ``close`` then leaves them to ``shared.close()``."""
-        self._shared = shared
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` (on the reading thread; it must not block) after every read
@@ -252,10 +236,6 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     def key(self, doc_id: str) -> str:
         """The key of the document ``doc_id`` (``<namespace>/<name>``)."""
         return f"{self.prefix}:{self.SLUG}:{doc_id}"
-
-    def describe(self) -> str:
-        """The reader's name for messages and status (never a password)."""
-        return f"{self.NAME}({self._target.where})"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -285,11 +265,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 + self._socket_timeout)
         self._thread = None
-        client, self._client = self._client, None
-        self._scripts.clear()
-        if client is not None and self._shared is None:
-            with contextlib.suppress(Exception):
-                client.close()
+        super().close()
 
     def __enter__(self) -> PolicyPlaneReader:
         return self
@@ -298,13 +274,6 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self.close()
 
     # ------------------------------------------------------------------ I/O
-    def _new_client(self) -> Any:
-        if self._shared is not None:
-            return self._shared.client(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
-                                       connect_timeout=self._connect_timeout)
-        return connect(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
-                       connect_timeout=self._connect_timeout)
-
     @contextlib.contextmanager
     def _subscribed(self) -> Iterator[tuple[Any, Callable[..., Any]]]:
         """``(client, get_message)`` once the server confirmed the subscription to the
@@ -317,21 +286,6 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         with self._shared.subscribe(self.url, self.channel, self._stop, feature=self.NAME,
                                     socket_timeout=self._socket_timeout, timeout=timeout) as sub:
             yield self._main_client(), sub.get_message
-
-    def _main_client(self) -> Any:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    self._client = self._new_client()
-        return self._client
-
-    def _script(self, client: Any, lua: str) -> Any:
-        """``lua`` registered once per client (redis-py reloads it on NOSCRIPT)."""
-        k = (id(client), lua)
-        s = self._scripts.get(k)
-        if s is None:
-            s = self._scripts[k] = script(client, lua)
-        return s
 
     def _read(self, client: Any, *, retries: int | None = None, deadline: float | None = None,
               on_repeat: OnRepeat | None = None) -> tuple[Any, dict[str, str], list[tuple[str, Any]]]:
@@ -353,14 +307,8 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
                   deadline: float | None = None, on_repeat: OnRepeat | None = None) -> Any:
         """``read()``, sent again while its reply is lost (a read is always safe to repeat);
         ``ReplyLost`` once ``retries`` (default the reader's) repeats lost theirs too."""
-        return repeating_sync(lambda _repeat: read(), retries=self._retries if retries is None else retries,
-                              client=client, deadline=deadline, on_repeat=on_repeat)
-
-    def _unavailable(self, message: str, exc: BaseException | None = None) -> StoreUnavailable:
-        if isinstance(exc, ReplyLost):
-            return self._target.unavailable(self.UNAVAILABLE, lost_text(
-                self.describe(), "a read", exc, message), store=self.describe())
-        return self._target.unavailable(self.UNAVAILABLE, message, exc, store=self.describe())
+        return self._repeating(client, lambda _repeat: read(), retries=retries, deadline=deadline,
+                               on_repeat=on_repeat)
 
     def _load(self, client: Any) -> None:
         """One read, then adopt it (or note the data loss). Raises ``UNAVAILABLE``.

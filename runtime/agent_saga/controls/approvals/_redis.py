@@ -52,13 +52,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from typing import Any
 
-from ..._redis import PLANE_FIX, Target, connect, script, tagged_on_cluster
-from ..._repeat import ReplyLost, check_retries, lost_text, repeating_sync
+from ..._redis import RedisStore
 from ...clocks import format_instant
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StoreUnavailable
 from ._model import ApprovalRequest, Decision
 from ._store import ApprovalStoreUnavailable, Change
 
@@ -67,10 +65,15 @@ __all__ = ["RedisApprovalStore"]
 DEFAULT_PREFIX = "agentsaga:v1"
 
 
-class RedisApprovalStore:
+class RedisApprovalStore(RedisStore):
     """Requests in the policy plane, shared by every agent, the CLI and the operator
     (see the module doc). ``retries``: how many times a request whose reply was lost is
-    sent again (default 1; 3 on a Redis Cluster). Needs ``pip install agent-saga[redis]``."""
+    sent again (default 1; 3 on a Redis Cluster). Needs ``pip install agent-saga[redis]``.
+    Its client, scripts, repeats, error mapping, cluster guard and ``close`` are
+    ``agent_saga._redis.RedisStore``'s."""
+
+    NAME = "RedisApprovalStore"
+    UNAVAILABLE = ApprovalStoreUnavailable
 
     # KEYS[1] the request document, KEYS[2] the pending set, KEYS[3] the unmirrored set
     # ARGV[1] the document as the caller read it ('' : it must not exist yet)
@@ -122,8 +125,8 @@ return {1, doc}
         retries: int | None = None,
         owner: str | None = None,
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigurationError("RedisApprovalStore needs a redis:// URL")
+        self._open(url, socket_timeout=socket_timeout, connect_timeout=connect_timeout, retries=retries,
+                   prefix=prefix)
         if owner is not None and (owner.count("/") != 1 or not all(owner.split("/"))
                                   or any(c in owner for c in " *?[]\\")):
             raise ConfigurationError(f"RedisApprovalStore owner {owner!r}: give <namespace>/<pod>, the agent's name "
@@ -132,9 +135,6 @@ return {1, doc}
         #: reader, or an agent sharing one credential with its fleet).
         self.owner = owner or ""
         self._located: dict[str, str] = {}
-        self._retries = check_retries(retries)
-        tagged_on_cluster(url, prefix, "RedisApprovalStore", PLANE_FIX)
-        self.url = url
         self.prefix = prefix
         self.pending_key = f"{prefix}:approval:pending"
         self.unmirrored_key = f"{prefix}:approval:unmirrored"
@@ -142,14 +142,6 @@ return {1, doc}
         self.rev_key = f"{prefix}:rev"
         self.channel = f"{prefix}:events"
         self.retention = retention
-        self._target = Target.of(url)
-        self._name = f"RedisApprovalStore({self._target.where})"
-        self._socket_timeout = socket_timeout
-        self._connect_timeout = connect_timeout
-        self._client: Any = None
-        self._shared: Any = None
-        self._scripts: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     def request_key(self, request_id: str, owner: str | None = None) -> str:
         """The key of the request document ``request_id`` of ``owner`` (default: this
@@ -191,54 +183,31 @@ return {1, doc}
         """The key of the decision document ``request_id``."""
         return f"{self.prefix}:approval:decision:{request_id}"
 
-    def describe(self) -> str:
-        """``RedisApprovalStore(<url without password>)``."""
-        return self._name
-
     def __repr__(self) -> str:
-        return self._name
+        return self._described
 
     # ------------------------------------------------------------------ I/O
-    def _redis(self) -> Any:
-        if self._client is None:
-            with self._lock:
-                if self._client is None:
-                    make = connect if self._shared is None else self._shared.client
-                    self._client = make(self.url, feature="RedisApprovalStore", socket_timeout=self._socket_timeout,
-                                        connect_timeout=self._connect_timeout)
-        return self._client
+    def _failed(self, what: str, exc: BaseException) -> StoreUnavailable:
+        return self._unavailable(f"{self._described} failed during {what}", exc, during=what,
+                                 after="the approval is denied; ask again once the store answers")
 
-    def share_connections(self, shared: Any) -> None:
-        """Use ``shared`` (``agent_saga._shared.SharedConnections``), the agent's one client
-        per URL and timeouts, instead of a connection of its own."""
-        self._shared = shared
-
-    def _unavailable(self, what: str, exc: BaseException) -> ApprovalStoreUnavailable:
-        if isinstance(exc, ReplyLost):
-            return self._target.unavailable(ApprovalStoreUnavailable, lost_text(
-                self._name, what, exc, "the approval is denied; ask again once the store answers"), store=self._name)
-        return self._target.unavailable(ApprovalStoreUnavailable, f"{self._name} failed during {what}", exc,
-                                        store=self._name)
-
-    def _script(self, what: str, lua: str, keys: tuple[str, ...], args: tuple[str, ...],
-                landed: Any = None) -> Any:
+    def _run(self, what: str, lua: str, keys: tuple[str, ...], args: tuple[str, ...],
+             landed: Any = None) -> Any:
         """Run ``lua``, sent again while its reply is lost; ``landed(reply)`` maps a
         repeat's reply that shows the earlier attempt landed to that attempt's reply."""
         try:
-            client = self._redis()
-            run = self._scripts.get(lua)
-            if run is None:
-                run = self._scripts[lua] = script(client, lua)
+            client = self._main_client()
+            run = self._script(client, lua)
 
             def send(repeat: bool) -> Any:
                 reply = run(keys=keys, args=args, client=client)
                 return landed(reply) if repeat and landed is not None else reply
 
-            return repeating_sync(send, retries=self._retries, client=client)
+            return self._repeating(client, send)
         except ConfigurationError:
             raise
         except Exception as exc:
-            raise self._unavailable(what, exc) from exc
+            raise self._failed(what, exc) from exc
 
     def _ttl_ms(self, r: ApprovalRequest) -> str:
         # the request's own lifetime plus the retention: independent of any clock
@@ -261,7 +230,7 @@ return {1, doc}
         try:
             key, raw, raw_decision = self._read(read)
         except Exception as exc:
-            raise self._unavailable("read", exc) from exc
+            raise self._failed("read", exc) from exc
         return key, (None if raw is None else raw.decode()), raw_decision
 
     def _merge(self, raw: str, raw_decision: bytes | None, owner: str) -> ApprovalRequest:
@@ -272,18 +241,18 @@ return {1, doc}
                 raise ValueError(f"request {request.id[:12]} is not its agent's: {problem}")
             decision = None if raw_decision is None else Decision.from_doc(json.loads(raw_decision))
         except ValueError as exc:
-            raise ApprovalStoreUnavailable(f"{self._name}: unreadable approval document ({exc})",
-                                           store=self._name) from exc
+            raise ApprovalStoreUnavailable(f"{self._described}: unreadable approval document ({exc})",
+                                           store=self._described) from exc
         return request.with_decision(decision)
 
     def _read(self, op: Any) -> Any:
         """``op(client)``, a read: sent again while its reply is lost."""
-        client = self._redis()
-        return repeating_sync(lambda _repeat: op(client), retries=self._retries, client=client)
+        client = self._main_client()
+        return self._repeating(client, lambda _repeat: op(client))
 
     def _cas(self, expected: str, new: ApprovalRequest) -> bool | str:
         if self.owner and new.owner != self.owner:
-            raise ConfigurationError(f"{self._name} writes the requests of agent {self.owner!r}, not {new.owner!r}")
+            raise ConfigurationError(f"{self._described} writes the requests of agent {self.owner!r}, not {new.owner!r}")
         keys = (self.request_key(new.id, new.owner), self.pending_key, self.unmirrored_key)
         doc = new.to_json()
         ttl_ms = self._ttl_ms(new)
@@ -295,7 +264,7 @@ return {1, doc}
             text = reply.decode() if isinstance(reply, bytes) else reply
             return 1 if text == doc else reply
 
-        reply = self._script("write", self.LUA_CAS, keys, args, landed)
+        reply = self._run("write", self.LUA_CAS, keys, args, landed)
         if reply == 1:
             return True
         return reply.decode() if isinstance(reply, bytes) else str(reply)
@@ -308,7 +277,7 @@ return {1, doc}
             return request.with_decision(None), True
         _, current = self._fetch(request.id)
         if current is None:  # created and gone again (retention): never expected
-            raise ApprovalStoreUnavailable(f"{self._name}: approval {request.id} vanished", store=self._name)
+            raise ApprovalStoreUnavailable(f"{self._described}: approval {request.id} vanished", store=self._described)
         return current, False
 
     def get(self, request_id: str) -> ApprovalRequest | None:
@@ -327,8 +296,8 @@ return {1, doc}
             if self._cas(raw, new) is True:
                 return new.with_decision(current.decision)
             # someone else wrote in between: read again and apply the change to theirs
-        raise ApprovalStoreUnavailable(f"{self._name}: approval {request_id} keeps changing under us",
-                                       store=self._name)
+        raise ApprovalStoreUnavailable(f"{self._described}: approval {request_id} keeps changing under us",
+                                       store=self._described)
 
     def decide(self, request_id: str, decision: Decision, *,
                replaces: Decision | None = None) -> ApprovalRequest | None:
@@ -346,7 +315,7 @@ return {1, doc}
             expected = raw_decision.decode()
         doc = json.dumps(decision.to_doc(request_id, current.namespace), separators=(",", ":"))
         keys = (self.decision_key(request_id), self.pending_key, self.rev_key)
-        _, stored = self._script("decide", self.LUA_DECIDE, keys,
+        _, stored = self._run("decide", self.LUA_DECIDE, keys,
                                  (doc, request_id, self._ttl_ms(current), self.channel, expected))
         return self._merge(text, stored, current.owner)
 
@@ -368,14 +337,14 @@ return {1, doc}
         except ConfigurationError:
             raise
         except Exception as exc:
-            raise self._unavailable("record of the approval's use", exc) from exc
+            raise self._failed("record of the approval's use", exc) from exc
 
     def published_keys(self) -> dict[str, str]:
         """The trusted approver public keys the operator publishes (key id -> PEM)."""
         try:
             raw = self._read(lambda c: c.hgetall(self.keys_key))
         except Exception as exc:
-            raise self._unavailable("read of the approver keys", exc) from exc
+            raise self._failed("read of the approver keys", exc) from exc
         return {k.decode(): v.decode() for k, v in raw.items()}
 
     def list(self, *, pending_only: bool = False) -> list[ApprovalRequest]:
@@ -399,7 +368,7 @@ return {1, doc}
         except ConfigurationError:
             raise
         except Exception as exc:
-            raise self._unavailable("list", exc) from exc
+            raise self._failed("list", exc) from exc
         out = []
         for key, raw, raw_decision in zip(keys, raws, decisions, strict=True):
             if raw is None:
@@ -412,11 +381,3 @@ return {1, doc}
         if pending_only:
             out = [r for r in out if not r.decided]
         return sorted(out, key=lambda r: r.requested_at, reverse=True)
-
-    def close(self) -> None:
-        """Close the connection."""
-        client, self._client = self._client, None
-        self._scripts.clear()
-        if client is not None and self._shared is None:
-            with contextlib.suppress(Exception):
-                client.close()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..._repeat import ReplyLost, check_retries, lost_text, repeating_sync
+from ..._repeat import check_retries
 from ...clocks import SYSTEM_CLOCK, ControlClock, format_instant
 from ...errors import ConfigurationError, StoreUnavailable
 from .._policyplane import DEFAULT_PREFIX, PolicyPlaneReader
@@ -286,10 +286,9 @@ return cur
         repeats: list[str] = []
         self.last_repeats = ()
         try:
-            return repeating_sync(lambda _repeat: run(keys=keys, args=args, client=client),
-                                  retries=self.write_retries, client=client,
-                                  deadline=time.monotonic() + self.write_deadline,
-                                  on_repeat=self._noting(repeats, "a write"))
+            return self._repeating(client, lambda _repeat: run(keys=keys, args=args, client=client),
+                                   retries=self.write_retries, deadline=time.monotonic() + self.write_deadline,
+                                   on_repeat=self._noting(repeats, "a write"))
         finally:
             self.last_repeats = tuple(repeats)
 
@@ -304,12 +303,9 @@ return cur
 
     def _write_failed(self, message: str, exc: BaseException) -> StoreUnavailable:
         """A write's refusal; after lost replies it says the write may have landed."""
-        if isinstance(exc, ReplyLost):
-            return self._target.unavailable(self.UNAVAILABLE, lost_text(
-                self.describe(), "a write", exc, f"{message}: it may have been written; read the levers "
-                f"(agent-saga status), or run it again (a write already stored changes nothing)"),
-                store=self.describe())
-        return self._unavailable(message, exc)
+        return self._unavailable(message, exc, during="a write", after=(
+            f"{message}: it may have been written; read the levers (agent-saga status), or run it again "
+            f"(a write already stored changes nothing)"))
 
     def engage(self, lever: Lever) -> None:
         """Store ``lever`` with its index entry, rev, marker and notification (one script)."""
