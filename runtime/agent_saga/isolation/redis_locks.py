@@ -28,11 +28,10 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from .._redis import Target, aclose, failures, import_redis, loop_client, script
-from .._repeat import ReplyLost, check_retries, lost_text, repeat_after, repeating
+from .._redis import AsyncRedisStore
+from .._repeat import repeat_after
 from ..errors import ConfigurationError
 from ..recovery.redis import RedisClaimLock
 from .errors import LockStoreUnavailable
@@ -49,11 +48,14 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class RedisSemanticLocks(SemanticLocks):
+class RedisSemanticLocks(AsyncRedisStore, SemanticLocks):
     """Semantic locks in Redis (see the module doc); the same calls as
     ``SemanticLockManager``. ``target`` is a ``redis://`` URL (its password never appears
     in a message) or a ``redis.asyncio.Redis`` client. ``retries``: how many times a
-    request whose reply was lost is sent again (default 1; 3 on a Redis Cluster)."""
+    request whose reply was lost is sent again (default 1; 3 on a Redis Cluster). Its
+    client, scripts, repeats and ``close`` are ``agent_saga._redis.AsyncRedisStore``'s."""
+
+    FEATURE = _FEATURE
 
     # KEYS[1] the lock key. ARGV[1] the saga id, ARGV[2] the lease in ms.
     # Returns {1, saga} if claimed (or already ours: extended), {0, holder} if not.
@@ -92,9 +94,7 @@ return {0, holder or ''}
 
     def __init__(self, target: str | Any, *, namespace: str = "agent-saga", socket_timeout: float = 5.0,
                  retries: int | None = None) -> None:
-        self._redis = import_redis(_FEATURE)
-        self._failures: tuple[type[BaseException], ...] = (*failures(self._redis), ReplyLost)
-        self._retries = check_retries(retries)
+        self._open(target, socket_timeout=socket_timeout, retries=retries)
         if not isinstance(namespace, str) or not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(
                 f"namespace {namespace!r} must be a non-empty string without spaces or braces "
@@ -103,30 +103,16 @@ return {0, holder or ''}
             raise ConfigurationError(f"socket_timeout must be a positive number of seconds, got {socket_timeout!r}")
         self._prefix = f"{{{namespace}}}:lock:"
         self._timeout = float(socket_timeout)
-        self._target = Target.of(target)
-        self.where = self._target.where
         self.description = f"semantic locks in {self.where} ({self._prefix}*)"
-        self._url: str | None = target if isinstance(target, str) else None
-        self._fixed: Any = None if isinstance(target, str) else target
-        self._clients: dict[int, tuple[Any, Any]] = {}
-        self._scripts: dict[tuple[int, str], Any] = {}
 
     def key(self, resource_id: str) -> str:
         """The Redis key of ``resource_id``'s claim."""
         return self._prefix + resource_id
 
-    def _client(self) -> Any:
-        if self._fixed is not None:
-            return self._fixed
-        return loop_client(self._clients, self._url or "", feature=_FEATURE, socket_timeout=self._timeout)
-
     async def _eval(self, name: str, resource_id: str, args: list[Any], doing: str,
                     repeat_args: list[Any] | None = None) -> Any:
         """Run the script ``name``, repeated (with ``repeat_args`` if given) while its reply is lost."""
-        client = self._client()
-        run = self._scripts.get((id(client), name))
-        if run is None:
-            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+        client, run = self._bound(name)
         keys = [self.key(resource_id)]
         try:
             try:  # the first attempt, inline (an acquire and a release per claim): repeats are rare
@@ -139,12 +125,10 @@ return {0, holder or ''}
 
     def _error(self, doing: str, exc: BaseException) -> LockStoreUnavailable:
         store = f"Redis at {self.where}"
-        if isinstance(exc, ReplyLost):
-            return self._target.unavailable(LockStoreUnavailable, lost_text(
-                store, doing, exc, "nothing was claimed or freed (a claim an earlier attempt may have taken "
-                "lapses with its lease, a release it may have made stands)"), store=store)
-        return self._target.unavailable(
-            LockStoreUnavailable, f"{store} failed while {doing}; nothing was claimed or freed", exc, store=store)
+        return self._target.refusal(
+            LockStoreUnavailable, store, exc, during=doing, refused=f"{store} failed while {doing}; nothing was "
+            f"claimed or freed", lost="nothing was claimed or freed (a claim an earlier attempt may have taken "
+            "lapses with its lease, a release it may have made stands)")
 
     async def _do_acquire(self, resource_id: str, saga_id: str, lease: float) -> tuple[bool, str | None]:
         ok, holder = await self._eval("ACQUIRE", resource_id, [saga_id, max(1, int(lease * 1000))], "claiming")
@@ -160,17 +144,9 @@ return {0, holder or ''}
     async def _do_holder(self, resource_id: str) -> str | None:
         client = self._client()
         try:
-            return _text(await repeating(lambda _repeat: client.get(self.key(resource_id)),
-                                         retries=self._retries, client=client))
+            return _text(await self._repeating(client, lambda _repeat: client.get(self.key(resource_id))))
         except self._failures as exc:
             raise self._error(f"reading the holder of {resource_id!r}", exc) from exc
-
-    async def close(self) -> None:
-        """Close this store's connections made on the running loop."""
-        clients, self._clients = self._clients, {}
-        for loop, client in clients.values():
-            if loop is asyncio.get_running_loop():
-                await aclose(client)
 
     def __repr__(self) -> str:
         return f"<RedisSemanticLocks {self.where}>"

@@ -52,15 +52,13 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 import time
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from .._redis import Target, aclose, failures, import_redis, loop_client, script
-from .._repeat import ReplyLost, check_retries, lost_text, repeating
+from .._redis import AsyncRedisStore
 from ..errors import ConfigurationError
 from .batch import TurnBatch
 from .claims import Claim, new_token
@@ -143,64 +141,37 @@ _AFTER: dict[str, _After] = {
 }
 
 
-class _RedisBase:
-    """A ``redis.asyncio`` client per event loop, scripts by SHA, errors without secrets."""
+class _RedisBase(AsyncRedisStore):
+    """The recovery stores on ``agent_saga._redis.AsyncRedisStore`` (a client per event
+    loop, scripts by SHA, repeats, errors without secrets), in ``{namespace}:recovery``."""
 
-    SCRIPTS: dict[str, str] = {}
+    FEATURE = "recovery over Redis"
 
     def __init__(self, target: str | Any, namespace: str, socket_timeout: float, retries: int | None = None) -> None:
-        redis = import_redis("recovery over Redis")
+        self._open(target, socket_timeout=socket_timeout, retries=retries)
         if not namespace or any(c in namespace for c in " \n\r{}"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty, without spaces or braces")
-        self._redis = redis
-        self._failures: tuple[type[BaseException], ...] = (*failures(redis), ReplyLost)
-        self._retries = check_retries(retries)
         self._ns = f"{{{namespace}}}:recovery"
-        self._timeout = socket_timeout
-        self._target = Target.of(target)
-        self.where = self._target.where
-        self._url: str | None = target if isinstance(target, str) else None
-        self._fixed: Any = None if isinstance(target, str) else target
-        self._clients: dict[int, tuple[Any, Any]] = {}
-        self._scripts: dict[tuple[int, str], Any] = {}
-
-    def _client(self) -> Any:
-        if self._fixed is not None:
-            return self._fixed
-        return loop_client(self._clients, self._url or "", feature="recovery over Redis", socket_timeout=self._timeout)
 
     def _unavailable(self, exc: BaseException, doing: str, request: str) -> ClaimStoreUnavailable:
         """The error of ``doing`` failing with ``exc``; ``request`` names its ``_AFTER``:
         what is true then, refused or with every reply lost."""
-        after = _AFTER[request]
-        if isinstance(exc, ReplyLost):
-            return self._target.unavailable(ClaimStoreUnavailable, lost_text(
-                f"Redis at {self.where}", doing, exc, after.lost), store=f"Redis at {self.where}")
-        return self._target.unavailable(
-            ClaimStoreUnavailable, f"Redis at {self.where} failed while {doing}: {self._target.error_text(exc)}; "
-            f"{after.refused}", store=f"Redis at {self.where}")
+        after, store = _AFTER[request], f"Redis at {self.where}"
+        return self._target.refusal(
+            ClaimStoreUnavailable, store, exc, during=doing, lost=after.lost, cause=False,
+            refused=f"{store} failed while {doing}: {self._target.error_text(exc)}; {after.refused}")
 
     async def _eval(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """Run the script ``name`` (redis-py's EVALSHA, reloaded on NOSCRIPT), repeated
         while its reply is lost (``_repeat``): every script here is safe to repeat."""
-        client = self._client()
-        run = self._scripts.get((id(client), name))
-        if run is None:
-            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
-        return await repeating(lambda _repeat: run(keys=keys, args=args, client=client),
-                               retries=self._retries, client=client)
+        client, run = self._bound(name)
+        return await self._repeating(client, lambda _repeat: run(keys=keys, args=args, client=client))
 
     async def _read(self, op: Any) -> Any:
         """``await op(client)`` for a read (or an idempotent command), repeated while its
         reply is lost."""
         client = self._client()
-        return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
-
-    async def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        for loop, client in clients.values():
-            if loop is asyncio.get_running_loop():
-                await aclose(client)
+        return await self._repeating(client, lambda _repeat: op(client))
 
 
 class RedisClaimLock(_RedisBase):
