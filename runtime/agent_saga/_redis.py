@@ -578,6 +578,8 @@ class RedisStore:
     """
 
     NAME: ClassVar[str] = "RedisStore"
+    #: What a missing ``redis`` package or a cluster guard names (default ``NAME``).
+    FEATURE: ClassVar[str | None] = None
     UNAVAILABLE: ClassVar[type[StoreUnavailable]] = StoreUnavailable
     PREFIX_FIX: ClassVar[str] = PLANE_FIX
 
@@ -590,8 +592,9 @@ class RedisStore:
         if not isinstance(url, str) or not url:
             raise ConfigurationError(f"{self.NAME} needs a redis:// URL")
         self._retries = check_retries(retries)
+        self._feature = self.FEATURE or self.NAME
         if prefix is not None:
-            tagged_on_cluster(url, prefix, self.NAME, self.PREFIX_FIX)
+            tagged_on_cluster(url, prefix, self._feature, self.PREFIX_FIX)
         self.url = url
         self._target = Target.of(url)
         self._scrub = self._target.scrub
@@ -615,9 +618,9 @@ class RedisStore:
 
     def _new_client(self) -> Any:
         if self._shared is not None:
-            return self._shared.client(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+            return self._shared.client(self.url, feature=self._feature, socket_timeout=self._socket_timeout,
                                        connect_timeout=self._connect_timeout)
-        return connect(self.url, feature=self.NAME, socket_timeout=self._socket_timeout,
+        return connect(self.url, feature=self._feature, socket_timeout=self._socket_timeout,
                        connect_timeout=self._connect_timeout)
 
     def _main_client(self) -> Any:

@@ -24,7 +24,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -35,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._identity import process_identity
+from .._redis import RedisStore
 from ..errors import ConfigurationError
 from ._model import (
     AGENTS_CHANNEL,
@@ -85,8 +85,13 @@ def _runtime_version() -> str:
         return "agent-saga"
 
 
-class HeartbeatWriter:
-    """Keeps this process's heartbeat in the policy plane (see the module doc)."""
+class HeartbeatWriter(RedisStore):
+    """Keeps this process's heartbeat in the policy plane (see the module doc). Its client
+    (its own or the agent's shared one), scripts, cluster guard and connection are
+    ``agent_saga._redis.RedisStore``'s; a failed beat raises ``ConnectionError``."""
+
+    NAME = "HeartbeatWriter"
+    FEATURE = "the agent heartbeat"
 
     # KEYS[1] the heartbeat   KEYS[2] its index bucket   KEYS[3] the unbucketed index
     # KEYS[4] the "an operator reads the buckets" marker
@@ -124,13 +129,11 @@ return 1
         namespaces: tuple[str, ...] | None = None,
         socket_timeout: float = 1.0,
     ) -> None:
-        if not isinstance(url, str) or not url:
-            raise ConfigurationError("HeartbeatWriter needs a redis:// URL")
+        self._open(url, socket_timeout=socket_timeout, connect_timeout=socket_timeout, prefix=prefix)
         if not namespace or "/" in namespace:
             raise ConfigurationError(f"HeartbeatWriter namespace must be a Kubernetes namespace, got {namespace!r}")
         if not 0 < interval < math.inf:
             raise ConfigurationError(f"heartbeat interval must be a positive number of seconds, got {interval!r}")
-        self.url = url
         self.namespace = namespace
         self.agent = agent
         self.prefix = prefix
@@ -141,34 +144,23 @@ return 1
         self.pod = pod_name(pod)
         self.namespaces = namespaces or (namespace,)
         self._state = state
-        self._socket_timeout = socket_timeout
         self._started = time.time()
         self._runtime = _runtime_version()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client: Any = None
-        self._shared: Any = None  # agent_saga._shared.SharedConnections
         self._last_applied: dict[str, Any] | None = None
         self._failing = False
         self.beats = 0
         self.last_error: str | None = None
-        from ..wal.urls import Scrubber, secrets_in
-
-        self._scrub = Scrubber(secrets_in(url))
-        self._scripts: dict[str, Any] = {}  # registered on the current client
-        from .._redis import PLANE_FIX, tagged_on_cluster
-
-        tagged_on_cluster(url, prefix, "the agent heartbeat", PLANE_FIX)
 
     @property
     def id(self) -> str:
         return f"{self.namespace}/{self.pod}.{os.getpid()}"
 
     def describe(self) -> str:
-        from ..wal.urls import redact
-
-        return f"HeartbeatWriter({redact(self.url)}, {self.id})"
+        """``HeartbeatWriter(<url without password>, <id>)``."""
+        return f"HeartbeatWriter({self._target.where}, {self.id})"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -195,8 +187,8 @@ return 1
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 + self._socket_timeout)
         try:
-            client = self._connect()
-            self._script("LUA_GONE")(
+            client = self._main_client()
+            self._script(client, self.LUA_GONE)(
                 keys=self._keys(self.id), args=[self.id, f"{self.prefix}:{AGENTS_CHANNEL}"], client=client)
         except Exception as exc:  # noqa: BLE001 - it expires on its own within ttl
             log.info("%s: could not remove the heartbeat (%s); it expires within %gs", self.describe(),
@@ -222,8 +214,8 @@ return 1
         applied = hb.applied()
         changed = applied != self._last_applied
         try:
-            client = self._connect()
-            self._script("LUA_BEAT")(
+            client = self._main_client()
+            self._script(client, self.LUA_BEAT)(
                 keys=self._keys(hb.id),
                 args=[hb.id, hb.to_json(), int(self.ttl * 1000), int((hb.ts + self.ttl) * 1000),
                       f"{self.prefix}:{AGENTS_CHANNEL}", "1" if changed else "0"],
@@ -266,38 +258,6 @@ return 1
                 log.exception("%s: the applied state could not be read (%s)", self.describe(), exc)
                 due = time.monotonic() + self.interval
 
-    def share_connections(self, shared: Any) -> None:
-        """Write through ``shared`` (``agent_saga._shared.SharedConnections``), the agent's
-        one client, instead of a connection of its own. Call before ``start``."""
-        self._shared = shared
-
-    def _connect(self) -> Any:
-        if self._client is None and self._shared is not None:
-            self._client = self._shared.client(self.url, feature="the agent heartbeat",
-                                               socket_timeout=self._socket_timeout,
-                                               connect_timeout=self._socket_timeout)
-        if self._client is None:
-            from .._redis import connect
-
-            self._client = connect(self.url, feature="the agent heartbeat", socket_timeout=self._socket_timeout,
-                                   connect_timeout=self._socket_timeout)
-        return self._client
-
-    def _script(self, name: str) -> Any:
-        """The script ``name`` on the current client, through the one Redis module (its
-        one-slot guard on a cluster, EVALSHA reloaded on NOSCRIPT)."""
-        run = self._scripts.get(name)
-        if run is None:
-            from .._redis import script
-
-            run = self._scripts[name] = script(self._connect(), getattr(self, name))
-        return run
-
     def _disconnect(self) -> None:
-        if self._shared is not None:
-            return  # a broken connection leaves the shared pool on its own
-        client, self._client = self._client, None
-        self._scripts.clear()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+        if self._shared is None:  # a broken connection leaves the shared pool on its own
+            RedisStore.close(self)
