@@ -44,6 +44,7 @@ import hashlib
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -73,7 +74,6 @@ __all__ = [
     "lost_connection",
     "is_timeout",
     "key_slot",
-    "loop_client",
     "one_slot",
     "script",
     "tagged_on_cluster",
@@ -430,16 +430,6 @@ async def aclose(client: Any) -> None:
             await node.disconnect()
 
 
-def loop_client(clients: dict[int, tuple[Any, Any]], url: str, *, feature: str, socket_timeout: float) -> Any:
-    """The ``redis.asyncio`` client for the running event loop, kept in ``clients`` (made
-    there on first use: an asyncio client belongs to the loop that first used it)."""
-    loop = asyncio.get_running_loop()
-    held = clients.get(id(loop))
-    if held is None or held[0] is not loop:
-        held = clients[id(loop)] = (loop, connect_async(url, feature=feature, socket_timeout=socket_timeout))
-    return held[1]
-
-
 def _sentinel_kwargs(topo: Topology, socket_timeout: float, connect_timeout: float) -> dict[str, Any]:
     out: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": connect_timeout,
                            "username": topo.sentinel_username, "password": topo.sentinel_password}
@@ -667,52 +657,77 @@ class RedisStore:
 
 
 class AsyncRedisStore:
-    """Base of an asyncio Redis-backed store (the recovery claims and ledger, the semantic
-    locks): the store declares its ``FEATURE`` (named when ``redis`` is missing) and its
-    ``SCRIPTS`` (name -> Lua), opens the base with ``_open``, and the base owns:
+    """Base of an asyncio Redis-backed store (the limit store, the recovery claims and
+    ledger, the semantic locks): the store declares its ``FEATURE`` (named when ``redis``
+    is missing or the URL is unusable) and its ``SCRIPTS`` (name -> Lua), opens the base
+    with ``_open``, and the base owns:
 
-    - the client (``_client``): an injected ``redis.asyncio.Redis`` used as is, or one per
-      event loop made from the URL (``loop_client``: an asyncio client belongs to the loop
-      that first used it);
+    - the client (``_held``/``_client``): an injected ``redis.asyncio.Redis`` used as is,
+      or one per event loop made from the URL by ``connect_async`` (an asyncio client
+      belongs to the loop that first used it; a loop's client is forgotten with the
+      loop), with the store's connection settings; ``_made`` hears of each new one;
     - the scripts (``_bound(name)``): wrapped once per client by ``script``;
     - the repeats (``_repeating``): a request safe to repeat is sent again while its reply
       is lost, at most ``retries`` times (``agent_saga._repeat``); ``_failures`` is what a
       failed request raises (``failures`` and ``ReplyLost``);
     - the error mapping: ``self._target.refusal`` (refused, or every reply lost);
-    - ``close``: closes the clients made on the running loop.
+    - ``close``: forgets every client and closes the running loop's.
 
     A hot path may send its first attempt itself and repeat through ``repeat_after``
-    with ``self._retries``: the base adds nothing per call but a dict lookup.
+    with ``self._retries``: the base adds nothing per call but the lookups a store made
+    by hand (the running loop's client, the script's wrapper).
     """
 
     FEATURE: ClassVar[str] = "Redis"
     SCRIPTS: ClassVar[dict[str, str]] = {}
+    #: Import ``redis`` when the store is made (False: on its first call, with the client).
+    IMPORT_EARLY: ClassVar[bool] = True
 
-    def _open(self, target: str | Any, *, socket_timeout: float, retries: int | None = None) -> None:
-        """Import ``redis`` (or ``ConfigurationError`` naming ``FEATURE``), check
-        ``retries``; no connection is made until the first call."""
-        self._redis = import_redis(self.FEATURE)
-        self._failures: tuple[type[BaseException], ...] = (*failures(self._redis), ReplyLost)
+    def _open(self, target: str | Any, *, socket_timeout: float, retries: int | None = None, client: Any = None,
+              **connect_kw: Any) -> None:
+        """Check ``retries`` (and import ``redis``, or ``ConfigurationError`` naming
+        ``FEATURE``); ``target`` is a URL or a ready client, ``client`` an injected client
+        used instead of the URL's; ``connect_kw`` go to ``connect_async``. No connection
+        is made until the first call."""
+        if self.IMPORT_EARLY:
+            self._redis = import_redis(self.FEATURE)
+            self._failures: tuple[type[BaseException], ...] = (*failures(self._redis), ReplyLost)
         self._retries = check_retries(retries)
         self._timeout = socket_timeout
+        self._connect_kw = connect_kw
         self._target = Target.of(target)
         self.where = self._target.where
         self._url: str | None = target if isinstance(target, str) else None
-        self._fixed: Any = None if isinstance(target, str) else target
-        self._clients: dict[int, tuple[Any, Any]] = {}
-        self._scripts: dict[tuple[int, str], Any] = {}
+        fixed = target if client is None and not isinstance(target, str) else client
+        self._fixed: tuple[Any, dict[str, Any]] | None = None if fixed is None else (fixed, {})
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary())
 
-    def _client(self) -> Any:
+    def _held(self) -> tuple[Any, dict[str, Any]]:
+        """``(client, its wrapped scripts)`` for the running event loop."""
         if self._fixed is not None:
             return self._fixed
-        return loop_client(self._clients, self._url or "", feature=self.FEATURE, socket_timeout=self._timeout)
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(loop)
+        if held is None:
+            client = connect_async(self._url or "", feature=self.FEATURE, socket_timeout=self._timeout,
+                                   **self._connect_kw)
+            held = self._clients[loop] = (client, {})
+            self._made(loop, client)
+        return held
+
+    def _made(self, loop: asyncio.AbstractEventLoop, client: Any) -> None:
+        """A client was made for ``loop`` (a hook: nothing by default)."""
+
+    def _client(self) -> Any:
+        return self._held()[0]
 
     def _bound(self, name: str) -> tuple[Any, Any]:
         """``(client, the script SCRIPTS[name] wrapped for it)`` on the running loop."""
-        client = self._client()
-        run = self._scripts.get((id(client), name))
+        client, scripts = self._held()
+        run = scripts.get(name)
         if run is None:
-            run = self._scripts[(id(client), name)] = script(client, self.SCRIPTS[name])
+            run = scripts[name] = script(client, self.SCRIPTS[name])
         return client, run
 
     async def _repeating(self, client: Any, send: Callable[[bool], Awaitable[T]]) -> T:
@@ -720,8 +735,8 @@ class AsyncRedisStore:
         return await repeating(send, retries=self._retries, client=client)
 
     async def close(self) -> None:
-        """Close this store's connections made on the running loop."""
-        clients, self._clients = self._clients, {}
-        for loop, client in clients.values():
-            if loop is asyncio.get_running_loop():
-                await aclose(client)
+        """Close this store's connections made on the running loop (and forget the others)."""
+        clients, self._clients = self._clients, weakref.WeakKeyDictionary()
+        held = clients.get(asyncio.get_running_loop())
+        if held is not None:
+            await aclose(held[0])

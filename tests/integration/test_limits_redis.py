@@ -99,7 +99,7 @@ async def test_redis_repeat_after_a_lost_reply_is_not_debited_twice(store):
     charges = [Charge("a", "*", 5, 100, 60), Charge("b", "k", 1, 10, 30, kind="rate")]
     assert (await store.debit(charges, "d-1")).ok
     spec = store._charges_arg(charges, frozenset())
-    again = await store._call("debit", store.LUA_DEBIT, store._keys, ("d-1", "1", spec, *store._part_args))
+    again = await store._call("debit", "debit", store._keys, ("d-1", "1", spec, *store._part_args))
     assert again == 2
     await store.declare([BudgetLimit("a", arg="amount", max_total=100, window=60).spec()])
     assert await used(store, "a") == 5

@@ -72,16 +72,8 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ..._redis import (
-    Target,
-    aclose,
-    connect_async,
-    import_redis,
-    is_cluster,
-    is_timeout,
-    script,
-)
-from ..._repeat import ReplyLost, check_retries, repeat_after, repeating
+from ..._redis import AsyncRedisStore, aclose, import_redis, is_cluster, is_timeout
+from ..._repeat import ReplyLost, repeat_after
 from ...errors import ConfigurationError
 from ._model import Charge, DebitResult, LimitSpec, LimitUsage, format_amount
 from ._store import LimitStoreUnavailable
@@ -97,8 +89,10 @@ def parts_bucket(part: str) -> int:
     return zlib.crc32(part.encode()) % PARTS_BUCKETS
 
 
-class RedisLimitStore:
+class RedisLimitStore(AsyncRedisStore):
     """Limit windows in Redis (``pip install agent-saga[redis]``); see the module doc.
+    Its clients (one per event loop), scripts and repeats are
+    ``agent_saga._redis.AsyncRedisStore``'s.
 
     ``url`` is a ``redis://`` or ``rediss://`` URL. ``namespace`` separates deployments
     sharing one server. ``socket_timeout`` bounds how long a check may wait for the
@@ -398,6 +392,10 @@ end
 return out
 """
 
+    FEATURE = "RedisLimitStore"
+    IMPORT_EARLY = False  # redis is imported with the first client, on the first call
+    SCRIPTS = {"debit": LUA_DEBIT, "refund": LUA_REFUND, "usage": LUA_USAGE}
+
     def __init__(
         self,
         url: str | None = None,
@@ -419,7 +417,8 @@ return out
                 "RedisLimitStore needs a URL (RedisLimitStore('redis://host:6379/0')) or a "
                 "redis.asyncio client (client=...)"
             )
-        check_retries(retries)
+        self._open(url if url else client, socket_timeout=socket_timeout, retries=retries, client=client,
+                   connect_timeout=connect_timeout, max_connections=max_connections, pool_timeout=pool_timeout)
         if min_replicas < 0 or wait_timeout_ms < 1:
             raise ConfigurationError(f"min_replicas must be >= 0 and wait_timeout_ms >= 1, got {min_replicas} "
                                      f"and {wait_timeout_ms}")
@@ -427,17 +426,12 @@ return out
         self._wait_ms = wait_timeout_ms
         if not namespace or any(c in namespace for c in "{}\n"):
             raise ConfigurationError(f"namespace {namespace!r} must be non-empty without braces or newlines")
-        self._target = Target.of(url if url else client)
         self.url = url or self._target.where
         self._name = f"RedisLimitStore({_safe_url(self.url)})"
         self.namespace = namespace
         self._prefix = "{" + namespace + "}:limits:"
-        self._socket_timeout = socket_timeout
-        self._connect_timeout = connect_timeout
-        self._retries = retries
         self._max_connections = max_connections
         self._pool_timeout = pool_timeout
-        self._fixed: tuple[Any, dict[str, Any]] | None = None if client is None else (client, {})
         self._heads: dict[tuple[float, float], tuple[int, str]] = {}
         if part is not None and (not part or any(c in part for c in "{}*?[]:\n\r\t ")):
             raise ConfigurationError(f"part {part!r} must be non-empty without braces, glob characters, colons or "
@@ -453,8 +447,6 @@ return out
                       self._prefix + "log", self._prefix + "buckets", self._prefix + "parts")
         self._part_args = (part or "", self._prefix + "part:")
         self._bucket = str(bucket)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, dict[str, Any]]] = (
-            weakref.WeakKeyDictionary())
         self._queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
             weakref.WeakKeyDictionary())
 
@@ -491,7 +483,7 @@ return out
         if not charges:
             return DebitResult(True, ())
         spec = self._charges_arg(charges, force)
-        reply = await self._call("debit", self.LUA_DEBIT, self._keys, (debit_id, "0", spec, *self._part_args,
+        reply = await self._call("debit", "debit", self._keys, (debit_id, "0", spec, *self._part_args,
                                  self._bucket), retry_args=(debit_id, "1", spec, *self._part_args, self._bucket))
         if reply == 1 or reply == 2:
             return DebitResult(True, (), (), reply == 2)
@@ -503,7 +495,7 @@ return out
         if not charges:
             return
         args = (debit_id, "0", self._charges_arg(charges, frozenset()))
-        await self._call("refund", self.LUA_REFUND, self._keys[:2], args, retry_args=args)
+        await self._call("refund", "refund", self._keys[:2], args, retry_args=args)
 
     async def declare(self, specs: Sequence[LimitSpec]) -> None:
         """Record the limits' definitions for ``usage`` and ``agent-saga status``."""
@@ -531,7 +523,7 @@ return out
         if not wanted:
             return []
         args = (self._compact, *self._part_args)
-        flat = await self._call("usage", self.LUA_USAGE, self._keys, args, retry_args=args)  # trim + read: repeatable
+        flat = await self._call("usage", "usage", self._keys, args, retry_args=args)  # trim + read: repeatable
         pairs = {flat[i].decode(): flat[i + 1].decode() for i in range(0, len(flat), 2)}
         rows: dict[str, list[tuple[str, int, float]]] = {}
         for fld, total in pairs.items():
@@ -558,28 +550,14 @@ return out
             await aclose(held[0])
 
     # ------------------------------------------------------------------ I/O
-    def _client(self) -> Any:
-        return self._bound()[0]
-
-    def _bound(self) -> tuple[Any, dict[str, Any]]:
-        """``(client, its registered scripts)`` for the running event loop."""
-        if self._fixed is not None:
-            return self._fixed
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(loop)
-        if held is None:
-            # A bounded pool that queues a burst instead of refusing it ("Too many
-            # connections"); waiting longer than pool_timeout refuses the call. The
-            # client itself never retries: _call does, flagging the repeat.
-            client = connect_async(self.url, feature="RedisLimitStore", socket_timeout=self._socket_timeout,
-                                   connect_timeout=self._connect_timeout, max_connections=self._max_connections,
-                                   pool_timeout=self._pool_timeout)
-            held = self._clients[loop] = (client, {})
-            if is_cluster(client):
-                # A cluster client's node pools do not queue (connect_async): the same
-                # bound, as a queue in front of the client.
-                self._queues[loop] = asyncio.Semaphore(self._max_connections)
-        return held
+    # A loop's client has a bounded pool that queues a burst instead of refusing it ("Too
+    # many connections"); waiting longer than pool_timeout refuses the call. The client
+    # itself never retries: _call does, flagging the repeat.
+    def _made(self, loop: asyncio.AbstractEventLoop, client: Any) -> None:
+        if is_cluster(client):
+            # A cluster client's node pools do not queue (connect_async): the same
+            # bound, as a queue in front of the client.
+            self._queues[loop] = asyncio.Semaphore(self._max_connections)
 
     @contextlib.asynccontextmanager
     async def _queued(self) -> AsyncIterator[None]:
@@ -605,12 +583,12 @@ return out
     async def _call(
         self,
         what: str,
-        lua: str,
+        name: str,
         keys: Sequence[str],
         args: Sequence[str],
         retry_args: Sequence[str] | None = None,
     ) -> Any:
-        """Run the script ``lua`` (EVALSHA; redis-py reloads it on NOSCRIPT).
+        """Run the script ``name`` of ``SCRIPTS`` (EVALSHA; redis-py reloads it on NOSCRIPT).
 
         A lost reply (``agent_saga._repeat``) is repeated with ``retry_args`` (the debit
         script then checks whether an earlier attempt already landed), up to ``retries``
@@ -620,14 +598,11 @@ return out
         itself never retries: only this method knows that a repeat must be flagged as one.
         A call without ``retry_args`` is sent once.
         """
-        client, scripts = self._bound()
-        run = scripts.get(lua)
-        if run is None:
-            run = scripts[lua] = script(client, lua)
+        client, run = self._bound(name)
 
         try:  # the first attempt, inline: the repeats below are the rare path
             async with self._queued():
-                if self.min_replicas and lua is not self.LUA_USAGE:
+                if self.min_replicas and name != "usage":
                     return await self._replicated(client, run, keys, args)
                 return await run(keys=keys, args=args, client=client)
         except (LimitStoreUnavailable, ConfigurationError):
@@ -639,7 +614,7 @@ return out
 
         async def again(_repeat: bool) -> Any:
             async with self._queued():
-                if self.min_replicas and lua is not self.LUA_USAGE:
+                if self.min_replicas and name != "usage":
                     return await self._replicated(client, run, keys, retry_args)
                 return await run(keys=keys, args=retry_args, client=client)
 
@@ -675,7 +650,7 @@ return out
         (``declare``'s HSET), so it is repeated while its reply is lost."""
         client = self._client()
         try:
-            return await repeating(lambda _repeat: op(client), retries=self._retries, client=client)
+            return await self._repeating(client, lambda _repeat: op(client))
         except ReplyLost as lost:
             raise self._unavailable(what, lost.error) from lost.error
         except Exception as exc:
