@@ -27,10 +27,13 @@ so the choices below are made once:
   and never re-sends a command whose reply was lost). ``rediss+`` is TLS for both.
   Multi-key scripts name their keys with one hash tag (``{agent-saga}:...``) so they
   stay in one cluster slot.
-- ``RedisStore``: the base of the synchronous stores (the policy-plane readers, the
-  approval store): each declares its name, error type and scripts, and the base owns
-  the client (its own or the agent's shared one), the scripts, the repeats, the error
-  mapping, the cluster guard and ``close``.
+- Two store bases, so a store is a declaration (its name, error type and scripts), not
+  plumbing: ``RedisStore`` (synchronous: the policy-plane readers, the approval store,
+  the heartbeat) owns the client (its own or the agent's shared one,
+  ``agent_saga._shared``), the scripts, the repeats, the error mapping, the cluster
+  guard and ``close``; ``AsyncRedisStore`` (the limit store, the recovery claims and
+  ledger, the semantic locks) the same with a client per event loop. ``RedisWAL``
+  stands on the helpers only: a WAL batch is never repeated, and it fails as a WAL.
 - ``confirmed_subscription``: the policy-plane readers subscribe to change notifications
   and only then read, which needs the server's SUBSCRIBE confirmation, not just the
   command (see ``agent_saga.controls._policyplane``).
