@@ -136,9 +136,10 @@ dev-cluster-down:
 unit: install crewai-venv
 	$(PYTEST_FAST) tests/unit $(PYTEST_ARGS)
 
-# ruff, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
+# ruff, mypy --strict, then the layer contracts of pyproject.toml ([tool.importlinter]; see docs/architecture.md).
 lint: install
 	$(VENV)/bin/ruff check runtime operator recoveryd tests bench examples hack
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: install
