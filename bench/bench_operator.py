@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -43,7 +44,18 @@ from bench_killswitch import AGENT, bare_ping, histogram, pct, start_redis  # no
 KILLSWITCH_YAML = ROOT / "examples" / "k8s" / "killswitch.yaml"
 
 
+def in_namespace(example: Path, ns: str, where: Path) -> Path:
+    """A copy of ``example`` whose ``metadata.namespace`` is ``ns`` (the examples name the
+    namespace the docs install into; kubectl refuses ``-n`` with another one)."""
+    text, n = re.subn(r"^(\s+namespace:\s*)\S+", rf"\g<1>{ns}", example.read_text(), count=1, flags=re.M)
+    if n != 1:
+        sys.exit(f"{example} names no metadata.namespace to replace")
+    where.write_text(text)
+    return where
+
+
 def bench_killswitch(cluster: Any, ns: str, url: str, trials: int) -> dict[str, Any]:
+    manifest = in_namespace(KILLSWITCH_YAML, ns, Path(tempfile.mkdtemp(prefix="bench-operator-")) / "killswitch.yaml")
     agent = subprocess.Popen([sys.executable, "-c", AGENT, url, str(ROOT / "runtime")], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, bufsize=1)
     halt_ms: list[float] = []
@@ -57,14 +69,14 @@ def bench_killswitch(cluster: Any, ns: str, url: str, trials: int) -> dict[str, 
         for i in range(trials):
             time.sleep(0.02 + (i % 7) * 0.005)  # vary the phase against the agent's call loop
             started = time.time()
-            cluster.kubectl("apply", "-n", ns, "-f", str(KILLSWITCH_YAML))
+            cluster.kubectl("apply", "-n", ns, "-f", str(manifest))
             returned = time.time()
             line = agent.stdout.readline().split()
             if not line or line[0] != "halted":
                 sys.exit(f"agent said {line!r}, expected halted")
             halt_ms.append((float(line[1]) - returned) * 1000)
             halt_from_start_ms.append((float(line[1]) - started) * 1000)
-            cluster.kubectl("delete", "-n", ns, "-f", str(KILLSWITCH_YAML), "--wait=false")
+            cluster.kubectl("delete", "-n", ns, "-f", str(manifest), "--wait=false")
             returned = time.time()
             line = agent.stdout.readline().split()
             if not line or line[0] != "running":
