@@ -6,7 +6,8 @@
 #   docker build --target recoveryd -t ghcr.io/agent-saga/agent-saga-recoveryd:0.1.0 .
 #
 # Each target is a python:3.11-slim runtime holding one virtualenv (/opt/venv) with the
-# package installed with that target's extra only ("operator" or "recoveryd"): no
+# package installed with that target's extra only ("operator" or "recoveryd"; the recoveryd
+# image, which also runs the `agent-saga mcp` sidecar, adds "fast": uvloop): no
 # compiler, no pip cache, no source tree. Processes run as UID/GID 65532 (non-root; the
 # chart's securityContext sets the same and a read-only root filesystem). Bytecode is
 # compiled at build time, so nothing is written at run time but /tmp (an emptyDir).
@@ -45,9 +46,9 @@ RUN python -m venv /opt/venv \
 
 FROM build-base AS build-recoveryd
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-compile ".[recoveryd]" \
+ && /opt/venv/bin/pip install --no-compile ".[recoveryd,fast]" \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib \
- && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app, psycopg, psycopg_pool"
+ && /opt/venv/bin/python -c "import agent_saga, agent_saga_recoveryd.app, psycopg, psycopg_pool, uvloop"
 
 # ---------------------------------------------------------------- runtime base
 FROM ${PYTHON_IMAGE} AS runtime

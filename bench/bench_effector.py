@@ -2,7 +2,7 @@
 of examples/k8s/effector/ runs it) holding an upstream's bearer token, against a direct call
 to the same server with the token.
 
-    .venv/bin/python bench/bench_effector.py [--n 2000] [--json]
+    .venv/bin/python bench/bench_effector.py [--n 2000] [--loop auto|asyncio] [--json]
 
 Targets:
     REVERSIBLE tools/call through the proxy adds <= 150 µs p50 over a direct call
@@ -19,7 +19,9 @@ before the proxy kept its connections alive on both sides). Policy: ``echo`` REV
 ``fdatasync`` of one line in the WAL's directory. Rounds interleave every kind, so load on
 the machine hits all alike. "Added" is the difference of the medians. The proxy's CPU per
 call (its user + system time over the timed calls, from ``/proc``) is printed too: load
-distorts it less than the latencies.
+distorts it less than the latencies. The proxies run on the event loop ``--loop`` picks
+(``$AGENT_SAGA_MCP_LOOP``: ``auto``, uvloop's when it is installed, or ``asyncio``); the
+report names the one they ran.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class Client:
         self.conn.close()
 
 
-def run(n: int, rounds: int = 5) -> dict[str, Any]:
+def run(n: int, rounds: int = 5, loop: str = "auto") -> dict[str, Any]:
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -134,7 +136,9 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
             (tmp / "upstreams.json").write_text(json.dumps({"echo": {
                 "url": f"http://127.0.0.1:{ports['held']}/mcp", "credentials": [{"credentialRef": "echo-token"}]}}))
             base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_SAGA_")}
+            base["AGENT_SAGA_MCP_LOOP"] = loop
             proxies, proxy_pids = {}, {}
+            loops: set[str] = set()
             for name, upstream, env in (
                     ("custody", ports["held"], {"AGENT_SAGA_MCP_UPSTREAMS": str(tmp / "upstreams.json"),
                                                 "AGENT_SAGA_CREDENTIALS_DIR": str(tmp / "credentials")}),
@@ -147,6 +151,8 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
                          "--upstream", f"http://127.0.0.1:{upstream}/mcp"], env={**base, **env}, stdout=f, stderr=f))
                 proxies[name] = wait_for(log, procs[-1], f"the {name} proxy", "listening on 127.0.0.1:")
                 proxy_pids[name] = procs[-1].pid
+                loops |= {line.rsplit("event loop ", 1)[1].strip() for line in log.read_text().splitlines()
+                         if "listening on" in line and "event loop " in line}
             direct = Client(ports["held"], {"Authorization": f"Bearer {TOKEN}"})
             held, bare = Client(proxies["custody"]), Client(proxies["bare"])
             samples: dict[str, list[float]] = {k: [] for k in ("direct", "fresh", "bare", "custody", "compensable", "fsync")}
@@ -186,7 +192,8 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
     ratio = round(added["compensable"] / s["fsync"]["p50_us"], 2) if s["fsync"]["p50_us"] else float("inf")
     cpu_us = {k: round(v / len(samples[k]) * 1e6, 1) if v == v else None for k, v in cpu.items()}
     return {
-        "bench": "effector", "python": sys.version.split()[0], "calls": n, "compensable_calls": comp,
+        "bench": "effector", "python": sys.version.split()[0], "event_loop": ", ".join(sorted(loops)),
+        "calls": n, "compensable_calls": comp,
         "proxy_cpu_per_call_us": cpu_us, "load_average": os.getloadavg(),
         **s, "added_p50_us": added, "added_reversible_p99_us": added_p99,
         "custody_p50_us": round(added["custody"] - added["bare"], 1),
@@ -202,12 +209,15 @@ def run(n: int, rounds: int = 5) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--loop", choices=("auto", "asyncio"), default="auto",
+                    help="the proxies' event loop: auto (uvloop when installed) or asyncio")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    r = run(args.n)
+    r = run(args.n, loop=args.loop)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
+    print(f"the proxies ran on the event loop: {r['event_loop']}")
     print(f"{'':48} {'p50 µs':>9} {'p90 µs':>9} {'p99 µs':>9}")
     for label, k in (("direct tools/call (with the token)", "direct"),
                      ("direct, a new connection per call", "fresh"),

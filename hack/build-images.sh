@@ -184,7 +184,7 @@ wheel_house() {
     python3 -c 'import sys, tomllib
 extras = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]
 example = tomllib.load(open(sys.argv[2], "rb"))["project"]["optional-dependencies"]
-print("\n".join(sorted(set(extras["operator"] + extras["recoveryd"] + example["mcp"]))))' "$REPO/pyproject.toml" \
+print("\n".join(sorted(set(extras["operator"] + extras["recoveryd"] + extras["fast"] + example["mcp"]))))' "$REPO/pyproject.toml" \
         "$REPO/examples/payments/pyproject.toml" >"$WHEELS.tmp/requirements.txt" \
         || die "cannot read the extras of $REPO/pyproject.toml (needs python3 >= 3.11)"
     # Build backends: the project's (setuptools>=77) and the example's.

@@ -115,7 +115,7 @@ PUBLIC_PACKAGES = (
 
 MCP_EXPECTED = {
     # the proxy (agent-saga mcp) and its parts
-    "McpProxy", "HttpProxy", "call_tool_http", "ProxyOptions", "run_proxy", "ToolSession", "Boundary", "COMMIT_TOOL", "ROLLBACK_TOOL",
+    "McpProxy", "HttpProxy", "call_tool_http", "ProxyOptions", "run_proxy", "loop_factory", "ToolSession", "Boundary", "COMMIT_TOOL", "ROLLBACK_TOOL",
     "ClientChannel", "stdio_client_channel", "StdioUpstream", "UpstreamGone", "OutcomeUnknown",
     "call_tool_once", "result_document", "Surface", "OnePolicy", "plane_policy",
     # named upstreams: how a recovery daemon reaches an MCP server (mcp:<name>)

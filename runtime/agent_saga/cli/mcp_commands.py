@@ -78,7 +78,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     command = list(args.server)
     if command and command[0] == "--":
         command = command[1:]
-    from ..mcp import ProxyOptions, run_proxy  # the proxy and its protocol, for this command only
+    # the proxy and its protocol, for this command only
+    from ..mcp import ProxyOptions, loop_factory, run_proxy
 
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")
     opts = ProxyOptions(command=command, policy=args.policy, policy_from_plane=args.policy_from_plane, observe=args.observe, emit_policy=args.emit_policy,
@@ -88,4 +89,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
                         session_idle=args.session_idle, allow_hosts=tuple(args.allow_host),
                         max_message=args.max_message_bytes)
     opts.check()
-    return asyncio.run(run_proxy(opts))
+    # The HTTP proxy runs on uvloop's event loop when it is installed (the fast extra).
+    with asyncio.Runner(loop_factory=loop_factory() if opts.listen is not None else None) as runner:
+        return runner.run(run_proxy(opts))

@@ -17,6 +17,7 @@ from .._lazy import lazy_exports
 if TYPE_CHECKING:
     from ._httpcall import call_tool_http as call_tool_http
     from ._httpproxy import HttpProxy as HttpProxy
+    from ._loop import loop_factory as loop_factory
     from ._observe import Surface as Surface
     from ._plane import OnePolicy as OnePolicy
     from ._plane import plane_policy as plane_policy
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 _SOURCES: dict[str, tuple[str, ...]] = {
     "._httpcall": ("call_tool_http",),
     "._httpproxy": ("HttpProxy",),
+    "._loop": ("loop_factory",),
     "._observe": ("Surface",),
     "._plane": ("OnePolicy", "plane_policy"),
     "._proxy": ("ClientChannel", "McpProxy", "stdio_client_channel"),

@@ -66,6 +66,7 @@ from .. import hosts
 from . import _http as http
 from ._custody import CredentialUnavailable, Custody, masked
 from ._httpanswer import CallAnswer
+from ._loop import loop_name
 from ._session import BOUNDARY_TOOLS, OutcomeUnknown, ToolSession
 from ._stdio import UpstreamGone
 from ._wire import (
@@ -141,7 +142,8 @@ class HttpProxy:
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stop, f"the proxy received {signal.Signals(sig).name}")
-        log.info("agent-saga mcp: listening on %s:%d, upstream %s", host, self.port, self.upstream)
+        log.info("agent-saga mcp: listening on %s:%d, upstream %s, event loop %s", host, self.port, self.upstream,
+                 loop_name(loop))
         if ready is not None:
             ready(self.port)
         reaper = asyncio.ensure_future(self._reap())

@@ -1,0 +1,89 @@
+"""The event loop ``agent-saga mcp --listen`` runs on: uvloop's when it is installed (the
+``fast`` extra; the test environment has it), asyncio's when it is not or when
+``$AGENT_SAGA_MCP_LOOP=asyncio`` says so. Either way a session through the proxy is gated
+and logged the same, and the startup line names the loop."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import mcp_support as ms
+import pytest
+from fixtures.polling import until
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+#: ``agent-saga mcp`` in a Python where ``import uvloop`` fails, as where it is not installed.
+WITHOUT_UVLOOP = ["-c", "import sys; sys.modules['uvloop'] = None; from agent_saga.cli import main; "
+                  "sys.exit(main())"]
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, int]]:
+    tmp = tmp_path_factory.mktemp("mcp-loop")
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    with listening, open(tmp / "server.log", "w") as slog:
+        server = subprocess.Popen([sys.executable, str(ms.SERVER), "--http-fd", str(listening.fileno())],
+                                  env=ms.proxy_env(tmp), stdout=slog, stderr=subprocess.STDOUT, cwd=str(ms.ROOT),
+                                  pass_fds=(listening.fileno(),))
+    try:
+        until("the server answers", lambda: ms.answers_http(port), proc=server)
+        yield tmp, port
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _proxy(tmp: Path, up: int, name: str, python: list[str], **env: str) -> tuple[subprocess.Popen[bytes], Path]:
+    log = tmp / f"{name}.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, *python, "mcp", "--policy", str(ms.write_policy(tmp / "p.json")),
+             "--wal", str(tmp / f"{name}.wal"), "--name", "bank", "--listen", "127.0.0.1:0",
+             "--upstream", f"http://127.0.0.1:{up}/mcp"],
+            env=ms.proxy_env(tmp, **env), stdout=f, stderr=subprocess.STDOUT, cwd=str(ms.ROOT))
+    return proc, log
+
+
+@pytest.mark.parametrize(("python", "env", "loop"), [
+    (["-m", "agent_saga.cli"], {}, "uvloop "),
+    (WITHOUT_UVLOOP, {}, "asyncio"),
+    (["-m", "agent_saga.cli"], {"AGENT_SAGA_MCP_LOOP": "asyncio"}, "asyncio"),
+], ids=["uvloop-installed", "uvloop-missing", "asyncio-chosen"])
+async def test_the_proxy_runs_on_the_loop_it_names_and_gates_the_same(
+        upstream: tuple[Path, int], python: list[str], env: dict[str, str], loop: str,
+        request: pytest.FixtureRequest) -> None:
+    tmp, up = upstream
+    name = request.node.callspec.id
+    proc, log = _proxy(tmp, up, name, python, **env)
+    try:
+        port = until("the proxy names its port", lambda: ms.listening_port(log), proc=proc)
+        line = next(x for x in log.read_text().splitlines() if "listening on" in x)
+        assert line.split("event loop ", 1)[1].startswith(loop), line
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            with pytest.raises(MCPError) as err:
+                await s.call_tool("delete_everything", {})
+            assert err.value.error.code == -32001 and "not declared" in err.value.error.message
+            charge = await s.call_tool("create_charge", {"amount": 3, "to": f"acct_{name}"})
+            assert charge.structured_content["to"] == f"acct_{name}"
+        until("the session committed", lambda: ms.of_type(tmp / f"{name}.wal", "SAGA_COMPLETED"))
+        steps = [r["type"] for r in ms.records(tmp / f"{name}.wal") if r["type"].startswith("STEP_")]
+        assert "STEP_COMMITTED" in steps
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_an_unknown_loop_is_refused_naming_the_variable(upstream: tuple[Path, int]) -> None:
+    tmp, up = upstream
+    proc, log = _proxy(tmp, up, "bad-loop", ["-m", "agent_saga.cli"], AGENT_SAGA_MCP_LOOP="trio")
+    assert proc.wait(timeout=60) == 2
+    text = log.read_text()
+    assert "AGENT_SAGA_MCP_LOOP='trio'" in text and "asyncio" in text, text
