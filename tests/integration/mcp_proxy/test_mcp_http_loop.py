@@ -1,7 +1,8 @@
 """The event loop ``agent-saga mcp --listen`` runs on: uvloop's when it is installed (the
 ``fast`` extra; the test environment has it), asyncio's when it is not or when
 ``$AGENT_SAGA_MCP_LOOP=asyncio`` says so. Either way a session through the proxy is gated
-and logged the same, and the startup line names the loop."""
+and logged the same, SIGTERM rolls back an open session, and the startup line names the
+loop."""
 
 from __future__ import annotations
 
@@ -56,29 +57,37 @@ def _proxy(tmp: Path, up: int, name: str, python: list[str], **env: str) -> tupl
     (WITHOUT_UVLOOP, {}, "asyncio"),
     (["-m", "agent_saga.cli"], {"AGENT_SAGA_MCP_LOOP": "asyncio"}, "asyncio"),
 ], ids=["uvloop-installed", "uvloop-missing", "asyncio-chosen"])
-async def test_the_proxy_runs_on_the_loop_it_names_and_gates_the_same(
+async def test_the_proxy_runs_on_the_loop_it_names_gates_and_rolls_back_on_sigterm(
         upstream: tuple[Path, int], python: list[str], env: dict[str, str], loop: str,
         request: pytest.FixtureRequest) -> None:
     tmp, up = upstream
     name = request.node.callspec.id
+    wal = tmp / f"{name}.wal"
     proc, log = _proxy(tmp, up, name, python, **env)
     try:
         port = until("the proxy names its port", lambda: ms.listening_port(log), proc=proc)
         line = next(x for x in log.read_text().splitlines() if "listening on" in x)
         assert line.split("event loop ", 1)[1].startswith(loop), line
-        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as (r, w), ClientSession(r, w) as s:
+        async with streamable_http_client(f"http://127.0.0.1:{port}/mcp", terminate_on_close=False) as (r, w), \
+                ClientSession(r, w) as s:
             await s.initialize()
             with pytest.raises(MCPError) as err:
                 await s.call_tool("delete_everything", {})
             assert err.value.error.code == -32001 and "not declared" in err.value.error.message
-            charge = await s.call_tool("create_charge", {"amount": 3, "to": f"acct_{name}"})
-            assert charge.structured_content["to"] == f"acct_{name}"
-        until("the session committed", lambda: ms.of_type(tmp / f"{name}.wal", "SAGA_COMPLETED"))
-        steps = [r["type"] for r in ms.records(tmp / f"{name}.wal") if r["type"].startswith("STEP_")]
-        assert "STEP_COMMITTED" in steps
-    finally:
+            charge = (await s.call_tool("create_charge", {"amount": 3, "to": f"acct_{name}"})).structured_content
+            assert charge["to"] == f"acct_{name}"
+        # The session is still open (no DELETE): SIGTERM, handled by this loop's signal
+        # handling, drops it and the charge is refunded before the proxy exits.
         proc.terminate()
-        proc.wait(timeout=30)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert "the proxy received SIGTERM" in log.read_text()
+    assert [e for e in ms.calls(tmp, "create_refund") if e["args"]["charge"] == charge["id"]]
+    assert ms.of_type(wal, "SAGA_ROLLED_BACK") and not ms.of_type(wal, "SAGA_COMPLETED")
+    assert ms.calls(tmp, "delete_everything") == []
 
 
 def test_an_unknown_loop_is_refused_naming_the_variable(upstream: tuple[Path, int]) -> None:
