@@ -179,7 +179,8 @@ def test_dockerfile_builds_what_the_chart_runs() -> None:
     assert {"build-operator", "build-recoveryd", "runtime", "operator", "recoveryd"} <= names
     base = re.search(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
     assert base and re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", base.group(1))
-    assert '".[operator]"' in text and '".[recoveryd]"' in text
+    # The recoveryd image also runs the `agent-saga mcp` sidecar: uvloop (the fast extra) with it.
+    assert '".[operator]"' in text and '".[recoveryd,fast]"' in text
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     for component in ("operator", "recoveryd"):
         uid = values[component]["podSecurityContext"]["runAsUser"]
