@@ -6,6 +6,7 @@ loop."""
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 import ssl
 import subprocess
@@ -20,6 +21,9 @@ from fixtures.polling import until
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+#: Said when the test environment lacks uvloop (the dev extra has it, as the fast extra).
+NO_UVLOOP = "uvloop is not installed here: `make install` (the dev extra) or pip install 'agent-saga[fast]'"
 
 #: ``agent-saga mcp`` in a Python where ``import uvloop`` fails, as where it is not installed.
 WITHOUT_UVLOOP = ["-c", "import sys; sys.modules['uvloop'] = None; from agent_saga.cli import main; "
@@ -98,6 +102,7 @@ async def test_the_proxy_runs_on_the_loop_it_names_gates_and_rolls_back_on_sigte
     tmp, up = upstream
     name = request.node.callspec.id
     wal = tmp / f"{name}.wal"
+    assert loop == "asyncio" or importlib.util.find_spec("uvloop") is not None, NO_UVLOOP
     proc, log = _proxy(tmp, up, name, python, **env)
     try:
         port = until("the proxy names its port", lambda: ms.listening_port(log), proc=proc)
@@ -139,6 +144,7 @@ async def test_an_https_upstream_is_verified_and_served_on_either_loop(
         tls_upstream: tuple[Path, int, Path], python: list[str], loop: str) -> None:
     tmp, up, ca = tls_upstream
     name = f"tls-{loop.strip()}"
+    assert loop == "asyncio" or importlib.util.find_spec("uvloop") is not None, NO_UVLOOP
     # Trusted through the CA file OpenSSL's default verify paths read: the proxy's own
     # default context verifies the server's certificate and name.
     proc, log = _proxy(tmp, up, name, python, "https", SSL_CERT_FILE=str(ca))
