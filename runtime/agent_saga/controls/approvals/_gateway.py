@@ -178,7 +178,7 @@ class ApprovalGateway:
         self._clock = clock or SYSTEM_CLOCK
         self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
             or "default"
-        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().host
+        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().short_host
         if trusted_keys is None:
             trusted_keys = TrustedKeys.from_env()
         elif not isinstance(trusted_keys, TrustedKeys):
