@@ -83,3 +83,23 @@ def test_the_callers_derive_their_names_from_it(monkeypatch: pytest.MonkeyPatch,
     assert re.fullmatch(rf"{safe}-{pid}-[0-9a-f]{{6}}", default_writer_id())
     assert re.fullmatch(rf"recovery-.+-{pid}-[0-9a-f]{{6}}", default_daemon_id())
     assert FileClaimLock(str(tmp_path)).owner == f"pid{pid}"
+
+
+def test_an_approval_gateway_and_the_policy_plane_give_an_agent_the_same_default_name(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A SagaPolicy's appliesTo.agents and an Approval's agent must name the same agent: on
+    # a host whose name has dots, both default to the part before the first one.
+    from agent_saga.controls import ApprovalGateway, ApprovalPolicy, FileApprovalStore
+    from agent_saga.plane import PlaneSettings
+    from agent_saga.wal.file import FileWAL
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "node-1.cluster.local")
+    monkeypatch.delenv("AGENT_SAGA_AGENT", raising=False)
+    settings = PlaneSettings.from_env({"AGENT_SAGA_REDIS_URL": "redis://127.0.0.1:6379/0",
+                                       "AGENT_SAGA_NAMESPACE": "payments"})
+    wal = FileWAL(tmp_path / "wal.jsonl")
+    try:
+        gateway = ApprovalGateway(FileApprovalStore(tmp_path / "approvals"), None, wal, ApprovalPolicy(timeout=60))
+    finally:
+        wal.close()
+    assert settings is not None and settings.agent == gateway.agent == "node-1"

@@ -129,7 +129,7 @@ class ApprovalGateway:
     audit is not an approval). ``poll``: seconds between reads of the store while
     waiting. ``namespace`` / ``agent``: written into each request, so the operator can
     mirror it as an ``Approval`` in that namespace (default ``$AGENT_SAGA_NAMESPACE``,
-    ``$POD_NAMESPACE`` or ``default``; ``$AGENT_SAGA_AGENT`` or the host name).
+    ``$POD_NAMESPACE`` or ``default``; ``$AGENT_SAGA_AGENT`` or the host name up to its first ``.``, as the policy plane names it).
     ``clock``: the time seam. ``trusted_keys``: the approver keys whose signature an
     approval needs (``TrustedKeys`` or a PEM file / directory; default
     ``$AGENT_SAGA_APPROVAL_KEYS``); keys the policy plane publishes are trusted too, and
@@ -178,7 +178,7 @@ class ApprovalGateway:
         self._clock = clock or SYSTEM_CLOCK
         self.namespace = namespace or os.environ.get("AGENT_SAGA_NAMESPACE") or os.environ.get("POD_NAMESPACE") \
             or "default"
-        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().host
+        self.agent = agent or os.environ.get("AGENT_SAGA_AGENT") or process_identity().short_host
         if trusted_keys is None:
             trusted_keys = TrustedKeys.from_env()
         elif not isinstance(trusted_keys, TrustedKeys):
