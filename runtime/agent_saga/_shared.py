@@ -45,6 +45,10 @@ __all__ = ["POOL_SIZE", "Lost", "SharedConnections", "Subscription"]
 POOL_SIZE = 2
 
 
+#: What ``Subscription.wake`` puts in the queue: ``get_message`` returns None at once.
+_WAKE = object()
+
+
 class Lost(ConnectionError):
     """The shared pub/sub connection was lost: messages may have been missed."""
 
@@ -67,7 +71,13 @@ class Subscription:
             return None
         if isinstance(item, Lost):
             raise item
+        if item is _WAKE:
+            return None
         return item  # type: ignore[no-any-return]
+
+    def wake(self) -> None:
+        """End a ``get_message`` waiting now (it returns None): its reader has news."""
+        self.queue.put(_WAKE)
 
 
 class _Hub:
@@ -166,7 +176,17 @@ class SharedConnections:
         self._lock = threading.Lock()
         self._clients: dict[tuple[str, float, float], Any] = {}
         self._hubs: dict[str, _Hub] = {}
+        self._members: dict[tuple[str, ...], Any] = {}
         self.closed = False
+
+    def member(self, key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+        """The agent's one ``make()`` for ``key`` (made on first use; closed with the
+        connections): the policy-plane watcher its readers share (``controls._planewatch``)."""
+        with self._lock:
+            member = self._members.get(key)
+            if member is None:
+                member = self._members[key] = make()
+        return member
 
     def client(self, url: str, *, feature: str, socket_timeout: float, connect_timeout: float) -> Any:
         """The shared synchronous client of ``url`` with these timeouts (made on first use)."""
@@ -205,7 +225,11 @@ class SharedConnections:
         with self._lock:
             hubs, self._hubs = list(self._hubs.values()), {}
             clients, self._clients = list(self._clients.values()), {}
+            members, self._members = list(self._members.values()), {}
             self.closed = True
+        for member in members:
+            with contextlib.suppress(Exception):
+                member.close()
         for hub in hubs:
             hub.close()
         for client in clients:

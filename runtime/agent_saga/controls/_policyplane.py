@@ -69,7 +69,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -82,6 +81,7 @@ from .. import observe as _observe
 from .._redis import PLANE_FIX, RedisStore, confirmed_subscription
 from .._repeat import OnRepeat
 from ..errors import ConfigurationError, StoreUnavailable
+from ._planewatch import PlaneWatcher, concerns, notified_kind
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
 
@@ -103,12 +103,7 @@ _NEVER: Any = object()
 def about_kind(kind: str, data: Any) -> bool:
     """Does a change notification concern documents of ``kind`` (or the synced marker)?
     Unreadable ones are assumed to."""
-    try:
-        doc = json.loads(data)
-        found = doc.get("kind") if isinstance(doc, dict) else None
-    except (ValueError, TypeError):
-        return True
-    return not isinstance(found, str) or _norm(found) in (_norm(kind), "policyplane")
+    return concerns(notified_kind(data), kind)
 
 
 def _rev_number(rev: Any) -> int | None:
@@ -117,10 +112,6 @@ def _rev_number(rev: Any) -> int | None:
         return None if rev is None else int(rev)
     except (TypeError, ValueError):
         return None
-
-
-def _norm(kind: str) -> str:
-    return kind.replace("-", "").replace("_", "").lower()
 
 
 class PolicyPlaneReader(RedisStore):
@@ -198,6 +189,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._load_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watcher: Any = None  # the agent's PlaneWatcher (shared connections), once started
         self._rev: Any = _NEVER
         self.connected = False
         self.last_error: str | None = None
@@ -233,23 +225,35 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
             except Exception:  # noqa: BLE001 - a listener never breaks the reader
                 log.exception("%s: a change listener failed", self.describe())
 
+    @property
+    def running(self) -> bool:
+        """Started and watched (by its own thread, or by the agent's ``PlaneWatcher``)."""
+        return self._thread is not None or self._watcher is not None
+
     def key(self, doc_id: str) -> str:
         """The key of the document ``doc_id`` (``<namespace>/<name>``)."""
         return f"{self.prefix}:{self.SLUG}:{doc_id}"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Read now (blocking) and start the watcher thread (idempotent: a second caller
-        waits for the first read instead of seeing no state). A failed first read is
-        logged; until a read succeeds the reader's control fails closed."""
+        """Read now (blocking) and start watching (idempotent: a second caller waits for
+        the first read instead of seeing no state): with shared connections, the agent's
+        ``PlaneWatcher`` (``_planewatch``) watches it, else a thread of its own. A failed
+        first read is logged; until a read succeeds the reader's control fails closed."""
         with self._start_lock:
-            if self._thread is not None:
+            if self.running:
                 return
             self._stop.clear()
             try:
                 self.refresh()
             except StoreUnavailable as exc:
                 log.error("%s; until it can be read, %s", exc.message, self.UNREAD)
+            if self._shared is not None:
+                watcher = self._shared.member(("plane-watcher", self.url, self.prefix),
+                                              lambda: PlaneWatcher(self._shared, self.url, self.channel, self.rev_key))
+                self._watcher = watcher
+                watcher.join(self)
+                return
             thread = threading.Thread(target=self._watch, name=self.THREAD_NAME, daemon=True)
             self._thread = thread
             thread.start()
@@ -261,6 +265,9 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     def close(self) -> None:
         """Stop the watcher and close the connections."""
         self._stop.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.leave(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 + self._socket_timeout)
@@ -409,9 +416,20 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         raise NotImplementedError
 
     def _heartbeat(self, client: Any) -> None:
-        """Every ``heartbeat`` seconds: the rev backstop (re-read when ``P:rev`` moved)."""
-        if self._rev is _NEVER or self._repeated(client, lambda: client.get(self.rev_key)) != self._rev:
+        """Every ``heartbeat`` seconds on the reader's own thread: the rev backstop."""
+        self._backstop(client, self._repeated(client, lambda: client.get(self.rev_key)))
+
+    def _backstop(self, client: Any, rev: Any) -> None:
+        """``P:rev`` was just read as ``rev``: re-read if it moved from the one adopted (or
+        the data was lost, or the last read failed), else the documents held are proved
+        current (``_proven``)."""
+        if self._rev is _NEVER or rev != self._rev or not self.connected:
             self._load(client)
+        else:
+            self._proven()
+
+    def _proven(self) -> None:
+        """The server just answered with the ``P:rev`` of the documents held: they are current."""
 
     def _on_lost(self, error: str, first: bool) -> None:
         """A read failed with ``error`` (scrubbed); ``first`` since the last success."""

@@ -222,6 +222,12 @@ return cur
     def _heartbeat(self, client: Any) -> None:
         self._load(client)  # every read proves the server answers: it renews the grace window
 
+    def _proven(self) -> None:
+        """The agent's watcher read the ``P:rev`` of the levers held: the server answers and
+        they are current, so the grace window is renewed as by a read."""
+        with self._lock:
+            self._valid_until = self._clock.monotonic() + 3 * self.heartbeat + self.grace
+
     def _on_restored(self, writers: frozenset[str]) -> None:
         log.warning("%s: the policy plane's synced marker is back (%s): the levers in Redis are "
                     "authoritative again", self.describe(), ", ".join(sorted(writers)))
@@ -341,6 +347,6 @@ return cur
         return f"{self._clock.time():.3f}"
 
     def _after_write(self) -> None:
-        if self._thread is not None:  # this process sees its own change on its next call
+        if self.running:  # this process sees its own change on its next call
             with contextlib.suppress(SwitchStoreUnavailable):
                 self.refresh()
