@@ -16,6 +16,11 @@ ten per agent, ~9 KB of server memory each). ``SharedConnections`` gives them, i
 - ``subscribe(url, channel, ...)``: one pub/sub connection per URL, read by one thread
   that hands every message to each subscription of its channel.
 
+- ``member(key, make)``: one object per agent the controls share, closed with the
+  connections: the policy-plane readers' one watcher (``controls._planewatch``: one
+  thread, one subscription and one ``P:rev`` backstop per tick for every reader of the
+  agent, where each reader had its own).
+
 The plane wiring (``agent_saga.plane``) makes one per ``PlaneConnection``: one per process
 for the process defaults, one per agent for ``open_plane`` (as a pod has its own).
 
@@ -25,7 +30,10 @@ Invariants:
   subscribing misses no change.
 - A lost pub/sub connection is reported to every subscription (``Lost``): each reader
   treats it as it treated its own connection's loss (fail closed, reconnect, re-read).
-- ``close`` closes every connection; a component never closes a shared client itself.
+- ``close`` closes every connection (and every member); a component never closes a
+  shared client itself.
+- ``Subscription.wake`` ends a ``get_message`` waiting now (None): a reader sleeps in one
+  blocking wait, not a poll, and is still woken to stop or to take a new reader.
 """
 
 from __future__ import annotations

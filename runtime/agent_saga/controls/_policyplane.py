@@ -12,12 +12,17 @@ the key schema, where ``P`` is the prefix (``agentsaga:v1``) and ``slug`` the ki
     P:synced                 HASH    the synced marker: one field per writer
 
 What the base does, so a reader only says how to read its documents:
-- Subscribe, then load. The watcher thread subscribes to ``P:events`` and waits for the
+- Subscribe, then load. The watcher subscribes to ``P:events`` and waits for the
   server's confirmation BEFORE it reads, so a change made between the two is never
   missed; it reloads on every notification about its kind (or the marker, or one it
-  cannot read), and every ``heartbeat`` seconds runs ``_heartbeat``: by default the rev
-  backstop (re-read when ``P:rev`` moved: pub/sub delivers at most once and a reconnect
-  may miss messages).
+  cannot read), and every ``heartbeat`` seconds runs the rev backstop (re-read when
+  ``P:rev`` moved: pub/sub delivers at most once and a reconnect may miss messages).
+  The watcher is the agent's ``PlaneWatcher`` (``_planewatch``) when the reader shares
+  the agent's connections (``share_connections``: every reader ``agent_saga.plane``
+  wires): one thread, one subscription and one ``GET P:rev`` per tick for all of the
+  agent's readers, each reloaded only when a notification names its kind or the rev
+  moved, the others proved current (``_proven``). A reader with connections of its own
+  runs a thread of its own (``_watch``) and calls ``_heartbeat`` every ``heartbeat``.
 - One atomic read (``LUA_READ``): the index, the documents of the namespaces obeyed,
   ``P:rev`` and the marker's fields, in one script, so a read never sees half a write.
   A read whose reply was lost (``agent_saga._repeat``: a Cluster client re-reading the
@@ -55,14 +60,18 @@ marker and the error handling come from the base::
 
     Optional hooks: ``_initial_state()`` (the cache before the first read),
     ``_on_lost(error, first)`` (the read failed), ``_on_data_lost(missing,
-    first)`` (the marker went away), ``_on_restored(writers)`` (it is back), and
-    ``_heartbeat(client)`` (what proves the plane is current; the default compares rev).
+    first)`` (the marker went away), ``_on_restored(writers)`` (it is back),
+    ``_heartbeat(client)`` (its own thread: what proves the plane is current; the
+    default reads ``P:rev`` and calls ``_backstop``), ``_backstop(client, rev)`` (the rev
+    just read: reload if it moved, else ``_proven()``) and ``_proven()`` (the server
+    answered with the rev of the documents held: a grace window is renewed there).
     ``THREAD_NAME`` names the watcher thread, ``UNREAD`` says in the start-up error what
     the control does until it can read, ``DATA_LOST_SUFFIX`` ends the ``data_lost`` text.
     The hot path of a reader reads its cached state only (one attribute), never Redis.
 
 Invariants:
-- Hooks run on the watcher thread or the caller of ``refresh``; they must not block.
+- Hooks run on the watcher's thread (the reader's own, or the agent's ``PlaneWatcher``,
+  shared with the agent's other readers) or the caller of ``refresh``; they must not block.
 - ``redis`` is imported only when a client is made (``agent_saga._redis``).
 """
 

@@ -8,9 +8,12 @@ synced marker this store shares with every policy-plane reader.
 Invariants:
 - The hot path (``view``) reads two attributes and the clock: no I/O, no lock.
 - The watcher subscribes to the change channel BEFORE it reads the levers, so a change
-  made between the two is never missed; it re-reads every lever every ``heartbeat``
-  seconds anyway (each read proves the server answers and renews the grace window;
-  pub/sub delivers at most once, and a reconnect may miss messages).
+  made between the two is never missed; every ``heartbeat`` seconds it proves them
+  current anyway (pub/sub delivers at most once, and a reconnect may miss messages),
+  which renews the grace window: its own thread re-reads every lever; the agent's
+  shared watcher (``_planewatch``) reads ``P:rev`` and re-reads the levers only when it
+  moved (every write of the plane moves it), else the levers held are current
+  (``_proven``).
 - ``redis`` is imported only when a client is made; a password never reaches a
   message, a log line or a WAL record.
 """

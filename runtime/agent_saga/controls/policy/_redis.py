@@ -10,7 +10,9 @@ policies whose ``appliesTo`` matches ``agent``, and answers the gate from memory
 
 Invariants:
 - Live reload: an edit or a deletion with kubectl is in force at the next notification
-  (typically milliseconds) or the next heartbeat; a deleted policy no longer governs —
+  (typically milliseconds) or the next heartbeat (its own thread re-reads then; the
+  agent's shared watcher re-reads when ``P:rev`` moved and otherwise renews the grace
+  window, ``_proven``); a deleted policy no longer governs —
   the code's declarations are back.
 - Fail closed, as the kill switch: until the policies have been read once the view is
   unusable (the gate refuses every call). When the policy plane stops answering, or
