@@ -18,8 +18,9 @@ ten per agent, ~9 KB of server memory each). ``SharedConnections`` gives them, i
 
 - ``member(key, make)``: one object per agent the controls share, closed with the
   connections: the policy-plane readers' one watcher (``controls._planewatch``: one
-  thread, one subscription and one ``P:rev`` backstop per tick for every reader of the
-  agent, where each reader had its own).
+  thread reading the agent's one pub/sub connection itself, one ``P:rev`` backstop per
+  tick for every reader of the agent, where each reader had a thread, a subscription
+  through ``subscribe`` and a backstop of its own).
 
 The plane wiring (``agent_saga.plane``) makes one per ``PlaneConnection``: one per process
 for the process defaults, one per agent for ``open_plane`` (as a pod has its own).
@@ -32,8 +33,6 @@ Invariants:
   treats it as it treated its own connection's loss (fail closed, reconnect, re-read).
 - ``close`` closes every connection (and every member); a component never closes a
   shared client itself.
-- ``Subscription.wake`` ends a ``get_message`` waiting now (None): a reader sleeps in one
-  blocking wait, not a poll, and is still woken to stop or to take a new reader.
 """
 
 from __future__ import annotations
@@ -51,10 +50,6 @@ __all__ = ["POOL_SIZE", "Lost", "SharedConnections", "Subscription"]
 
 #: Connections of one shared client's pool (its users wait for one, then fail closed).
 POOL_SIZE = 2
-
-
-#: What ``Subscription.wake`` puts in the queue: ``get_message`` returns None at once.
-_WAKE = object()
 
 
 class Lost(ConnectionError):
@@ -79,13 +74,7 @@ class Subscription:
             return None
         if isinstance(item, Lost):
             raise item
-        if item is _WAKE:
-            return None
         return item  # type: ignore[no-any-return]
-
-    def wake(self) -> None:
-        """End a ``get_message`` waiting now (it returns None): its reader has news."""
-        self.queue.put(_WAKE)
 
 
 class _Hub:

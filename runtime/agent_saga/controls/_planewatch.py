@@ -12,8 +12,9 @@ wake-up every 0.5 s. Readers that share an agent's connections (``share_connecti
 share one ``PlaneWatcher`` instead (one per ``SharedConnections`` and plane: URL and
 prefix), made on the first reader's ``start`` and kept by the ``SharedConnections``:
 
-- one subscription to ``P:events`` (on the agent's shared pub/sub connection), confirmed
-  before any reader is loaded through it: a change made between the two is never missed;
+- one subscription to ``P:events``, on the agent's one pub/sub connection, which the
+  watcher's thread reads itself (no thread handing messages over), confirmed before any
+  reader is loaded through it: a change made between the two is never missed;
 - a notification reloads only the readers whose kind it names (or every reader, for the
   synced marker or a notification it cannot read); the notifications that arrived
   together are read first, so a burst costs each reader one load;
@@ -22,11 +23,13 @@ prefix), made on the first reader's ``start`` and kept by the ``SharedConnection
   others are proved current (``_proven``: the server answered and nothing changed since
   the read they hold; the kill switch and the SagaPolicy reader renew their grace
   window there, as a full re-read did);
-- between those it sleeps in one blocking wait (a message, the next tick, a retry due,
-  or a reader joining or leaving wakes it): no polling.
+- between those it sleeps in one blocking read of the subscription's socket, until the
+  next tick or retry (a message ends it at once): no polling. A reader joining is read
+  through the subscription at the latest at the next tick (its ``start`` read it already);
+  the last one leaving stops the thread after its current wait.
 
 Failures, as each reader's own thread handled them:
-- the subscription is lost (``_shared.Lost``) or the rev backstop fails: every reader is
+- the subscription's connection fails or the rev backstop fails: every reader is
   failed closed (``_lost``: what it then honours and for how long is its own), then the
   watcher re-subscribes and reloads them all;
 - one reader's load fails (its own ``_load`` already failed it closed): that reader alone
@@ -41,13 +44,14 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._redis import confirmed_subscription, connect
 from ..errors import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -59,6 +63,8 @@ log = logging.getLogger("agent_saga.controls")
 
 #: After a failed load or a lost subscription: seconds before the next attempt.
 BACKOFF = 0.2
+#: The longest blocking read of the subscription (a tick is shorter: the readers' heartbeat).
+MAX_WAIT = 60.0
 
 
 def notified_kind(data: Any) -> str | None:
@@ -94,7 +100,6 @@ class PlaneWatcher:
         self._busy = threading.Lock()  # held while the thread uses its readers
         self._readers: list[PolicyPlaneReader] = []
         self._joined: list[PolicyPlaneReader] = []  # to load on the current subscription
-        self._sub: Any = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: Backstop reads of ``P:rev`` made (one per tick for every reader).
@@ -117,7 +122,6 @@ class PlaneWatcher:
                 self._thread = threading.Thread(target=self._run, args=(self._stop,), name="agent-saga-plane",
                                                 daemon=True)
                 self._thread.start()
-        self._wake()
 
     def leave(self, reader: PolicyPlaneReader) -> None:
         """Stop watching ``reader`` (the last one stops the thread)."""
@@ -129,7 +133,6 @@ class PlaneWatcher:
             if last:
                 self._thread = None
                 self._stop.set()
-        self._wake()
         if thread is None or thread is threading.current_thread():
             return
         if last:
@@ -146,35 +149,30 @@ class PlaneWatcher:
             self.leave(reader)
 
     # ------------------------------------------------------------------ the thread
-    def _wake(self) -> None:
-        sub = self._sub
-        if sub is not None:
-            sub.wake()
-
     def _run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             readers = self.readers
             if not readers:
                 return
             first = readers[0]
-            timeout = max(first._socket_timeout, 1.0)
             try:
-                with self._shared.subscribe(self.url, self.channel, stop, feature=first.NAME,
-                                            socket_timeout=first._socket_timeout, timeout=timeout) as sub:
-                    self._sub = sub
+                # the agent's one pub/sub connection, read by this thread (no hand-over thread)
+                timeout = first._socket_timeout
+                with confirmed_subscription(
+                        functools.partial(connect, self.url, feature=first.NAME, socket_timeout=timeout,
+                                          connect_timeout=timeout),
+                        self.channel, stop, max(timeout, 1.0)) as (_client, pubsub):
                     with self._lock:  # subscribed (and confirmed): every reader is loaded through it
                         self._joined = list(self._readers)
-                    self._serve(sub, stop)
+                    self._serve(pubsub.get_message, stop)
             except Exception as exc:  # noqa: BLE001 - a lost subscription or backstop: every reader re-reads
                 if not stop.is_set():
                     with self._busy:
                         for reader in self.readers:
                             reader._lost(exc)
-            finally:
-                self._sub = None
             stop.wait(BACKOFF)
 
-    def _serve(self, sub: Any, stop: threading.Event) -> None:
+    def _serve(self, get_message: Any, stop: threading.Event) -> None:
         due: dict[PolicyPlaneReader, float] = {}  # loads owed (notified, joined, failed: retry at)
         next_beat = time.monotonic() + min((r.heartbeat for r in self.readers), default=BACKOFF)
         while not stop.is_set():
@@ -193,14 +191,15 @@ class PlaneWatcher:
                     self._backstop(readers, due)
                     next_beat = time.monotonic() + min(r.heartbeat for r in readers)
             wait = min([next_beat, *due.values()]) - time.monotonic()
-            msg = sub.get_message(timeout=max(0.0, min(wait, 3600.0)) if math.isfinite(wait) else 3600.0)
+            # one blocking read of the socket until the next tick or retry: a message ends it
+            msg = get_message(timeout=max(0.0, min(wait, MAX_WAIT)))
             while msg is not None:
                 if msg.get("type") == "message":
                     kind = notified_kind(msg.get("data"))
                     for reader in readers:
                         if concerns(kind, reader.KIND):
                             due[reader] = min(due.get(reader, now), time.monotonic())
-                msg = sub.get_message(timeout=0)
+                msg = get_message(timeout=0)
 
     def _load(self, reader: PolicyPlaneReader, due: dict[PolicyPlaneReader, float]) -> None:
         try:
