@@ -88,11 +88,10 @@ def concerns(kind: str | None, reader_kind: str) -> bool:
 
 
 class PlaneWatcher:
-    """The policy-plane watcher of one agent (see the module doc). ``shared`` is the
-    agent's ``SharedConnections``; ``url``, ``channel`` and ``rev_key`` name the plane."""
+    """The policy-plane watcher of one agent (see the module doc), kept by the agent's
+    ``SharedConnections``; ``url``, ``channel`` and ``rev_key`` name the plane."""
 
-    def __init__(self, shared: Any, url: str, channel: str, rev_key: str) -> None:
-        self._shared = shared
+    def __init__(self, url: str, channel: str, rev_key: str) -> None:
         self.url = url
         self.channel = channel
         self.rev_key = rev_key

@@ -259,7 +259,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
                 log.error("%s; until it can be read, %s", exc.message, self.UNREAD)
             if self._shared is not None:
                 watcher = self._shared.member(("plane-watcher", self.url, self.prefix),
-                                              lambda: PlaneWatcher(self._shared, self.url, self.channel, self.rev_key))
+                                              lambda: PlaneWatcher(self.url, self.channel, self.rev_key))
                 self._watcher = watcher
                 watcher.join(self)
                 return
@@ -293,15 +293,11 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     @contextlib.contextmanager
     def _subscribed(self) -> Iterator[tuple[Any, Callable[..., Any]]]:
         """``(client, get_message)`` once the server confirmed the subscription to the
-        events channel: this reader's own connections, or the agent's shared ones."""
+        events channel, on this reader's own connections (a reader sharing the agent's
+        connections is watched by its ``PlaneWatcher`` instead)."""
         timeout = max(self._socket_timeout, 1.0)
-        if self._shared is None:
-            with confirmed_subscription(self._new_client, self.channel, self._stop, timeout) as (client, pubsub):
-                yield client, pubsub.get_message
-            return
-        with self._shared.subscribe(self.url, self.channel, self._stop, feature=self.NAME,
-                                    socket_timeout=self._socket_timeout, timeout=timeout) as sub:
-            yield self._main_client(), sub.get_message
+        with confirmed_subscription(self._new_client, self.channel, self._stop, timeout) as (client, pubsub):
+            yield client, pubsub.get_message
 
     def _read(self, client: Any, *, retries: int | None = None, deadline: float | None = None,
               on_repeat: OnRepeat | None = None) -> tuple[Any, dict[str, str], list[tuple[str, Any]]]:
