@@ -60,6 +60,15 @@ def proc_stat(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
+def threads(pid: int) -> int:
+    """Threads of process ``pid``."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
 def machine() -> dict[str, Any]:
     model = ""
     with open("/proc/cpuinfo") as f:
@@ -151,6 +160,8 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
             "operator_cpu_per_agent_ms_per_s": round(costs["operator_cpu_cores"] * 1000 / n, 3),
             "worker_cpu_per_agent_ms_per_s": round(costs["workers_cpu_cores"] * 1000 / n, 3),
             "worker_rss_kb": sum(proc_stat(p)[1] for p in fleet.pids()),
+            # every thread of the worker processes (their 64-thread I/O pool included)
+            "worker_threads_per_agent": round(sum(threads(p) for p in fleet.pids()) / n, 2),
             "redis_memory_per_agent_bytes": round((mem1 - mem0) / n, 1),
             # the documents the agents keep (heartbeats, parts) vs their connections' buffers
             "redis_data_per_agent_bytes": round(((mem1 - cl1) - (mem0 - cl0)) / n, 1),

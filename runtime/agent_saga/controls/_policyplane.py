@@ -12,12 +12,17 @@ the key schema, where ``P`` is the prefix (``agentsaga:v1``) and ``slug`` the ki
     P:synced                 HASH    the synced marker: one field per writer
 
 What the base does, so a reader only says how to read its documents:
-- Subscribe, then load. The watcher thread subscribes to ``P:events`` and waits for the
+- Subscribe, then load. The watcher subscribes to ``P:events`` and waits for the
   server's confirmation BEFORE it reads, so a change made between the two is never
   missed; it reloads on every notification about its kind (or the marker, or one it
-  cannot read), and every ``heartbeat`` seconds runs ``_heartbeat``: by default the rev
-  backstop (re-read when ``P:rev`` moved: pub/sub delivers at most once and a reconnect
-  may miss messages).
+  cannot read), and every ``heartbeat`` seconds runs the rev backstop (re-read when
+  ``P:rev`` moved: pub/sub delivers at most once and a reconnect may miss messages).
+  The watcher is the agent's ``PlaneWatcher`` (``_planewatch``) when the reader shares
+  the agent's connections (``share_connections``: every reader ``agent_saga.plane``
+  wires): one thread, one subscription and one ``GET P:rev`` per tick for all of the
+  agent's readers, each reloaded only when a notification names its kind or the rev
+  moved, the others proved current (``_proven``). A reader with connections of its own
+  runs a thread of its own (``_watch``) and calls ``_heartbeat`` every ``heartbeat``.
 - One atomic read (``LUA_READ``): the index, the documents of the namespaces obeyed,
   ``P:rev`` and the marker's fields, in one script, so a read never sees half a write.
   A read whose reply was lost (``agent_saga._repeat``: a Cluster client re-reading the
@@ -55,21 +60,24 @@ marker and the error handling come from the base::
 
     Optional hooks: ``_initial_state()`` (the cache before the first read),
     ``_on_lost(error, first)`` (the read failed), ``_on_data_lost(missing,
-    first)`` (the marker went away), ``_on_restored(writers)`` (it is back), and
-    ``_heartbeat(client)`` (what proves the plane is current; the default compares rev).
+    first)`` (the marker went away), ``_on_restored(writers)`` (it is back),
+    ``_heartbeat(client)`` (its own thread: what proves the plane is current; the
+    default reads ``P:rev`` and calls ``_backstop``), ``_backstop(client, rev)`` (the rev
+    just read: reload if it moved, else ``_proven()``) and ``_proven()`` (the server
+    answered with the rev of the documents held: a grace window is renewed there).
     ``THREAD_NAME`` names the watcher thread, ``UNREAD`` says in the start-up error what
     the control does until it can read, ``DATA_LOST_SUFFIX`` ends the ``data_lost`` text.
     The hot path of a reader reads its cached state only (one attribute), never Redis.
 
 Invariants:
-- Hooks run on the watcher thread or the caller of ``refresh``; they must not block.
+- Hooks run on the watcher's thread (the reader's own, or the agent's ``PlaneWatcher``,
+  shared with the agent's other readers) or the caller of ``refresh``; they must not block.
 - ``redis`` is imported only when a client is made (``agent_saga._redis``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -82,6 +90,7 @@ from .. import observe as _observe
 from .._redis import PLANE_FIX, RedisStore, confirmed_subscription
 from .._repeat import OnRepeat
 from ..errors import ConfigurationError, StoreUnavailable
+from ._planewatch import PlaneWatcher, concerns, notified_kind
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
 
@@ -103,12 +112,7 @@ _NEVER: Any = object()
 def about_kind(kind: str, data: Any) -> bool:
     """Does a change notification concern documents of ``kind`` (or the synced marker)?
     Unreadable ones are assumed to."""
-    try:
-        doc = json.loads(data)
-        found = doc.get("kind") if isinstance(doc, dict) else None
-    except (ValueError, TypeError):
-        return True
-    return not isinstance(found, str) or _norm(found) in (_norm(kind), "policyplane")
+    return concerns(notified_kind(data), kind)
 
 
 def _rev_number(rev: Any) -> int | None:
@@ -117,10 +121,6 @@ def _rev_number(rev: Any) -> int | None:
         return None if rev is None else int(rev)
     except (TypeError, ValueError):
         return None
-
-
-def _norm(kind: str) -> str:
-    return kind.replace("-", "").replace("_", "").lower()
 
 
 class PolicyPlaneReader(RedisStore):
@@ -198,6 +198,7 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         self._load_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._watcher: Any = None  # the agent's PlaneWatcher (shared connections), once started
         self._rev: Any = _NEVER
         self.connected = False
         self.last_error: str | None = None
@@ -233,23 +234,35 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
             except Exception:  # noqa: BLE001 - a listener never breaks the reader
                 log.exception("%s: a change listener failed", self.describe())
 
+    @property
+    def running(self) -> bool:
+        """Started and watched (by its own thread, or by the agent's ``PlaneWatcher``)."""
+        return self._thread is not None or self._watcher is not None
+
     def key(self, doc_id: str) -> str:
         """The key of the document ``doc_id`` (``<namespace>/<name>``)."""
         return f"{self.prefix}:{self.SLUG}:{doc_id}"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Read now (blocking) and start the watcher thread (idempotent: a second caller
-        waits for the first read instead of seeing no state). A failed first read is
-        logged; until a read succeeds the reader's control fails closed."""
+        """Read now (blocking) and start watching (idempotent: a second caller waits for
+        the first read instead of seeing no state): with shared connections, the agent's
+        ``PlaneWatcher`` (``_planewatch``) watches it, else a thread of its own. A failed
+        first read is logged; until a read succeeds the reader's control fails closed."""
         with self._start_lock:
-            if self._thread is not None:
+            if self.running:
                 return
             self._stop.clear()
             try:
                 self.refresh()
             except StoreUnavailable as exc:
                 log.error("%s; until it can be read, %s", exc.message, self.UNREAD)
+            if self._shared is not None:
+                watcher = self._shared.member(("plane-watcher", self.url, self.prefix),
+                                              lambda: PlaneWatcher(self.url, self.channel, self.rev_key))
+                self._watcher = watcher
+                watcher.join(self)
+                return
             thread = threading.Thread(target=self._watch, name=self.THREAD_NAME, daemon=True)
             self._thread = thread
             thread.start()
@@ -261,6 +274,9 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     def close(self) -> None:
         """Stop the watcher and close the connections."""
         self._stop.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.leave(self)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=5 + self._socket_timeout)
@@ -277,15 +293,11 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     @contextlib.contextmanager
     def _subscribed(self) -> Iterator[tuple[Any, Callable[..., Any]]]:
         """``(client, get_message)`` once the server confirmed the subscription to the
-        events channel: this reader's own connections, or the agent's shared ones."""
+        events channel, on this reader's own connections (a reader sharing the agent's
+        connections is watched by its ``PlaneWatcher`` instead)."""
         timeout = max(self._socket_timeout, 1.0)
-        if self._shared is None:
-            with confirmed_subscription(self._new_client, self.channel, self._stop, timeout) as (client, pubsub):
-                yield client, pubsub.get_message
-            return
-        with self._shared.subscribe(self.url, self.channel, self._stop, feature=self.NAME,
-                                    socket_timeout=self._socket_timeout, timeout=timeout) as sub:
-            yield self._main_client(), sub.get_message
+        with confirmed_subscription(self._new_client, self.channel, self._stop, timeout) as (client, pubsub):
+            yield client, pubsub.get_message
 
     def _read(self, client: Any, *, retries: int | None = None, deadline: float | None = None,
               on_repeat: OnRepeat | None = None) -> tuple[Any, dict[str, str], list[tuple[str, Any]]]:
@@ -409,9 +421,20 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
         raise NotImplementedError
 
     def _heartbeat(self, client: Any) -> None:
-        """Every ``heartbeat`` seconds: the rev backstop (re-read when ``P:rev`` moved)."""
-        if self._rev is _NEVER or self._repeated(client, lambda: client.get(self.rev_key)) != self._rev:
+        """Every ``heartbeat`` seconds on the reader's own thread: the rev backstop."""
+        self._backstop(client, self._repeated(client, lambda: client.get(self.rev_key)))
+
+    def _backstop(self, client: Any, rev: Any) -> None:
+        """``P:rev`` was just read as ``rev``: re-read if it moved from the one adopted (or
+        the data was lost, or the last read failed), else the documents held are proved
+        current (``_proven``)."""
+        if self._rev is _NEVER or rev != self._rev or not self.connected:
             self._load(client)
+        else:
+            self._proven()
+
+    def _proven(self) -> None:
+        """The server just answered with the ``P:rev`` of the documents held: they are current."""
 
     def _on_lost(self, error: str, first: bool) -> None:
         """A read failed with ``error`` (scrubbed); ``first`` since the last success."""

@@ -84,7 +84,7 @@ class RedisRouteSource(PolicyPlaneReader):
     def route(self) -> Route:
         """The route in force for the agent (no I/O; starts the watcher on first use).
         Raises ``RoutingUnavailable`` naming why there is none."""
-        if self._thread is None:
+        if not self.running:
             self.start()
         r = self._route
         if r is None:

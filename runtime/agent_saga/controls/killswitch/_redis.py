@@ -8,9 +8,12 @@ synced marker this store shares with every policy-plane reader.
 Invariants:
 - The hot path (``view``) reads two attributes and the clock: no I/O, no lock.
 - The watcher subscribes to the change channel BEFORE it reads the levers, so a change
-  made between the two is never missed; it re-reads every lever every ``heartbeat``
-  seconds anyway (each read proves the server answers and renews the grace window;
-  pub/sub delivers at most once, and a reconnect may miss messages).
+  made between the two is never missed; every ``heartbeat`` seconds it proves them
+  current anyway (pub/sub delivers at most once, and a reconnect may miss messages),
+  which renews the grace window: its own thread re-reads every lever; the agent's
+  shared watcher (``_planewatch``) reads ``P:rev`` and re-reads the levers only when it
+  moved (every write of the plane moves it), else the levers held are current
+  (``_proven``).
 - ``redis`` is imported only when a client is made; a password never reaches a
   message, a log line or a WAL record.
 """
@@ -222,6 +225,12 @@ return cur
     def _heartbeat(self, client: Any) -> None:
         self._load(client)  # every read proves the server answers: it renews the grace window
 
+    def _proven(self) -> None:
+        """The agent's watcher read the ``P:rev`` of the levers held: the server answers and
+        they are current, so the grace window is renewed as by a read."""
+        with self._lock:
+            self._valid_until = self._clock.monotonic() + 3 * self.heartbeat + self.grace
+
     def _on_restored(self, writers: frozenset[str]) -> None:
         log.warning("%s: the policy plane's synced marker is back (%s): the levers in Redis are "
                     "authoritative again", self.describe(), ", ".join(sorted(writers)))
@@ -341,6 +350,6 @@ return cur
         return f"{self._clock.time():.3f}"
 
     def _after_write(self) -> None:
-        if self._thread is not None:  # this process sees its own change on its next call
+        if self.running:  # this process sees its own change on its next call
             with contextlib.suppress(SwitchStoreUnavailable):
                 self.refresh()

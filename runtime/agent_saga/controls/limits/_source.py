@@ -158,7 +158,7 @@ class RedisLimitSource(PolicyPlaneReader):
     # ------------------------------------------------------------------ hot path
     def snapshot(self) -> LimitSnapshot:
         """The definitions in force now (no I/O; starts the watcher on first use)."""
-        if self._thread is None:
+        if not self.running:
             self.start()
         return self._snapshot
 

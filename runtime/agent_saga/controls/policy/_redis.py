@@ -10,7 +10,9 @@ policies whose ``appliesTo`` matches ``agent``, and answers the gate from memory
 
 Invariants:
 - Live reload: an edit or a deletion with kubectl is in force at the next notification
-  (typically milliseconds) or the next heartbeat; a deleted policy no longer governs —
+  (typically milliseconds) or the next heartbeat (its own thread re-reads then; the
+  agent's shared watcher re-reads when ``P:rev`` moved and otherwise renews the grace
+  window, ``_proven``); a deleted policy no longer governs —
   the code's declarations are back.
 - Fail closed, as the kill switch: until the policies have been read once the view is
   unusable (the gate refuses every call). When the policy plane stops answering, or
@@ -107,7 +109,7 @@ class RedisPolicySource(PolicyPlaneReader):
     # ------------------------------------------------------------------ hot path
     def view(self) -> PolicyView:
         """The policies in force for the agent now (no I/O; starts the watcher on first use)."""
-        if self._thread is None:
+        if not self.running:
             self.start()
         if self._clock.monotonic() < self._valid_until:
             return self._view
@@ -174,6 +176,16 @@ class RedisPolicySource(PolicyPlaneReader):
     def _heartbeat(self, client: Any) -> None:
         self._load(client)  # every read proves the plane answers: it renews the grace window
         self._write_surface(client)
+
+    def _backstop(self, client: Any, rev: Any) -> None:
+        super()._backstop(client, rev)  # the agent's watcher, every heartbeat
+        self._write_surface(client)
+
+    def _proven(self) -> None:
+        """The agent's watcher read the ``P:rev`` of the policies held: the plane answers and
+        they are current, so the grace window is renewed as by a read."""
+        with self._lock:
+            self._valid_until = self._clock.monotonic() + 3 * self.heartbeat + self.grace
 
     def _write_surface(self, client: Any) -> None:
         if self._surface_ns is None:

@@ -1,0 +1,222 @@
+"""``PlaneWatcher``: one thread per agent watching the policy plane for all its readers.
+
+    shared = SharedConnections()
+    for reader in (switch_store, policy, limit_source):
+        reader.share_connections(shared)
+        reader.start()          # joins the agent's watcher instead of starting a thread
+
+An agent's policy-plane readers (``_policyplane.PolicyPlaneReader``: the kill switch,
+SagaPolicy, BudgetLimit and ModelRoute readers) each used to run a watcher thread of
+their own: its own subscription, its own ``GET P:rev`` backstop every heartbeat, a
+wake-up every 0.5 s. Readers that share an agent's connections (``share_connections``)
+share one ``PlaneWatcher`` instead (one per ``SharedConnections`` and plane: URL and
+prefix), made on the first reader's ``start`` and kept by the ``SharedConnections``:
+
+- one subscription to ``P:events``, on the agent's one pub/sub connection, which the
+  watcher's thread reads itself (no thread handing messages over), confirmed before any
+  reader is loaded through it: a change made between the two is never missed;
+- a notification reloads only the readers whose kind it names (or every reader, for the
+  synced marker or a notification it cannot read); the notifications that arrived
+  together are read first, so a burst costs each reader one load;
+- one ``GET P:rev`` every tick (the smallest ``heartbeat`` of its readers) for every
+  reader: one whose adopted rev differs (or that has lost its data) is reloaded, the
+  others are proved current (``_proven``: the server answered and nothing changed since
+  the read they hold; the kill switch and the SagaPolicy reader renew their grace
+  window there, as a full re-read did);
+- between those it sleeps in one blocking read of the subscription's socket, until the
+  next tick or retry (a message ends it at once): no polling. A reader joining is read
+  through the subscription at the latest at the next tick (its ``start`` read it already);
+  the last one leaving stops the thread after its current wait.
+
+Failures, as each reader's own thread handled them:
+- the subscription's connection fails or the rev backstop fails: every reader is
+  failed closed (``_lost``: what it then honours and for how long is its own), then the
+  watcher re-subscribes and reloads them all;
+- one reader's load fails (its own ``_load`` already failed it closed): that reader alone
+  is read again after a short back-off, the others run on.
+
+Invariants:
+- Loads of one reader run one at a time (its ``_load`` lock); ``refresh`` from another
+  thread stays safe.
+- ``leave`` returns only once the watcher no longer uses the reader (unless called from
+  the watcher's own thread, from a listener): a closed reader is never loaded again.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .._redis import confirmed_subscription, connect
+from ..errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from ._policyplane import PolicyPlaneReader
+
+__all__ = ["PlaneWatcher", "notified_kind"]
+
+log = logging.getLogger("agent_saga.controls")
+
+#: After a failed load or a lost subscription: seconds before the next attempt.
+BACKOFF = 0.2
+#: The longest blocking read of the subscription (a tick is shorter: the readers' heartbeat).
+MAX_WAIT = 60.0
+
+
+def notified_kind(data: Any) -> str | None:
+    """The normalised kind a change notification names (``"policyplane"``: the synced
+    marker); ``None`` when it cannot be read (every reader is then concerned)."""
+    try:
+        doc = json.loads(data)
+        found = doc.get("kind") if isinstance(doc, dict) else None
+    except (ValueError, TypeError):
+        return None
+    return norm_kind(found) if isinstance(found, str) else None
+
+
+def norm_kind(kind: str) -> str:
+    return kind.replace("-", "").replace("_", "").lower()
+
+
+def concerns(kind: str | None, reader_kind: str) -> bool:
+    """Does a notification naming ``kind`` (``notified_kind``) concern readers of ``reader_kind``?"""
+    return kind is None or kind in (norm_kind(reader_kind), "policyplane")
+
+
+class PlaneWatcher:
+    """The policy-plane watcher of one agent (see the module doc), kept by the agent's
+    ``SharedConnections``; ``url``, ``channel`` and ``rev_key`` name the plane."""
+
+    def __init__(self, url: str, channel: str, rev_key: str) -> None:
+        self.url = url
+        self.channel = channel
+        self.rev_key = rev_key
+        self._lock = threading.Lock()
+        self._busy = threading.Lock()  # held while the thread uses its readers
+        self._readers: list[PolicyPlaneReader] = []
+        self._joined: list[PolicyPlaneReader] = []  # to load on the current subscription
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: Backstop reads of ``P:rev`` made (one per tick for every reader).
+        self.backstops = 0
+
+    @property
+    def readers(self) -> tuple[PolicyPlaneReader, ...]:
+        with self._lock:
+            return tuple(self._readers)
+
+    def join(self, reader: PolicyPlaneReader) -> None:
+        """Watch ``reader`` from now on: it is loaded once the subscription is confirmed."""
+        with self._lock:
+            if reader in self._readers:
+                return
+            self._readers.append(reader)
+            self._joined.append(reader)
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._stop,), name="agent-saga-plane",
+                                                daemon=True)
+                self._thread.start()
+
+    def leave(self, reader: PolicyPlaneReader) -> None:
+        """Stop watching ``reader`` (the last one stops the thread)."""
+        with self._lock:
+            if reader in self._readers:
+                self._readers.remove(reader)
+            last = not self._readers
+            thread = self._thread
+            if last:
+                self._thread = None
+                self._stop.set()
+        if thread is None or thread is threading.current_thread():
+            return
+        if last:
+            thread.join(timeout=5 + reader._socket_timeout)
+        else:
+            with self._busy:  # the pass using it (if any) is over
+                pass
+
+    def close(self) -> None:
+        """Stop the thread (``SharedConnections.close``: its readers closed first)."""
+        with self._lock:
+            readers = list(self._readers)
+        for reader in readers:
+            self.leave(reader)
+
+    # ------------------------------------------------------------------ the thread
+    def _run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            readers = self.readers
+            if not readers:
+                return
+            first = readers[0]
+            try:
+                # the agent's one pub/sub connection, read by this thread (no hand-over thread)
+                timeout = first._socket_timeout
+                with confirmed_subscription(
+                        functools.partial(connect, self.url, feature=first.NAME, socket_timeout=timeout,
+                                          connect_timeout=timeout),
+                        self.channel, stop, max(timeout, 1.0)) as (_client, pubsub):
+                    with self._lock:  # subscribed (and confirmed): every reader is loaded through it
+                        self._joined = list(self._readers)
+                    self._serve(pubsub.get_message, stop)
+            except Exception as exc:  # noqa: BLE001 - a lost subscription or backstop: every reader re-reads
+                if not stop.is_set():
+                    with self._busy:
+                        for reader in self.readers:
+                            reader._lost(exc)
+            stop.wait(BACKOFF)
+
+    def _serve(self, get_message: Any, stop: threading.Event) -> None:
+        due: dict[PolicyPlaneReader, float] = {}  # loads owed (notified, joined, failed: retry at)
+        next_beat = time.monotonic() + min((r.heartbeat for r in self.readers), default=BACKOFF)
+        while not stop.is_set():
+            with self._busy:  # a reader that left before this pass is not in it
+                readers = self.readers
+                now = time.monotonic()
+                with self._lock:
+                    joined, self._joined = self._joined, []
+                for reader in joined:
+                    due[reader] = now
+                for reader in [r for r, at in due.items() if at <= now]:
+                    del due[reader]
+                    if reader in readers:
+                        self._load(reader, due)
+                if now >= next_beat and readers:
+                    self._backstop(readers, due)
+                    next_beat = time.monotonic() + min(r.heartbeat for r in readers)
+            wait = min([next_beat, *due.values()]) - time.monotonic()
+            # one blocking read of the socket until the next tick or retry: a message ends it
+            msg = get_message(timeout=max(0.0, min(wait, MAX_WAIT)))
+            while msg is not None:
+                if msg.get("type") == "message":
+                    kind = notified_kind(msg.get("data"))
+                    for reader in readers:
+                        if concerns(kind, reader.KIND):
+                            due[reader] = min(due.get(reader, now), time.monotonic())
+                msg = get_message(timeout=0)
+
+    def _load(self, reader: PolicyPlaneReader, due: dict[PolicyPlaneReader, float]) -> None:
+        try:
+            reader._load(reader._main_client())
+        except StoreUnavailable:  # failed closed by its own _load: read it again soon
+            due[reader] = time.monotonic() + BACKOFF
+
+    def _backstop(self, readers: tuple[PolicyPlaneReader, ...], due: dict[PolicyPlaneReader, float]) -> None:
+        """One ``GET P:rev`` for every reader: reload the ones behind, prove the others
+        current. A failed read is a lost plane (raised: every reader fails closed)."""
+        first = readers[0]
+        client = first._main_client()
+        rev = first._repeated(client, lambda: client.get(self.rev_key))
+        self.backstops += 1
+        for reader in readers:
+            if reader in due:
+                continue  # a load is owed anyway
+            try:
+                reader._backstop(reader._main_client(), rev)
+            except StoreUnavailable:
+                due[reader] = time.monotonic() + BACKOFF
