@@ -1,6 +1,6 @@
 """One worker process's halt wave, without the API server: where the time goes.
 
-    python bench/fleet/wave.py --agents 250 [--trials 3] [--heartbeat 10] [--no-heartbeat] [--json]
+    python bench/fleet/wave.py --agents 250 [--trials 3] [--heartbeat 10] [--no-heartbeat] [--switch-interval S] [--turns K]
 
 Builds ``--agents`` agents in this process exactly as ``bench/fleet/worker.py`` does
 (``open_plane`` each, one shared FileWAL, the worker's probe), against a throwaway
@@ -68,11 +68,10 @@ def threads() -> dict[str, tuple[float, int]]:
 
 def loads(w: Worker) -> dict[str, int]:
     """Reads made by each kind of reader of every agent, and heartbeats written."""
-    c = w.agents[0].conn
     return {"killswitch": sum(a.conn.switch_store.reloads for a in w.agents),
             "sagapolicy": sum(a.conn.policy.reloads for a in w.agents),
             "budgetlimit": sum(a.conn.limit_source.reloads for a in w.agents),
-            "beats": sum(a.conn.heartbeat.beats for a in w.agents) if c.heartbeat is not None else 0}
+            "beats": sum(a.conn.heartbeat.beats for a in w.agents if a.conn.heartbeat is not None)}
 
 
 def commandstats(client: Any) -> dict[str, int]:
