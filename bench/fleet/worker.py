@@ -177,8 +177,21 @@ class Worker:
         return {"closed": len(self.agents)}
 
 
+#: The GIL switch interval of a worker process (CPython's default: 5 ms). A worker packs
+#: hundreds of agents, each with its plane watcher and heartbeat threads, behind one GIL,
+#: which no pod does: when one notification wakes them all, every thread waiting for the
+#: GIL asks the holder to drop it each interval, and with the default the process spends
+#: the wave handing the GIL around (1,000 agents in one process: 1.3-2.4 million context
+#: switches and 15-25 CPU-seconds for one halt, 7-13 s until all refused; at 50 ms,
+#: 0.16-0.18 million, 4-4.5 CPU-seconds and 2.5-3.5 s: bench/fleet/wave.py). Threads
+#: still give the GIL up at once when they wait for Redis.
+SWITCH_INTERVAL = 0.05
+
+
 async def main() -> None:
     from concurrent.futures import ThreadPoolExecutor
+
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
     # Each pod has its own threads for the controls' blocking reads (an approval waiter's
     # poll, a first start): a pool as large as a few pods', not one pod's six threads

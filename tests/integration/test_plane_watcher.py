@@ -159,3 +159,80 @@ def test_a_notification_reloads_only_the_readers_of_its_kind(agent: PlaneConnect
     poll(lambda: agent.policy.reloads > before["SagaPolicy"] and agent.switch_store.reloads > before["KillSwitch"],
          timeout=30, what="the SagaPolicy and kill switch readers reading on their notifications")
     assert agent.limit_source.reloads == before["BudgetLimit"], "no BudgetLimit was named: it was not read"
+
+
+def written(admin: Any, slug: str, doc_id: str, doc: dict[str, Any], kind: str) -> int:
+    """Write a document and notify it with its rev, in one transaction, as the operator's
+    projection does (``{"rev": N, "kind": ..., ...}``)."""
+    rev = int(admin.get(f"{P}:rev") or 0) + 1
+    with admin.pipeline(transaction=True) as tx:
+        tx.set(f"{P}:rev", rev)
+        tx.set(f"{P}:{slug}:{doc_id}", json.dumps({"rev": rev, "v": 1, **doc}))
+        tx.sadd(f"{P}:{slug}:index", doc_id)
+        tx.publish(f"{P}:events", json.dumps({"rev": rev, "v": 1, "kind": kind, "id": doc_id, "op": "put"}))
+        tx.execute()
+    return rev
+
+
+def test_a_change_of_one_kind_costs_the_other_readers_no_read(agent: PlaneConnection, admin: Any) -> None:
+    # one halt reaching an agent is one read: the SagaPolicy and BudgetLimit readers, which
+    # held the rev just before it, move to its rev from the notification; the backstop
+    # then finds them current instead of re-reading them (a thousand agents, a thousand reads)
+    written(admin, "sagapolicy", "payments/first", {"name": "first"}, "SagaPolicy")  # every reader holds a rev
+    poll(lambda: agent.policy.applied_rev == agent.limit_source.applied_rev == admin.get(f"{P}:rev").decode(),
+         timeout=30, what="every reader at the current rev")
+    before = {k: r.reloads for k, r in readers(agent).items()}
+    rev = written(admin, "killswitch", "payments/halt", halt_doc(), "KillSwitch")
+    poll(lambda: asyncio.run(agent.kill_switch.check(PROBE)) is not None, timeout=30, what="the halt read")
+    watcher = agent.switch_store._watcher
+    ticks = watcher.backstops
+    poll(lambda: watcher.backstops >= ticks + 2, timeout=30, what="two backstop ticks after the halt")
+    assert agent.policy.applied_rev == agent.limit_source.applied_rev == str(rev)
+    assert agent.switch_store.reloads == before["KillSwitch"] + 1
+    assert (agent.policy.reloads, agent.limit_source.reloads) == (before["SagaPolicy"], before["BudgetLimit"]), \
+        "the readers a halt does not concern were read again"
+
+
+def test_a_gap_in_the_revs_is_read_not_passed(agent: PlaneConnection, admin: Any) -> None:
+    # a SagaPolicy written without a notification (rev r+1), then a notified halt (r+2) in
+    # the same transaction: the SagaPolicy reader holds r, not r+1, so the halt's
+    # notification does not move it; the backstop reads it and finds the silent policy
+    written(admin, "sagapolicy", "payments/first", {"name": "first"}, "SagaPolicy")
+    poll(lambda: agent.policy.applied_rev == admin.get(f"{P}:rev").decode(), timeout=30,
+         what="the SagaPolicy reader at the current rev")
+    before = agent.policy.reloads
+    rev = int(admin.get(f"{P}:rev")) + 2
+    with admin.pipeline(transaction=True) as tx:
+        tx.set(f"{P}:sagapolicy:payments/silent", json.dumps({"rev": rev - 1, "v": 1, "name": "silent"}))
+        tx.sadd(f"{P}:sagapolicy:index", "payments/silent")
+        tx.set(f"{P}:killswitch:payments/halt", json.dumps({"rev": rev, "v": 1, **halt_doc()}))
+        tx.sadd(f"{P}:killswitch:index", "payments/halt")
+        tx.set(f"{P}:rev", rev)
+        tx.publish(f"{P}:events", json.dumps({"rev": rev, "v": 1, "kind": "KillSwitch", "id": "payments/halt",
+                                              "op": "put"}))
+        tx.execute()
+    poll(lambda: agent.policy.reloads > before and agent.policy.applied_rev == str(rev), timeout=30,
+         what="the SagaPolicy reader reading the silent write (not moved past it by the halt's notification)")
+
+
+def test_a_plane_that_counts_again_reloads_every_reader(agent: PlaneConnection, admin: Any) -> None:
+    # the SagaPolicy reader holds rev r; the server is restored to an older snapshot (rev
+    # r-3, without that policy) and three halts follow (r-2, r-1, r), then one more (r+1):
+    # the last names the rev just after the one the reader holds, but the revs went back
+    # on the way, so the reader is read again, never moved to r+1 with the old policy
+    written(admin, "sagapolicy", "payments/first", {"name": "first"}, "SagaPolicy")
+    rev = written(admin, "sagapolicy", "payments/gone", {"name": "gone"}, "SagaPolicy")
+    poll(lambda: agent.policy.applied_rev == str(rev), timeout=30, what="the SagaPolicy reader at the current rev")
+    before = agent.policy.reloads
+    with admin.pipeline(transaction=True) as tx:
+        tx.delete(f"{P}:sagapolicy:payments/gone")
+        tx.srem(f"{P}:sagapolicy:index", "payments/gone")
+        for n in range(rev - 2, rev + 2):
+            tx.set(f"{P}:killswitch:payments/halt-{n}", json.dumps({"rev": n, "v": 1, **halt_doc()}))
+            tx.sadd(f"{P}:killswitch:index", f"payments/halt-{n}")
+            tx.publish(f"{P}:events", json.dumps({"rev": n, "v": 1, "kind": "KillSwitch", "id": f"payments/halt-{n}",
+                                                  "op": "put"}))
+        tx.set(f"{P}:rev", rev + 1)
+        tx.execute()
+    poll(lambda: agent.policy.reloads > before, timeout=30,
+         what="the SagaPolicy reader read again once the notified revs went back")

@@ -18,6 +18,14 @@ prefix), made on the first reader's ``start`` and kept by the ``SharedConnection
 - a notification reloads only the readers whose kind it names (or every reader, for the
   synced marker or a notification it cannot read); the notifications that arrived
   together are read first, so a burst costs each reader one load;
+- the others are moved to the notification's rev without a read (``_passed``) when they
+  hold the rev just before it: every write of the plane moves ``P:rev`` by exactly one
+  and notifies its kind with the new rev in the same script, so a change of one kind
+  costs each agent one read, not a read of every reader at the next tick (the rev
+  backstop would otherwise find the rev moved and re-read them all). On one subscription
+  the notifications' revs only grow; one that does not (the server lost its data or was
+  restored from a snapshot, and counts again) reloads every reader, as an unreadable one
+  does, so an old rev's documents are never carried into a new count;
 - one ``GET P:rev`` every tick (the smallest ``heartbeat`` of its readers) for every
   reader: one whose adopted rev differs (or that has lost its data) is reloaded, the
   others are proved current (``_proven``: the server answered and nothing changed since
@@ -57,7 +65,7 @@ from ..errors import StoreUnavailable
 if TYPE_CHECKING:
     from ._policyplane import PolicyPlaneReader
 
-__all__ = ["PlaneWatcher", "notified_kind"]
+__all__ = ["PlaneWatcher", "notification", "notified_kind"]
 
 log = logging.getLogger("agent_saga.controls")
 
@@ -70,12 +78,22 @@ MAX_WAIT = 60.0
 def notified_kind(data: Any) -> str | None:
     """The normalised kind a change notification names (``"policyplane"``: the synced
     marker); ``None`` when it cannot be read (every reader is then concerned)."""
+    return notification(data)[0]
+
+
+def notification(data: Any) -> tuple[str | None, int | None]:
+    """``(kind, rev)`` of a change notification: its normalised kind (``notified_kind``)
+    and the ``P:rev`` its write moved the plane to (``None``: it carries none, or it
+    cannot be read)."""
     try:
         doc = json.loads(data)
-        found = doc.get("kind") if isinstance(doc, dict) else None
     except (ValueError, TypeError):
-        return None
-    return norm_kind(found) if isinstance(found, str) else None
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    found, rev = doc.get("kind"), doc.get("rev")
+    return (norm_kind(found) if isinstance(found, str) else None,
+            rev if isinstance(rev, int) and not isinstance(rev, bool) else None)
 
 
 def norm_kind(kind: str) -> str:
@@ -173,6 +191,8 @@ class PlaneWatcher:
 
     def _serve(self, get_message: Any, stop: threading.Event) -> None:
         due: dict[PolicyPlaneReader, float] = {}  # loads owed (notified, joined, failed: retry at)
+        moved: set[PolicyPlaneReader] = set()  # moved to a notification's rev without a read
+        last: int | None = None  # the rev of the last notification on this subscription
         next_beat = time.monotonic() + min((r.heartbeat for r in self.readers), default=BACKOFF)
         while not stop.is_set():
             with self._busy:  # a reader that left before this pass is not in it
@@ -189,15 +209,25 @@ class PlaneWatcher:
                 if now >= next_beat and readers:
                     self._backstop(readers, due)
                     next_beat = time.monotonic() + min(r.heartbeat for r in readers)
+                for reader in moved:  # after the burst's reads: the heartbeat sees them all at once
+                    if reader in readers:
+                        reader._changed()
+                moved.clear()
             wait = min([next_beat, *due.values()]) - time.monotonic()
             # one blocking read of the socket until the next tick or retry: a message ends it
             msg = get_message(timeout=max(0.0, min(wait, MAX_WAIT)))
             while msg is not None:
                 if msg.get("type") == "message":
-                    kind = notified_kind(msg.get("data"))
+                    kind, rev = notification(msg.get("data"))
+                    if rev is not None:
+                        back, last = last is not None and rev <= last, rev
+                        if back:  # the plane counts again (FLUSHALL, a restore): read every reader
+                            kind = rev = None
                     for reader in readers:
                         if concerns(kind, reader.KIND):
                             due[reader] = min(due.get(reader, now), time.monotonic())
+                        elif rev is not None and reader not in due and reader._passed(rev):
+                            moved.add(reader)  # another kind's change: current at rev, no read
                 msg = get_message(timeout=0)
 
     def _load(self, reader: PolicyPlaneReader, due: dict[PolicyPlaneReader, float]) -> None:

@@ -436,6 +436,29 @@ return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), ids, docs}
     def _proven(self) -> None:
         """The server just answered with the ``P:rev`` of the documents held: they are current."""
 
+    def _passed(self, rev: int) -> bool:
+        """A notification said a write of another kind moved ``P:rev`` to ``rev``. Every
+        write of the plane moves it by exactly one and notifies its kind with the new rev
+        in the same script, so a reader holding ``rev - 1`` holds the documents of ``rev``
+        too: it adopts ``rev`` without a read (the rev backstop then finds it current).
+        Anything else (a gap: a lost notification or a write without one, no rev held, a
+        failed or lost plane, a read under way) leaves it to its read or the backstop.
+        True if it adopted ``rev`` (the caller tells the listeners, ``_changed``, once the
+        reads of the same burst are done: one heartbeat for the burst)."""
+        if not self._load_lock.acquire(blocking=False):
+            return False  # a read is under way: it reads the rev itself
+        try:
+            with self._lock:
+                held = self._rev
+                if held is _NEVER or not self.connected or self.data_lost is not None \
+                        or _rev_number(held) != rev - 1:
+                    return False
+                self._rev = str(rev).encode() if isinstance(held, bytes) else str(rev)
+                self.top_rev = max(self.top_rev or rev, rev)
+                return True
+        finally:
+            self._load_lock.release()
+
     def _on_lost(self, error: str, first: bool) -> None:
         """A read failed with ``error`` (scrubbed); ``first`` since the last success."""
 
