@@ -30,7 +30,10 @@ prefix), made on the first reader's ``start`` and kept by the ``SharedConnection
   reader: one whose adopted rev differs (or that has lost its data) is reloaded, the
   others are proved current (``_proven``: the server answered and nothing changed since
   the read they hold; the kill switch and the SagaPolicy reader renew their grace
-  window there, as a full re-read did);
+  window there, as a full re-read did). The notifications waiting when the server
+  answers are taken first (a write notifies in the script that moves the rev): a change
+  the backstop sees before its notification was read still costs each reader at most
+  its own read;
 - between those it sleeps in one blocking read of the subscription's socket, until the
   next tick or retry (a message ends it at once): no polling. A reader joining is read
   through the subscription at the latest at the next tick (its ``start`` read it already);
@@ -57,6 +60,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._redis import confirmed_subscription, connect
@@ -119,6 +123,7 @@ class PlaneWatcher:
         self._joined: list[PolicyPlaneReader] = []  # to load on the current subscription
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last: int | None = None  # the last notification's rev on the current subscription
         #: Backstop reads of ``P:rev`` made (one per tick for every reader).
         self.backstops = 0
 
@@ -192,7 +197,7 @@ class PlaneWatcher:
     def _serve(self, get_message: Any, stop: threading.Event) -> None:
         due: dict[PolicyPlaneReader, float] = {}  # loads owed (notified, joined, failed: retry at)
         moved: set[PolicyPlaneReader] = set()  # moved to a notification's rev without a read
-        last: int | None = None  # the rev of the last notification on this subscription
+        self._last = None  # the rev of the last notification on this subscription
         next_beat = time.monotonic() + min((r.heartbeat for r in self.readers), default=BACKOFF)
         while not stop.is_set():
             with self._busy:  # a reader that left before this pass is not in it
@@ -207,7 +212,10 @@ class PlaneWatcher:
                     if reader in readers:
                         self._load(reader, due)
                 if now >= next_beat and readers:
-                    self._backstop(readers, due)
+                    # the notifications already sent when the server answered the backstop
+                    # are read before it judges a reader behind (no read where one suffices)
+                    self._backstop(readers, due, functools.partial(self._take, get_message, 0.0, readers, due,
+                                                                   moved))
                     next_beat = time.monotonic() + min(r.heartbeat for r in readers)
                 for reader in moved:  # after the burst's reads: the heartbeat sees them all at once
                     if reader in readers:
@@ -215,20 +223,28 @@ class PlaneWatcher:
                 moved.clear()
             wait = min([next_beat, *due.values()]) - time.monotonic()
             # one blocking read of the socket until the next tick or retry: a message ends it
-            msg = get_message(timeout=max(0.0, min(wait, MAX_WAIT)))
-            while msg is not None:
-                if msg.get("type") == "message":
-                    kind, rev = notification(msg.get("data"))
-                    if rev is not None:
-                        back, last = last is not None and rev <= last, rev
-                        if back:  # the plane counts again (FLUSHALL, a restore): read every reader
-                            kind = rev = None
-                    for reader in readers:
-                        if concerns(kind, reader.KIND):
-                            due[reader] = min(due.get(reader, now), time.monotonic())
-                        elif rev is not None and reader not in due and reader._passed(rev):
-                            moved.add(reader)  # another kind's change: current at rev, no read
-                msg = get_message(timeout=0)
+            self._take(get_message, max(0.0, min(wait, MAX_WAIT)), readers, due, moved)
+
+    def _take(self, get_message: Any, timeout: float, readers: tuple[PolicyPlaneReader, ...],
+              due: dict[PolicyPlaneReader, float], moved: set[PolicyPlaneReader]) -> None:
+        """Wait up to ``timeout`` seconds for a notification, then take it and every one
+        waiting after it: owe a load to the readers they concern, move the others to their
+        rev where nothing was missed (``_passed``)."""
+        msg = get_message(timeout=timeout)
+        while msg is not None:
+            if msg.get("type") == "message":
+                kind, rev = notification(msg.get("data"))
+                if rev is not None:
+                    back, self._last = self._last is not None and rev <= self._last, rev
+                    if back:  # the plane counts again (FLUSHALL, a restore): read every reader
+                        kind = rev = None
+                now = time.monotonic()
+                for reader in readers:
+                    if concerns(kind, reader.KIND):
+                        due[reader] = min(due.get(reader, now), now)
+                    elif rev is not None and reader not in due and reader._passed(rev):
+                        moved.add(reader)  # another kind's change: current at rev, no read
+            msg = get_message(timeout=0)
 
     def _load(self, reader: PolicyPlaneReader, due: dict[PolicyPlaneReader, float]) -> None:
         try:
@@ -236,13 +252,18 @@ class PlaneWatcher:
         except StoreUnavailable:  # failed closed by its own _load: read it again soon
             due[reader] = time.monotonic() + BACKOFF
 
-    def _backstop(self, readers: tuple[PolicyPlaneReader, ...], due: dict[PolicyPlaneReader, float]) -> None:
+    def _backstop(self, readers: tuple[PolicyPlaneReader, ...], due: dict[PolicyPlaneReader, float],
+                  pending: Callable[[], None]) -> None:
         """One ``GET P:rev`` for every reader: reload the ones behind, prove the others
-        current. A failed read is a lost plane (raised: every reader fails closed)."""
+        current. A failed read is a lost plane (raised: every reader fails closed).
+        ``pending()`` takes the notifications waiting once the server answered: a write
+        notifies in the same script that moves ``P:rev``, so one the answer shows was
+        already sent (a reader it names is loaded for it; one it does not, moved)."""
         first = readers[0]
         client = first._main_client()
         rev = first._repeated(client, lambda: client.get(self.rev_key))
         self.backstops += 1
+        pending()
         for reader in readers:
             if reader in due:
                 continue  # a load is owed anyway
