@@ -556,8 +556,11 @@ def test_operator_with_the_chart_service_account_reconciles_a_killswitch(
         assert obj["status"]["engaged"] is True and obj["status"]["observedGeneration"] == 1
         key = f"agentsaga:v1:killswitch:{demo}/halt-wires"
         assert json.loads(r.get(key))["scope"] == "tool:wire.send"  # type: ignore[arg-type]
-        events = core.list_namespaced_event(demo, field_selector="involvedObject.name=halt-wires").items
-        assert ("Normal", "NoConsumer") in {(e.type, e.reason) for e in events}
+        # kopf posts Events from a queue, after the status patch: wait for it, as a user would.
+        poll(lambda: ("Normal", "NoConsumer") in {
+            (e.type, e.reason)
+            for e in core.list_namespaced_event(demo, field_selector="involvedObject.name=halt-wires").items},
+            timeout=DEADLINE, what="the Normal NoConsumer Event on the KillSwitch")
 
         # The approval bridge: a request an agent wrote to Redis becomes an Approval (create),
         # and a decision made with the CLI shows on it (get + status patch).
