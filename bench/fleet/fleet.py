@@ -134,7 +134,8 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
                          extra_args=["--standalone", "--health-host", "127.0.0.1", "--log-level", "WARNING",
                                      "--resync-interval", str(RESYNC_OFF)])
     fleet = None
-    out: dict[str, Any] = {"agents": n, "processes": min(args.processes, n), "heartbeat_interval_s": args.heartbeat}
+    out: dict[str, Any] = {"agents": n, "processes": min(args.processes, n), "heartbeat_interval_s": args.heartbeat,
+                           "plane_check_interval_s": args.check_interval or 0.5}
     try:
         op.start()
         op.wait_ready(timeout=120)
@@ -144,7 +145,8 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
         mem0, cl0, ds0 = int(m0["used_memory"]), int(m0["mem_clients_normal"]), int(m0["used_memory_dataset"])
         clients0 = len(r.client_list())  # the operator's and this script's
         t0 = time.monotonic()
-        fleet = Fleet(url, ns, n, args.processes, work / f"fleet-{n}", heartbeat=args.heartbeat)
+        fleet = Fleet(url, ns, n, args.processes, work / f"fleet-{n}", heartbeat=args.heartbeat,
+                      check_interval=args.check_interval)
         out["start_s"] = round(time.monotonic() - t0, 1)
         # the first trial (a SagaPolicy create) proves every agent is counted by the operator
         fleet.policy_trial(cluster, 0, timeout=args.timeout)
@@ -230,6 +232,8 @@ def main() -> int:
     ap.add_argument("--budget-seconds", type=float, default=10.0)
     ap.add_argument("--approvals", type=int, default=500, help="approval requests pending at once (0: skip)")
     ap.add_argument("--heartbeat", type=float, default=2.0, help="AGENT_SAGA_HEARTBEAT_INTERVAL of the agents")
+    ap.add_argument("--check-interval", type=float, default=None,
+                    help="AGENT_SAGA_PLANE_CHECK_INTERVAL of the agents (default: theirs, 0.5 s)")
     ap.add_argument("--window", type=float, default=10.0, help="seconds of the steady cost window")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--kubeconfig", help="an existing cluster (default: start the local control plane)")

@@ -48,7 +48,8 @@ class Fleet:
     """``agents`` agents in ``processes`` worker processes (see the module doc)."""
 
     def __init__(self, url: str, ns: str, agents: int, processes: int, work: Path, *,
-                 heartbeat: float = 2.0, start_timeout: float = 600.0) -> None:
+                 heartbeat: float = 2.0, check_interval: float | None = None,
+                 start_timeout: float = 600.0) -> None:
         self.n = agents
         self.ns = ns
         self.workers: list[AgentProcess] = []
@@ -57,6 +58,8 @@ class Fleet:
         env["AGENT_SAGA_SINGLE_PROCESS"] = "1"  # the limit store is Redis; no "one of many" warning
         plane = {"AGENT_SAGA_REDIS_URL": url, "AGENT_SAGA_NAMESPACE": ns, "AGENT_SAGA_AGENT": AGENT,
                  "AGENT_SAGA_HEARTBEAT_INTERVAL": str(heartbeat)}
+        if check_interval is not None:
+            plane["AGENT_SAGA_PLANE_CHECK_INTERVAL"] = str(check_interval)
         work.mkdir(parents=True, exist_ok=True)
         processes = max(1, min(processes, agents))
         try:

@@ -107,6 +107,39 @@ def test_a_lost_notification_is_read_by_the_shared_backstop(agent: PlaneConnecti
         assert asyncio.run(agent.kill_switch.check(PROBE)) is not None, "the silent halt is in force"
 
 
+def test_the_check_interval_sets_how_late_a_lost_notification_lands(admin: Any, fresh_redis: RedisServer,
+                                                                     tmp_path: Path) -> None:
+    """``AGENT_SAGA_PLANE_CHECK_INTERVAL`` is the tick of the agent's one backstop: an agent
+    checking every 20 s still holds the old levers after a lost notification that an agent
+    at the default (0.5 s) has long read."""
+    slow = agent_of(fresh_redis, tmp_path, AGENT_SAGA_PLANE_CHECK_INTERVAL="20", POD_NAME="pod-slow")
+    quick = open_plane(env(fresh_redis.url, POD_NAME="pod-quick"),
+                       wal=FileWAL(str(tmp_path / "quick.wal"), sync=False))
+    try:
+        watched(slow)
+        watched(quick)
+        assert {r.heartbeat for r in readers(slow).values()} == {20.0}
+        assert {r.heartbeat for r in readers(quick).values()} == {0.5}
+        held = slow.switch_store.applied_rev
+        rev = silent_write(admin, "killswitch", "payments/silent", halt_doc())
+        poll(lambda: quick.switch_store.applied_rev == str(rev), timeout=15,
+             what=f"the default agent's backstop reading rev {rev} (no notification was sent)")
+        assert asyncio.run(quick.kill_switch.check(PROBE)) is not None
+        assert slow.switch_store.applied_rev == held, "the 20 s agent has not checked yet"
+        assert asyncio.run(slow.kill_switch.check(PROBE)) is None
+        watcher = slow.switch_store._watcher
+        assert watcher is not None and watcher.backstops == 0
+        thread = watcher._thread
+        assert thread is not None
+        quick.close()
+        slow.close()  # mid-wait: closing ends the thread's 20 s read of the subscription at once
+        assert not thread.is_alive(), "a closed agent's watcher thread outlived its close"
+        poll(lambda: not admin.client_list(_type="pubsub"), timeout=5, what="no subscription left open")
+    finally:
+        quick.close()
+        slow.close()
+
+
 def test_a_lost_pubsub_connection_fails_every_reader_closed_and_each_reads_again(
         admin: Any, fresh_redis: RedisServer, tmp_path: Path) -> None:
     conn = agent_of(fresh_redis, tmp_path, AGENT_SAGA_SWITCH_GRACE="0")

@@ -32,6 +32,15 @@ def test_the_kill_switch_grace_has_a_documented_default_and_can_be_set() -> None
     assert PlaneSettings.from_env({**env, "AGENT_SAGA_SWITCH_GRACE": "0"}).grace == 0.0  # type: ignore[union-attr]
 
 
+def test_the_plane_check_interval_has_a_documented_default_and_can_be_set() -> None:
+    env = {"AGENT_SAGA_REDIS_URL": URL, "AGENT_SAGA_NAMESPACE": "payments"}
+    assert PlaneSettings.from_env(env).check_interval == 0.5  # type: ignore[union-attr]
+    s = PlaneSettings.from_env({**env, "AGENT_SAGA_PLANE_CHECK_INTERVAL": "2.5"})
+    assert s is not None and s.check_interval == 2.5
+    with pytest.raises(ConfigurationError, match="check_interval must be a number of seconds above 0 and at most 60"):
+        PlaneSettings(URL, "payments", "agent", check_interval=0)
+
+
 def test_the_pods_namespace_is_used_when_agent_saga_namespace_is_not_set() -> None:
     s = PlaneSettings.from_env({"AGENT_SAGA_REDIS_URL": URL, "POD_NAMESPACE": "billing"})
     assert s is not None and s.namespace == "billing"
@@ -48,6 +57,10 @@ def test_a_url_without_a_namespace_fails_naming_the_fix() -> None:
     ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_SWITCH_GRACE": "soon"}, "AGENT_SAGA_SWITCH_GRACE='soon'"),
     ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_SWITCH_GRACE": "-1"}, "non-negative"),
     ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_HEARTBEAT_INTERVAL": "0"}, "AGENT_SAGA_HEARTBEAT_INTERVAL='0'"),
+    ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_PLANE_CHECK_INTERVAL": "0"}, "AGENT_SAGA_PLANE_CHECK_INTERVAL='0'"),
+    ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_PLANE_CHECK_INTERVAL": "soon"}, "AGENT_SAGA_PLANE_CHECK_INTERVAL='soon'"),
+    ({"AGENT_SAGA_NAMESPACE": "p", "AGENT_SAGA_PLANE_CHECK_INTERVAL": "61"}, "AGENT_SAGA_PLANE_CHECK_INTERVAL='61' is "
+                                                                             "more than 60 seconds"),
 ])
 def test_a_bad_value_names_its_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigurationError, match=named.replace("(", r"\(")):

@@ -37,7 +37,8 @@ prefix), made on the first reader's ``start`` and kept by the ``SharedConnection
 - between those it sleeps in one blocking read of the subscription's socket, until the
   next tick or retry (a message ends it at once): no polling. A reader joining is read
   through the subscription at the latest at the next tick (its ``start`` read it already);
-  the last one leaving stops the thread after its current wait.
+  the last one leaving stops the thread at once (its blocking read is interrupted: the
+  subscription's socket is shut down), whatever the tick.
 
 Failures, as each reader's own thread handled them:
 - the subscription's connection fails or the rev backstop fails: every reader is
@@ -55,9 +56,11 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -124,6 +127,7 @@ class PlaneWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last: int | None = None  # the last notification's rev on the current subscription
+        self._pubsub: Any = None  # the subscription the thread is reading (``_interrupt``)
         #: Backstop reads of ``P:rev`` made (one per tick for every reader).
         self.backstops = 0
 
@@ -158,6 +162,7 @@ class PlaneWatcher:
         if thread is None or thread is threading.current_thread():
             return
         if last:
+            self._interrupt()
             thread.join(timeout=5 + reader._socket_timeout)
         else:
             with self._busy:  # the pass using it (if any) is over
@@ -169,6 +174,15 @@ class PlaneWatcher:
             readers = list(self._readers)
         for reader in readers:
             self.leave(reader)
+
+    def _interrupt(self) -> None:
+        """End the thread's blocking read of the subscription now (the last reader left):
+        its socket is shut down, so a long tick (``AGENT_SAGA_PLANE_CHECK_INTERVAL``) does
+        not keep a closed agent's thread and connection until the wait ends."""
+        sock = getattr(getattr(self._pubsub, "connection", None), "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     # ------------------------------------------------------------------ the thread
     def _run(self, stop: threading.Event) -> None:
@@ -186,7 +200,13 @@ class PlaneWatcher:
                         self.channel, stop, max(timeout, 1.0)) as (_client, pubsub):
                     with self._lock:  # subscribed (and confirmed): every reader is loaded through it
                         self._joined = list(self._readers)
-                    self._serve(pubsub.get_message, stop)
+                    self._pubsub = pubsub
+                    if stop.is_set():  # the last reader left before the subscription was published
+                        return
+                    try:
+                        self._serve(pubsub.get_message, stop)
+                    finally:
+                        self._pubsub = None
             except Exception as exc:  # noqa: BLE001 - a lost subscription or backstop: every reader re-reads
                 if not stop.is_set():
                     with self._busy:

@@ -202,7 +202,8 @@ class PlaneConnection:
 
                 s = self.settings
                 src = RedisRouteSource(s.url, agent=s.agent, namespaces=[s.namespace], prefix=s.prefix,
-                                       timeout=timeout, stream=stream, stall_timeout=stall_timeout)
+                                       heartbeat=s.check_interval, timeout=timeout, stream=stream,
+                                       stall_timeout=stall_timeout)
                 if self.shared is not None:
                     src.share_connections(self.shared)
                 src.start()
@@ -414,10 +415,12 @@ def _build(s: PlaneSettings, heartbeat: bool, *, install: bool = True, pod: str 
         previous["wal"] = set_default_wal(plane_wal)
     # the process WAL is chosen when first written: connecting creates no log file
     default_wal = DEFAULT_WAL if wal is None else wal
-    switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix)
+    # the readers' heartbeat is the agent's one plane check (its watcher ticks at the smallest)
+    check = s.check_interval
+    switch_store = RedisSwitchStore(s.url, grace=s.grace, namespaces=ns, prefix=s.prefix, heartbeat=check)
     switch = KillSwitch(switch_store, wal=default_wal)
-    policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix)
-    limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix)
+    policy = RedisPolicySource(s.url, agent=s.agent, grace=s.grace, namespaces=ns, prefix=s.prefix, heartbeat=check)
+    limit_source = RedisLimitSource(s.url, namespaces=ns, prefix=s.prefix, heartbeat=check)
     # This pod's own part of the limit windows and its own approval requests: an agent's
     # Redis user with --agent <ns>/<pod> may write only these.
     identity = local_identity(s.namespace, pod)

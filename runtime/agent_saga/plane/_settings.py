@@ -13,6 +13,10 @@
                                           each batch (WAIT) before it counts as durable
     AGENT_SAGA_KEY_PREFIX   agentsaga     the policy plane's key prefix (as the operator's)
     AGENT_SAGA_HEARTBEAT_INTERVAL 2       seconds between heartbeats
+    AGENT_SAGA_PLANE_CHECK_INTERVAL 0.5   seconds between the agent's checks that what it holds
+                                          of the plane is current (one GET of its rev): a lost
+                                          notification is healed, and a silent loss of the
+                                          plane seen, within this (three of them)
 
 ``PlaneSettings.from_env()`` reads them (``None`` when the URL is not set: the embedded,
 zero-dependency default stays as it is). ``choose_store`` is how the CLI finds the store
@@ -54,11 +58,16 @@ ENV_WAL_STREAM = "AGENT_SAGA_WAL_STREAM"
 ENV_WAL_MIN_REPLICAS = "AGENT_SAGA_WAL_MIN_REPLICAS"
 ENV_KEY_PREFIX = "AGENT_SAGA_KEY_PREFIX"
 ENV_HEARTBEAT = "AGENT_SAGA_HEARTBEAT_INTERVAL"
+ENV_CHECK = "AGENT_SAGA_PLANE_CHECK_INTERVAL"
 
 #: The kill switch's grace window when the plane is wired by ``AGENT_SAGA_REDIS_URL``
 #: and ``AGENT_SAGA_SWITCH_GRACE`` is not set (docs/killswitch.md).
 DEFAULT_GRACE = 30.0
 DEFAULT_HEARTBEAT = 2.0
+#: Seconds between an agent's checks of the plane's rev (its kill switch, SagaPolicy,
+#: BudgetLimit and ModelRoute readers share them), and the most that can be asked.
+DEFAULT_CHECK = 0.5
+MAX_CHECK = 60.0
 
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _AGENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$")
@@ -105,6 +114,7 @@ class PlaneSettings:
     grace: float = DEFAULT_GRACE
     key_prefix: str = "agentsaga"
     heartbeat_interval: float = DEFAULT_HEARTBEAT
+    check_interval: float = DEFAULT_CHECK
     wal_key: str | None = None
     wal_min_replicas: int = 0
 
@@ -114,6 +124,10 @@ class PlaneSettings:
                                      f"got {self.url!r}")
         check_namespace(self.namespace, what="namespace")
         check_agent(self.agent, what="agent")
+        check = self.check_interval
+        if isinstance(check, bool) or not isinstance(check, int | float) or not 0 < check <= MAX_CHECK:
+            raise ConfigurationError(f"check_interval must be a number of seconds above 0 and at most {MAX_CHECK:g} "
+                                     f"(how late a lost change notification may land), got {check!r}")
 
     @property
     def prefix(self) -> str:
@@ -153,9 +167,14 @@ class PlaneSettings:
         if not replicas.isdigit():
             raise ConfigurationError(f"{ENV_WAL_MIN_REPLICAS}={replicas!r} must be a whole number >= 0: the replicas "
                                      f"that must acknowledge each WAL batch (WAIT) before it counts as durable")
+        check = _seconds(env, ENV_CHECK, DEFAULT_CHECK, zero_ok=False)
+        if check > MAX_CHECK:
+            raise ConfigurationError(f"{ENV_CHECK}={env[ENV_CHECK].strip()!r} is more than {MAX_CHECK:g} seconds: a "
+                                     f"change notification lost on its way would land that late; set at most "
+                                     f"{MAX_CHECK:g} (default {DEFAULT_CHECK:g})")
         return cls(url, namespace, agent, grace=_seconds(env, ENV_GRACE, DEFAULT_GRACE, zero_ok=True),
                    key_prefix=prefix, heartbeat_interval=_seconds(env, ENV_HEARTBEAT, DEFAULT_HEARTBEAT, zero_ok=False),
-                   wal_key=wal_key, wal_min_replicas=int(replicas))
+                   check_interval=check, wal_key=wal_key, wal_min_replicas=int(replicas))
 
 
 @dataclass(frozen=True, slots=True)
