@@ -5,7 +5,7 @@ another process is honoured by a running agent.
 
 Without --redis-url a throwaway redis-server (from PATH) is started on a free port.
 
-Targets (issue 6):
+Targets:
     check, nothing changed (RedisSwitchStore, cached)      <= 2 µs per call (best of 5 batches)
     halt/lift set by another process -> seen by a running
     agent on its next call                                  <= 50 ms p99 over >= 200 trials

@@ -8,7 +8,7 @@ Without --kubeconfig the local single-node cluster is started (tests/fixtures/no
 the payments agents of examples/payments/deployment.yaml deployed next to it; all of it
 is removed at the end. With --kubeconfig, the cluster must have the images loaded.
 
-Target (issue 15): every agent pod refusing <= 250 ms p99 over >= 20 trials, >= 3 pods.
+Target: every agent pod refusing <= 250 ms p99 over >= 20 trials, >= 3 pods.
 
 Each trial: a thread per agent pod asks its pod "would a wire go out now?" (POST /wire: a
 saga of one wire.send, refused by the gate while the switch holds) in a loop; the clock

@@ -6,7 +6,7 @@ Starts a throwaway redis-server and the local control plane (etcd + kube-apiserv
 by hack/, as the e2e tests do; or uses --kubeconfig), installs the CRDs, and runs
 ``python -m agent_saga_operator`` on one fresh namespace.
 
-Targets (issue 8):
+Targets:
     kill switch: `kubectl apply -f killswitch.yaml` returning -> a running agent
     process refusing its next call                      p50, p99 over >= 50 trials; p99 <= 500 ms
     1,000 BudgetLimit objects created -> all projected (in Redis) and Ready=True

@@ -19,7 +19,7 @@ def test_status_with_the_in_process_store_says_there_is_nothing_to_read(capsys, 
     monkeypatch.delenv("AGENT_SAGA_LIMIT_STORE", raising=False)
     assert main(["status"]) == 0
     out = capsys.readouterr().out
-    # sections print in the gate's order: the kill switch (issue 6) comes before the limits
+    # sections print in the gate's order: the kill switch comes before the limits
     assert "\nLIMITS\n" in "\n" + out and "InProcessLimitStore" in out and "RedisLimitStore" in out
 
 
