@@ -47,6 +47,25 @@ from sim import Fleet, summary  # noqa: E402
 RESYNC_OFF = 3600
 
 
+def redis_cpu(r: Any) -> float:
+    """The server's CPU seconds so far (user + system)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def busiest(before: dict[str, Any], after: dict[str, Any], top: int = 4) -> dict[str, dict[str, float]]:
+    """The commands that took the server's time between two ``INFO commandstats``: calls,
+    seconds in all, microseconds per call (a script's commands count on their own too)."""
+    rows = {}
+    for k, v in after.items():
+        calls = int(v["calls"]) - int(before.get(k, {}).get("calls", 0))
+        usec = int(v["usec"]) - int(before.get(k, {}).get("usec", 0))
+        if calls > 0:
+            rows[k.removeprefix("cmdstat_")] = {"calls": calls, "s": round(usec / 1e6, 2),
+                                                "us_per_call": round(usec / calls, 1)}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]["s"])[:top])
+
+
 def proc_stat(pid: int) -> tuple[float, int]:
     """(CPU seconds, RSS KiB) of process ``pid``."""
     with open(f"/proc/{pid}/stat") as f:
@@ -196,8 +215,20 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
 
         def budget() -> dict[str, Any]:
             cap = max(10.0, round(n * args.rate * args.budget_seconds * 0.5))
+            # where the run's CPU went: Redis, the operator, the workers (the whole run:
+            # the BudgetLimit's apply, every agent holding it, the debits)
+            cpu0 = {"redis": redis_cpu(r), "operator": proc_stat(op.pid)[0],
+                    "workers": sum(proc_stat(p)[0] for p in fleet.pids())}
+            cmd0, t0 = r.info("commandstats"), time.monotonic()
             b = fleet.budget(cluster, cap=cap, rate=args.rate, seconds=args.budget_seconds, timeout=args.timeout)
+            wall = time.monotonic() - t0
+            cpu1 = {"redis": redis_cpu(r), "operator": proc_stat(op.pid)[0],
+                    "workers": sum(proc_stat(p)[0] for p in fleet.pids())}
+            cmd1 = r.info("commandstats")
             b["exact"] = b["authorised"] <= b["cap"] and b["recorded"] >= b["authorised"]
+            b["run_s"] = round(wall, 1)
+            b["cpu_cores"] = {k: round((cpu1[k] - cpu0[k]) / wall, 2) for k in cpu1}
+            b["redis_busiest"] = busiest(cmd0, cmd1)
             return {"budget": b}
 
         measure("halt_until_every_agent_refuses", halt)
