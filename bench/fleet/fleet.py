@@ -217,14 +217,14 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
             cap = max(10.0, round(n * args.rate * args.budget_seconds * 0.5))
             # where the run's CPU went: Redis, the operator, the workers (the whole run:
             # the BudgetLimit's apply, every agent holding it, the debits)
-            cpu0 = {"redis": redis_cpu(r), "operator": proc_stat(op.pid)[0],
-                    "workers": sum(proc_stat(p)[0] for p in fleet.pids())}
-            cmd0, t0 = r.info("commandstats"), time.monotonic()
+            def cpu() -> dict[str, float]:
+                return {"redis": redis_cpu(r), "operator": proc_stat(op.pid)[0],
+                        "workers": sum(proc_stat(p)[0] for p in fleet.pids())}
+
+            cpu0, cmd0, t0 = cpu(), r.info("commandstats"), time.monotonic()
             b = fleet.budget(cluster, cap=cap, rate=args.rate, seconds=args.budget_seconds, timeout=args.timeout)
             wall = time.monotonic() - t0
-            cpu1 = {"redis": redis_cpu(r), "operator": proc_stat(op.pid)[0],
-                    "workers": sum(proc_stat(p)[0] for p in fleet.pids())}
-            cmd1 = r.info("commandstats")
+            cpu1, cmd1 = cpu(), r.info("commandstats")
             b["exact"] = b["authorised"] <= b["cap"] and b["recorded"] >= b["authorised"]
             b["run_s"] = round(wall, 1)
             b["cpu_cores"] = {k: round((cpu1[k] - cpu0[k]) / wall, 2) for k in cpu1}

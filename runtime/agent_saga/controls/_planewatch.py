@@ -72,7 +72,7 @@ from ..errors import StoreUnavailable
 if TYPE_CHECKING:
     from ._policyplane import PolicyPlaneReader
 
-__all__ = ["PlaneWatcher", "notification", "notified_kind"]
+__all__ = ["PlaneWatcher", "concerns", "notification"]
 
 log = logging.getLogger("agent_saga.controls")
 
@@ -82,16 +82,11 @@ BACKOFF = 0.2
 MAX_WAIT = 60.0
 
 
-def notified_kind(data: Any) -> str | None:
-    """The normalised kind a change notification names (``"policyplane"``: the synced
-    marker); ``None`` when it cannot be read (every reader is then concerned)."""
-    return notification(data)[0]
-
-
 def notification(data: Any) -> tuple[str | None, int | None]:
-    """``(kind, rev)`` of a change notification: its normalised kind (``notified_kind``)
-    and the ``P:rev`` its write moved the plane to (``None``: it carries none, or it
-    cannot be read)."""
+    """``(kind, rev)`` of a change notification: the kind it names, normalised
+    (``"policyplane"``: the synced marker; ``None`` when it cannot be read: every reader is
+    then concerned), and the ``P:rev`` its write moved the plane to (``None``: it carries
+    none, or it cannot be read)."""
     try:
         doc = json.loads(data)
     except (ValueError, TypeError):
@@ -108,7 +103,7 @@ def norm_kind(kind: str) -> str:
 
 
 def concerns(kind: str | None, reader_kind: str) -> bool:
-    """Does a notification naming ``kind`` (``notified_kind``) concern readers of ``reader_kind``?"""
+    """Does a notification naming ``kind`` (``notification``) concern readers of ``reader_kind``?"""
     return kind is None or kind in (norm_kind(reader_kind), "policyplane")
 
 

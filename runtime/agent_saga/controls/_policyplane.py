@@ -90,7 +90,7 @@ from .. import observe as _observe
 from .._redis import PLANE_FIX, RedisStore, confirmed_subscription
 from .._repeat import OnRepeat
 from ..errors import ConfigurationError, StoreUnavailable
-from ._planewatch import PlaneWatcher, concerns, notified_kind
+from ._planewatch import PlaneWatcher, concerns, notification
 
 __all__ = ["DEFAULT_PREFIX", "PLANE_FIX", "PolicyPlaneReader", "env_prefix"]
 
@@ -112,7 +112,7 @@ _NEVER: Any = object()
 def about_kind(kind: str, data: Any) -> bool:
     """Does a change notification concern documents of ``kind`` (or the synced marker)?
     Unreadable ones are assumed to."""
-    return concerns(notified_kind(data), kind)
+    return concerns(notification(data)[0], kind)
 
 
 def _rev_number(rev: Any) -> int | None:

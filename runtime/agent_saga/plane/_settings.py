@@ -75,7 +75,7 @@ _SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sen
             "rediss+cluster://")
 
 
-def _seconds(env: Mapping[str, str], name: str, default: float, *, zero_ok: bool) -> float:
+def _seconds(env: Mapping[str, str], name: str, default: float, *, zero_ok: bool, most: float = math.inf) -> float:
     text = env.get(name, "").strip()
     if not text:
         return default
@@ -86,6 +86,9 @@ def _seconds(env: Mapping[str, str], name: str, default: float, *, zero_ok: bool
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise ConfigurationError(f"{name}={text!r} must be a {'non-negative' if zero_ok else 'positive'} "
                                  f"number of seconds")
+    if value > most:
+        raise ConfigurationError(f"{name}={text!r} is more than {most:g} seconds: set at most {most:g} (default "
+                                 f"{default:g})")
     return value
 
 
@@ -167,14 +170,10 @@ class PlaneSettings:
         if not replicas.isdigit():
             raise ConfigurationError(f"{ENV_WAL_MIN_REPLICAS}={replicas!r} must be a whole number >= 0: the replicas "
                                      f"that must acknowledge each WAL batch (WAIT) before it counts as durable")
-        check = _seconds(env, ENV_CHECK, DEFAULT_CHECK, zero_ok=False)
-        if check > MAX_CHECK:
-            raise ConfigurationError(f"{ENV_CHECK}={env[ENV_CHECK].strip()!r} is more than {MAX_CHECK:g} seconds: a "
-                                     f"change notification lost on its way would land that late; set at most "
-                                     f"{MAX_CHECK:g} (default {DEFAULT_CHECK:g})")
         return cls(url, namespace, agent, grace=_seconds(env, ENV_GRACE, DEFAULT_GRACE, zero_ok=True),
                    key_prefix=prefix, heartbeat_interval=_seconds(env, ENV_HEARTBEAT, DEFAULT_HEARTBEAT, zero_ok=False),
-                   check_interval=check, wal_key=wal_key, wal_min_replicas=int(replicas))
+                   check_interval=_seconds(env, ENV_CHECK, DEFAULT_CHECK, zero_ok=False, most=MAX_CHECK),
+                   wal_key=wal_key, wal_min_replicas=int(replicas))
 
 
 @dataclass(frozen=True, slots=True)
