@@ -24,7 +24,8 @@ kubelet or scheduler: pods are never started, so nothing here waits for one.
 
 Order: install.md up to "## Upgrade" (namespaces, Secret, values file, helm install,
 the example KillSwitch), then the README's commands (which apply the same example), then
-the rest of install.md (upgrade, uninstall, CRDs deleted). Between the phases the test
+the rest of install.md (upgrade, uninstall, CRDs deleted; before the CRDs are deleted
+every kind is read once, as the operator would have: see `_read_every_kind_once`). Between the phases the test
 checks what a reader would look at: the release is deployed, no ServiceMonitor was
 created on a cluster without the Prometheus Operator, the KillSwitch is in the example
 agents' namespace (agent-saga) and not in `default`, the approver RoleBindings come from
@@ -38,6 +39,7 @@ import os
 import re
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,6 +258,30 @@ def _run_all(steps: list[Step], work: Path, env: dict[str, str], ran: list[str],
         ran.append(f"{step.source}: {step.command or step.file and step.file[0]}")
 
 
+def _read_every_kind_once(cluster: KubeCluster) -> None:
+    """Read each kind of the chart's CRDs until the API server serves it from its watch cache.
+
+    No operator ever runs in this journey, so nothing has read most kinds since the API
+    server started, and a kind's watch cache is created by its first read. Deleting a CRD
+    whose cache is cold can leave it `Terminating` for up to five minutes: the API server's
+    own cleanup fails once with "storage is (re)initializing" and waits for its next resync
+    (install.md, "A CRD that stays Terminating", says how to recognise and end that). A
+    cluster where the operator ran has read every kind it watches; this puts the journey's
+    cluster in that state: the API server answers an unlimited list of a kind from its
+    watch cache, with 429 "storage is (re)initializing" until that cache is ready.
+    """
+    crds = json.loads(cluster.kubectl("get", "crd", "-o", "json").stdout)["items"]
+    ours = [c for c in crds if c["spec"]["group"] in ("agentsaga.dev", "kopf.dev")]
+    assert len(ours) == 7, [c["metadata"]["name"] for c in ours]
+    for crd in ours:
+        version = next(v["name"] for v in crd["spec"]["versions"] if v["served"])
+        path = f"/apis/{crd['spec']['group']}/{version}/{crd['spec']['names']['plural']}"
+        deadline = time.monotonic() + 60
+        while (read := cluster.kubectl("get", "--raw", path, check=False)).returncode != 0:
+            assert "initializing" in read.stderr and time.monotonic() < deadline, (path, read.stderr)
+            time.sleep(0.2)
+
+
 def test_readme_and_install_guide_as_written(cluster: KubeCluster, fresh_redis: RedisServer, tmp_path: Path) -> None:
     work = _workdir(tmp_path)
     env = _env(cluster, tmp_path / "home", fresh_redis.url)
@@ -287,7 +313,10 @@ def test_readme_and_install_guide_as_written(cluster: KubeCluster, fresh_redis: 
     assert sorted(bindings) == ["rolebinding.rbac.authorization.k8s.io/agent-saga-approver",
                                 "rolebinding.rbac.authorization.k8s.io/agent-saga-break-glass"]
 
-    _run_all(steps[upgrade_at:], work, env, ran, skipped)
+    crds_deleted_at = next(i for i, s in enumerate(steps) if s.command == "kubectl delete -f charts/agent-saga/crds/")
+    _run_all(steps[upgrade_at:crds_deleted_at], work, env, ran, skipped)
+    _read_every_kind_once(cluster)
+    _run_all(steps[crds_deleted_at:], work, env, ran, skipped)
     assert subprocess.run(["helm", "list", "-A", "-q"], env=env, capture_output=True, text=True,
                           check=True).stdout.split() == []
     assert kubectl("get", "rolebindings", "-A", "-l", "app.kubernetes.io/component=approver",
