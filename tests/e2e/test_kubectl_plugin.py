@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -368,3 +369,133 @@ def test_the_admission_policy_refuses_a_decision_naming_someone_else(ns: str, sa
     ok = saga(saga_env, "approvals", "approve", "d00d", "-n", ns, "--as", "mallory@corp")
     assert ok.returncode == 0, ok.stderr
     assert spec_of(admission, ns, name)["approver"] == "mallory@corp"
+
+
+# --------------------------------------------------------------------------- load shedding
+class SheddingLevel:
+    """API Priority and Fairness set up to refuse one user's requests on demand, for real.
+
+    A FlowSchema sends the user's configmaps and agentsaga.dev requests to a priority level
+    with no seats of its own (`nominalConcurrencyShares: 0`, nothing lent or borrowed,
+    `Reject`). The API server still admits one request at a time there; `hold()` makes that
+    request a list of a few megabytes of ConfigMaps whose response nobody reads, so the API
+    server blocks writing it and keeps the seat, and every other request of the user is
+    refused with 429 and `Retry-After` until `release()` closes the connection.
+    """
+
+    def __init__(self, kube: KubeCluster, ns: str, user: str) -> None:
+        self.kube, self.ns, self.user, self.name = kube, ns, user, f"saga-shed-{ns}"
+        self._held: Any = None
+
+    def __enter__(self) -> SheddingLevel:
+        flow = client.FlowcontrolApiserverV1Api(self.kube.api_client())
+        flow.create_priority_level_configuration(client.V1PriorityLevelConfiguration(
+            metadata=client.V1ObjectMeta(name=self.name),
+            spec=client.V1PriorityLevelConfigurationSpec(type="Limited", limited=client.V1LimitedPriorityLevelConfiguration(
+                nominal_concurrency_shares=0, lendable_percent=0, borrowing_limit_percent=0,
+                limit_response=client.V1LimitResponse(type="Reject")))))
+        every = {"verbs": ["*"], "namespaces": ["*"], "cluster_scope": True}
+        flow.create_flow_schema(client.V1FlowSchema(
+            metadata=client.V1ObjectMeta(name=self.name),
+            spec=client.V1FlowSchemaSpec(
+                priority_level_configuration=client.V1PriorityLevelConfigurationReference(name=self.name),
+                matching_precedence=50, distinguisher_method=client.V1FlowDistinguisherMethod(type="ByUser"),
+                rules=[client.V1PolicyRulesWithSubjects(
+                    subjects=[client.FlowcontrolV1Subject(kind="User", user=client.V1UserSubject(name=self.user))],
+                    resource_rules=[client.V1ResourcePolicyRule(api_groups=[""], resources=["configmaps"], **every),
+                                    client.V1ResourcePolicyRule(api_groups=[GROUP], resources=["*"], **every)])])))
+        core = client.CoreV1Api(self.kube.api_client())
+        for i in range(12):  # ~11 MB: more than both ends' socket buffers hold
+            core.create_namespaced_config_map(self.ns, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=f"bulk-{i}"), data={"bulk": "x" * 900_000}))
+        rbac = client.RbacAuthorizationV1Api(self.kube.api_client())
+        rbac.create_namespaced_role(self.ns, client.V1Role(
+            metadata=client.V1ObjectMeta(name="bulk-reader"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["list"])]))
+        rbac.create_namespaced_role_binding(self.ns, client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="bulk-reader"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="bulk-reader"),
+            subjects=[client.RbacV1Subject(kind="User", name=self.user, api_group="rbac.authorization.k8s.io")]))
+        # The API server reads FlowSchemas from an informer: wait until it classifies by ours.
+        as_user = client.CustomObjectsApi(self.kube.api_client(user=self.user))
+
+        def classified() -> bool:
+            as_user.list_namespaced_custom_object(GROUP, VERSION, self.ns, "approvals")
+            return self.counter("dispatched_requests_total") is not None
+
+        poll(classified, timeout=DEADLINE, what="the API server to classify the user's requests by the FlowSchema")
+        return self
+
+    def counter(self, name: str) -> int | None:
+        """The API server's ``apiserver_flowcontrol_<name>`` for this priority level."""
+        text = self.kube.kubectl("get", "--raw", "/metrics").stdout
+        prefix = f"apiserver_flowcontrol_{name}{{"
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(prefix) and f'priority_level="{self.name}"' in line]
+        return int(sum(values)) if values else None
+
+    def hold(self) -> None:
+        """Take the level's one seat and keep it (the response is never read)."""
+        from kubernetes import config
+
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(self.kube.kubeconfig), client_configuration=configuration)
+        configuration.socket_options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]  # a small window
+        api = client.ApiClient(configuration)
+        api.set_default_header("Impersonate-User", self.user)
+        held = client.CoreV1Api(api).list_namespaced_config_map(self.ns, _preload_content=False)
+        self._held = held
+        poll(lambda: self.counter("current_executing_seats") == 1, timeout=DEADLINE,
+             what="the held list to keep the priority level's seat")
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        flow = client.FlowcontrolApiserverV1Api(self.kube.api_client())
+        flow.delete_flow_schema(self.name)
+        flow.delete_priority_level_configuration(self.name)
+        client.CoreV1Api(self.kube.api_client()).delete_collection_namespaced_config_map(self.ns)
+
+
+def test_a_read_the_api_server_sheds_is_asked_again_when_it_says(crds: KubeCluster, ns: str,
+                                                                 saga_env: dict[str, str]) -> None:
+    """As kubectl: a 429 with Retry-After is not the answer; the read is asked again, up to
+    10 times, after the wait the API server names."""
+    user = f"busy-{ns}@corp"
+    grant_approver(crds, ns, user)
+    make_approval(crds, ns, "af83c011" + "1" * 24)
+    with SheddingLevel(crds, ns, user) as level:
+        level.hold()
+        before = level.counter("rejected_requests_total") or 0
+        run = subprocess.Popen([str(require_asset("kubectl")), "saga", "approvals", "list", "-n", ns, "--as", user],
+                               env=saga_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            # Five refusals: one more than urllib3's own default would wait out (3 retries).
+            poll(lambda: (level.counter("rejected_requests_total") or 0) >= before + 5, timeout=DEADLINE,
+                 what="the API server to refuse the plugin's list five times")
+            assert run.poll() is None, run.communicate()  # refused, and still waiting to ask again
+            level.release()
+            out, err = run.communicate(timeout=60)
+        finally:
+            run.kill()
+    assert run.returncode == 0, err
+    assert "[PENDING] wire.send" in out and "af83c011" in out
+
+
+def test_a_read_refused_every_time_fails_after_ten_waits_and_says_what_to_do(
+        crds: KubeCluster, ns: str, saga_env: dict[str, str]) -> None:
+    user = f"busy-{ns}@corp"
+    grant_approver(crds, ns, user)
+    with SheddingLevel(crds, ns, user) as level:
+        level.hold()
+        before = level.counter("rejected_requests_total") or 0
+        run = saga(saga_env, "approvals", "list", "-n", ns, "--as", user)
+        refused = (level.counter("rejected_requests_total") or 0) - before
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert refused == 11, refused  # the list, then 10 more times after the wait the server named
+    assert f"the API server is shedding load: it refused to list approvals in namespace {ns} (HTTP 429" in run.stderr
+    assert "kubectl get flowschemas,prioritylevelconfigurations" in run.stderr and "Traceback" not in run.stderr

@@ -173,6 +173,12 @@ class Cluster:
                                 f"exists: look at it again and retry")
         if status == 422:
             return ClusterError(f"the API server refused the object (cannot {what}): {message}")
+        if status == 429:
+            return ClusterError(
+                f"the API server is shedding load: it refused to {what} (HTTP 429: {message}); nothing was "
+                f"changed. A read is asked again when the server says, up to 10 times, before this message. "
+                f"Try again in a minute; if it persists, a cluster admin can see which priority level rejects "
+                f"your requests: kubectl get flowschemas,prioritylevelconfigurations", code=2)
         if status == 0:
             return self.unreachable(e)
         return ClusterError(f"cannot {what} {who}: HTTP {status} {getattr(e, 'reason', '')}: {message}")
@@ -233,6 +239,10 @@ def connect(args: argparse.Namespace) -> Cluster:
         namespace = namespace or _pod_namespace() or "default"
     except OSError as e:
         raise ClusterError(f"cannot read the kubeconfig {kubeconfig or '(default)'}: {e}", code=2) from None
+    # As kubectl (client-go): a read the API server answers 429 or 5xx with Retry-After
+    # (load shedding by API Priority and Fairness, a watch cache still initializing) is
+    # asked again after the time it names, up to 10 times, before the command fails.
+    api.configuration.client_go_retries = True
     if getattr(args, "as_user", None):
         api.set_default_header("Impersonate-User", args.as_user)
     if getattr(args, "as_group", None):
