@@ -41,6 +41,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from test_approval_proof import POLICY, decide
 from test_approval_proof import admission as chart_admission
+from test_metrics_exported import sample
 from test_plane_agents import PlaneAgent, plane_env, until_call
 
 admission = chart_admission  # the chart's approver admission policy and roles, applied (a fixture)
@@ -385,7 +386,8 @@ class SheddingLevel:
 
     def __init__(self, kube: KubeCluster, ns: str, user: str) -> None:
         self.kube, self.ns, self.user, self.name = kube, ns, user, f"saga-shed-{ns}"
-        self._held: Any = None
+        self._held: Any = None  # the unread response holding the seat, and its client
+        self._api: Any = None
 
     def __enter__(self) -> SheddingLevel:
         flow = client.FlowcontrolApiserverV1Api(self.kube.api_client())
@@ -428,11 +430,9 @@ class SheddingLevel:
 
     def counter(self, name: str) -> int | None:
         """The API server's ``apiserver_flowcontrol_<name>`` for this priority level."""
-        text = self.kube.kubectl("get", "--raw", "/metrics").stdout
-        prefix = f"apiserver_flowcontrol_{name}{{"
-        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                  if line.startswith(prefix) and f'priority_level="{self.name}"' in line]
-        return int(sum(values)) if values else None
+        value = sample(self.kube.kubectl("get", "--raw", "/metrics").stdout, f"apiserver_flowcontrol_{name}",
+                       priority_level=self.name)
+        return None if value is None else int(value)
 
     def hold(self) -> None:
         """Take the level's one seat and keep it (the response is never read)."""
@@ -441,17 +441,17 @@ class SheddingLevel:
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(self.kube.kubeconfig), client_configuration=configuration)
         configuration.socket_options = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]  # a small window
-        api = client.ApiClient(configuration)
-        api.set_default_header("Impersonate-User", self.user)
-        held = client.CoreV1Api(api).list_namespaced_config_map(self.ns, _preload_content=False)
-        self._held = held
+        self._api = client.ApiClient(configuration)
+        self._api.set_default_header("Impersonate-User", self.user)
+        self._held = client.CoreV1Api(self._api).list_namespaced_config_map(self.ns, _preload_content=False)
         poll(lambda: self.counter("current_executing_seats") == 1, timeout=DEADLINE,
              what="the held list to keep the priority level's seat")
 
     def release(self) -> None:
         if self._held is not None:
             self._held.close()
-            self._held = None
+            self._api.close()
+            self._held = self._api = None
 
     def __exit__(self, *exc: object) -> None:
         self.release()
