@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent_saga.plane import DEFAULT_CHECK
+
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
@@ -154,7 +156,7 @@ def run_n(cluster: Any, n: int, args: argparse.Namespace, work: Path) -> dict[st
                                      "--resync-interval", str(RESYNC_OFF)])
     fleet = None
     out: dict[str, Any] = {"agents": n, "processes": min(args.processes, n), "heartbeat_interval_s": args.heartbeat,
-                           "plane_check_interval_s": args.check_interval or 0.5}
+                           "plane_check_interval_s": args.check_interval or DEFAULT_CHECK}
     try:
         op.start()
         op.wait_ready(timeout=120)
@@ -264,7 +266,8 @@ def main() -> int:
     ap.add_argument("--approvals", type=int, default=500, help="approval requests pending at once (0: skip)")
     ap.add_argument("--heartbeat", type=float, default=2.0, help="AGENT_SAGA_HEARTBEAT_INTERVAL of the agents")
     ap.add_argument("--check-interval", type=float, default=None,
-                    help="AGENT_SAGA_PLANE_CHECK_INTERVAL of the agents (default: theirs, 0.5 s)")
+                    help="AGENT_SAGA_PLANE_CHECK_INTERVAL of the agents (default: theirs, "
+                         f"{DEFAULT_CHECK:g} s)")
     ap.add_argument("--window", type=float, default=10.0, help="seconds of the steady cost window")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--kubeconfig", help="an existing cluster (default: start the local control plane)")

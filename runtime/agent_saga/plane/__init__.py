@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._connect import open_plane as open_plane
     from ._connect import plane_from_env as plane_from_env
     from ._connect import plane_router as plane_router
+    from ._settings import DEFAULT_CHECK as DEFAULT_CHECK
     from ._settings import DEFAULT_GRACE as DEFAULT_GRACE
     from ._settings import ENV_AGENT as ENV_AGENT
     from ._settings import ENV_NAMESPACE as ENV_NAMESPACE
@@ -51,7 +52,7 @@ _SOURCES: dict[str, tuple[str, ...]] = {
         "open_plane", "plane_from_env", "plane_router",
     ),
     "._settings": (
-        "DEFAULT_GRACE", "ENV_AGENT", "ENV_NAMESPACE", "ENV_REDIS_URL", "PlaneSettings",
+        "DEFAULT_CHECK", "DEFAULT_GRACE", "ENV_AGENT", "ENV_NAMESPACE", "ENV_REDIS_URL", "PlaneSettings",
         "StoreChoice", "choose_store",
     ),
     ".._redis": ("PLANE_FIX", "aclose", "connect_async", "script", "tagged_on_cluster"),
