@@ -380,7 +380,7 @@ class SheddingLevel:
     with no seats of its own (`nominalConcurrencyShares: 0`, nothing lent or borrowed,
     `Reject`). The API server still admits one request at a time there; `hold()` makes that
     request a list of a few megabytes of ConfigMaps whose response nobody reads, so the API
-    server blocks writing it and keeps the seat, and every other request of the user is
+    server blocks writing it and keeps executing it, and every other request of the user is
     refused with 429 and `Retry-After` until `release()` closes the connection.
     """
 
@@ -435,7 +435,7 @@ class SheddingLevel:
         return None if value is None else int(value)
 
     def hold(self) -> None:
-        """Take the level's one seat and keep it (the response is never read)."""
+        """Take the level's one place to execute and keep it (the response is never read)."""
         from kubernetes import config
 
         configuration = client.Configuration()
@@ -444,8 +444,11 @@ class SheddingLevel:
         self._api = client.ApiClient(configuration)
         self._api.set_default_header("Impersonate-User", self.user)
         self._held = client.CoreV1Api(self._api).list_namespaced_config_map(self.ns, _preload_content=False)
-        poll(lambda: self.counter("current_executing_seats") == 1, timeout=DEADLINE,
-             what="the held list to keep the priority level's seat")
+        # Requests, not seats: once the API server's storage statistics (refreshed about once a
+        # minute) have seen ConfigMaps this big, it estimates the list at up to 10 seats (a level
+        # that rejects has no smaller cap), and admits it anyway because nothing else executes.
+        poll(lambda: self.counter("current_executing_requests") == 1, timeout=DEADLINE,
+             what="the held list to keep executing in the priority level")
 
     def release(self) -> None:
         if self._held is not None:
