@@ -39,7 +39,6 @@ import os
 import re
 import subprocess
 import textwrap
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +46,7 @@ from pathlib import Path
 import pytest
 from fixtures.binaries import REPO_ROOT, require_asset
 from fixtures.controlplane import ControlPlane, KubeCluster
+from fixtures.polling import until
 from fixtures.redis_server import RedisServer
 
 INSTALL = REPO_ROOT / "docs" / "install.md"
@@ -276,10 +276,13 @@ def _read_every_kind_once(cluster: KubeCluster) -> None:
     for crd in ours:
         version = next(v["name"] for v in crd["spec"]["versions"] if v["served"])
         path = f"/apis/{crd['spec']['group']}/{version}/{crd['spec']['names']['plural']}"
-        deadline = time.monotonic() + 60
-        while (read := cluster.kubectl("get", "--raw", path, check=False)).returncode != 0:
-            assert "initializing" in read.stderr and time.monotonic() < deadline, (path, read.stderr)
-            time.sleep(0.2)
+
+        def served(path: str = path) -> bool | None:
+            read = cluster.kubectl("get", "--raw", path, check=False)
+            assert read.returncode == 0 or "initializing" in read.stderr, (path, read.stderr)
+            return read.returncode == 0 or None
+
+        until(f"the API server to serve {path} from its watch cache", served, timeout=60, interval=0.2)
 
 
 def test_readme_and_install_guide_as_written(cluster: KubeCluster, fresh_redis: RedisServer, tmp_path: Path) -> None:

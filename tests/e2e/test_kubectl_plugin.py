@@ -386,7 +386,7 @@ class SheddingLevel:
 
     def __init__(self, kube: KubeCluster, ns: str, user: str) -> None:
         self.kube, self.ns, self.user, self.name = kube, ns, user, f"saga-shed-{ns}"
-        self._held: Any = None  # the unread response holding the seat, and its client
+        self._held: Any = None  # the unread response that keeps executing, and its client
         self._api: Any = None
 
     def __enter__(self) -> SheddingLevel:
